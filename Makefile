@@ -1,0 +1,42 @@
+# jmsgateway: `make run` starts the gateway on its embedded broker, `make test` runs every test.
+# Both set up what they need on a fresh machine (venv, Python packages, Debian packages).
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+CONFIG  ?= etc/jmsgateway.toml
+STAMP   := $(VENV)/.installed
+
+.PHONY: setup system-deps run test check unit integration bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q '.[kafka,jms,spark,test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+system-deps:
+	bash scripts/install-system-deps.sh
+
+run: setup
+	$(VENV)/bin/twistd -n jmsgateway --config $(CONFIG)
+
+check: setup
+	$(VENV)/bin/ruff check gateway plugins tests bench twisted
+	$(VENV)/bin/mypy gateway
+
+unit: setup
+	$(PY) -m pytest -q tests/unit
+
+integration: setup system-deps
+	$(PY) -m pytest -q tests/integration tests/pipeline
+
+test: setup system-deps check
+	$(PY) -m pytest -q tests
+
+bench: setup system-deps
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info var .pytest_cache .mypy_cache .ruff_cache

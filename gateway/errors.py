@@ -1,0 +1,81 @@
+"""The one exception tree of the gateway.
+
+Every error the gateway raises on purpose derives from :class:`GatewayError`,
+so callers can tell ours from bugs.  Errors carry a message meant for a
+human: what was wrong and where.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+
+class StompProtocolError(GatewayError):
+    """A peer broke the STOMP protocol; the connection gets an ERROR frame.
+
+    :ivar fatal: whether the connection must be closed after the ERROR.
+    """
+
+    def __init__(self, message: str, detail: str = "", *, fatal: bool = True) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.fatal = fatal
+
+
+class FrameTooLarge(StompProtocolError):
+    """A frame, its headers or one header line exceeded a configured limit."""
+
+
+class MalformedFrame(StompProtocolError):
+    """The bytes received cannot be read as a STOMP frame."""
+
+
+class ConfigError(GatewayError):
+    """A configuration file or value is invalid.
+
+    :ivar path: the file the problem is in (may be empty for ``--set`` values).
+    :ivar key: the dotted key that is wrong.
+    """
+
+    def __init__(self, problem: str, *, path: str = "", key: str = "") -> None:
+        where = ", ".join(part for part in (path, f"key {key!r}" if key else "") if part)
+        super().__init__(f"{where}: {problem}" if where else problem)
+        self.problem = problem
+        self.path = path
+        self.key = key
+
+
+class SelectorError(GatewayError):
+    """A JMS selector does not parse; the message names column and token."""
+
+    def __init__(self, message: str, *, selector: str = "", column: int = 0) -> None:
+        super().__init__(message)
+        self.selector = selector
+        self.column = column
+
+
+class ConnectorError(GatewayError):
+    """A connector could not do what was asked (send, subscribe, ack)."""
+
+
+class ConnectorUnavailable(ConnectorError):
+    """The connector's target is away (disconnected, retrying)."""
+
+
+class DestinationError(GatewayError):
+    """A destination name is invalid or refers to something not allowed."""
+
+
+class TransformError(GatewayError):
+    """A message transformer failed; carries the plugin name."""
+
+    def __init__(self, message: str, *, transformer: str = "") -> None:
+        super().__init__(message)
+        self.transformer = transformer
+
+
+class StoreError(GatewayError):
+    """The message store failed (corrupt database, disk full, I/O error)."""

@@ -1,0 +1,204 @@
+"""Every zope.interface of the gateway, with the contracts in the docstrings.
+
+Layers talk to each other only through these interfaces: the STOMP session
+knows an :class:`IConnector`, never the embedded broker or Kafka by name; a
+bridge is a consumer of one connector and a producer to another.  Classes
+declare them with ``@implementer`` and tests check them with ``verifyObject``.
+
+Time-consuming operations return a Twisted ``Deferred``; none of them may
+block the reactor thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from zope.interface import Attribute, Interface
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gateway.message.model import Message
+
+AckMode = Literal["auto", "client", "client-individual"]
+"""STOMP acknowledgement modes; ``client`` is cumulative."""
+
+ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual")
+
+
+@dataclass(slots=True, frozen=True)
+class SubscriptionSpec:
+    """What a consumer asks of a connector when it subscribes.
+
+    :ivar destination: destination name in the connector's own namespace
+        (``/queue/x``, ``/topic/y``, ``/temp-queue/z``).
+    :ivar selector: a JMS selector; only matching messages are delivered.
+    :ivar ack_mode: how deliveries are acknowledged.
+    :ivar prefetch: at most this many deliveries unacknowledged at once
+        (``client`` modes) or in flight (``auto``).
+    :ivar durable_name: for a topic: keep messages while the subscriber is away.
+    :ivar client_id: the connection's client id; identifies durable subscriptions
+        together with :attr:`durable_name`.
+    :ivar owner: opaque id of the owning connection (temp queues, no-local).
+    :ivar no_local: do not deliver messages published by the same owner.
+    """
+
+    destination: str
+    selector: str | None = None
+    ack_mode: str = "auto"
+    prefetch: int = 1000
+    durable_name: str | None = None
+    client_id: str | None = None
+    owner: str = ""
+    no_local: bool = False
+
+
+class IConsumer(Interface):
+    """Receives deliveries from an :class:`ISubscription`."""
+
+    def deliver(message: Message, tag: Any) -> None:
+        """Hand one message to the consumer.
+
+        ``tag`` is the opaque handle the consumer passes back to
+        :meth:`ISubscription.ack` / :meth:`ISubscription.nack`.  The message
+        object may be shared with other consumers: do not mutate it, copy it.
+        Called on the reactor thread.
+        """
+
+    def subscription_failed(reason: Exception) -> None:
+        """The subscription ended without the consumer asking (connector lost
+        for good, destination deleted).  Called on the reactor thread."""
+
+
+class ISubscription(Interface):
+    """A live subscription of one consumer to one destination."""
+
+    spec = Attribute(":class:`SubscriptionSpec` the subscription was made with.")
+
+    def ack(tags: list[Any]) -> Any:
+        """Acknowledge the deliveries named by ``tags`` (each individually).
+
+        Returns a Deferred that fires once the acknowledgement is durable
+        (the message removed from a persistent store, the offset committed).
+        """
+
+    def nack(tags: list[Any]) -> Any:
+        """Reject the deliveries: redeliver them later (counting the
+        redelivery) or dead-letter them once the limit is reached.
+        Returns a Deferred."""
+
+    def pause() -> None:
+        """Stop delivering until :meth:`resume` (transport back-pressure)."""
+
+    def resume() -> None:
+        """Resume delivering after :meth:`pause`."""
+
+    def close() -> Any:
+        """End the subscription; unacknowledged deliveries are redelivered to
+        other consumers, marked redelivered.  A durable subscription keeps
+        its identity and backlog.  Returns a Deferred."""
+
+    def unsubscribe() -> Any:
+        """End the subscription and, if durable, delete it with its backlog.
+        Returns a Deferred."""
+
+
+class IConnector(Interface):
+    """A place messages go to and come from: the embedded broker, a JMS
+    broker spoken to over STOMP, Kafka.
+
+    Destination names passed to a connector are already mapped to its own
+    namespace by the routing layer.
+    """
+
+    name = Attribute("The connector's configured name (``embedded``, ``activemq`` …).")
+
+    def start() -> Any:
+        """Connect / recover state.  Returns a Deferred that fires when the
+        connector can accept sends (or fails with ConnectorError)."""
+
+    def stop() -> Any:
+        """Release resources; returns a Deferred."""
+
+    def send(message: Message) -> Any:
+        """Send one message to ``message.destination``.
+
+        Returns a Deferred that fires only once the target has taken
+        responsibility for the message: for a persistent message, once it
+        is durable there (SQLite commit, Kafka delivery report, the JMS
+        broker's RECEIPT).  It fails with ConnectorError otherwise.
+        """
+
+    def send_batch(messages: list[Message]) -> Any:
+        """Send messages as one atomic unit (one transaction at the target):
+        all of them become visible, or none.  Returns a Deferred as
+        :meth:`send` does."""
+
+    def subscribe(spec: SubscriptionSpec, consumer: IConsumer) -> Any:
+        """Start delivering messages matching ``spec`` to ``consumer``.
+
+        Returns a Deferred firing with an :class:`ISubscription`, or failing
+        with ConnectorError / SelectorError / DestinationError.
+        """
+
+    def unsubscribe_durable(client_id: str, durable_name: str) -> Any:
+        """Delete a durable subscription that has no active consumer.
+        Returns a Deferred."""
+
+
+class IMessageStore(Interface):
+    """Durable storage behind the embedded broker (memory or SQLite).
+
+    The broker keeps every live message in memory; the store makes the
+    persistent ones survive a restart.  Every write returns a Deferred that
+    fires once the write is durable; writes issued together may share one
+    commit (group commit).  Implementations never block the reactor.
+    """
+
+    def open() -> Any:
+        """Open the store and return a Deferred firing with a
+        :class:`gateway.broker.store.Snapshot` of what it holds (for recovery).
+        Fails with StoreError naming the file if it cannot be read."""
+
+    def close() -> Any:
+        """Flush and close; returns a Deferred."""
+
+    def add(queue: str, message: Message) -> Any:
+        """Persist ``message`` on the queue (or durable subscription) key ``queue``."""
+
+    def remove(queue: str, message_id: str) -> Any:
+        """Delete an acknowledged message from ``queue``."""
+
+    def set_redelivery(queue: str, message_id: str, count: int) -> Any:
+        """Record a new redelivery count for a stored message."""
+
+    def add_durable(key: str, destination: str, selector: str | None) -> Any:
+        """Record a durable topic subscription (its identity survives restarts)."""
+
+    def remove_durable(key: str) -> Any:
+        """Forget a durable subscription and its backlog."""
+
+
+class ITransformContext(Interface):
+    """What a transformer knows about the message it is given."""
+
+    direction = Attribute("``inbound`` (STOMP → target) or ``outbound`` (target → STOMP).")
+    source = Attribute("Source destination name.")
+    target = Attribute("Target destination name.")
+    login = Attribute("The STOMP connection's login, or None.")
+    options = Attribute("This transformer's own configuration (a dict).")
+
+
+class IMessageTransformer(Interface):
+    """Changes messages between STOMP and a target (the GlassFish
+    MessageTransformer idea).
+
+    :meth:`transform` returns the message to pass on (the same one changed,
+    or a new one of another type), or a decision to drop or branch it
+    (see :mod:`gateway.transform`), or a Deferred of any of those.
+    Raising fails the message according to the chain's failure policy.
+    """
+
+    name = Attribute("Unique name of the transformer, used in config and logs.")
+
+    def transform(message: Message, context: ITransformContext) -> Any:
+        """Return the transformed message, a Drop/Branch decision, or a Deferred."""

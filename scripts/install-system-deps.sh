@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the integration tests and benchmarks need:
+# ActiveMQ (the real JMS broker) and a Java runtime (ActiveMQ, the JMS client through JPype, Spark).
+set -euo pipefail
+need=()
+dpkg -s activemq >/dev/null 2>&1 || need+=(activemq)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+if [ ${#need[@]} -eq 0 ]; then
+    exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
