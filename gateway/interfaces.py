@@ -38,8 +38,8 @@ class SubscriptionSpec:
     :ivar durable_name: for a topic: keep messages while the subscriber is away.
     :ivar client_id: the connection's client id; identifies durable subscriptions
         together with :attr:`durable_name`.
-    :ivar owner: opaque id of the owning connection (temp queues, no-local).
-    :ivar no_local: do not deliver messages published by the same owner.
+    :ivar owner: opaque id of the owning connection (temporary destinations
+        may only be consumed by their owner).
     """
 
     destination: str
@@ -49,7 +49,6 @@ class SubscriptionSpec:
     durable_name: str | None = None
     client_id: str | None = None
     owner: str = ""
-    no_local: bool = False
 
 
 class IConsumer(Interface):
@@ -165,6 +164,10 @@ class IMessageStore(Interface):
     def add(queue: str, message: Message) -> Any:
         """Persist ``message`` on the queue (or durable subscription) key ``queue``."""
 
+    def add_batch(entries: list[tuple[str, Message]]) -> Any:
+        """Persist several (queue key, message) pairs in one transaction:
+        after a crash either all of them are there or none."""
+
     def remove(queue: str, message_id: str) -> Any:
         """Delete an acknowledged message from ``queue``."""
 
@@ -178,6 +181,12 @@ class IMessageStore(Interface):
         """Forget a durable subscription and its backlog."""
 
 
+class IStompUser(Interface):
+    """The avatar a STOMP login asks the ``twisted.cred`` portal for."""
+
+    login = Attribute("The authenticated login name, or None when anonymous.")
+
+
 class ITransformContext(Interface):
     """What a transformer knows about the message it is given."""
 
@@ -186,6 +195,10 @@ class ITransformContext(Interface):
     target = Attribute("Target destination name.")
     login = Attribute("The STOMP connection's login, or None.")
     options = Attribute("This transformer's own configuration (a dict).")
+    transformation = Attribute(
+        "The STOMP ``transformation`` header of the SEND (inbound) or SUBSCRIBE "
+        "(outbound) that selected a named transformer, or None."
+    )
 
 
 class IMessageTransformer(Interface):
@@ -202,3 +215,16 @@ class IMessageTransformer(Interface):
 
     def transform(message: Message, context: ITransformContext) -> Any:
         """Return the transformed message, a Drop/Branch decision, or a Deferred."""
+
+
+class IConfigurableTransformer(IMessageTransformer):
+    """A transformer that checks its options once, at startup.
+
+    The transform chains call :meth:`check_options` for every
+    ``[[transform.chain]]`` entry (and ``[transform.options]`` default) that
+    names the transformer, so a bad option stops the gateway with a message
+    naming the config key instead of failing every message later.
+    """
+
+    def check_options(options: dict[str, Any]) -> None:
+        """Raise ``ValueError`` (or ConfigError) saying what is wrong with ``options``."""

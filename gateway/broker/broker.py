@@ -1,0 +1,369 @@
+"""The embedded broker: the gateway's default connector (``embedded``).
+
+It owns the destinations: ``/queue/…`` (point to point, kept while nobody
+listens, competing consumers served in turn), ``/topic/…`` (fan-out to the
+current subscribers and to durable subscriptions, which keep messages while
+their subscriber is away) and the temporary destinations
+(``/remote-temp-queue/…``, ``/remote-temp-topic/…``) that sessions create for
+``/temp-queue/`` names.  Unacknowledged deliveries of a consumer that leaves
+are redelivered marked ``redelivered``; after ``max_redeliveries`` a message
+goes to the dead-letter queue.  Expired messages are never delivered.
+
+Persistent messages (to queues and durable subscriptions) are written to the
+:class:`IMessageStore` before the send's Deferred fires and before anyone can
+consume them; the broker recovers them from the store at start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
+from gateway.broker.store import DurableRecord, MemoryStore, Snapshot, durable_key
+from gateway.config import BrokerSettings
+from gateway.errors import ConnectorError, DestinationError, GatewayError
+from gateway.interfaces import IConnector, IConsumer, IMessageStore, ISubscription, SubscriptionSpec
+from gateway.message.model import Message
+
+QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
+TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
+TEMP_PREFIXES = ("/remote-temp-queue/", "/remote-temp-topic/")
+
+
+def destination_kind(destination: str) -> str:
+    """``queue`` or ``topic``; :class:`DestinationError` for anything else."""
+    if destination.startswith(QUEUE_PREFIXES) and len(destination) > destination.index("/", 1) + 1:
+        return "queue"
+    if destination.startswith(TOPIC_PREFIXES) and len(destination) > destination.index("/", 1) + 1:
+        return "topic"
+    raise DestinationError(
+        f"unknown destination {destination!r}: the embedded broker takes /queue/<name>, /topic/<name>, "
+        "/temp-queue/<name> or /temp-topic/<name>"
+    )
+
+
+class BrokerMetrics:
+    """Counters of the embedded broker, in an injectable registry."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.enqueued = Counter(
+            "jmsgateway_broker_enqueued", "Messages accepted by the embedded broker", registry=self.registry
+        )
+        self.consumed = Counter(
+            "jmsgateway_broker_consumed", "Messages acknowledged at the embedded broker", registry=self.registry
+        )
+        self.redelivered = Counter(
+            "jmsgateway_broker_redelivered", "Deliveries returned for redelivery", registry=self.registry
+        )
+        self.dead_lettered = Counter(
+            "jmsgateway_broker_dead_lettered", "Messages moved to a dead-letter queue", registry=self.registry
+        )
+        self.expired = Counter(
+            "jmsgateway_broker_expired", "Expired messages dropped undelivered", registry=self.registry
+        )
+
+
+@implementer(IConnector)
+class EmbeddedBroker:
+    """Queues, topics and durable subscriptions in this process (IConnector)."""
+
+    log = Logger()
+    name = "embedded"
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        settings: BrokerSettings | None = None,
+        store: IMessageStore | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.clock = clock
+        self.settings = settings or BrokerSettings()
+        self.store: IMessageStore = store or MemoryStore()
+        self.metrics = BrokerMetrics(registry)
+        self.queues: dict[str, MessageQueue] = {}
+        self.topics: dict[str, list[MessageQueue]] = {}
+        self.durables: dict[str, MessageQueue] = {}
+        self._expiry = LoopingCall(self.purge_expired)
+        self._expiry.clock = clock
+        self._persist_all = not isinstance(self.store, MemoryStore)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """Open the store and recover its queues and durable subscriptions."""
+        d: Deferred[Snapshot] = self.store.open()
+
+        def recovered(snapshot: Snapshot) -> None:
+            self.recover(snapshot)
+            self._expiry.start(self.settings.expiry_check_interval_ms / 1000.0, now=False)
+
+        return d.addCallback(recovered)
+
+    def stop(self) -> Deferred[None]:
+        if self._expiry.running:
+            self._expiry.stop()
+        result: Deferred[None] = self.store.close()
+        return result
+
+    def recover(self, snapshot: Snapshot) -> None:
+        """Rebuild state from a store snapshot."""
+        for record in snapshot.durables:
+            self._make_durable(record.key, record.destination, record.selector)
+        for key, message in snapshot.messages:
+            queue = self.durables.get(key) if key.startswith("durable:") else self._queue(key)
+            if queue is None:
+                self.log.warn("dropping stored message {id} of unknown durable subscription {key}",
+                              id=message.message_id, key=key)
+                continue
+            queue.enqueue(message)
+        if snapshot.expired:
+            self.metrics.expired.inc(snapshot.expired)
+        self.log.info(
+            "embedded broker recovered {messages} messages, {durables} durable subscriptions, purged {expired}",
+            messages=len(snapshot.messages), durables=len(snapshot.durables), expired=snapshot.expired,
+        )
+
+    # -- QueueOwner --------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None]:
+        self.metrics.consumed.inc()
+        if message.persistent and self._stored(queue):
+            result: Deferred[None] = self.store.remove(queue.key, message.message_id)
+            return result
+        return succeed(None)
+
+    def expired(self, queue: MessageQueue, message: Message) -> None:
+        self.metrics.expired.inc()
+        self.log.debug("message {id} expired in {queue}", id=message.message_id, queue=queue.name)
+        if message.persistent and self._stored(queue):
+            self.store.remove(queue.key, message.message_id).addErrback(self._store_failed)
+
+    def redelivering(self, queue: MessageQueue, message: Message) -> bool:
+        self.metrics.redelivered.inc()
+        limit = self.settings.max_redeliveries
+        if message.redelivery_count > limit and not queue.name.startswith(self.settings.dead_letter_prefix):
+            self._dead_letter(queue, message, f"delivery failed {message.redelivery_count} times (limit {limit})")
+            return False
+        if message.persistent and self._stored(queue):
+            self.store.set_redelivery(queue.key, message.message_id, message.redelivery_count).addErrback(
+                self._store_failed
+            )
+        return True
+
+    def subscription_closed(self, queue: MessageQueue, subscription: QueueSubscription, delete: bool) -> None:
+        if queue.durable:
+            if delete:
+                self._drop_durable(queue.key)
+            return
+        if queue.name.startswith(TOPIC_PREFIXES):
+            subscribers = self.topics.get(queue.name, [])
+            if queue in subscribers:
+                subscribers.remove(queue)
+
+    # -- IConnector --------------------------------------------------------
+
+    def send(self, message: Message) -> Deferred[None]:
+        return self.send_batch([message])
+
+    def send_batch(self, messages: list[Message]) -> Deferred[None]:
+        """Store the persistent ones in one transaction, then make all visible."""
+        try:
+            plan = [(message, self._targets(message)) for message in messages]
+        except GatewayError as error:
+            return fail(error)
+        entries = [
+            (queue.key, message)
+            for message, targets in plan
+            if message.persistent
+            for queue in targets
+            if self._stored(queue)
+        ]
+        if not entries:
+            self._enqueue(plan)
+            return succeed(None)
+        written: Deferred[None] = self.store.add_batch(entries)
+
+        def stored(_: object) -> None:
+            self._enqueue(plan)
+
+        return written.addCallback(stored)
+
+    def _enqueue(self, plan: list[tuple[Message, list[MessageQueue]]]) -> None:
+        now = self.now_ms()
+        for message, targets in plan:
+            if message.is_expired(now):
+                self.metrics.expired.inc()
+                continue
+            self.metrics.enqueued.inc()
+            for queue in targets:
+                queue.enqueue(message)
+
+    def _targets(self, message: Message) -> list[MessageQueue]:
+        destination = message.destination
+        if destination_kind(destination) == "queue":
+            if destination.startswith(TEMP_PREFIXES) and destination not in self.queues:
+                raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
+            return [self._queue(destination)]
+        if destination.startswith(TEMP_PREFIXES) and destination not in self.topics:
+            raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
+        return [queue for queue in self.topics.get(destination, ()) if queue.accepts(message)]
+
+    def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
+        try:
+            subscription = self._subscribe(spec, consumer)
+        except GatewayError as error:
+            return fail(error)
+        return succeed(subscription)
+
+    def _subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> ISubscription:
+        kind = destination_kind(spec.destination)
+        selector = compile_predicate(spec.selector)
+        if kind == "queue":
+            queue = self._queue(spec.destination)
+            subscription = QueueSubscription(queue, spec, consumer, selector)
+            queue.add_consumer(subscription)
+            return subscription
+        if spec.durable_name:
+            if not spec.client_id:
+                raise DestinationError(
+                    f"durable subscription {spec.durable_name!r} needs a client-id header on CONNECT"
+                )
+            key = durable_key(spec.client_id, spec.durable_name)
+            durable: MessageQueue | None = self.durables.get(key)
+            if durable is not None and durable.consumers:
+                raise DestinationError(f"durable subscription {spec.durable_name!r} of client "
+                                       f"{spec.client_id!r} already has an active subscriber")
+            if durable is not None and (durable.name != spec.destination or durable.selector_text != spec.selector):
+                self._drop_durable(key)
+                durable = None
+            if durable is None:
+                durable = self._make_durable(key, spec.destination, spec.selector)
+                self.store.add_durable(key, spec.destination, spec.selector).addErrback(self._store_failed)
+            queue = durable
+        else:
+            queue = MessageQueue(self, spec.destination, spec.destination, filter=selector)
+            self.topics.setdefault(spec.destination, []).append(queue)
+        subscription = QueueSubscription(queue, spec, consumer, None)
+        queue.add_consumer(subscription)
+        return subscription
+
+    def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
+        key = durable_key(client_id, durable_name)
+        queue = self.durables.get(key)
+        if queue is None:
+            return fail(DestinationError(f"no durable subscription {durable_name!r} for client {client_id!r}"))
+        if queue.consumers:
+            return fail(DestinationError(f"durable subscription {durable_name!r} is in use"))
+        return self._drop_durable(key)
+
+    # -- temporary destinations -------------------------------------------
+
+    def create_temporary(self, destination: str) -> None:
+        """Create a temporary queue or topic (its owner's session calls this)."""
+        if destination_kind(destination) == "queue":
+            self._queue(destination)
+        else:
+            self.topics.setdefault(destination, [])
+
+    def delete_destination(self, destination: str) -> None:
+        """Delete a (temporary) destination; pending messages are discarded."""
+        queue = self.queues.pop(destination, None)
+        if queue is not None:
+            for subscription in list(queue.consumers):
+                subscription.consumer.subscription_failed(DestinationError(f"{destination} was deleted"))
+            dropped = queue.drain()
+            if dropped:
+                self.log.info("deleted {destination} with {count} undelivered messages",
+                              destination=destination, count=len(dropped))
+        self.topics.pop(destination, None)
+
+    # -- internals ---------------------------------------------------------
+
+    def _queue(self, destination: str) -> MessageQueue:
+        queue = self.queues.get(destination)
+        if queue is None:
+            queue = self.queues[destination] = MessageQueue(self, destination, destination)
+        return queue
+
+    def _stored(self, queue: MessageQueue) -> bool:
+        return self._persist_all and (queue.durable or not queue.name.startswith(TOPIC_PREFIXES))
+
+    def _make_durable(self, key: str, destination: str, selector: str | None) -> MessageQueue:
+        queue = MessageQueue(self, destination, key, filter=compile_predicate(selector), durable=True)
+        queue.selector_text = selector
+        self.durables[key] = queue
+        self.topics.setdefault(destination, []).append(queue)
+        return queue
+
+    def _drop_durable(self, key: str) -> Deferred[None]:
+        queue = self.durables.pop(key, None)
+        if queue is not None:
+            subscribers = self.topics.get(queue.name, [])
+            if queue in subscribers:
+                subscribers.remove(queue)
+            queue.drain()
+        result: Deferred[None] = self.store.remove_durable(key)
+        return result
+
+    def _dead_letter(self, queue: MessageQueue, message: Message, reason: str) -> None:
+        name = queue.name.split("/", 2)[-1]
+        dlq = f"{self.settings.dead_letter_prefix}{name}"
+        dead = message.copy()
+        dead.destination = dlq
+        dead.properties["dlqDeliveryFailureCause"] = reason
+        dead.properties["original-destination"] = queue.name
+        self.metrics.dead_lettered.inc()
+        self.log.warn("message {id} from {queue} moved to {dlq}: {reason}",
+                      id=message.message_id, queue=queue.name, dlq=dlq, reason=reason)
+        target = self._queue(dlq)
+        if message.persistent and self._persist_all:
+            d = self.store.add_batch([(target.key, dead)])
+            d.addCallback(lambda _: self.store.remove(queue.key, message.message_id))
+            d.addCallback(lambda _: target.enqueue(dead))
+            d.addErrback(self._store_failed)
+        else:
+            target.enqueue(dead)
+
+    def purge_expired(self) -> int:
+        """Drop expired messages everywhere; returns how many."""
+        dropped = sum(queue.purge_expired() for queue in self.queues.values())
+        dropped += sum(queue.purge_expired() for queue in self.durables.values())
+        for subscribers in self.topics.values():
+            dropped += sum(queue.purge_expired() for queue in subscribers if not queue.durable)
+        return dropped
+
+    def _store_failed(self, failure: Any) -> None:
+        self.log.failure("message store write failed", failure)
+
+    def status(self) -> dict[str, Any]:
+        """Queue depths and consumer counts (admin and tests)."""
+        return {
+            "queues": {name: {"pending": len(q), "consumers": len(q.consumers), "inflight": q.inflight}
+                       for name, q in self.queues.items()},
+            "durables": {key: {"pending": len(q), "active": bool(q.consumers)} for key, q in self.durables.items()},
+            "topics": {name: len(subs) for name, subs in self.topics.items()},
+        }
+
+
+def compile_predicate(selector: str | None) -> Predicate | None:
+    """Compile a JMS selector into a predicate (None for no selector)."""
+    if selector is None or not selector.strip():
+        return None
+    from gateway.selector import compile_selector
+
+    return compile_selector(selector).matches
+
+
+__all__ = ["ConnectorError", "DurableRecord", "EmbeddedBroker", "destination_kind"]

@@ -1,0 +1,47 @@
+"""The ``jmsgateway`` console command: ``check-config``, ``plugins`` and friends.
+
+Each subcommand prints plain sentences and exits non-zero on a problem;
+none of them starts the gateway (``twistd jmsgateway`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gateway.config import DEFAULT_CONFIG, load_config
+from gateway.errors import ConfigError
+
+
+def check_config(path: str, overrides: list[str]) -> int:
+    """Validate a configuration file and explain the first problem."""
+    try:
+        config = load_config(path, overrides)
+        from twisted.internet import reactor
+
+        from gateway.app import build_gateway
+
+        build_gateway(config, reactor)
+    except ConfigError as error:
+        print(f"{error}", file=sys.stderr)
+        return 1
+    listeners = ", ".join(config.listen)
+    print(f"{path}: OK (gateway {config.id!r}, listening on {listeners}, "
+          f"{len(config.connectors)} connector(s), {len(config.destinations)} destination rule(s))")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jmsgateway", description="jmsgateway administration")
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("file", nargs="?", default=DEFAULT_CONFIG)
+    check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    if args.command == "check-config":
+        return check_config(args.file, args.set)
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Which connector serves a gateway destination, and under which name.
+
+Rules come from ``[[destinations]]`` in the config and are tried in order;
+the first whose glob ``pattern`` matches wins.  ``rename`` rewrites the
+part before the pattern's first ``*`` (``pattern = "/queue/legacy.*"``,
+``rename = "/queue/"`` sends ``/queue/legacy.orders`` to ``/queue/orders``).
+Destinations no rule matches go to the embedded broker, as do temporary
+destinations always.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from gateway.config import DestinationRule
+from gateway.errors import ConfigError
+from gateway.interfaces import IConnector
+
+
+@dataclass(slots=True, frozen=True)
+class Resolved:
+    """Where a destination goes: the connector and the name it has there."""
+
+    connector: IConnector
+    destination: str
+
+
+class DestinationMap:
+    """Resolves gateway destinations to connectors (cached per name)."""
+
+    def __init__(self, connectors: dict[str, IConnector], rules: list[DestinationRule] | None = None) -> None:
+        if "embedded" not in connectors:
+            raise ConfigError("the embedded connector is missing")
+        self.connectors = connectors
+        self.rules = list(rules or [])
+        for rule in self.rules:
+            if rule.connector not in connectors:
+                raise ConfigError(f"destination rule {rule.pattern!r} names unknown connector {rule.connector!r}")
+        self._cache: dict[str, Resolved] = {}
+
+    @property
+    def embedded(self) -> IConnector:
+        return self.connectors["embedded"]
+
+    def resolve(self, destination: str) -> Resolved:
+        """The connector and connector-side name for ``destination``."""
+        hit = self._cache.get(destination)
+        if hit is not None:
+            return hit
+        resolved = Resolved(self.embedded, destination)
+        if not destination.startswith(("/temp-", "/remote-temp-")):
+            for rule in self.rules:
+                if fnmatch.fnmatchcase(destination, rule.pattern):
+                    resolved = Resolved(self.connectors[rule.connector], _rename(destination, rule))
+                    break
+        if len(self._cache) < 10_000:
+            self._cache[destination] = resolved
+        return resolved
+
+
+def _rename(destination: str, rule: DestinationRule) -> str:
+    if not rule.rename:
+        return destination
+    prefix = rule.pattern.split("*", 1)[0]
+    return rule.rename + destination[len(prefix):]

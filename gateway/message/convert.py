@@ -1,0 +1,182 @@
+"""STOMP frame <-> JMS message, by the GlassFish STOMP bridge's rules.
+
+SEND -> message: a ``content-length`` header makes a :class:`BytesMessage`,
+otherwise the body is decoded as UTF-8 into a :class:`TextMessage`; an
+``amq-msg-type: text|bytes`` header overrides the rule (as ActiveMQ allows).
+The STOMP headers that are JMS header fields (``correlation-id``,
+``reply-to``, ``type``, ``persistent``, ``priority``, ``expires``) fill those
+fields; every other non-protocol header becomes a string property.
+
+message -> MESSAGE: headers are UTF-8 text, the body is the stored bytes
+(text encoded as UTF-8).  Only Text and Bytes messages can become frames:
+:func:`message_to_frame` refuses the others, the caller applies the rule.
+"""
+
+from __future__ import annotations
+
+from gateway.errors import StompProtocolError
+from gateway.message.model import (
+    DEFAULT_PRIORITY,
+    BytesMessage,
+    Message,
+    PropertyValue,
+    TextMessage,
+    new_message_id,
+    now_millis,
+)
+from gateway.stomp.frame import Frame
+
+PROTOCOL_HEADERS = frozenset(
+    {
+        "destination",
+        "receipt",
+        "transaction",
+        "content-length",
+        "amq-msg-type",
+        "transformation",
+        "message-id",
+        "subscription",
+        "ack",
+        "redelivered",
+        "timestamp",
+        "expires",
+        "priority",
+        "persistent",
+        "correlation-id",
+        "reply-to",
+        "type",
+    }
+)
+"""Headers that are not copied into message properties."""
+
+
+def _bad(header: str, value: str, expected: str) -> StompProtocolError:
+    return StompProtocolError(f"invalid {header} header", f"{header} {value!r} is not {expected}")
+
+
+def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: int | None = None) -> Message:
+    """Turn a SEND frame into a Text or Bytes message (no destination checks).
+
+    Raises :class:`StompProtocolError` for a body that is not UTF-8 where text
+    is required, or a header value of the wrong form.
+    """
+    headers = frame.headers
+    msg_type = headers.get("amq-msg-type")
+    message: Message
+    if msg_type == "bytes" or (msg_type != "text" and "content-length" in headers):
+        message = BytesMessage(body=frame.body)
+    elif msg_type not in (None, "text"):
+        raise _bad("amq-msg-type", msg_type, "'text' or 'bytes'")
+    else:
+        try:
+            text = frame.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StompProtocolError(
+                "invalid UTF-8 body",
+                f"a SEND without content-length is a TextMessage and its body must be UTF-8; "
+                f"byte {exc.start} is not ({exc.reason}). Add a content-length header to send bytes.",
+            ) from None
+        message = TextMessage(text=text)
+    message.destination = headers.get("destination", "")
+    message.message_id = new_message_id()
+    message.timestamp = now_millis() if now_ms is None else now_ms
+    message.correlation_id = headers.get("correlation-id")
+    message.reply_to = headers.get("reply-to")
+    message.type = headers.get("type")
+    persistent = headers.get("persistent")
+    if persistent is None:
+        message.persistent = default_persistent
+    else:
+        lowered = persistent.lower()
+        if lowered not in ("true", "false"):
+            raise _bad("persistent", persistent, "'true' or 'false'")
+        message.persistent = lowered == "true"
+    priority = headers.get("priority")
+    if priority is not None:
+        if not priority.isdigit() or not 0 <= int(priority) <= 9:
+            raise _bad("priority", priority, "an integer from 0 to 9")
+        message.priority = int(priority)
+    expires = headers.get("expires")
+    if expires is not None and expires != "":
+        if not expires.isdigit():
+            raise _bad("expires", expires, "a time in milliseconds since the epoch")
+        message.expiration = int(expires)
+    properties = message.properties
+    for name, value in headers.items():
+        if name not in PROTOCOL_HEADERS:
+            properties[name] = value
+    return message
+
+
+def property_to_header(value: PropertyValue) -> str:
+    """A property value as STOMP header text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.hex()
+    if value is None:
+        return ""
+    return str(value)
+
+
+def message_headers(message: Message) -> dict[str, str]:
+    """JMS header fields and properties as STOMP headers (no per-delivery ones)."""
+    headers: dict[str, str] = {
+        "destination": message.destination,
+        "message-id": message.message_id,
+    }
+    if message.correlation_id is not None:
+        headers["correlation-id"] = message.correlation_id
+    if message.reply_to is not None:
+        headers["reply-to"] = message.reply_to
+    if message.type is not None:
+        headers["type"] = message.type
+    if message.persistent:
+        headers["persistent"] = "true"
+    headers["priority"] = str(message.priority)
+    headers["expires"] = str(message.expiration)
+    headers["timestamp"] = str(message.timestamp)
+    if message.redelivered:
+        headers["redelivered"] = "true"
+    for name, value in message.properties.items():
+        if name not in headers and name not in ("content-length", "subscription", "ack"):
+            headers[name] = property_to_header(value)
+    return headers
+
+
+def message_body(message: Message) -> bytes:
+    """The frame body of a Text or Bytes message; TypeError for other types."""
+    if isinstance(message, BytesMessage):
+        return message.body
+    if isinstance(message, TextMessage):
+        return message.text.encode("utf-8") if message.text else b""
+    raise TypeError(f"a {type(message).__name__} cannot be sent to a STOMP client")
+
+
+def message_to_frame(message: Message, subscription: str, ack: str | None, destination: str | None = None) -> Frame:
+    """The MESSAGE frame for one delivery.
+
+    :param subscription: the STOMP subscription id.
+    :param ack: the 1.2 ``ack`` header value, or None for 1.0/1.1.
+    :param destination: the destination to show the client, if it differs
+        from the message's (a renamed or temporary destination).
+    """
+    body = message_body(message)
+    headers = message_headers(message)
+    headers["subscription"] = subscription
+    if destination is not None:
+        headers["destination"] = destination
+    if ack is not None:
+        headers["ack"] = ack
+    return Frame("MESSAGE", headers, body)
+
+
+__all__ = [
+    "DEFAULT_PRIORITY",
+    "PROTOCOL_HEADERS",
+    "frame_to_message",
+    "message_body",
+    "message_headers",
+    "message_to_frame",
+    "property_to_header",
+]

@@ -1,0 +1,142 @@
+"""Twisted glue between a transport and the STOMP session.
+
+:class:`StompServerProtocol` only feeds received bytes to the sans-IO
+decoder and hands frames to :class:`StompSession`; it encodes the frames the
+session sends for the negotiated version, and turns the transport's
+back-pressure into pausing deliveries.  After a protocol error the session
+sends ERROR and the protocol closes this connection; others are unaffected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway.config import BrokerSettings, StompSettings
+from gateway.connectors.destination_map import DestinationMap
+from gateway.errors import StompProtocolError
+from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
+from gateway.stomp.frame import Frame
+from gateway.stomp.session import InboundTransformer, StompSession
+
+
+@implementer(IPushProducer)
+class StompServerProtocol(Protocol):
+    """One STOMP client connection."""
+
+    log = Logger()
+
+    def __init__(self, factory: StompServerFactory) -> None:
+        self.factory = factory
+        self.decoder = FrameDecoder(factory.limits)
+        self.session: StompSession | None = None
+        self.version = "1.0"
+        self._closing = False
+
+    def connectionMade(self) -> None:
+        peer = self.transport.getPeer()  # type: ignore[union-attr]
+        self.session = self.factory.new_session(self, f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}")
+        self.transport.registerProducer(self, True)  # type: ignore[union-attr]
+
+    def dataReceived(self, data: bytes) -> None:
+        session = self.session
+        if session is None:
+            return
+        session.data_received()
+        for item in self.decoder.feed(data):
+            if isinstance(item, StompProtocolError):
+                session.protocol_error(item)
+                return
+            session.frame_received(item)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self.session is not None:
+            self.session.connection_lost()
+        self.factory.connection_closed(self)
+
+    # -- FrameSink ---------------------------------------------------------
+
+    def send_frame(self, frame: Frame) -> None:
+        if not self._closing:
+            self.transport.write(encode_frame(frame, self.version))  # type: ignore[union-attr]
+
+    def send_heartbeat(self) -> None:
+        if not self._closing:
+            self.transport.write(HEARTBEAT)  # type: ignore[union-attr]
+
+    def set_version(self, version: str) -> None:
+        self.version = version
+        self.decoder.version = version
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self.transport.loseConnection()  # type: ignore[union-attr]
+
+    # -- IPushProducer: transport back-pressure ------------------------------
+
+    def pauseProducing(self) -> None:
+        if self.session is not None:
+            self.session.pause_deliveries()
+
+    def resumeProducing(self) -> None:
+        if self.session is not None:
+            self.session.resume_deliveries()
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class StompServerFactory(Factory):
+    """Builds a session per connection with the gateway's shared collaborators."""
+
+    protocol = StompServerProtocol
+    noisy = False
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        destinations: DestinationMap,
+        *,
+        settings: StompSettings | None = None,
+        broker_settings: BrokerSettings | None = None,
+        portal: Any = None,
+        transformer: InboundTransformer | None = None,
+    ) -> None:
+        self.clock = clock
+        self.destinations = destinations
+        self.settings = settings or StompSettings()
+        self.broker_settings = broker_settings or BrokerSettings()
+        self.portal = portal
+        self.transformer = transformer
+        self.limits = Limits(
+            max_frame_size=self.settings.max_frame_size,
+            max_headers=self.settings.max_headers,
+            max_header_length=self.settings.max_header_length,
+        )
+        self.connections: set[StompServerProtocol] = set()
+
+    def buildProtocol(self, addr: Any) -> StompServerProtocol:
+        protocol = StompServerProtocol(self)
+        self.connections.add(protocol)
+        return protocol
+
+    def new_session(self, protocol: StompServerProtocol, peer: str) -> StompSession:
+        return StompSession(
+            protocol,
+            self.clock,
+            self.destinations,
+            settings=self.settings,
+            broker_settings=self.broker_settings,
+            portal=self.portal,
+            transformer=self.transformer,
+            peer=peer,
+        )
+
+    def connection_closed(self, protocol: StompServerProtocol) -> None:
+        self.connections.discard(protocol)

@@ -1,0 +1,718 @@
+"""The STOMP server session: one client connection's protocol state machine.
+
+It receives decoded :class:`Frame` objects and answers through a
+:class:`FrameSink` (the Twisted protocol, or a test double): CONNECT and
+version/heart-beat negotiation, authentication through ``twisted.cred``,
+SEND routed to a connector (RECEIPT only once the connector confirmed),
+SUBSCRIBE/UNSUBSCRIBE, ACK/NACK in the three ack modes, transactions,
+temporary queues and DISCONNECT.  Every failure becomes an ERROR frame
+(``message`` header, a body saying what and where, ``receipt-id`` when the
+frame asked for a receipt) followed by closing this connection only.
+
+The session never touches a socket and takes its clock, connectors and
+portal as arguments.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from twisted.cred.credentials import Anonymous, UsernamePassword
+from twisted.cred.error import LoginFailed, UnauthorizedLogin
+from twisted.cred.portal import Portal
+from twisted.internet.defer import Deferred, DeferredList, maybeDeferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway import __version__
+from gateway.config import BrokerSettings, StompSettings
+from gateway.connectors.destination_map import DestinationMap
+from gateway.deferreds import gather
+from gateway.errors import GatewayError, SelectorError, StompProtocolError
+from gateway.interfaces import ACK_MODES, IConnector, IConsumer, IStompUser, ISubscription, SubscriptionSpec
+from gateway.message.convert import frame_to_message, message_to_frame
+from gateway.message.model import BytesMessage, Message, TextMessage
+from gateway.stomp.frame import VERSIONS, Frame
+
+SERVER_NAME = f"jmsgateway/{__version__}"
+TEMP_PREFIXES = {"/temp-queue/": "/remote-temp-queue/", "/temp-topic/": "/remote-temp-topic/"}
+
+_session_ids = itertools.count(1)
+
+
+class FrameSink(Protocol):
+    """What the session writes to: the protocol glue."""
+
+    def send_frame(self, frame: Frame) -> None: ...
+
+    def send_heartbeat(self) -> None: ...
+
+    def set_version(self, version: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class InboundTransformer(Protocol):
+    """The inbound/outbound transformer hook (see :mod:`gateway.transform`)."""
+
+    def inbound(self, message: Message, session: StompSession, frame: Frame) -> Any: ...
+
+    def outbound(self, message: Message, session: StompSession, destination: str) -> Any: ...
+
+
+class StompError(GatewayError):
+    """An error answered with an ERROR frame (and closing the connection)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+@implementer(IConsumer)
+class StompSubscription:
+    """A client's subscription; receives deliveries from a connector."""
+
+    def __init__(self, session: StompSession, sub_id: str, destination: str, ack_mode: str) -> None:
+        self.session = session
+        self.id = sub_id
+        self.destination = destination
+        self.ack_mode = ack_mode
+        self.subscription: ISubscription | None = None
+        self.unacked: dict[str, Any] = {}
+        self.closed = False
+        self.backlog: list[tuple[Message, Any]] | None = None
+
+    def deliver(self, message: Message, tag: Any) -> None:
+        if not self.closed:
+            self.session.deliver(self, message, tag)
+
+    def subscription_failed(self, reason: Exception) -> None:
+        if not self.closed:
+            self.session.fail(StompError("subscription ended", f"subscription {self.id!r}: {reason}"))
+
+
+@dataclass(slots=True)
+class Transaction:
+    """A client transaction: sends and acks applied only at COMMIT."""
+
+    sends: list[tuple[IConnector, Message]] = field(default_factory=list)
+    acks: list[tuple[StompSubscription, list[Any]]] = field(default_factory=list)
+    nacks: list[tuple[StompSubscription, list[Any]]] = field(default_factory=list)
+
+
+class StompSession:
+    """State machine of one STOMP connection (server side)."""
+
+    log = Logger()
+
+    def __init__(
+        self,
+        sink: FrameSink,
+        clock: IReactorTime,
+        destinations: DestinationMap,
+        *,
+        settings: StompSettings | None = None,
+        broker_settings: BrokerSettings | None = None,
+        portal: Portal | None = None,
+        transformer: InboundTransformer | None = None,
+        peer: str = "",
+    ) -> None:
+        self.sink = sink
+        self.clock = clock
+        self.destinations = destinations
+        self.settings = settings or StompSettings()
+        self.default_persistent = (broker_settings or BrokerSettings()).default_persistent
+        self.portal = portal
+        self.transformer = transformer
+        self.peer = peer
+        self.session_id = f"jmsgw-{next(_session_ids)}"
+        self.state = "new"
+        self.version = "1.0"
+        self.login: str | None = None
+        self.client_id: str | None = None
+        self.subscriptions: dict[str, StompSubscription] = {}
+        self.transactions: dict[str, Transaction] = {}
+        self.temporaries: set[str] = set()
+        self._ack_ids: dict[str, StompSubscription] = {}
+        self._ack_seq = itertools.count(1)
+        self._backlog: list[Frame] = []
+        self._pending: set[Deferred[Any]] = set()
+        self._paused = False
+        self.last_received = clock.seconds()
+        self.last_sent = clock.seconds()
+        self._heartbeat_out: IDelayedCall | None = None
+        self._heartbeat_in: IDelayedCall | None = None
+        self.out_interval = 0.0
+        self.in_interval = 0.0
+
+    # -- entry points from the protocol -----------------------------------
+
+    def data_received(self) -> None:
+        """Any bytes arrived (frames or heart-beats): the peer is alive."""
+        self.last_received = self.clock.seconds()
+
+    def frame_received(self, frame: Frame) -> None:
+        """Handle one complete frame from the client."""
+        if self.state in ("closing", "closed"):
+            return
+        if self.state == "connecting":
+            self._backlog.append(frame)
+            return
+        try:
+            handler = self._handlers.get(frame.command)
+            if handler is None:
+                raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")
+            if self.state == "new" and frame.command not in ("CONNECT", "STOMP"):
+                raise StompError("not connected", f"expected CONNECT or STOMP, got {frame.command}")
+            handler(self, frame)
+        except (StompError, StompProtocolError) as error:
+            self.fail(error, frame)
+        except GatewayError as error:
+            self.fail(StompError(type(error).__name__, str(error)), frame)
+        except Exception:
+            self.log.failure("internal error handling {command} from {peer}", command=frame.command, peer=self.peer)
+            self.fail(StompError("internal error", f"the gateway failed to process {frame.command}"), frame)
+
+    def protocol_error(self, error: StompProtocolError) -> None:
+        """The codec could not read the client's bytes."""
+        self.fail(error)
+
+    def connection_lost(self) -> None:
+        """The transport is gone: release everything the connection held."""
+        if self.state == "closed":
+            return
+        self.state = "closed"
+        self._cancel_heartbeats()
+        for transaction in self.transactions.values():
+            self._rollback(transaction)
+        self.transactions.clear()
+        for subscription in list(self.subscriptions.values()):
+            self._close_subscription(subscription, delete=False)
+        self.subscriptions.clear()
+        embedded = self.destinations.embedded
+        for destination in self.temporaries:
+            embedded.delete_destination(destination)  # type: ignore[attr-defined]
+        self.temporaries.clear()
+
+    def pause_deliveries(self) -> None:
+        """The transport's buffer is full: stop deliveries until resumed."""
+        self._paused = True
+        for subscription in self.subscriptions.values():
+            if subscription.subscription is not None:
+                subscription.subscription.pause()
+
+    def resume_deliveries(self) -> None:
+        self._paused = False
+        for subscription in list(self.subscriptions.values()):
+            if subscription.subscription is not None:
+                subscription.subscription.resume()
+
+    # -- errors ------------------------------------------------------------
+
+    def fail(self, error: StompError | StompProtocolError, frame: Frame | None = None) -> None:
+        """Send an ERROR frame about ``error`` and close the connection."""
+        if self.state in ("closing", "closed"):
+            return
+        headers = {"message": error.message, "content-type": "text/plain"}
+        if frame is not None and "receipt" in frame.headers:
+            headers["receipt-id"] = frame.headers["receipt"]
+        if isinstance(error, StompError) and error.message == "unsupported protocol version":
+            headers["version"] = ",".join(VERSIONS)
+        detail = error.detail or error.message
+        where = f"{frame.command} frame" if frame is not None else "frame"
+        self.log.info("ERROR to {peer}: {message}: {detail}", peer=self.peer, message=error.message, detail=detail)
+        self.sink.send_frame(Frame("ERROR", headers, f"{where}: {detail}\n".encode()))
+        self.state = "closing"
+        self.sink.close()
+
+    def _failure(self, failure: Failure, frame: Frame) -> None:
+        error = failure.value
+        if isinstance(error, StompError | StompProtocolError):
+            self.fail(error, frame)
+        elif isinstance(error, GatewayError):
+            self.fail(StompError(_error_title(error), str(error)), frame)
+        else:
+            self.log.failure("unexpected error handling {command}", failure, command=frame.command)
+            self.fail(StompError("internal error", f"the gateway failed to process {frame.command}"), frame)
+
+    def _track(self, d: Deferred[Any], frame: Frame) -> None:
+        """Send the RECEIPT when ``d`` succeeds, ERROR when it fails."""
+        if d.called and not isinstance(getattr(d, "result", None), Failure | Deferred):
+            self._receipt(frame)
+            return
+        self._pending.add(d)
+
+        def done(result: object) -> None:
+            self._pending.discard(d)
+            if self.state == "connected":
+                self._receipt(frame)
+
+        def failed(failure: Failure) -> None:
+            self._pending.discard(d)
+            self._failure(failure, frame)
+
+        d.addCallbacks(done, failed)
+
+    def _receipt(self, frame: Frame) -> None:
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self._write(Frame("RECEIPT", {"receipt-id": receipt}))
+
+    def _write(self, frame: Frame) -> None:
+        self.last_sent = self.clock.seconds()
+        self.sink.send_frame(frame)
+
+    # -- CONNECT -----------------------------------------------------------
+
+    def _on_connect(self, frame: Frame) -> None:
+        if self.state != "new":
+            raise StompError("already connected", f"{frame.command} received on a connected session")
+        headers = frame.headers
+        accepted = headers.get("accept-version")
+        if accepted is None:
+            version = "1.0"
+        else:
+            offered = {part.strip() for part in accepted.split(",")}
+            common = [v for v in VERSIONS if v in offered]
+            if not common:
+                raise StompError(
+                    "unsupported protocol version",
+                    f"the client accepts {accepted!r}; this server speaks {', '.join(VERSIONS)}",
+                )
+            version = common[-1]
+        heartbeat = self._parse_heartbeat(headers.get("heart-beat", "0,0")) if version != "1.0" else (0, 0)
+        self.version = version
+        self.sink.set_version(version)
+        self.client_id = headers.get("client-id")
+        login = headers.get("login")
+        passcode = headers.get("passcode", "")
+        self.state = "connecting"
+        if self.portal is None:
+            self.login = login
+            self._connected(frame, heartbeat)
+            return
+        credentials = UsernamePassword(login.encode(), passcode.encode()) if login is not None else Anonymous()
+        d = self.portal.login(credentials, None, IStompUser)
+
+        def logged_in(result: tuple[Any, Any, Callable[[], None]]) -> None:
+            self.login = login
+            self._connected(frame, heartbeat)
+
+        def refused(failure: Failure) -> None:
+            self.state = "new"
+            if failure.check(UnauthorizedLogin, LoginFailed):
+                who = f"login {login!r}" if login is not None else "an anonymous login"
+                self.fail(StompError("authentication failed", f"{who} was refused"), frame)
+            else:
+                self._failure(failure, frame)
+
+        d.addCallbacks(logged_in, refused)
+
+    def _parse_heartbeat(self, value: str) -> tuple[int, int]:
+        parts = value.split(",")
+        if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+            raise StompError("invalid heart-beat header", f"heart-beat {value!r} is not two integers 'cx,cy'")
+        return int(parts[0]), int(parts[1])
+
+    def _connected(self, frame: Frame, heartbeat: tuple[int, int]) -> None:
+        client_send, client_receive = heartbeat
+        server_send = self.settings.heartbeat_send_ms
+        server_receive = self.settings.heartbeat_receive_ms
+        headers = {"version": self.version, "server": SERVER_NAME, "session": self.session_id}
+        if self.version != "1.0":
+            headers["heart-beat"] = f"{server_send},{server_receive}"
+            self.out_interval = max(server_send, client_receive) / 1000.0 if server_send and client_receive else 0.0
+            self.in_interval = max(client_send, server_receive) / 1000.0 if client_send and server_receive else 0.0
+        self.state = "connected"
+        self._write(Frame("CONNECTED", headers))
+        self._start_heartbeats()
+        backlog, self._backlog = self._backlog, []
+        for queued in backlog:
+            self.frame_received(queued)
+
+    # -- heart-beats -------------------------------------------------------
+
+    def _start_heartbeats(self) -> None:
+        if self.out_interval:
+            self._heartbeat_out = self.clock.callLater(self.out_interval, self._send_heartbeat)
+        if self.in_interval:
+            self.last_received = self.clock.seconds()
+            self._heartbeat_in = self.clock.callLater(
+                self.in_interval * self.settings.heartbeat_grace, self._check_heartbeat
+            )
+
+    def _send_heartbeat(self) -> None:
+        if self.state != "connected":
+            return
+        idle = self.clock.seconds() - self.last_sent
+        if idle >= self.out_interval * 0.99:
+            self.last_sent = self.clock.seconds()
+            self.sink.send_heartbeat()
+            idle = 0.0
+        self._heartbeat_out = self.clock.callLater(self.out_interval - idle, self._send_heartbeat)
+
+    def _check_heartbeat(self) -> None:
+        if self.state != "connected":
+            return
+        limit = self.in_interval * self.settings.heartbeat_grace
+        silent = self.clock.seconds() - self.last_received
+        if silent >= limit:
+            self.log.info("no heart-beat from {peer} for {silent:.1f}s (limit {limit:.1f}s): closing",
+                          peer=self.peer, silent=silent, limit=limit)
+            self.state = "closing"
+            self.sink.close()
+            return
+        self._heartbeat_in = self.clock.callLater(limit - silent, self._check_heartbeat)
+
+    def _cancel_heartbeats(self) -> None:
+        for call in (self._heartbeat_out, self._heartbeat_in):
+            if call is not None and call.active():
+                call.cancel()
+        self._heartbeat_out = self._heartbeat_in = None
+
+    # -- SEND --------------------------------------------------------------
+
+    def _required(self, frame: Frame, name: str) -> str:
+        value = frame.headers.get(name)
+        if value is None or value == "":
+            raise StompError(f"missing {name} header", f"{frame.command} requires a {name!r} header")
+        return value
+
+    def _transaction(self, frame: Frame) -> Transaction | None:
+        name = frame.headers.get("transaction")
+        if name is None:
+            return None
+        transaction = self.transactions.get(name)
+        if transaction is None:
+            raise StompError("unknown transaction", f"transaction {name!r} was not begun (or already ended)")
+        return transaction
+
+    def _on_send(self, frame: Frame) -> None:
+        destination = self._required(frame, "destination")
+        transaction = self._transaction(frame)
+        message = frame_to_message(frame, default_persistent=self.default_persistent)
+        message.destination = self._server_destination(destination, create=True)
+        if message.reply_to is not None and message.reply_to.startswith(tuple(TEMP_PREFIXES)):
+            message.reply_to = self._server_destination(message.reply_to, create=True)
+        if self.transformer is not None:
+            outcome = maybeDeferred(self.transformer.inbound, message, self, frame)
+            outcome.addCallback(self._routed_send, frame, transaction)
+            self._track(outcome, frame)
+            return
+        self._track(self._routed_send(message, frame, transaction), frame)
+
+    def _routed_send(self, message: Message | None, frame: Frame, transaction: Transaction | None) -> Deferred[None]:
+        if message is None:  # dropped by a transformer
+            return succeed(None)
+        resolved = self.destinations.resolve(message.destination)
+        message.destination = resolved.destination
+        if transaction is not None:
+            transaction.sends.append((resolved.connector, message))
+            return succeed(None)
+        result: Deferred[None] = resolved.connector.send(message)
+        return result
+
+    def _server_destination(self, destination: str, *, create: bool) -> str:
+        """Map a client's ``/temp-queue/x`` to this connection's private queue."""
+        for prefix, remote in TEMP_PREFIXES.items():
+            if destination.startswith(prefix):
+                name = f"{remote}{self.session_id}.{destination[len(prefix):]}"
+                if create and name not in self.temporaries:
+                    self.temporaries.add(name)
+                    self.destinations.embedded.create_temporary(name)  # type: ignore[attr-defined]
+                return name
+        return destination
+
+    # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------
+
+    def _on_subscribe(self, frame: Frame) -> None:
+        headers = frame.headers
+        destination = self._required(frame, "destination")
+        sub_id = headers.get("id") if self.version != "1.0" or "id" in headers else destination
+        if sub_id is None:
+            raise StompError("missing id header", "SUBSCRIBE requires an 'id' header in STOMP 1.1 and 1.2")
+        if sub_id in self.subscriptions:
+            raise StompError("duplicate subscription id", f"subscription id {sub_id!r} is already in use")
+        if len(self.subscriptions) >= self.settings.max_subscriptions:
+            raise StompError("too many subscriptions",
+                             f"a connection may hold at most {self.settings.max_subscriptions} subscriptions")
+        ack_mode = headers.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise StompError("invalid ack header", f"ack {ack_mode!r} is not one of {', '.join(ACK_MODES)}")
+        selector = headers.get("selector")
+        if selector is not None and selector.strip():
+            _check_selector(selector)
+        else:
+            selector = None
+        prefetch = self._prefetch(headers)
+        durable = headers.get("activemq.subscriptionName") or headers.get("durable-subscription-name")
+        server_destination = self._server_destination(destination, create=True)
+        if server_destination.startswith(tuple(TEMP_PREFIXES.values())) and server_destination not in self.temporaries:
+            raise StompError("temporary destination is private",
+                             f"{destination!r} belongs to another connection and cannot be consumed here")
+        resolved = self.destinations.resolve(server_destination)
+        spec = SubscriptionSpec(
+            destination=resolved.destination,
+            selector=selector,
+            ack_mode=ack_mode,
+            prefetch=prefetch,
+            durable_name=durable,
+            client_id=self.client_id,
+            owner=self.session_id,
+        )
+        subscription = StompSubscription(self, sub_id, destination, ack_mode)
+        self.subscriptions[sub_id] = subscription
+        d: Deferred[ISubscription] = resolved.connector.subscribe(spec, subscription)
+
+        def subscribed(live: ISubscription) -> None:
+            if subscription.closed:
+                live.close()
+                return
+            subscription.subscription = live
+            if self._paused:
+                live.pause()
+
+        def refused(failure: Failure) -> Failure:
+            self.subscriptions.pop(sub_id, None)
+            subscription.closed = True
+            return failure
+
+        d.addCallbacks(subscribed, refused)
+        self._track(d, frame)
+
+    def _prefetch(self, headers: dict[str, str]) -> int:
+        for name in ("activemq.prefetchSize", "prefetch-count"):
+            value = headers.get(name)
+            if value is not None:
+                if not value.isdigit() or int(value) < 1:
+                    raise StompError(f"invalid {name} header", f"{name} {value!r} is not a positive integer")
+                return int(value)
+        return self.settings.default_prefetch
+
+    def _on_unsubscribe(self, frame: Frame) -> None:
+        sub_id = frame.headers.get("id")
+        if sub_id is None and self.version == "1.0":
+            sub_id = frame.headers.get("destination")
+        if sub_id is None:
+            raise StompError("missing id header", "UNSUBSCRIBE requires an 'id' header")
+        subscription = self.subscriptions.pop(sub_id, None)
+        if subscription is None:
+            raise StompError("unknown subscription", f"there is no subscription with id {sub_id!r}")
+        delete = "activemq.subscriptionName" in frame.headers or "durable-subscription-name" in frame.headers
+        self._track(self._close_subscription(subscription, delete=delete), frame)
+
+    def _close_subscription(self, subscription: StompSubscription, *, delete: bool) -> Deferred[Any]:
+        subscription.closed = True
+        for key in subscription.unacked:
+            self._ack_ids.pop(key, None)
+        subscription.unacked.clear()
+        live = subscription.subscription
+        if live is None:
+            return succeed(None)
+        result: Deferred[Any] = live.unsubscribe() if delete else live.close()
+        return result
+
+    # -- deliveries ----------------------------------------------------------
+
+    def deliver(self, subscription: StompSubscription, message: Message, tag: Any) -> None:
+        """A connector hands a message to one of this connection's subscriptions."""
+        if self.state != "connected":
+            return
+        if self.transformer is not None:
+            d = maybeDeferred(self.transformer.outbound, message, self, subscription.destination)
+            d.addCallback(self._deliver_transformed, subscription, tag)
+            d.addErrback(self._outbound_failed, subscription, message)
+            return
+        self._deliver_transformed(message, subscription, tag)
+
+    def _deliver_transformed(self, message: Message | None, subscription: StompSubscription, tag: Any) -> None:
+        if self.state != "connected" or subscription.closed:
+            return
+        if message is None:  # dropped by an outbound transformer: consumed
+            if subscription.subscription is not None and subscription.ack_mode != "auto":
+                subscription.subscription.ack([tag])
+            return
+        if not isinstance(message, TextMessage | BytesMessage):
+            # The GlassFish rule: only Text and Bytes messages reach STOMP clients.
+            self.fail(StompError(
+                "message type not supported",
+                f"message {message.message_id} on {subscription.destination} is a {type(message).__name__} after "
+                "the outbound transformers; only TextMessage and BytesMessage can be sent over STOMP",
+            ))
+            return
+        ack: str | None = None
+        if subscription.ack_mode != "auto":
+            if self.version == "1.2":
+                key = ack = f"{self.session_id}-{next(self._ack_seq)}"
+                self._ack_ids[key] = subscription
+            else:
+                key = message.message_id
+            subscription.unacked[key] = tag
+        elif self.version == "1.2":
+            ack = f"{self.session_id}-{next(self._ack_seq)}"
+        self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
+
+    def _outbound_failed(self, failure: Failure, subscription: StompSubscription, message: Message) -> None:
+        self.log.failure("outbound transform failed for message {id}", failure, id=message.message_id)
+        where = f"message {message.message_id} on {subscription.destination}"
+        self.fail(StompError("outbound transform failed", f"{where}: {failure.getErrorMessage()}"))
+
+    # -- ACK / NACK ----------------------------------------------------------
+
+    def _acked(self, frame: Frame) -> tuple[StompSubscription, list[Any]]:
+        headers = frame.headers
+        subscription: StompSubscription | None
+        if self.version == "1.2":
+            key = self._required(frame, "id")
+            subscription = self._ack_ids.get(key)
+        else:
+            key = self._required(frame, "message-id")
+            sub_id = headers.get("subscription")
+            if sub_id is not None:
+                subscription = self.subscriptions.get(sub_id)
+            else:
+                subscription = next((s for s in self.subscriptions.values() if key in s.unacked), None)
+        if subscription is None or key not in subscription.unacked:
+            raise StompError(f"unknown {frame.command.lower()} id",
+                             f"{key!r} names no unacknowledged message of this connection")
+        unacked = subscription.unacked
+        if subscription.ack_mode == "client":
+            keys = []
+            for pending in unacked:
+                keys.append(pending)
+                if pending == key:
+                    break
+        else:
+            keys = [key]
+        tags = []
+        for pending in keys:
+            tags.append(unacked.pop(pending))
+            self._ack_ids.pop(pending, None)
+        return subscription, tags
+
+    def _on_ack(self, frame: Frame) -> None:
+        transaction = self._transaction(frame)
+        subscription, tags = self._acked(frame)
+        if transaction is not None:
+            transaction.acks.append((subscription, tags))
+            self._receipt(frame)
+            return
+        self._track(self._apply(subscription, tags, "ack"), frame)
+
+    def _on_nack(self, frame: Frame) -> None:
+        if self.version == "1.0":
+            raise StompError("unknown command", "NACK does not exist in STOMP 1.0")
+        transaction = self._transaction(frame)
+        subscription, tags = self._acked(frame)
+        if transaction is not None:
+            transaction.nacks.append((subscription, tags))
+            self._receipt(frame)
+            return
+        self._track(self._apply(subscription, tags, "nack"), frame)
+
+    def _apply(self, subscription: StompSubscription, tags: list[Any], what: str) -> Deferred[Any]:
+        live = subscription.subscription
+        if live is None:
+            return succeed(None)
+        result: Deferred[Any] = live.ack(tags) if what == "ack" else live.nack(tags)
+        return result
+
+    # -- transactions --------------------------------------------------------
+
+    def _on_begin(self, frame: Frame) -> None:
+        name = self._required(frame, "transaction")
+        if name in self.transactions:
+            raise StompError("transaction already begun", f"transaction {name!r} is already open")
+        self.transactions[name] = Transaction()
+        self._receipt(frame)
+
+    def _on_commit(self, frame: Frame) -> None:
+        name = self._required(frame, "transaction")
+        transaction = self._transaction(frame)
+        assert transaction is not None
+        del self.transactions[name]
+        work: list[Deferred[Any]] = []
+        batches: dict[int, tuple[IConnector, list[Message]]] = {}
+        for connector, message in transaction.sends:
+            batches.setdefault(id(connector), (connector, []))[1].append(message)
+        for connector, messages in batches.values():
+            work.append(connector.send_batch(messages))
+        for subscription, tags in transaction.acks:
+            work.append(self._apply(subscription, tags, "ack"))
+        for subscription, tags in transaction.nacks:
+            work.append(self._apply(subscription, tags, "nack"))
+        if not work:
+            self._receipt(frame)
+            return
+        self._track(gather(work), frame)
+
+    def _on_abort(self, frame: Frame) -> None:
+        name = self._required(frame, "transaction")
+        transaction = self._transaction(frame)
+        assert transaction is not None
+        del self.transactions[name]
+        self._rollback(transaction)
+        self._receipt(frame)
+
+    def _rollback(self, transaction: Transaction) -> None:
+        for subscription, tags in transaction.acks + transaction.nacks:
+            if not subscription.closed:
+                self._apply(subscription, tags, "nack")
+
+    # -- DISCONNECT ----------------------------------------------------------
+
+    def _on_disconnect(self, frame: Frame) -> None:
+        self.state = "closing"
+        pending = list(self._pending)
+
+        def finish(_: object) -> None:
+            receipt = frame.headers.get("receipt")
+            if receipt is not None:
+                self._write(Frame("RECEIPT", {"receipt-id": receipt}))
+            self.sink.close()
+
+        if pending:
+            DeferredList(pending, consumeErrors=True).addCallback(finish)
+        else:
+            finish(None)
+
+    _handlers: dict[str, Callable[[StompSession, Frame], None]] = {
+        "CONNECT": _on_connect,
+        "STOMP": _on_connect,
+        "SEND": _on_send,
+        "SUBSCRIBE": _on_subscribe,
+        "UNSUBSCRIBE": _on_unsubscribe,
+        "ACK": _on_ack,
+        "NACK": _on_nack,
+        "BEGIN": _on_begin,
+        "COMMIT": _on_commit,
+        "ABORT": _on_abort,
+        "DISCONNECT": _on_disconnect,
+    }
+
+
+def _check_selector(selector: str) -> None:
+    from gateway.selector import compile_selector
+
+    try:
+        compile_selector(selector)
+    except SelectorError as error:
+        raise StompError("invalid selector", str(error)) from None
+
+
+def _error_title(error: GatewayError) -> str:
+    names = {
+        "DestinationError": "invalid destination",
+        "ConnectorUnavailable": "target unavailable",
+        "ConnectorError": "target refused the message",
+        "SelectorError": "invalid selector",
+        "StoreError": "message store failure",
+        "TransformError": "transform failed",
+    }
+    return names.get(type(error).__name__, "request failed")

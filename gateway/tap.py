@@ -1,0 +1,113 @@
+"""``twistd jmsgateway``: command-line options and the service tree.
+
+:class:`Options` parses ``--config``, ``--listen`` (repeatable, replaces the
+configured listeners), ``--data-dir`` and ``--set dotted.key=value``
+(repeatable); :func:`makeService` loads the configuration (a bad one stops
+start-up with one message naming file, key and problem) and returns the
+:class:`GatewayService`, which starts the connectors (recovering stored
+messages) before it opens any listener.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from twisted.application import internet, service
+from twisted.internet import endpoints
+from twisted.internet.defer import Deferred, DeferredList, gatherResults
+from twisted.logger import Logger
+from twisted.python import usage
+
+from gateway.app import Gateway, build_gateway
+from gateway.config import DEFAULT_CONFIG, load_config
+from gateway.errors import ConfigError, GatewayError
+
+
+class Options(usage.Options):
+    """Options of ``twistd jmsgateway``."""
+
+    synopsis = "[--config FILE] [--listen ENDPOINT]... [--data-dir DIR] [--set KEY=VALUE]..."
+    optParameters = [
+        ["config", "c", DEFAULT_CONFIG, "The TOML configuration file."],
+        ["data-dir", "d", None, "Directory for stores (overrides gateway.data_dir)."],
+    ]
+    longdesc = (
+        "A plugin-based STOMP gateway broker. Listeners are Twisted endpoint strings, e.g. "
+        "tcp:61613:interface=127.0.0.1 or ssl:61614:privateKey=key.pem:certKey=cert.pem."
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["listen"] = []
+        self["set"] = []
+
+    def opt_listen(self, endpoint: str) -> None:
+        """A listening endpoint (repeatable); replaces the configured ones."""
+        self["listen"].append(endpoint)
+
+    def opt_set(self, assignment: str) -> None:
+        """Override a config value: dotted.key=value, value typed as TOML (repeatable)."""
+        if "=" not in assignment:
+            raise usage.UsageError(f"--set {assignment!r}: expected dotted.key=value")
+        self["set"].append(assignment)
+
+
+class GatewayService(service.MultiService):
+    """Starts connectors first, then the STOMP listeners; stops in reverse."""
+
+    log = Logger()
+
+    def __init__(self, gateway: Gateway, reactor: Any) -> None:
+        super().__init__()
+        self.gateway = gateway
+        self.reactor = reactor
+        self.listeners: list[internet.StreamServerEndpointService] = []
+
+    def startService(self) -> None:
+        service.Service.startService(self)
+        d: Deferred[Any] = self.gateway.start()
+        d.addCallback(lambda _: self._listen())
+        d.addErrback(self._failed)
+
+    def _listen(self) -> None:
+        for spec in self.gateway.config.listen:
+            endpoint = endpoints.serverFromString(self.reactor, spec)
+            listener = internet.StreamServerEndpointService(endpoint, self.gateway.factory)
+            listener._raiseSynchronously = True
+            listener.setServiceParent(self)
+            self.listeners.append(listener)
+            self.log.info("jmsgateway listening for STOMP on {endpoint}", endpoint=spec)
+
+    def _failed(self, failure: Any) -> None:
+        error = failure.value
+        message = str(error) if isinstance(error, GatewayError | OSError) else failure.getTraceback()
+        self.log.critical("jmsgateway cannot start: {message}", message=message)
+        print(f"jmsgateway cannot start: {message}", file=sys.stderr)
+        self.reactor.callLater(0, self.reactor.stop)
+
+    def stopService(self) -> Deferred[Any]:
+        d: Deferred[Any] = DeferredList([s.stopService() for s in self.listeners if s.running])
+        d.addCallback(lambda _: self.gateway.stop())
+        d.addBoth(lambda result: gatherResults([]))
+        service.Service.stopService(self)
+        return d
+
+
+def makeService(options: Options) -> GatewayService:
+    """Build the gateway service tree from parsed options."""
+    from twisted.internet import reactor
+
+    overrides = list(options["set"])
+    try:
+        config = load_config(options["config"], overrides)
+        if options["listen"]:
+            config.listen = list(options["listen"])
+        if options["data-dir"]:
+            config.data_dir = options["data-dir"]
+        gateway = build_gateway(config, reactor)
+    except ConfigError as error:
+        raise SystemExit(f"jmsgateway: bad configuration: {error}") from None
+    os.makedirs(config.data_dir, exist_ok=True)
+    return GatewayService(gateway, reactor)

@@ -1,0 +1,42 @@
+"""Fixtures shared by every test: the real gateway process and stomp.py clients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.gateway import GatewayProcess
+from tests.support.stomp_clients import StompClients
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """One gateway on the default config, shared by a test module."""
+    process = GatewayProcess(tmp_path_factory.mktemp("gateway")).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def make_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
+    """Start gateways with extra config for one test; all are stopped afterwards."""
+    started: list[GatewayProcess] = []
+
+    def make(extra_config: str = "", **kwargs: object) -> GatewayProcess:
+        process = GatewayProcess(tmp_path / f"gw{len(started)}", extra_config, **kwargs)  # type: ignore[arg-type]
+        started.append(process)
+        return process.start()
+
+    yield make
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture
+def stomp(gateway: GatewayProcess) -> Iterator[StompClients]:
+    """Connected stomp.py clients for the module's gateway, disconnected afterwards."""
+    clients = StompClients(gateway.address)
+    yield clients
+    clients.close()
