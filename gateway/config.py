@@ -177,9 +177,9 @@ def parse_config(raw: dict[str, Any], path: str = "") -> GatewayConfig:
     for key, value in gateway.items():
         if key not in _GATEWAY_KEYS:
             raise ConfigError(f"unknown key{_suggest(key, list(_GATEWAY_KEYS))}", path=path, key=f"gateway.{key}")
+        if key == "listen" and isinstance(value, str):
+            value = [value]
         setattr(config, key, _check_type(value, _GATEWAY_KEYS[key], path, f"gateway.{key}"))
-    if isinstance(config.listen, str):
-        config.listen = [config.listen]
     for index, endpoint in enumerate(config.listen):
         _check_type(endpoint, str, path, f"gateway.listen[{index}]")
     for name, cls in _SECTIONS.items():

@@ -84,8 +84,9 @@ class GatewayService(service.MultiService):
         error = failure.value
         message = str(error) if isinstance(error, GatewayError | OSError) else failure.getTraceback()
         self.log.critical("jmsgateway cannot start: {message}", message=message)
-        print(f"jmsgateway cannot start: {message}", file=sys.stderr)
-        self.reactor.callLater(0, self.reactor.stop)
+        print(f"jmsgateway cannot start: {message}", file=sys.stderr, flush=True)
+        # Nothing was started that needs a clean shutdown: leave with a failure status.
+        self.reactor.callLater(0, os._exit, 1)
 
     def stopService(self) -> Deferred[Any]:
         d: Deferred[Any] = DeferredList([s.stopService() for s in self.listeners if s.running])

@@ -107,22 +107,31 @@ class FrameDecoder:
     After a protocol violation it returns the error as the last item of the
     list and ignores everything fed afterwards.
 
+    The header block (command and headers, up to the blank line) is decoded
+    in one go once it is complete; until then only the bytes that arrived
+    since the previous feed are examined, so decoding is linear in the input
+    however it is chunked.  Limits are checked as bytes arrive: an oversized
+    frame or header is refused before it is buffered whole.  The frame size
+    counts command, headers and body (not the NUL, nor heart-beats before
+    the frame).  A NUL before the blank line is a malformed frame.
+
     :ivar version: protocol version used to unescape headers; the session
         sets it once CONNECT negotiated one.
     """
 
     __slots__ = (
-        "limits",
-        "version",
-        "_buf",
-        "_pos",
-        "_scan",
-        "_command",
-        "_headers",
-        "_header_count",
         "_body_start",
+        "_buf",
+        "_command",
         "_content_length",
         "_failed",
+        "_headers",
+        "_lines",
+        "_pos",
+        "_resume",
+        "_scan",
+        "limits",
+        "version",
     )
 
     def __init__(self, limits: Limits | None = None, version: str = "1.0") -> None:
@@ -134,10 +143,14 @@ class FrameDecoder:
         self._reset_frame()
 
     def _reset_frame(self) -> None:
-        self._scan = self._pos
+        # _pos: first byte of the current frame.  Header phase: _scan is the
+        # start of the unfinished line, _resume the end of the bytes examined
+        # so far, _lines the LFs among them.  Body phase (_body_start >= 0):
+        # _scan is where to resume looking for the NUL.
+        self._scan = self._resume = self._pos
+        self._lines = 0
         self._command: str | None = None
         self._headers: dict[str, str] = {}
-        self._header_count = 0
         self._body_start = -1
         self._content_length = -1
 
@@ -161,21 +174,25 @@ class FrameDecoder:
         except StompProtocolError as error:
             self._failed = True
             self._buf.clear()
+            self._pos = 0
+            self._reset_frame()
             out.append(error)
             return out
-        if self._pos:
-            del self._buf[: self._pos]
-            self._scan -= self._pos
+        pos = self._pos
+        if pos:
+            del self._buf[:pos]
+            self._scan -= pos
+            self._resume -= pos
             if self._body_start >= 0:
-                self._body_start -= self._pos
+                self._body_start -= pos
             self._pos = 0
         return out
 
     def _next_frame(self) -> Frame | None:
         buf = self._buf
         end = len(buf)
-        if self._command is None and self._scan == self._pos:
-            # Skip heart-beats (EOLs) between frames.
+        if self._body_start < 0 and self._lines == 0:
+            # Skip heart-beats (EOLs) before the command.
             pos = self._pos
             while pos < end:
                 byte = buf[pos]
@@ -189,7 +206,8 @@ class FrameDecoder:
                     pos += 2
                 else:
                     break
-            self._pos = self._scan = pos
+            if pos != self._pos:
+                self._pos = self._scan = self._resume = pos
             if pos == end:
                 return None
         if self._body_start < 0 and not self._read_headers():
@@ -197,89 +215,165 @@ class FrameDecoder:
         return self._read_body()
 
     def _read_headers(self) -> bool:
+        """Decode the header block if it is complete; else check what arrived."""
+        buf = self._buf
+        pos = self._pos
+        search = self._resume - 2  # a blank line may straddle two feeds
+        if search < pos:
+            search = pos
+        # No NUL may come before the blank line, so the first NUL bounds the
+        # search and keeps it within this frame.
+        limit = buf.find(b"\x00", search)
+        if limit < 0:
+            limit = len(buf)
+        header_end = buf.find(b"\n\n", search, limit)
+        crlf = buf.find(b"\n\r\n", search, header_end + 2 if header_end >= 0 else limit)
+        if crlf >= 0:
+            header_end = crlf
+            body_start = crlf + 3
+        elif header_end >= 0:
+            body_start = header_end + 2
+        else:
+            if limit < len(buf):
+                raise self._nul_in_headers()
+            self._check_partial_headers()
+            return False
+
+        limits = self.limits
+        if body_start - pos > limits.max_frame_size:
+            raise self._frame_too_large()
+        block = bytes(buf[pos:header_end])
+        if len(block) > limits.max_header_length:
+            self._check_line_lengths(block, 0)
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self._invalid_utf8(block, exc) from None
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        if len(lines) - 1 > limits.max_headers:
+            raise self._too_many_headers()
+        command = self._command = lines[0]
+        headers = self._headers
+        version = self.version
+        escaped = version != "1.0" and command not in UNESCAPED_COMMANDS
+        for index in range(1, len(lines)):
+            line = lines[index]
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise MalformedFrame(
+                    "malformed header",
+                    f"header line {index} {line[:80]!r} of frame {command} has no ':'",
+                )
+            if escaped and "\\" in line:
+                name = unescape_header(name, version)
+                value = unescape_header(value, version)
+            if name not in headers:
+                headers[name] = value
+        self._body_start = body_start
+        # Nothing in [search, limit) is a NUL: the body's NUL search resumes there.
+        self._scan = limit
+        length = headers.get("content-length")
+        if length is not None:
+            self._content_length = self._parse_length(length, body_start - pos)
+        return True
+
+    def _check_partial_headers(self) -> None:
+        """Refuse an unfinished header block that can no longer become valid."""
         buf = self._buf
         limits = self.limits
-        scan = self._scan
-        while True:
-            newline = buf.find(b"\n", scan)
-            if newline < 0:
-                if len(buf) - scan > limits.max_header_length:
-                    raise FrameTooLarge(
-                        "header too long",
-                        f"a header line is longer than the limit of {limits.max_header_length} bytes",
-                    )
-                self._scan = scan
-                return False
-            line_end = newline - 1 if newline > scan and buf[newline - 1] == 13 else newline
-            if line_end - scan > limits.max_header_length:
-                raise FrameTooLarge(
-                    "header too long",
-                    f"a header line is longer than the limit of {limits.max_header_length} bytes",
-                )
-            raw = bytes(buf[scan:line_end])
-            scan = newline + 1
-            if self._command is None:
-                self._command = self._decode(raw, "command")
-                continue
-            if not raw:
-                self._scan = self._body_start = scan
-                if scan - self._pos > limits.max_frame_size:
-                    raise FrameTooLarge("frame too large", f"frame exceeds {limits.max_frame_size} bytes")
-                length = self._headers.get("content-length")
-                if length is not None:
-                    self._content_length = self._parse_length(length)
-                return True
-            self._header_count += 1
-            if self._header_count > limits.max_headers:
-                raise FrameTooLarge(
-                    "too many headers",
-                    f"frame {self._command} has more than {limits.max_headers} headers",
-                )
-            self._add_header(raw)
+        end = len(buf)
+        resume = self._resume
+        if end - self._pos > limits.max_frame_size:
+            raise self._frame_too_large()
+        new_lines = buf.count(b"\n", resume)
+        self._lines += new_lines
+        if self._lines - 1 > limits.max_headers:
+            raise self._too_many_headers()
+        line_start = self._scan
+        if end - line_start > limits.max_header_length:
+            self._check_line_lengths(bytes(buf[line_start:end]), self._lines - new_lines)
+        if new_lines:
+            self._scan = buf.rfind(b"\n", resume) + 1
+        self._resume = end
 
-    def _add_header(self, raw: bytes) -> None:
-        colon = raw.find(b":")
-        if colon < 0:
-            raise MalformedFrame(
-                "malformed header",
-                f"header line {raw[:80]!r} of frame {self._command} has no ':'",
+    def _check_line_lengths(self, block: bytes, first_line: int) -> None:
+        """Refuse a line of ``block`` (line ``first_line`` of the frame onwards) over the limit."""
+        limit = self.limits.max_header_length
+        for offset, line in enumerate(block.split(b"\n")):
+            # A trailing CR is (or, on an unfinished line, may be) part of the EOL.
+            if len(line) - line.endswith(b"\r") > limit:
+                raise self._line_too_long(first_line + offset)
+
+    def _frame_name(self) -> str:
+        """The command of the current frame, for error details; ``?`` if unknown yet."""
+        if self._command is not None:
+            return self._command
+        buf = self._buf
+        newline = buf.find(b"\n", self._pos, self._pos + 64)
+        if newline < 0:
+            return "?"
+        return bytes(buf[self._pos : newline]).rstrip(b"\r").decode("utf-8", "replace")
+
+    def _line_too_long(self, line: int) -> FrameTooLarge:
+        limit = self.limits.max_header_length
+        if line == 0:
+            return FrameTooLarge(
+                "command too long", f"the command line is longer than the limit of {limit} bytes"
             )
-        name = self._decode(raw[:colon], "header name")
-        value = self._decode(raw[colon + 1 :], "header value")
-        if self.version != "1.0" and self._command not in UNESCAPED_COMMANDS:
-            name = unescape_header(name, self.version)
-            value = unescape_header(value, self.version)
-        if name not in self._headers:
-            self._headers[name] = value
+        return FrameTooLarge(
+            "header too long",
+            f"header line {line} of frame {self._frame_name()} is longer than the limit of {limit} bytes",
+        )
 
-    def _decode(self, raw: bytes, what: str) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedFrame(
-                "invalid UTF-8",
-                f"{what} {raw[:80]!r} of frame {self._command or '?'} is not valid UTF-8 ({exc.reason})",
-            ) from None
+    def _too_many_headers(self) -> FrameTooLarge:
+        return FrameTooLarge(
+            "too many headers",
+            f"frame {self._frame_name()} has more than the limit of {self.limits.max_headers} headers",
+        )
 
-    def _parse_length(self, text: str) -> int:
-        stripped = text.strip()
-        if not stripped.isdigit():
+    def _frame_too_large(self) -> FrameTooLarge:
+        return FrameTooLarge(
+            "frame too large",
+            f"frame {self._frame_name()} is larger than the limit of {self.limits.max_frame_size} bytes",
+        )
+
+    def _nul_in_headers(self) -> MalformedFrame:
+        return MalformedFrame(
+            "malformed frame",
+            f"frame {self._frame_name()} has a NUL before the blank line that ends its headers",
+        )
+
+    def _invalid_utf8(self, block: bytes, exc: UnicodeDecodeError) -> MalformedFrame:
+        line = block.count(b"\n", 0, exc.start)
+        raw = block.split(b"\n")[line]
+        what = "the command" if line == 0 else f"header line {line} of frame {self._frame_name()}"
+        return MalformedFrame("invalid UTF-8", f"{what} ({raw[:80]!r}) is not valid UTF-8: {exc.reason}")
+
+    def _parse_length(self, text: str, header_bytes: int) -> int:
+        """Read ``content-length``; the frame it announces must fit the limit."""
+        digits = text.strip()
+        if not (digits.isascii() and digits.isdigit()):
             raise MalformedFrame(
                 "invalid content-length",
-                f"content-length {text!r} of frame {self._command} is not a non-negative integer",
+                f"content-length {text[:80]!r} of frame {self._command} is not a non-negative integer",
             )
-        length = int(stripped)
-        if length > self.limits.max_frame_size:
+        limit = self.limits.max_frame_size
+        significant = digits.lstrip("0")
+        # More digits than any limit has: refuse before int() (which caps digits).
+        length = int(significant or "0") if len(significant) <= 18 else limit + 1
+        if header_bytes + length > limit:
             raise FrameTooLarge(
                 "frame too large",
-                f"content-length {length} exceeds the limit of {self.limits.max_frame_size} bytes",
+                f"frame {self._command} has content-length {significant[:40] or 0}; with its "
+                f"{header_bytes} bytes of command and headers it exceeds the limit of {limit} bytes",
             )
         return length
 
     def _read_body(self) -> Frame | None:
         buf = self._buf
         start = self._body_start
-        limits = self.limits
         if self._content_length >= 0:
             terminator = start + self._content_length
             if len(buf) <= terminator:
@@ -287,17 +381,18 @@ class FrameDecoder:
             if buf[terminator] != 0:
                 raise MalformedFrame(
                     "frame not terminated",
-                    f"frame {self._command} has no NUL after its content-length of {self._content_length} bytes",
+                    f"frame {self._command} has no NUL after its content-length"
+                    f" of {self._content_length} bytes",
                 )
         else:
             terminator = buf.find(b"\x00", self._scan)
             if terminator < 0:
                 self._scan = len(buf)
-                if len(buf) - self._pos > limits.max_frame_size:
-                    raise FrameTooLarge("frame too large", f"frame exceeds {limits.max_frame_size} bytes")
+                if len(buf) - self._pos > self.limits.max_frame_size:
+                    raise self._frame_too_large()
                 return None
-        if terminator - self._pos > limits.max_frame_size:
-            raise FrameTooLarge("frame too large", f"frame exceeds {limits.max_frame_size} bytes")
+            if terminator - self._pos > self.limits.max_frame_size:
+                raise self._frame_too_large()
         command = self._command
         assert command is not None
         frame = Frame(command, self._headers, bytes(buf[start:terminator]))

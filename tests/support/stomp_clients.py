@@ -175,12 +175,8 @@ class Client:
 
     def drop(self) -> None:
         """Close the socket without DISCONNECT (a crashed client)."""
-        transport = self.connection.transport
-        try:
-            transport.socket.close()  # type: ignore[union-attr]
-        except Exception:  # noqa: BLE001
-            pass
-        transport.stop()
+        self.connection.transport.disconnect_socket()
+        self.listener.disconnected.wait(5)
 
 
 class StompClients:

@@ -1,0 +1,337 @@
+"""The ``[routing]`` configuration: routes from STOMP destinations to Kafka topics.
+
+:func:`parse_routing_config` turns the raw TOML table into a typed
+:class:`RoutingConfig`.  Routes come from ``[[routing.routes]]`` tables and
+from the Confluent JMS-Bridge's properties syntax, unchanged, given inline
+(``properties = '''...'''``) or as a file (``properties_file``)::
+
+    routing.dead-letter-topic=jms-bridge-dlq        # routing.dead-letter.topic too
+    routing.on-soft-failure=dead-letter             # stop (default) | skip | dead-letter
+    routes.fooRoute.name=fooRoute
+    routes.fooRoute.in.include=msg.address==foo-topic
+    routes.fooRoute.in.selector=color = 'red'       # optional, ANDed with include
+    routes.fooRoute.out.topic=foobar-topic
+    routes.fooRoute.conv.key=msg.header.CorrelationId   # map.key is accepted too
+    routes.fooRoute.on-soft-failure=skip            # per route
+
+Properties are read top-down and a later key overrides an earlier one;
+routes keep the order in which their names first appear, after the TOML
+routes.  Keys outside ``routing.`` and ``routes.`` are ignored (a whole
+``jms-bridge.properties`` file may be given).  Nothing here does I/O beyond
+reading the properties file, and nothing imports Twisted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import ConfigError, SelectorError
+from gateway.message.model import Message
+from gateway.routing.predicates import Predicate, compile_predicate, compile_selector_predicate
+
+SOFT_FAILURE_POLICIES = ("stop", "skip", "dead-letter")
+_POLICY_ALIASES = {
+    "stop": "stop",
+    "hard-stop": "stop",
+    "skip": "skip",
+    "log-and-skip": "skip",
+    "dead-letter": "dead-letter",
+    "log-and-dead-letter": "dead-letter",
+}
+_TOML_KEYS = ("dead_letter_topic", "on_soft_failure", "connector", "properties", "properties_file", "routes")
+_ROUTE_KEYS = ("name", "include", "selector", "topic", "key", "on_soft_failure")
+_ROUTE_PROPERTIES = {
+    "name": "name",
+    "in.include": "include",
+    "in.selector": "selector",
+    "out.topic": "topic",
+    "conv.key": "key",
+    "map.key": "key",
+    "on-soft-failure": "on_soft_failure",
+}
+_ROUTING_PROPERTIES = {
+    "dead-letter-topic": "dead_letter_topic",
+    "dead-letter.topic": "dead_letter_topic",
+    "on-soft-failure": "on_soft_failure",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route: messages it includes go to ``topic`` with a key from ``key``.
+
+    :ivar include: the JMS-Bridge predicate (``msg.address == x``) or a selector.
+    :ivar selector: an extra JMS selector that must match too.
+    :ivar key: header/property giving the Kafka key; None uses the message id.
+    :ivar on_soft_failure: this route's policy; None follows the config's.
+    """
+
+    name: str
+    topic: str
+    include: Predicate | None = None
+    selector: Predicate | None = None
+    key: str | None = None
+    on_soft_failure: str | None = None
+
+    def matches(self, message: Message) -> bool:
+        """Whether every predicate of the route holds for ``message``."""
+        if self.include is not None and not self.include.matches(message):
+            return False
+        return self.selector is None or self.selector.matches(message)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingConfig:
+    """The routes, in evaluation order, and what to do with soft failures."""
+
+    routes: tuple[Route, ...] = ()
+    dead_letter_topic: str | None = None
+    on_soft_failure: str = "stop"
+    connector: str = "kafka"
+    path: str = ""
+
+    def policy_for(self, route: Route) -> str:
+        """The soft-failure policy that applies to ``route``."""
+        return route.on_soft_failure or self.on_soft_failure
+
+    def topics(self) -> list[str]:
+        """Every topic the routes (and dead letters) publish to."""
+        topics = dict.fromkeys(route.topic for route in self.routes)
+        if self.dead_letter_topic:
+            topics[self.dead_letter_topic] = None
+        return list(topics)
+
+
+@dataclass(slots=True)
+class _RouteDraft:
+    """Values gathered for one route before it is checked."""
+
+    key: str
+    values: dict[str, str] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)
+
+
+def _suggest(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _policy(value: Any, path: str, key: str) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in _POLICY_ALIASES:
+        raise ConfigError(
+            f"expected one of {', '.join(SOFT_FAILURE_POLICIES)}, got {value!r}", path=path, key=key
+        )
+    return _POLICY_ALIASES[value.strip().lower()]
+
+
+def parse_properties(text: str) -> list[tuple[str, str]]:
+    """Read Java ``.properties`` text into ``(key, value)`` pairs, in order.
+
+    Handles ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, line
+    continuations with a trailing backslash and the escapes ``\\t \\n \\r \\f
+    \\uXXXX``.  Duplicates are kept: callers let the later one win.
+    """
+    pairs: list[tuple[str, str]] = []
+    logical: list[str] = []
+    for raw_line in text.splitlines():
+        line = raw_line.lstrip() if logical else raw_line.strip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        pairs.append(_split_property("".join(logical)))
+        logical = []
+    if logical:
+        pairs.append(_split_property("".join(logical)))
+    return pairs
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    index = 0
+    while index < len(line):
+        char = line[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char in "=: \t\f":
+            break
+        index += 1
+    key = line[:index]
+    rest = line[index:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(key), _unescape(rest)
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    index = 0
+    simple = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    while index < len(text):
+        char = text[index]
+        if char != "\\" or index + 1 >= len(text):
+            out.append(char)
+            index += 1
+            continue
+        following = text[index + 1]
+        if following == "u" and index + 6 <= len(text):
+            try:
+                out.append(chr(int(text[index + 2 : index + 6], 16)))
+                index += 6
+                continue
+            except ValueError:
+                pass
+        out.append(simple.get(following, following))
+        index += 2
+    return "".join(out)
+
+
+def _properties_routes(
+    pairs: list[tuple[str, str]], path: str, settings: dict[str, tuple[str, str]]
+) -> list[_RouteDraft]:
+    drafts: dict[str, _RouteDraft] = {}
+    for key, value in pairs:
+        if key.startswith("routing."):
+            setting = key[len("routing.") :]
+            if setting not in _ROUTING_PROPERTIES:
+                raise ConfigError(
+                    f"unknown routing property{_suggest(setting, _ROUTING_PROPERTIES)}", path=path, key=key
+                )
+            settings[_ROUTING_PROPERTIES[setting]] = (value, key)
+            continue
+        if not key.startswith("routes."):
+            continue
+        route_key, _, setting = key[len("routes.") :].partition(".")
+        if not route_key or not setting:
+            raise ConfigError("expected routes.<route>.<setting>", path=path, key=key)
+        if setting not in _ROUTE_PROPERTIES:
+            raise ConfigError(f"unknown route property{_suggest(setting, _ROUTE_PROPERTIES)}", path=path, key=key)
+        draft = drafts.setdefault(route_key, _RouteDraft(key=f"routes.{route_key}"))
+        draft.values[_ROUTE_PROPERTIES[setting]] = value
+        draft.where[_ROUTE_PROPERTIES[setting]] = key
+    return list(drafts.values())
+
+
+def _toml_routes(raw: Any, path: str) -> list[_RouteDraft]:
+    if not isinstance(raw, list):
+        raise ConfigError("expected an array of tables ([[routing.routes]])", path=path, key="routing.routes")
+    drafts: list[_RouteDraft] = []
+    for index, table in enumerate(raw):
+        where = f"routing.routes[{index}]"
+        if not isinstance(table, dict):
+            raise ConfigError("expected a table", path=path, key=where)
+        draft = _RouteDraft(key=where)
+        for key, value in table.items():
+            if key not in _ROUTE_KEYS:
+                raise ConfigError(f"unknown key{_suggest(key, _ROUTE_KEYS)}", path=path, key=f"{where}.{key}")
+            if not isinstance(value, str):
+                raise ConfigError(f"expected a string, got {value!r}", path=path, key=f"{where}.{key}")
+            draft.values[key] = value
+            draft.where[key] = f"{where}.{key}"
+        drafts.append(draft)
+    return drafts
+
+
+def _build_route(draft: _RouteDraft, path: str) -> Route:
+    values = draft.values
+    name = values.get("name", "").strip() or draft.key.removeprefix("routes.")
+    topic = values.get("topic", "").strip()
+    if not topic:
+        raise ConfigError(f"route {name!r} has no topic", path=path, key=draft.where.get("topic", f"{draft.key}.topic"))
+    include_text = values.get("include", "").strip()
+    selector_text = values.get("selector", "").strip()
+    if not include_text and not selector_text:
+        raise ConfigError(
+            f"route {name!r} has no include predicate (e.g. msg.address==foo-topic)",
+            path=path,
+            key=draft.where.get("include", f"{draft.key}.include"),
+        )
+    try:
+        include = compile_predicate(include_text) if include_text else None
+    except SelectorError as exc:
+        raise ConfigError(f"bad include predicate: {exc}", path=path, key=draft.where["include"]) from None
+    try:
+        selector = compile_selector_predicate(selector_text) if selector_text else None
+    except SelectorError as exc:
+        raise ConfigError(f"bad selector: {exc}", path=path, key=draft.where["selector"]) from None
+    key = values.get("key", "").strip() or None
+    if key is not None and not key.removeprefix("msg.header."):
+        raise ConfigError("expected msg.header.NAME", path=path, key=draft.where["key"])
+    policy = values.get("on_soft_failure")
+    return Route(
+        name=name,
+        topic=topic,
+        include=include,
+        selector=selector,
+        key=key,
+        on_soft_failure=_policy(policy, path, draft.where["on_soft_failure"]) if policy else None,
+    )
+
+
+def parse_routing_config(raw: dict[str, Any], path: str = "") -> RoutingConfig:
+    """Validate the ``[routing]`` table (raises ConfigError naming file and key).
+
+    :param raw: the table as TOML loaded it.
+    :param path: the config file; ``properties_file`` is relative to its folder.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a table", path=path, key="routing")
+    for key in raw:
+        if key not in _TOML_KEYS:
+            raise ConfigError(f"unknown key{_suggest(key, _TOML_KEYS)}", path=path, key=f"routing.{key}")
+    settings: dict[str, tuple[str, str]] = {}
+    for key in ("dead_letter_topic", "on_soft_failure", "connector"):
+        if key in raw:
+            if not isinstance(raw[key], str):
+                raise ConfigError(f"expected a string, got {raw[key]!r}", path=path, key=f"routing.{key}")
+            settings[key] = (raw[key], f"routing.{key}")
+    drafts = _toml_routes(raw.get("routes", []), path)
+    property_drafts: list[tuple[_RouteDraft, str]] = []
+    if "properties_file" in raw:
+        file_name = raw["properties_file"]
+        if not isinstance(file_name, str):
+            raise ConfigError("expected a file name", path=path, key="routing.properties_file")
+        if not os.path.isabs(file_name):
+            file_name = os.path.join(os.path.dirname(path) or ".", file_name)
+        try:
+            with open(file_name, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read properties file: {exc.strerror}", path=path,
+                              key="routing.properties_file") from None
+        property_drafts += [(d, file_name) for d in _properties_routes(parse_properties(text), file_name, settings)]
+    if "properties" in raw:
+        if not isinstance(raw["properties"], str):
+            raise ConfigError("expected a string in properties syntax", path=path, key="routing.properties")
+        property_drafts += [
+            (d, path) for d in _properties_routes(parse_properties(raw["properties"]), path, settings)
+        ]
+    routes = [_build_route(draft, path) for draft in drafts]
+    routes += [_build_route(draft, where) for draft, where in property_drafts]
+    seen: set[str] = set()
+    for route in routes:
+        if route.name in seen:
+            raise ConfigError(f"route name {route.name!r} is used twice", path=path, key="routing.routes")
+        seen.add(route.name)
+    policy_value, policy_key = settings.get("on_soft_failure", ("stop", "routing.on_soft_failure"))
+    policy = _policy(policy_value, path, policy_key)
+    dead_letter = settings.get("dead_letter_topic", ("", ""))[0].strip() or None
+    for route in routes:
+        if (route.on_soft_failure or policy) == "dead-letter" and dead_letter is None:
+            raise ConfigError(
+                f"route {route.name!r} dead-letters soft failures but no dead-letter topic is set",
+                path=path,
+                key="routing.dead_letter_topic",
+            )
+    connector = settings.get("connector", ("kafka", ""))[0]
+    return RoutingConfig(
+        routes=tuple(routes), dead_letter_topic=dead_letter, on_soft_failure=policy, connector=connector, path=path
+    )

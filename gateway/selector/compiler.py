@@ -1,0 +1,401 @@
+"""Compile a selector's syntax tree into nested closures, once.
+
+Every node becomes a function of the message: a *value* function (the SQL
+value; for conditions TRUE/FALSE/UNKNOWN as ``True``/``False``/``None``)
+and, for conditions, a *truth* function that answers only "is it TRUE?" -
+what delivery needs, and cheaper, since ``a AND b`` is TRUE exactly when
+both are TRUE.  Comparisons of a property with a literal get specialised
+closures.  Nothing walks the tree at evaluation time.
+
+:func:`compile_selector` is the public entry point; it caches compiled
+selectors by text in a bounded LRU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from gateway.message.model import Message
+from gateway.selector.dialect import STOMP, Dialect
+from gateway.selector.identifiers import header_getter
+from gateway.selector.parser import parse
+from gateway.selector.syntax import (
+    Arithmetic,
+    Between,
+    Comparison,
+    Identifier,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Logical,
+    Negate,
+    Node,
+    Not,
+)
+from gateway.selector.values import (
+    PYTHON_OPERATORS,
+    Truth,
+    Value,
+    arithmetic,
+    comparator,
+    like_matcher,
+    mismatch_value,
+    negate,
+    not_truth,
+    unary_plus,
+)
+
+ValueFunction = Callable[[Message], Value]
+TruthFunction = Callable[[Message], bool]
+
+CACHE_SIZE = 1024
+"""How many compiled selectors :func:`compile_selector` keeps."""
+
+
+class Selector:
+    """A compiled JMS selector.
+
+    :ivar text: the selector as written.
+    :ivar dialect: the evaluation rules it was compiled with.
+    :ivar matches: ``matches(message) -> bool``: whether the selector is
+        TRUE for the message (FALSE and UNKNOWN both mean "no").
+    :ivar evaluate: ``evaluate(message) -> True | False | None``: the
+        three-valued result, ``None`` being UNKNOWN.
+    """
+
+    __slots__ = ("dialect", "evaluate", "matches", "text", "tree")
+
+    text: str
+    dialect: Dialect
+    tree: Node
+    matches: TruthFunction
+    evaluate: ValueFunction
+
+    def __init__(self, text: str, tree: Node, dialect: Dialect = STOMP) -> None:
+        compiler = _Compiler(dialect)
+        self.text = text
+        self.dialect = dialect
+        self.tree = tree
+        self.matches = compiler.truth(tree)
+        self.evaluate = compiler.condition(tree)
+
+    def __repr__(self) -> str:
+        return f"Selector({self.text!r})"
+
+
+def compile_selector(text: str, *, dialect: Dialect = STOMP) -> Selector:
+    """Parse and compile ``text`` (cached by text and dialect).
+
+    :raises gateway.errors.SelectorError: for a blank or invalid selector;
+        the message names the column and the token.
+    """
+    return _compile_cached(text, dialect)
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _compile_cached(text: str, dialect: Dialect) -> Selector:
+    return Selector(text, parse(text), dialect)
+
+
+def clear_cache() -> None:
+    """Forget every cached selector (tests, reconfiguration)."""
+    _compile_cached.cache_clear()
+
+
+@dataclass(slots=True)
+class _Operand:
+    """A compiled value plus what is known about it at compile time."""
+
+    function: ValueFunction
+    constant: Value = None
+    is_constant: bool = False
+    property_name: str | None = None
+
+
+def _constant(value: Value) -> _Operand:
+    return _Operand(lambda message: value, value, True)
+
+
+class _Compiler:
+    """Turns nodes into closures under one :class:`Dialect`."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.mismatch = mismatch_value(dialect)
+
+    # -- values ----------------------------------------------------------
+
+    def operand(self, node: Node) -> _Operand:
+        if isinstance(node, Literal):
+            return _constant(node.value)
+        if isinstance(node, Identifier):
+            getter = header_getter(node.name)
+            if getter is not None:
+                return _Operand(getter)
+            name = node.name
+
+            def get_property(message: Message) -> Value:
+                return message.properties.get(name)
+
+            return _Operand(get_property, property_name=name)
+        if isinstance(node, Negate):
+            inner = self.operand(node.operand)
+            unary = unary_plus if node.plus else negate
+            if inner.is_constant:
+                return _constant(unary(inner.constant))
+            inner_function = inner.function
+            return _Operand(lambda message: unary(inner_function(message)))
+        if isinstance(node, Arithmetic):
+            combine = arithmetic(node.operator, self.dialect)
+            left = self.operand(node.left)
+            right = self.operand(node.right)
+            if left.is_constant and right.is_constant:
+                return _constant(combine(left.constant, right.constant))
+            left_function, right_function = left.function, right.function
+            return _Operand(lambda message: combine(left_function(message), right_function(message)))
+        return _Operand(self.condition(node))
+
+    def value(self, node: Node) -> ValueFunction:
+        return self.operand(node).function
+
+    # -- conditions (three-valued) ----------------------------------------
+
+    def condition(self, node: Node) -> ValueFunction:
+        """The three-valued result of ``node`` used as a condition."""
+        if isinstance(node, Literal):
+            result = node.value
+            return lambda message: result
+        if isinstance(node, Identifier):
+            getter = self.value(node)
+            mismatch = self.mismatch
+
+            def boolean_cast(message: Message) -> Truth:
+                value = getter(message)
+                if value is None or value.__class__ is bool:
+                    return value
+                return mismatch
+
+            return boolean_cast
+        if isinstance(node, Comparison):
+            return self.comparison(node, truth=False)
+        if isinstance(node, Logical):
+            return self.logical(node)
+        if isinstance(node, Not):
+            inner = self.condition(node.operand)
+            return lambda message: not_truth(inner(message))  # type: ignore[arg-type]
+        if isinstance(node, IsNull):
+            return self.is_null(node)
+        if isinstance(node, Like):
+            return self.like(node)
+        if isinstance(node, Between):
+            return self.between(node)
+        if isinstance(node, In):
+            return self.in_list(node)
+        raise AssertionError(f"not a condition: {node!r}")  # the parser prevents this
+
+    def logical(self, node: Logical) -> ValueFunction:
+        operands = tuple(self.condition(operand) for operand in node.operands)
+        if node.operator == "AND":
+
+            def conjunction(message: Message) -> Truth:
+                result: Truth = True
+                for operand in operands:
+                    value = operand(message)
+                    if value is False:
+                        return False
+                    if value is None:
+                        result = None
+                return result
+
+            return conjunction
+
+        def disjunction(message: Message) -> Truth:
+            result: Truth = False
+            for operand in operands:
+                value = operand(message)
+                if value is True:
+                    return True
+                if value is None:
+                    result = None
+            return result
+
+        return disjunction
+
+    def is_null(self, node: IsNull) -> ValueFunction:
+        operand = self.operand(node.operand)
+        name = operand.property_name
+        if node.negated:
+            if name is not None:
+                return lambda message: message.properties.get(name) is not None
+            function = operand.function
+            return lambda message: function(message) is not None
+        if name is not None:
+            return lambda message: message.properties.get(name) is None
+        function = operand.function
+        return lambda message: function(message) is None
+
+    def like(self, node: Like) -> ValueFunction:
+        matcher = like_matcher(node.pattern, node.escape)
+        function = self.value(node.operand)
+        mismatch = self.mismatch
+        negated = node.negated
+
+        def like(message: Message) -> Truth:
+            value = function(message)
+            if value.__class__ is str:
+                return matcher(value) is not negated
+            if value is None:
+                return None
+            return not_truth(mismatch) if negated else mismatch
+
+        return like
+
+    def between(self, node: Between) -> ValueFunction:
+        function = self.value(node.operand)
+        low_function = self.value(node.low)
+        high_function = self.value(node.high)
+        if node.negated:  # a < low OR a > high
+            below, above = comparator("<", self.dialect), comparator(">", self.dialect)
+
+            def not_between(message: Message) -> Truth:
+                value = function(message)
+                first = below(value, low_function(message))
+                if first is True:
+                    return True
+                second = above(value, high_function(message))
+                if second is True:
+                    return True
+                return None if first is None or second is None else False
+
+            return not_between
+        at_least, at_most = comparator(">=", self.dialect), comparator("<=", self.dialect)
+
+        def between(message: Message) -> Truth:
+            value = function(message)
+            first = at_least(value, low_function(message))
+            if first is False:
+                return False
+            second = at_most(value, high_function(message))
+            if second is False:
+                return False
+            return None if first is None or second is None else True
+
+        return between
+
+    def in_list(self, node: In) -> ValueFunction:
+        function = self.value(node.operand)
+        values = frozenset(node.values)
+        negated = node.negated
+
+        def in_list(message: Message) -> Truth:
+            value = function(message)
+            if value.__class__ is str:
+                return (value in values) is not negated
+            return None  # NULL, or not a string: UNKNOWN (as ActiveMQ)
+
+        return in_list
+
+    def comparison(self, node: Comparison, *, truth: bool) -> Callable[[Message], Truth]:
+        if node.operator == "<>":
+            equal = self.comparison(Comparison("=", node.left, node.right, node.column), truth=False)
+            if truth:
+                return lambda message: equal(message) is False
+            return lambda message: not_truth(equal(message))
+        compare = comparator(node.operator, self.dialect)
+        left = self.operand(node.left)
+        right = self.operand(node.right)
+        if left.is_constant and right.is_constant:
+            result = compare(left.constant, right.constant)
+            if truth:
+                return lambda message: result is True
+            return lambda message: result
+        if left.property_name is not None and right.is_constant and not self.dialect.java_double_order:
+            return _property_versus_constant(
+                node.operator, left.property_name, right.constant, compare, truth=truth
+            )
+        left_function, right_function = left.function, right.function
+        if truth:
+            return lambda message: compare(left_function(message), right_function(message)) is True
+        return lambda message: compare(left_function(message), right_function(message))
+
+    # -- truth (is it TRUE?) ---------------------------------------------
+
+    def truth(self, node: Node) -> TruthFunction:
+        """Whether ``node`` is TRUE for a message."""
+        if isinstance(node, Comparison):
+            return self.comparison(node, truth=True)  # type: ignore[return-value]
+        if isinstance(node, Logical):
+            operands = tuple(self.truth(operand) for operand in node.operands)
+            if len(operands) == 2:
+                first, second = operands
+                if node.operator == "AND":
+                    return lambda message: first(message) and second(message)
+                return lambda message: first(message) or second(message)
+            if node.operator == "AND":
+                return lambda message: all(operand(message) for operand in operands)
+            return lambda message: any(operand(message) for operand in operands)
+        if isinstance(node, Not):
+            inner = self.condition(node.operand)
+            return lambda message: inner(message) is False
+        if isinstance(node, Literal):
+            result = node.value is True
+            return lambda message: result
+        value = self.condition(node)
+        return lambda message: value(message) is True
+
+
+def _property_versus_constant(
+    operator: str,
+    name: str,
+    constant: Value,
+    compare: Callable[[Value, Value], Truth],
+    *,
+    truth: bool,
+) -> Callable[[Message], Truth]:
+    """``property op literal``, the common case, without generic dispatch."""
+    constant_type = type(constant)
+    if operator == "=" and constant_type is str:
+        if truth:
+
+            def string_equal_truth(message: Message) -> Truth:
+                value = message.properties.get(name)
+                if value.__class__ is str:
+                    return value == constant
+                return compare(value, constant) is True
+
+            return string_equal_truth
+
+        def string_equal(message: Message) -> Truth:
+            value = message.properties.get(name)
+            if value.__class__ is str:
+                return value == constant
+            return compare(value, constant)
+
+        return string_equal
+    if constant_type is int or constant_type is float:
+        python_operator = PYTHON_OPERATORS[operator]
+        if truth:
+
+            def number_compare_truth(message: Message) -> Truth:
+                value = message.properties.get(name)
+                kind = value.__class__
+                if kind is int or kind is float:
+                    return python_operator(value, constant)
+                return compare(value, constant) is True
+
+            return number_compare_truth
+
+        def number_compare(message: Message) -> Truth:
+            value = message.properties.get(name)
+            kind = value.__class__
+            if kind is int or kind is float:
+                return python_operator(value, constant)
+            return compare(value, constant)
+
+        return number_compare
+    if truth:
+        return lambda message: compare(message.properties.get(name), constant) is True
+    return lambda message: compare(message.properties.get(name), constant)
