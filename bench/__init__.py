@@ -1,0 +1,1 @@
+"""Benchmarks: each prints rates measured against a reference in the same run."""

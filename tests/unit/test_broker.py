@@ -1,0 +1,134 @@
+"""The embedded broker on its own, with a Clock: dispatch, redelivery, DLQ, expiry, durables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet.task import Clock
+from zope.interface import implementer
+
+from gateway.broker.broker import EmbeddedBroker
+from gateway.config import BrokerSettings
+from gateway.errors import DestinationError
+from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
+from gateway.message.model import Message, TextMessage
+
+
+@implementer(IConsumer)
+class Sink:
+    def __init__(self) -> None:
+        self.got: list[tuple[Message, Any]] = []
+        self.failed: list[Exception] = []
+
+    def deliver(self, message: Message, tag: Any) -> None:
+        self.got.append((message, tag))
+
+    def subscription_failed(self, reason: Exception) -> None:
+        self.failed.append(reason)
+
+    def texts(self) -> list[str | None]:
+        return [m.text for m, _ in self.got if isinstance(m, TextMessage)]
+
+
+def text(destination: str, body: str, **fields: Any) -> TextMessage:
+    return TextMessage(destination=destination, message_id=f"ID:{body}", text=body, **fields)
+
+
+def subscribe(broker: EmbeddedBroker, sink: Sink, **spec: Any) -> ISubscription:
+    result: list[ISubscription] = []
+    broker.subscribe(SubscriptionSpec(**spec), sink).addCallback(result.append)
+    return result[0]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    clock = Clock()
+    clock.advance(1_000_000)
+    return clock
+
+
+@pytest.fixture
+def broker(clock: Clock) -> EmbeddedBroker:
+    broker = EmbeddedBroker(clock, BrokerSettings(max_redeliveries=2))
+    broker.start()
+    return broker
+
+
+def test_unknown_destination_kind(broker: EmbeddedBroker) -> None:
+    failures: list[Any] = []
+    broker.send(text("/nowhere/a", "x")).addErrback(failures.append)
+    assert failures and failures[0].check(DestinationError)
+
+
+def test_round_robin_with_prefetch(broker: EmbeddedBroker) -> None:
+    first, second = Sink(), Sink()
+    subscribe(broker, first, destination="/queue/q", ack_mode="client-individual", prefetch=2)
+    subscribe(broker, second, destination="/queue/q", ack_mode="client-individual", prefetch=2)
+    for i in range(6):
+        broker.send(text("/queue/q", f"m{i}"))
+    assert first.texts() == ["m0", "m2"] and second.texts() == ["m1", "m3"]
+    assert len(broker.queues["/queue/q"]) == 2
+
+
+def test_nack_redelivers_then_dead_letters(broker: EmbeddedBroker) -> None:
+    sink = Sink()
+    sub = subscribe(broker, sink, destination="/queue/q", ack_mode="client-individual")
+    broker.send(text("/queue/q", "poison"))
+    for attempt in range(3):
+        message, tag = sink.got[-1]
+        assert message.redelivery_count == attempt
+        sub.nack([tag])
+    assert len(sink.got) == 3
+    dlq = broker.queues["/queue/DLQ.q"].messages()
+    assert [m.properties["original-destination"] for m in dlq] == ["/queue/q"]
+    assert broker.metrics.dead_lettered._value.get() == 1
+
+
+def test_selector_leaves_other_messages(broker: EmbeddedBroker) -> None:
+    reds = Sink()
+    subscribe(broker, reds, destination="/queue/q", selector="color = 'red'")
+    for color in ("blue", "red", "green", "red"):
+        broker.send(text("/queue/q", color, properties={"color": color}))
+    assert reds.texts() == ["red", "red"]
+    assert [m.text for m in broker.queues["/queue/q"].messages()] == ["blue", "green"]  # type: ignore[attr-defined]
+
+
+def test_expiry_on_dispatch_and_by_purge(broker: EmbeddedBroker, clock: Clock) -> None:
+    now = broker.now_ms()
+    broker.send(text("/queue/q", "soon", expiration=now + 500))
+    broker.send(text("/queue/q", "later", expiration=now + 5000))
+    clock.advance(1.0)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/q")
+    assert sink.texts() == ["later"]
+    broker.send(text("/queue/other", "x", expiration=broker.now_ms() + 100))
+    clock.advance(1.5)  # the purge runs every second
+    assert len(broker.queues["/queue/other"]) == 0
+    assert broker.metrics.expired._value.get() == 2
+
+
+def test_durable_subscription_changes(broker: EmbeddedBroker) -> None:
+    sink = Sink()
+    sub = subscribe(broker, sink, destination="/topic/t", durable_name="d", client_id="c", selector="a = 1")
+    refused: list[Any] = []
+    spec = SubscriptionSpec(destination="/topic/t", durable_name="d", client_id="c", selector="a = 1")
+    broker.subscribe(spec, Sink()).addErrback(refused.append)
+    assert refused and refused[0].check(DestinationError)
+    assert "already has an active subscriber" in refused[0].getErrorMessage()
+    sub.close()
+    broker.send(text("/topic/t", "kept", properties={"a": 1}))
+    broker.send(text("/topic/t", "filtered", properties={"a": 2}))
+    assert len(broker.durables["durable:c:d"]) == 1
+    # Re-subscribing with another selector starts the subscription afresh (as ActiveMQ does).
+    fresh = Sink()
+    subscribe(broker, fresh, destination="/topic/t", durable_name="d", client_id="c", selector="a = 2")
+    assert fresh.texts() == []
+
+
+def test_auto_ack_consumes_on_delivery(broker: EmbeddedBroker) -> None:
+    sink = Sink()
+    sub = subscribe(broker, sink, destination="/queue/q")
+    broker.send(text("/queue/q", "x"))
+    sub.close()
+    assert broker.status()["queues"]["/queue/q"] == {"pending": 0, "consumers": 0, "inflight": 0}

@@ -1,0 +1,78 @@
+"""SEND frame -> JMS message -> MESSAGE frame, by the GlassFish bridge's rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import StompProtocolError
+from gateway.message.convert import frame_to_message, message_to_frame
+from gateway.message.model import BytesMessage, MapMessage, TextMessage
+from gateway.stomp.frame import Frame
+
+
+def send(headers: dict[str, str], body: bytes = b"") -> Frame:
+    return Frame("SEND", {"destination": "/queue/a", **headers}, body)
+
+
+def test_content_length_makes_a_bytes_message() -> None:
+    message = frame_to_message(send({"content-length": "3"}, b"a\x00b"))
+    assert isinstance(message, BytesMessage)
+    assert message.body == b"a\x00b"
+
+
+def test_no_content_length_makes_a_text_message() -> None:
+    message = frame_to_message(send({}, "grüße".encode()))
+    assert isinstance(message, TextMessage)
+    assert message.text == "grüße"
+
+
+def test_amq_msg_type_overrides_the_rule() -> None:
+    assert isinstance(frame_to_message(send({"content-length": "2", "amq-msg-type": "text"}, b"hi")), TextMessage)
+    assert isinstance(frame_to_message(send({"amq-msg-type": "bytes"}, b"hi")), BytesMessage)
+    with pytest.raises(StompProtocolError, match="amq-msg-type"):
+        frame_to_message(send({"amq-msg-type": "map"}))
+
+
+def test_invalid_utf8_text_is_refused() -> None:
+    with pytest.raises(StompProtocolError) as caught:
+        frame_to_message(send({}, b"ok\xff"))
+    assert "byte 2" in caught.value.detail
+
+
+def test_jms_headers_and_properties() -> None:
+    message = frame_to_message(send({
+        "correlation-id": "c", "reply-to": "/queue/r", "type": "t", "persistent": "TRUE", "priority": "9",
+        "expires": "123", "receipt": "r1", "transaction": "tx", "custom": "v",
+    }), default_persistent=False, now_ms=42)
+    assert (message.correlation_id, message.reply_to, message.type) == ("c", "/queue/r", "t")
+    assert message.persistent and message.priority == 9 and message.expiration == 123
+    assert message.timestamp == 42
+    assert message.properties == {"custom": "v"}
+    assert message.message_id.startswith("ID:")
+
+
+@pytest.mark.parametrize(("header", "value"), [("priority", "10"), ("priority", "x"), ("expires", "soon"),
+                                               ("persistent", "yes")])
+def test_bad_header_values(header: str, value: str) -> None:
+    with pytest.raises(StompProtocolError, match=header):
+        frame_to_message(send({header: value}))
+
+
+def test_default_persistence_applies_without_header() -> None:
+    assert frame_to_message(send({}), default_persistent=True).persistent
+    assert not frame_to_message(send({}), default_persistent=False).persistent
+
+
+def test_message_to_frame() -> None:
+    message = TextMessage(destination="/queue/a", message_id="ID:1", text="hé", priority=5, redelivered=True,
+                          properties={"flag": True, "n": 3, "x": None})
+    frame = message_to_frame(message, "sub-1", "ack-1")
+    assert frame.command == "MESSAGE"
+    assert frame.body == "hé".encode()
+    headers = frame.headers
+    assert headers["subscription"] == "sub-1" and headers["ack"] == "ack-1"
+    assert headers["redelivered"] == "true" and headers["priority"] == "5"
+    assert headers["flag"] == "true" and headers["n"] == "3" and headers["x"] == ""
+    assert "ack" not in message_to_frame(message, "s", None).headers
+    with pytest.raises(TypeError, match="MapMessage"):
+        message_to_frame(MapMessage(map={"a": 1}), "s", None)
