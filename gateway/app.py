@@ -23,6 +23,8 @@ from gateway.deferreds import gather
 from gateway.errors import ConfigError
 from gateway.interfaces import IConnector, IMessageStore
 from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.transforms import SessionTransforms
+from gateway.transform import TransformChains, parse_transform_config, plugin_manager_for
 
 
 class Gateway:
@@ -47,12 +49,17 @@ class Gateway:
             )
         self.destinations = DestinationMap(self.connectors, config.destinations)
         self.portal = build_portal(config.auth, config.path)
+        self.transform_config = parse_transform_config(config.transform, config.path)
+        self.plugin_manager = plugin_manager_for(self.transform_config)
+        self.chains = TransformChains(self.plugin_manager, self.transform_config, registry=self.registry,
+                                      clock=reactor)
         self.factory = StompServerFactory(
             reactor,
             self.destinations,
             settings=config.stomp,
             broker_settings=config.broker,
             portal=self.portal,
+            transformer=SessionTransforms(self.chains),
         )
 
     def start(self) -> Deferred[Any]:

@@ -31,15 +31,34 @@ def check_config(path: str, overrides: list[str]) -> int:
     return 0
 
 
+def list_plugins(path: str, overrides: list[str]) -> int:
+    """Print discovered plugins and transformers with their source and load errors."""
+    from gateway.transform import describe_plugins, parse_transform_config, plugin_manager_for
+
+    try:
+        config = load_config(path, overrides)
+        transform = parse_transform_config(config.transform, config.path)
+    except ConfigError as error:
+        print(f"{error}", file=sys.stderr)
+        return 1
+    print(describe_plugins(plugin_manager_for(transform), transform))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jmsgateway", description="jmsgateway administration")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", nargs="?", default=DEFAULT_CONFIG)
     check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    plugins = commands.add_parser("plugins", help="list transformer plugins and why any failed to load")
+    plugins.add_argument("--config", default=DEFAULT_CONFIG)
+    plugins.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file, args.set)
+    if args.command == "plugins":
+        return list_plugins(args.config, args.set)
     return 2  # pragma: no cover
 
 

@@ -115,14 +115,24 @@ class EmbeddedBroker:
         return result
 
     def recover(self, snapshot: Snapshot) -> None:
-        """Rebuild state from a store snapshot."""
+        """Rebuild state from a store snapshot.
+
+        A stored message's redelivery count includes a delivery that was
+        under way when the broker stopped (see :meth:`delivered`); one past
+        ``max_redeliveries`` goes to the dead-letter queue, as it would have
+        on a NACK.
+        """
         for record in snapshot.durables:
             self._make_durable(record.key, record.destination, record.selector)
+        limit = self.settings.max_redeliveries
         for key, message in snapshot.messages:
             queue = self.durables.get(key) if key.startswith("durable:") else self._queue(key)
             if queue is None:
                 self.log.warn("dropping stored message {id} of unknown durable subscription {key}",
                               id=message.message_id, key=key)
+                continue
+            if message.redelivery_count > limit and not queue.name.startswith(self.settings.dead_letter_prefix):
+                self._dead_letter(queue, message, f"delivery failed {message.redelivery_count} times (limit {limit})")
                 continue
             queue.enqueue(message)
         if snapshot.expired:
@@ -150,6 +160,19 @@ class EmbeddedBroker:
         if message.persistent and self._stored(queue):
             self.store.remove(queue.key, message.message_id).addErrback(self._store_failed)
 
+    def delivered(self, queue: MessageQueue, message: Message) -> None:
+        """Record durably that a stored message is out for acknowledgement.
+
+        The store keeps the count the message will have if this delivery is
+        not acknowledged, so after a crash it comes back ``redelivered`` with
+        its count raised (the write is not waited for: a crash before it
+        commits redelivers the message without the flag).
+        """
+        if message.persistent and self._stored(queue):
+            self.store.set_redelivery(queue.key, message.message_id, message.redelivery_count + 1).addErrback(
+                self._store_failed
+            )
+
     def redelivering(self, queue: MessageQueue, message: Message) -> bool:
         self.metrics.redelivered.inc()
         limit = self.settings.max_redeliveries
@@ -175,7 +198,19 @@ class EmbeddedBroker:
     # -- IConnector --------------------------------------------------------
 
     def send(self, message: Message) -> Deferred[None]:
-        return self.send_batch([message])
+        try:
+            targets = self._targets(message)
+        except GatewayError as error:
+            return fail(error)
+        if message.persistent and self._persist_all:
+            return self._store_then_enqueue([(message, targets)])
+        if message.expiration and message.is_expired(self.now_ms()):
+            self.metrics.expired.inc()
+            return succeed(None)
+        self.metrics.enqueued.inc()
+        for queue in targets:
+            queue.enqueue(message)
+        return succeed(None)
 
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
         """Store the persistent ones in one transaction, then make all visible."""
@@ -183,6 +218,9 @@ class EmbeddedBroker:
             plan = [(message, self._targets(message)) for message in messages]
         except GatewayError as error:
             return fail(error)
+        return self._store_then_enqueue(plan)
+
+    def _store_then_enqueue(self, plan: list[tuple[Message, list[MessageQueue]]]) -> Deferred[None]:
         entries = [
             (queue.key, message)
             for message, targets in plan
@@ -222,19 +260,36 @@ class EmbeddedBroker:
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
         try:
-            subscription = self._subscribe(spec, consumer)
+            subscription, recorded = self._subscribe(spec, consumer)
         except GatewayError as error:
             return fail(error)
-        return succeed(subscription)
+        if recorded is None:
+            return succeed(subscription)
+        # A new durable subscription exists once its record is stored; only
+        # then does its consumer start receiving.
+        queue = subscription.queue
 
-    def _subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> ISubscription:
+        def stored(_: object) -> ISubscription:
+            queue.add_consumer(subscription)
+            return subscription
+
+        def failed(failure: Any) -> Any:
+            self._drop_durable(queue.key).addErrback(self._store_failed)
+            return failure
+
+        return recorded.addCallbacks(stored, failed)
+
+    def _subscribe(
+        self, spec: SubscriptionSpec, consumer: IConsumer
+    ) -> tuple[QueueSubscription, Deferred[None] | None]:
         kind = destination_kind(spec.destination)
         selector = compile_predicate(spec.selector)
+        recorded: Deferred[None] | None = None
         if kind == "queue":
             queue = self._queue(spec.destination)
             subscription = QueueSubscription(queue, spec, consumer, selector)
             queue.add_consumer(subscription)
-            return subscription
+            return subscription, None
         if spec.durable_name:
             if not spec.client_id:
                 raise DestinationError(
@@ -250,14 +305,15 @@ class EmbeddedBroker:
                 durable = None
             if durable is None:
                 durable = self._make_durable(key, spec.destination, spec.selector)
-                self.store.add_durable(key, spec.destination, spec.selector).addErrback(self._store_failed)
+                recorded = self.store.add_durable(key, spec.destination, spec.selector)
             queue = durable
         else:
             queue = MessageQueue(self, spec.destination, spec.destination, filter=selector)
             self.topics.setdefault(spec.destination, []).append(queue)
         subscription = QueueSubscription(queue, spec, consumer, None)
-        queue.add_consumer(subscription)
-        return subscription
+        if recorded is None:
+            queue.add_consumer(subscription)
+        return subscription, recorded
 
     def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
         key = durable_key(client_id, durable_name)
@@ -298,7 +354,14 @@ class EmbeddedBroker:
         return queue
 
     def _stored(self, queue: MessageQueue) -> bool:
-        return self._persist_all and (queue.durable or not queue.name.startswith(TOPIC_PREFIXES))
+        """Whether persistent messages of ``queue`` go to the store: queues and
+        durable subscriptions, not temporary destinations (they end with
+        their owner's connection, as in ActiveMQ)."""
+        if not self._persist_all:
+            return False
+        if queue.durable:
+            return True
+        return not queue.name.startswith(TOPIC_PREFIXES) and not queue.name.startswith(TEMP_PREFIXES)
 
     def _make_durable(self, key: str, destination: str, selector: str | None) -> MessageQueue:
         queue = MessageQueue(self, destination, key, filter=compile_predicate(selector), durable=True)

@@ -78,22 +78,28 @@ def encode_frame(frame: Frame, version: str, *, add_content_length: bool = True)
     or is a MESSAGE, unless ``add_content_length`` is false (a client sending
     a TextMessage to a broker that types messages by that header).
     """
-    parts = [frame.command, "\n"]
     headers = frame.headers
     body = frame.body
-    escaped = version != "1.0" and frame.command not in UNESCAPED_COMMANDS
-    for name, value in headers.items():
-        if escaped:
-            name = escape_header(name, version)
-            value = escape_header(value, version)
-        parts.append(name)
-        parts.append(":")
-        parts.append(value)
-        parts.append("\n")
+    if version == "1.0" or frame.command in UNESCAPED_COMMANDS:
+        lines = [f"{name}:{value}" for name, value in headers.items()]
+    else:
+        table = _ESCAPE_12 if version == "1.2" else _ESCAPE_11
+        lines = []
+        append = lines.append
+        for name, value in headers.items():
+            # Escaping is rare: test for the special characters before translating.
+            if "\\" in name or ":" in name or "\n" in name or "\r" in name:
+                name = name.translate(table)
+            if "\\" in value or ":" in value or "\n" in value or "\r" in value:
+                value = value.translate(table)
+            append(f"{name}:{value}")
     if add_content_length and "content-length" not in headers and (body or frame.command == "MESSAGE"):
-        parts.append(f"content-length:{len(body)}\n")
-    parts.append("\n")
-    return "".join(parts).encode("utf-8") + body + b"\x00"
+        lines.append(f"content-length:{len(body)}")
+    if lines:
+        head = f"{frame.command}\n" + "\n".join(lines) + "\n\n"
+    else:
+        head = f"{frame.command}\n\n"
+    return b"".join((head.encode("utf-8"), body, b"\x00"))
 
 
 HEARTBEAT = b"\n"
@@ -242,7 +248,7 @@ class FrameDecoder:
         limits = self.limits
         if body_start - pos > limits.max_frame_size:
             raise self._frame_too_large()
-        block = bytes(buf[pos:header_end])
+        block = buf[pos:header_end]
         if len(block) > limits.max_header_length:
             self._check_line_lengths(block, 0)
         try:
@@ -293,12 +299,12 @@ class FrameDecoder:
             raise self._too_many_headers()
         line_start = self._scan
         if end - line_start > limits.max_header_length:
-            self._check_line_lengths(bytes(buf[line_start:end]), self._lines - new_lines)
+            self._check_line_lengths(buf[line_start:end], self._lines - new_lines)
         if new_lines:
             self._scan = buf.rfind(b"\n", resume) + 1
         self._resume = end
 
-    def _check_line_lengths(self, block: bytes, first_line: int) -> None:
+    def _check_line_lengths(self, block: bytearray, first_line: int) -> None:
         """Refuse a line of ``block`` (line ``first_line`` of the frame onwards) over the limit."""
         limit = self.limits.max_header_length
         for offset, line in enumerate(block.split(b"\n")):
@@ -319,9 +325,8 @@ class FrameDecoder:
     def _line_too_long(self, line: int) -> FrameTooLarge:
         limit = self.limits.max_header_length
         if line == 0:
-            return FrameTooLarge(
-                "command too long", f"the command line is longer than the limit of {limit} bytes"
-            )
+            detail = f"the command line is longer than the limit of {limit} bytes"
+            return FrameTooLarge("command too long", detail)
         return FrameTooLarge(
             "header too long",
             f"header line {line} of frame {self._frame_name()} is longer than the limit of {limit} bytes",
@@ -345,9 +350,9 @@ class FrameDecoder:
             f"frame {self._frame_name()} has a NUL before the blank line that ends its headers",
         )
 
-    def _invalid_utf8(self, block: bytes, exc: UnicodeDecodeError) -> MalformedFrame:
+    def _invalid_utf8(self, block: bytearray, exc: UnicodeDecodeError) -> MalformedFrame:
         line = block.count(b"\n", 0, exc.start)
-        raw = block.split(b"\n")[line]
+        raw = bytes(block.split(b"\n")[line])
         what = "the command" if line == 0 else f"header line {line} of frame {self._frame_name()}"
         return MalformedFrame("invalid UTF-8", f"{what} ({raw[:80]!r}) is not valid UTF-8: {exc.reason}")
 
@@ -379,11 +384,9 @@ class FrameDecoder:
             if len(buf) <= terminator:
                 return None
             if buf[terminator] != 0:
-                raise MalformedFrame(
-                    "frame not terminated",
-                    f"frame {self._command} has no NUL after its content-length"
-                    f" of {self._content_length} bytes",
-                )
+                length = self._content_length
+                detail = f"frame {self._command} has no NUL after its content-length of {length} bytes"
+                raise MalformedFrame("frame not terminated", detail)
         else:
             terminator = buf.find(b"\x00", self._scan)
             if terminator < 0:

@@ -58,11 +58,17 @@ class FrameSink(Protocol):
 
 
 class InboundTransformer(Protocol):
-    """The inbound/outbound transformer hook (see :mod:`gateway.transform`)."""
+    """The inbound/outbound transformer hook (:mod:`gateway.stomp.transforms`).
+
+    Each returns the message to pass on, None to consume it, or a Deferred of
+    either; raising fails the frame (inbound) or the connection (outbound).
+    """
+
+    def check_transformation(self, name: str | None) -> None: ...
 
     def inbound(self, message: Message, session: StompSession, frame: Frame) -> Any: ...
 
-    def outbound(self, message: Message, session: StompSession, destination: str) -> Any: ...
+    def outbound(self, message: Message, session: StompSession, subscription: StompSubscription) -> Any: ...
 
 
 class StompError(GatewayError):
@@ -78,11 +84,13 @@ class StompError(GatewayError):
 class StompSubscription:
     """A client's subscription; receives deliveries from a connector."""
 
-    def __init__(self, session: StompSession, sub_id: str, destination: str, ack_mode: str) -> None:
+    def __init__(self, session: StompSession, sub_id: str, destination: str, ack_mode: str,
+                 transformation: str | None = None) -> None:
         self.session = session
         self.id = sub_id
         self.destination = destination
         self.ack_mode = ack_mode
+        self.transformation = transformation
         self.subscription: ISubscription | None = None
         self.unacked: dict[str, Any] = {}
         self.closed = False
@@ -401,10 +409,12 @@ class StompSession:
         if message.reply_to is not None and message.reply_to.startswith(tuple(TEMP_PREFIXES)):
             message.reply_to = self._server_destination(message.reply_to, create=True)
         if self.transformer is not None:
-            outcome = maybeDeferred(self.transformer.inbound, message, self, frame)
-            outcome.addCallback(self._routed_send, frame, transaction)
-            self._track(outcome, frame)
-            return
+            transformed = self.transformer.inbound(message, self, frame)
+            if isinstance(transformed, Deferred):
+                transformed.addCallback(self._routed_send, frame, transaction)
+                self._track(transformed, frame)
+                return
+            message = transformed
         self._track(self._routed_send(message, frame, transaction), frame)
 
     def _routed_send(self, message: Message | None, frame: Frame, transaction: Transaction | None) -> Deferred[None]:
@@ -451,6 +461,9 @@ class StompSession:
         else:
             selector = None
         prefetch = self._prefetch(headers)
+        transformation = headers.get("transformation")
+        if transformation is not None and self.transformer is not None:
+            self.transformer.check_transformation(transformation)
         durable = headers.get("activemq.subscriptionName") or headers.get("durable-subscription-name")
         server_destination = self._server_destination(destination, create=True)
         if server_destination.startswith(tuple(TEMP_PREFIXES.values())) and server_destination not in self.temporaries:
@@ -466,7 +479,7 @@ class StompSession:
             client_id=self.client_id,
             owner=self.session_id,
         )
-        subscription = StompSubscription(self, sub_id, destination, ack_mode)
+        subscription = StompSubscription(self, sub_id, destination, ack_mode, transformation)
         self.subscriptions[sub_id] = subscription
         d: Deferred[ISubscription] = resolved.connector.subscribe(spec, subscription)
 
@@ -525,7 +538,10 @@ class StompSession:
         if self.state != "connected":
             return
         if self.transformer is not None:
-            d = maybeDeferred(self.transformer.outbound, message, self, subscription.destination)
+            d = maybeDeferred(self.transformer.outbound, message, self, subscription)
+            if d.called and not isinstance(getattr(d, "result", None), Failure | Deferred):
+                self._deliver_transformed(d.result, subscription, tag)
+                return
             d.addCallback(self._deliver_transformed, subscription, tag)
             d.addErrback(self._outbound_failed, subscription, message)
             return

@@ -16,10 +16,7 @@ Modules: :mod:`~gateway.transform.hookspecs` (hooks), :mod:`~gateway.transform.m
 :mod:`~gateway.transform.bodies` (type conversions for transformer authors).
 """
 
-from gateway.transform.decisions import Branch, Drop
-from gateway.transform.hookspecs import hookimpl, hookspec
-
-from gateway.transform.chain import (  # isort: skip  (after the markers plugins need)
+from gateway.transform.chain import (
     DeadLettered,
     Deliver,
     Dropped,
@@ -30,6 +27,8 @@ from gateway.transform.chain import (  # isort: skip  (after the markers plugins
 )
 from gateway.transform.config import ChainEntry, TransformConfig, parse_transform_config
 from gateway.transform.context import TransformContext
+from gateway.transform.decisions import Branch, Drop
+from gateway.transform.hookspecs import hookimpl, hookspec
 from gateway.transform.manager import PluginRecord, build_plugin_manager, plugin_manager_for, plugin_records
 from gateway.transform.report import describe_plugins
 

@@ -83,9 +83,7 @@ def map_to_json(message: MapMessage, *, sort_keys: bool = False, indent: int | N
     :raises TransformError: for a value JSON cannot hold.
     """
     try:
-        text = json.dumps(
-            message.map, sort_keys=sort_keys, indent=indent, ensure_ascii=False, default=_json_default
-        )
+        text = json.dumps(message.map, sort_keys=sort_keys, indent=indent, ensure_ascii=False, default=_json_default)
     except (TypeError, ValueError) as exc:
         raise TransformError(f"map cannot be written as JSON: {exc}") from None
     return retype(message, TextMessage, text=text)

@@ -32,7 +32,7 @@ PLUGIN_NAME = "builtin"
 
 @implementer(IMessageTransformer)
 class JmsByteTransformer:
-    """``jms-byte``: TextMessage → BytesMessage (UTF-8); others unchanged."""
+    """TextMessage → BytesMessage (UTF-8); other types unchanged."""
 
     name = "jms-byte"
 
@@ -44,7 +44,7 @@ class JmsByteTransformer:
 
 @implementer(IMessageTransformer)
 class JmsMapJsonTransformer:
-    """``jms-map-json``: JSON object ↔ MapMessage, by direction."""
+    """JSON object → MapMessage inbound, MapMessage → JSON text outbound."""
 
     name = "jms-map-json"
 

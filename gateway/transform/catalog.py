@@ -100,15 +100,12 @@ class _Collector:
             self._problem(
                 catalog,
                 plugin,
-                f"{transformer!r} does not provide IMessageTransformer"
-                " (add @implementer(IMessageTransformer))",
+                f"{transformer!r} does not provide IMessageTransformer (add @implementer(IMessageTransformer))",
             )
             return
         name = getattr(transformer, "name", None)
         if not isinstance(name, str) or not name or not callable(getattr(transformer, "transform", None)):
-            self._problem(
-                catalog, plugin, f"{transformer!r} needs a non-empty str name and a transform method"
-            )
+            self._problem(catalog, plugin, f"{transformer!r} needs a non-empty str name and a transform method")
             return
         entry = TransformerEntry(name, transformer, plugin)
         winner = catalog.entries.get(name)
@@ -128,9 +125,7 @@ class _Collector:
         self.log.warn("plugin {plugin}: {problem}", plugin=plugin, problem=problem)
 
 
-def collect_transformers(
-    plugin_manager: PluginManager, config: TransformConfig | None = None
-) -> TransformerCatalog:
+def collect_transformers(plugin_manager: PluginManager, config: TransformConfig | None = None) -> TransformerCatalog:
     """Ask every registered plugin for its transformers.
 
     :param config: passed to the hooks; the defaults if None.

@@ -25,7 +25,7 @@ How a message goes through::
   subscribers) and each transformer gets the current message and a context
   carrying its own options.  While transformers return plain values the
   chain runs as a loop; a Deferred (or coroutine) result continues the chain
-  when it fires.
+  when it fires, or is cancelled after the entry's ``timeout`` (a failure).
 - A transformer that raises, fails its Deferred or returns something that is
   not a Message, :class:`~gateway.transform.decisions.Drop` or
   :class:`~gateway.transform.decisions.Branch` is handled by its entry's
@@ -49,11 +49,13 @@ import difflib
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from pluggy import PluginManager
 from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import TimeoutError as DeferredTimeout
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
@@ -150,6 +152,7 @@ class _Step:
     on_error: ErrorPolicy
     dead_letter: str | None
     direction: str
+    timeout: float
 
 
 class TransformChains:
@@ -160,6 +163,8 @@ class TransformChains:
     :param registry: where the counters live (default: prometheus_client's global registry).
     :param cache_size: how many ``(direction, destination, transformation)``
         chains to remember before starting over.
+    :param clock: times out asynchronous transformers (default: the global
+        reactor, looked up on first use).
     :raises ConfigError: a chain entry or ``[transform.options]`` names no
         known transformer, or a transformer refuses its options.
     """
@@ -173,12 +178,14 @@ class TransformChains:
         *,
         registry: CollectorRegistry | None = None,
         cache_size: int = 4096,
+        clock: IReactorTime | None = None,
     ) -> None:
         self.config = config if config is not None else TransformConfig()
         self.catalog: TransformerCatalog = collect_transformers(plugin_manager, self.config)
         self._plugin_manager = plugin_manager
         self._metrics = transform_metrics(registry)
         self._cache_size = cache_size
+        self._clock = clock
         self._cache: dict[tuple[str, str, str | None], tuple[_Step, ...]] = {}
         self._check_config()
         self._entry_steps: dict[str, list[tuple[ChainEntry, _Step]]] = {
@@ -203,12 +210,8 @@ class TransformChains:
         for entry in config.chain:
             found = self.catalog.get(entry.transformer)
             if found is None:
-                raise ConfigError(
-                    self._unknown(entry.transformer), path=config.path, key=f"{entry.key}.transformer"
-                )
-            self._check_options(
-                found, dict(config.options_for(entry.transformer, entry)), f"{entry.key}.options"
-            )
+                raise ConfigError(self._unknown(entry.transformer), path=config.path, key=f"{entry.key}.transformer")
+            self._check_options(found, dict(config.options_for(entry.transformer, entry)), f"{entry.key}.options")
 
     def _check_options(self, found: TransformerEntry, options: dict[str, Any], key: str) -> None:
         if not IConfigurableTransformer.providedBy(found.transformer):
@@ -235,19 +238,18 @@ class TransformChains:
         return found
 
     def _step(self, found: TransformerEntry, entry: ChainEntry | None, direction: str) -> _Step:
+        config = self.config
         if entry is None:
-            options, on_error, dead_letter = (
-                self.config.options_for(found.name),
-                self.config.on_error,
-                self.config.dead_letter,
+            options, on_error, dead_letter, timeout = (
+                config.options_for(found.name),
+                config.on_error,
+                config.dead_letter,
+                config.timeout,
             )
         else:
-            options, on_error, dead_letter = (
-                self.config.options_for(found.name, entry),
-                entry.on_error,
-                entry.dead_letter,
-            )
-        return _Step(found.name, found.plugin, found.transformer, options, on_error, dead_letter, direction)
+            options, on_error, dead_letter = config.options_for(found.name, entry), entry.on_error, entry.dead_letter
+            timeout = config.timeout if entry.timeout is None else entry.timeout
+        return _Step(found.name, found.plugin, found.transformer, options, on_error, dead_letter, direction, timeout)
 
     # -- lookup ---------------------------------------------------------------------------
 
@@ -285,14 +287,20 @@ class TransformChains:
             return steps
         if direction not in self._entry_steps:
             raise ValueError(f"direction must be inbound or outbound, not {direction!r}")
-        matching = [
-            step for entry, step in self._entry_steps[direction] if entry.matches(direction, destination)
-        ]
+        matching = [step for entry, step in self._entry_steps[direction] if entry.matches(direction, destination)]
         if transformation is not None:
             self.check_transformation(transformation)
             found = self.catalog.get(transformation)
             assert found is not None
             header_step = self._step(found, None, direction)
+            if IConfigurableTransformer.providedBy(found.transformer):
+                try:
+                    found.transformer.check_options(dict(header_step.options))
+                except (ValueError, TypeError, ConfigError) as exc:
+                    raise TransformError(
+                        f"transformation {transformation!r} cannot run with its [transform.options]: {exc}",
+                        transformer=transformation,
+                    ) from None
             if direction == "inbound":
                 matching.insert(0, header_step)
             else:
@@ -304,6 +312,13 @@ class TransformChains:
         return steps
 
     # -- running --------------------------------------------------------------------------
+
+    def _timer(self) -> IReactorTime:
+        if self._clock is None:
+            from twisted.internet import reactor
+
+            self._clock = cast(IReactorTime, reactor)
+        return self._clock
 
     def run(self, message: Message, context: TransformContext) -> Deferred[Outcome]:
         """Put ``message`` through its chain; the Deferred fires with the :data:`Outcome`
@@ -351,6 +366,8 @@ class TransformChains:
                 index += 1
                 continue
             if isinstance(result, Deferred):
+                if step.timeout and not result.called:
+                    result.addTimeout(step.timeout, self._timer())
                 return result.addCallbacks(
                     self._resumed,
                     self._resumed_failed,
@@ -437,6 +454,12 @@ class TransformChains:
     ) -> Outcome | None:
         """Apply ``step``'s failure policy; None means skip the step and go on."""
         exc = failure.value
+        if isinstance(exc, DeferredTimeout):
+            exc = TransformError(
+                f"transformer {step.name!r} (plugin {step.plugin!r}) timed out after {step.timeout:g}s",
+                transformer=step.name,
+            )
+            failure = Failure(exc)
         if isinstance(exc, TransformError) and exc.transformer:
             error = exc
         else:

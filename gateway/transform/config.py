@@ -12,6 +12,7 @@ checks names against the loaded plugins).  Shape::
     transformation_header = true     # honour the ActiveMQ `transformation` header
     on_error = "reject"              # default policy: reject | dead-letter | skip | drop
     dead_letter = "/queue/DLQ.transform"   # default dead-letter destination
+    timeout = 30.0                   # seconds an asynchronous transformer may take (0: no limit)
 
     [transform.options.compress]     # default options of one transformer, by name
     algorithm = "gzip"
@@ -22,12 +23,15 @@ checks names against the loaded plugins).  Shape::
     direction = "both"               # inbound | outbound | both
     on_error = "reject"
     dead_letter = "/queue/DLQ.transform"
+    timeout = 5.0                    # overrides [transform] timeout
     options = { rename = { "X-Old" = "x-new" } }   # merged over [transform.options.<name>]
 
 Failure policies: ``reject`` fails the message (an ERROR frame instead of the
 RECEIPT inbound); ``dead-letter`` sends the message as it arrived to
 ``dead_letter``; ``skip`` passes the message on as it was before the failing
-transformer; ``drop`` consumes it without transferring it.
+transformer; ``drop`` consumes it without transferring it.  A transformer
+whose Deferred has not fired after ``timeout`` seconds is cancelled and
+counts as failed.
 """
 
 from __future__ import annotations
@@ -56,11 +60,15 @@ _SECTION_KEYS = (
     "transformation_header",
     "on_error",
     "dead_letter",
+    "timeout",
     "options",
     "chain",
 )
-_ENTRY_KEYS = ("transformer", "destinations", "direction", "on_error", "dead_letter", "options")
+_ENTRY_KEYS = ("transformer", "destinations", "direction", "on_error", "dead_letter", "timeout", "options")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds an asynchronous transformer may take unless configured otherwise."""
 
 _T = TypeVar("_T")
 
@@ -80,6 +88,8 @@ class ChainEntry:
     dead_letter: str | None = None
     options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     key: str = ""
+    timeout: float | None = None
+    """Seconds an asynchronous result may take; None: the section's timeout."""
     _patterns: tuple[re.Pattern[str], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -108,6 +118,7 @@ class TransformConfig:
     transformation_header: bool = True
     on_error: ErrorPolicy = "reject"
     dead_letter: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _EMPTY)
     chain: tuple[ChainEntry, ...] = ()
     path: str = ""
@@ -140,39 +151,34 @@ def parse_transform_config(raw: Mapping[str, Any] | None, path: str = "") -> Tra
         raise ConfigError(
             "on_error = 'dead-letter' needs a dead_letter destination", path=path, key=f"{_SECTION}.on_error"
         )
+    timeout = _seconds(section.get("timeout", DEFAULT_TIMEOUT), f"{_SECTION}.timeout", path)
     options = _table(section.get("options", {}), f"{_SECTION}.options", path)
     defaults: dict[str, Mapping[str, Any]] = {}
     for name, value in options.items():
         defaults[name] = MappingProxyType(dict(_table(value, f"{_SECTION}.options.{name}", path)))
     raw_chain = section.get("chain", [])
     if not isinstance(raw_chain, list):
-        raise ConfigError(
-            "must be an array of tables ([[transform.chain]])", path=path, key=f"{_SECTION}.chain"
-        )
+        raise ConfigError("must be an array of tables ([[transform.chain]])", path=path, key=f"{_SECTION}.chain")
     chain = tuple(
-        _entry(item, f"{_SECTION}.chain[{index}]", path, on_error, dead_letter)
-        for index, item in enumerate(raw_chain)
+        _entry(item, f"{_SECTION}.chain[{index}]", path, on_error, dead_letter) for index, item in enumerate(raw_chain)
     )
     return TransformConfig(
         plugin_dirs=_strings(section.get("plugin_dirs", ["plugins"]), f"{_SECTION}.plugin_dirs", path),
         blocked=_strings(section.get("blocked", []), f"{_SECTION}.blocked", path),
-        load_entry_points=_typed(
-            section.get("load_entry_points", True), bool, f"{_SECTION}.load_entry_points", path
-        ),
+        load_entry_points=_typed(section.get("load_entry_points", True), bool, f"{_SECTION}.load_entry_points", path),
         transformation_header=_typed(
             section.get("transformation_header", True), bool, f"{_SECTION}.transformation_header", path
         ),
         on_error=on_error,
         dead_letter=dead_letter,
+        timeout=timeout,
         options=MappingProxyType(defaults),
         chain=chain,
         path=path,
     )
 
 
-def _entry(
-    raw: Any, key: str, path: str, default_policy: ErrorPolicy, default_dead_letter: str | None
-) -> ChainEntry:
+def _entry(raw: Any, key: str, path: str, default_policy: ErrorPolicy, default_dead_letter: str | None) -> ChainEntry:
     table = _table(raw, key, path)
     _reject_unknown(table, _ENTRY_KEYS, key, path)
     if "transformer" not in table:
@@ -182,9 +188,7 @@ def _entry(
         raise ConfigError("must not be empty", path=path, key=f"{key}.transformer")
     destinations = _strings(table.get("destinations", ["*"]), f"{key}.destinations", path)
     if not destinations:
-        raise ConfigError(
-            'must name at least one destination glob ("*" for all)', path=path, key=f"{key}.destinations"
-        )
+        raise ConfigError('must name at least one destination glob ("*" for all)', path=path, key=f"{key}.destinations")
     direction = _typed(table.get("direction", "both"), str, f"{key}.direction", path)
     if direction not in CHAIN_DIRECTIONS:
         raise ConfigError(
@@ -210,6 +214,7 @@ def _entry(
                 key=f"{key}.on_error",
             )
     options = MappingProxyType(dict(_table(table.get("options", {}), f"{key}.options", path)))
+    timeout = _seconds(table["timeout"], f"{key}.timeout", path) if "timeout" in table else None
     return ChainEntry(
         transformer=transformer,
         destinations=destinations,
@@ -218,6 +223,7 @@ def _entry(
         dead_letter=dead_letter,
         options=options,
         key=key,
+        timeout=timeout,
     )
 
 
@@ -237,6 +243,12 @@ def _strings(value: Any, key: str, path: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"must be an array of strings, not {_kind(value)}", path=path, key=key)
     return tuple(value)
+
+
+def _seconds(value: Any, key: str, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"must be a number of seconds >= 0 (0: no limit), not {value!r}", path=path, key=key)
+    return float(value)
 
 
 def _policy(value: Any, key: str, path: str) -> ErrorPolicy:

@@ -26,9 +26,13 @@ _NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
 
 
 @implementer(ITransformContext)
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class TransformContext:
     """What a transformer knows about the message it is given.
+
+    Not frozen (a frozen dataclass costs three times as much to build, and
+    the chain builds one per transformer per message); each transformer gets
+    its own instance, so changing it affects nothing else.
 
     :ivar direction: ``inbound`` (STOMP → target) or ``outbound`` (target → STOMP).
     :ivar source: where the message comes from: the SEND's destination
@@ -58,6 +62,4 @@ class TransformContext:
 
     def with_options(self, options: Mapping[str, Any]) -> TransformContext:
         """This context carrying ``options`` (one per transformer in a chain)."""
-        return TransformContext(
-            self.direction, self.source, self.target, self.login, options, self.transformation
-        )
+        return TransformContext(self.direction, self.source, self.target, self.login, options, self.transformation)

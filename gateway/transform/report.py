@@ -51,11 +51,13 @@ def describe_plugins(plugin_manager: PluginManager, config: TransformConfig | No
     lines.append("Transformers:")
     if not catalog.entries:
         lines.append("  (none)")
+    width = max((len(name) for name in catalog.entries), default=0)
+    plugin_width = max((len(entry.plugin) for entry in catalog.entries.values()), default=0)
     for name in catalog.names():
         entry = catalog.entries[name]
         doc = (type(entry.transformer).__doc__ or "").strip().splitlines()
-        summary = f"  {doc[0]}" if doc else ""
-        lines.append(f"  {name:<16} plugin {entry.plugin}{summary}")
+        summary = doc[0].strip() if doc else ""
+        lines.append(f"  {name:<{width}}  {entry.plugin:<{plugin_width}}  {summary}".rstrip())
     failed = sum(1 for record in records if record.status == "failed")
     lines.append("")
     lines.append(

@@ -1,0 +1,78 @@
+"""The STOMP session's use of the transformer chains (GlassFish bridge order).
+
+:class:`SessionTransforms` runs the inbound chain on each SEND before
+routing and the outbound chain on each delivery before the MESSAGE frame,
+and turns the chain's outcomes into what the session does: pass the message
+on, consume it (dropped), send it to a dead-letter destination, or fail the
+frame with an ERROR.  When no chain entry and no ``transformation`` header
+applies, nothing but a cached lookup happens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred
+
+from gateway.message.model import Message
+from gateway.transform import DeadLettered, Deliver, Dropped, Outcome, Rejected, TransformChains, TransformContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gateway.stomp.frame import Frame
+    from gateway.stomp.session import StompSession, StompSubscription
+
+
+class SessionTransforms:
+    """Adapts :class:`TransformChains` to the session's transformer hook."""
+
+    def __init__(self, chains: TransformChains) -> None:
+        self.chains = chains
+
+    def check_transformation(self, name: str | None) -> None:
+        """Raise TransformError if a SUBSCRIBE names an unknown transformer."""
+        self.chains.check_transformation(name)
+
+    def inbound(self, message: Message, session: StompSession, frame: Frame) -> Message | None | Deferred[Any]:
+        context = TransformContext(
+            "inbound", frame.headers.get("destination", message.destination), message.destination,
+            session.login, transformation=frame.headers.get("transformation"),
+        )
+        if not self.chains.has_work(context):
+            return message
+        return self.chains.run(message, context).addCallback(self._inbound_outcome, session)
+
+    def _inbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | None | Deferred[Any]:
+        if isinstance(outcome, Deliver):
+            outcome.message.destination = outcome.destination
+            return outcome.message
+        if isinstance(outcome, Dropped):
+            return None
+        if isinstance(outcome, DeadLettered):
+            return outcome.message  # message.destination is the dead-letter destination
+        assert isinstance(outcome, Rejected)
+        raise outcome.error
+
+    def outbound(self, message: Message, session: StompSession,
+                 subscription: StompSubscription) -> Message | None | Deferred[Any]:
+        context = TransformContext(
+            "outbound", message.destination, subscription.destination, session.login,
+            transformation=subscription.transformation,
+        )
+        if not self.chains.has_work(context):
+            return message
+        return self.chains.run(message, context).addCallback(self._outbound_outcome, session)
+
+    def _outbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | None | Deferred[Any]:
+        if isinstance(outcome, Deliver):
+            return outcome.message
+        if isinstance(outcome, Dropped):
+            return None
+        if isinstance(outcome, DeadLettered):
+            resolved = session.destinations.resolve(outcome.destination)
+            outcome.message.destination = resolved.destination
+            sent: Deferred[None] = resolved.connector.send(outcome.message)
+            return sent.addCallback(lambda _: None)
+        assert isinstance(outcome, Rejected)
+        raise outcome.error
+
+
