@@ -13,11 +13,10 @@ to change one must work on :meth:`Message.copy`.
 
 from __future__ import annotations
 
-import copy as _copy
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any, ClassVar
 
@@ -46,6 +45,9 @@ def new_message_id() -> str:
 def now_millis() -> int:
     """Wall-clock time in milliseconds since the epoch (JMSTimestamp units)."""
     return int(time.time() * 1000)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass(slots=True, eq=False)
@@ -89,7 +91,13 @@ class Message:
 
     def copy(self) -> Message:
         """A copy whose properties (and mutable body) can be changed freely."""
-        duplicate = _copy.copy(self)
+        cls = type(self)
+        names = _FIELD_NAMES.get(cls)
+        if names is None:
+            names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+        duplicate = object.__new__(cls)
+        for name in names:
+            object.__setattr__(duplicate, name, getattr(self, name))
         duplicate.properties = dict(self.properties)
         return duplicate
 

@@ -182,7 +182,7 @@ class StompSession:
         except (StompError, StompProtocolError) as error:
             self.fail(error, frame)
         except GatewayError as error:
-            self.fail(StompError(type(error).__name__, str(error)), frame)
+            self.fail(StompError(_error_title(error), str(error)), frame)
         except Exception:
             self.log.failure("internal error handling {command} from {peer}", command=frame.command, peer=self.peer)
             self.fail(StompError("internal error", f"the gateway failed to process {frame.command}"), frame)
@@ -233,9 +233,9 @@ class StompSession:
         if isinstance(error, StompError) and error.message == "unsupported protocol version":
             headers["version"] = ",".join(VERSIONS)
         detail = error.detail or error.message
-        where = f"{frame.command} frame" if frame is not None else "frame"
+        text = f"{frame.command} frame: {detail}" if frame is not None else detail
         self.log.info("ERROR to {peer}: {message}: {detail}", peer=self.peer, message=error.message, detail=detail)
-        self.sink.send_frame(Frame("ERROR", headers, f"{where}: {detail}\n".encode()))
+        self.sink.send_frame(Frame("ERROR", headers, f"{text}\n".encode()))
         self.state = "closing"
         self.sink.close()
 

@@ -8,11 +8,8 @@ Broken entry points are simulated with a dist-info folder on sys.path.
 
 from __future__ import annotations
 
-import configparser
 import importlib
 import importlib.metadata
-import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -33,43 +30,13 @@ from gateway.transform import (
     plugin_records,
 )
 from gateway.transform.catalog import collect_transformers
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jmsgateway-example-plugin"
-DIST = "jmsgateway-example-plugin"
-PACKAGE_FILE = "jmsgateway_example_plugin/__init__.py"
-
-
-def source_version() -> str:
-    parser = configparser.ConfigParser()
-    parser.read(EXAMPLE / "setup.cfg")
-    return parser["metadata"]["version"]
-
-
-def installed_matches_source() -> bool:
-    try:
-        dist = importlib.metadata.distribution(DIST)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    if dist.version != source_version():
-        return False
-    if not any(ep.group == "jmsgateway" and ep.name == "example" for ep in dist.entry_points):
-        return False
-    installed = Path(str(dist.locate_file(PACKAGE_FILE)))
-    return installed.is_file() and installed.read_bytes() == (EXAMPLE / PACKAGE_FILE).read_bytes()
+from tests.support.example_plugin import DIST, ensure_example_installed, source_version
 
 
 @pytest.fixture(scope="module")
 def example_installed(tmp_path_factory: pytest.TempPathFactory) -> None:
     """pip-install the example package (no deps, no network) unless the same copy is installed."""
-    if not installed_matches_source():
-        # build from a copy so the source tree gets no build/ or *.egg-info
-        source = tmp_path_factory.mktemp("example") / "jmsgateway-example-plugin"
-        shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", str(source)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
-        importlib.invalidate_caches()
-    assert installed_matches_source()
+    ensure_example_installed(tmp_path_factory.mktemp("example"))
 
 
 def test_example_plugin_is_discovered_through_its_entry_point(example_installed: None) -> None:
