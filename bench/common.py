@@ -39,6 +39,6 @@ def report(title: str, rows: list[tuple[str, float]], reference: str) -> None:
     """Print rates and each one's ratio to the ``reference`` row."""
     base = dict(rows)[reference]
     print(f"\n{title}")
-    print(f"  {'case':<48} {'msg/s':>10} {'ratio':>8}")
+    print(f"  {'case':<52} {'msg/s':>10} {'ratio':>8}")
     for name, rate in rows:
-        print(f"  {name:<48} {rate:>10.0f} {rate / base:>8.2f}")
+        print(f"  {name:<52} {rate:>10.0f} {rate / base:>8.2f}")

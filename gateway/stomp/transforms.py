@@ -37,9 +37,10 @@ class SessionTransforms:
             "inbound", frame.headers.get("destination", message.destination), message.destination,
             session.login, transformation=frame.headers.get("transformation"),
         )
-        if not self.chains.has_work(context):
-            return message
-        return self.chains.run(message, context).addCallback(self._inbound_outcome, session)
+        outcome = self.chains.run_now(message, context, owned=True)
+        if isinstance(outcome, Deferred):
+            return outcome.addCallback(self._inbound_outcome, session)
+        return self._inbound_outcome(outcome, session)
 
     def _inbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | None | Deferred[Any]:
         if isinstance(outcome, Deliver):
@@ -58,9 +59,10 @@ class SessionTransforms:
             "outbound", message.destination, subscription.destination, session.login,
             transformation=subscription.transformation,
         )
-        if not self.chains.has_work(context):
-            return message
-        return self.chains.run(message, context).addCallback(self._outbound_outcome, session)
+        outcome = self.chains.run_now(message, context)
+        if isinstance(outcome, Deferred):
+            return outcome.addCallback(self._outbound_outcome, session)
+        return self._outbound_outcome(outcome, session)
 
     def _outbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | None | Deferred[Any]:
         if isinstance(outcome, Deliver):

@@ -136,6 +136,11 @@ class Rejected:
 Outcome: TypeAlias = Deliver | Dropped | DeadLettered | Rejected
 
 
+def _needs_original(steps: tuple[_Step, ...]) -> bool:
+    """Whether a failure policy in ``steps`` sends on the message as it arrived."""
+    return any(step.on_error == "dead-letter" for step in steps)
+
+
 def is_stomp_deliverable(message: Message) -> bool:
     """Whether a STOMP subscriber may receive ``message`` (Text or Bytes only)."""
     return isinstance(message, TextMessage | BytesMessage)
@@ -323,6 +328,18 @@ class TransformChains:
     def run(self, message: Message, context: TransformContext) -> Deferred[Outcome]:
         """Put ``message`` through its chain; the Deferred fires with the :data:`Outcome`
         and never fails because of a transformer."""
+        outcome = self.run_now(message, context)
+        if isinstance(outcome, Deferred):
+            return outcome
+        return succeed(outcome)
+
+    def run_now(self, message: Message, context: TransformContext, *, owned: bool = False) -> Outcome | Deferred[Outcome]:
+        """:meth:`run`, but a chain that answers synchronously gives its outcome directly.
+
+        :param owned: the caller hands over a message nobody else holds (a SEND just
+            decoded), so transformers may work on it in place; it is then copied only
+            when a step's failure policy needs the message as it arrived.
+        """
         try:
             steps = self._steps(context.direction, context.stomp_destination, context.transformation)
         except TransformError as exc:
@@ -334,13 +351,11 @@ class TransformChains:
                 destination=context.stomp_destination,
                 error=str(exc),
             )
-            return succeed(Rejected(exc))
+            return Rejected(exc)
         if not steps:
-            return succeed(Deliver(message, context.target))
-        outcome = self._advance(steps, 0, message, message.copy(), None, context)
-        if isinstance(outcome, Deferred):
-            return outcome
-        return succeed(outcome)
+            return Deliver(message, context.target)
+        working = message if owned and not _needs_original(steps) else message.copy()
+        return self._advance(steps, 0, message, working, None, context)
 
     def _advance(
         self,
@@ -357,6 +372,10 @@ class TransformChains:
             given = message.copy() if step.on_error == "skip" else message
             try:
                 result = step.transformer.transform(given, context.with_options(step.options))
+                if isinstance(result, Message):  # the common case, first
+                    message = result
+                    index += 1
+                    continue
                 if inspect.iscoroutine(result):
                     result = Deferred.fromCoroutine(result)
             except Exception:
