@@ -16,9 +16,11 @@ consume them; the broker recovers them from the store at start.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
@@ -28,6 +30,7 @@ from zope.interface import implementer
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
 from gateway.broker.store import DurableRecord, MemoryStore, Snapshot, durable_key
 from gateway.config import BrokerSettings
+from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, GatewayError
 from gateway.interfaces import IConnector, IConsumer, IMessageStore, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
@@ -49,26 +52,47 @@ def destination_kind(destination: str) -> str:
     )
 
 
+class Tally:
+    """A counter the hot path bumps with a plain integer add."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.count += amount
+
+
 class BrokerMetrics:
-    """Counters of the embedded broker, in an injectable registry."""
+    """Counters of the embedded broker, exposed through an injectable registry.
+
+    The hot path adds to plain integers; prometheus_client reads them when it
+    is scraped (a custom collector), so counting costs no lock or label lookup.
+    """
+
+    _COUNTERS = {
+        "enqueued": "Messages accepted by the embedded broker",
+        "consumed": "Messages acknowledged at the embedded broker",
+        "redelivered": "Deliveries returned for redelivery",
+        "dead_lettered": "Messages moved to a dead-letter queue",
+        "expired": "Expired messages dropped undelivered",
+    }
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.enqueued = Counter(
-            "jmsgateway_broker_enqueued", "Messages accepted by the embedded broker", registry=self.registry
-        )
-        self.consumed = Counter(
-            "jmsgateway_broker_consumed", "Messages acknowledged at the embedded broker", registry=self.registry
-        )
-        self.redelivered = Counter(
-            "jmsgateway_broker_redelivered", "Deliveries returned for redelivery", registry=self.registry
-        )
-        self.dead_lettered = Counter(
-            "jmsgateway_broker_dead_lettered", "Messages moved to a dead-letter queue", registry=self.registry
-        )
-        self.expired = Counter(
-            "jmsgateway_broker_expired", "Expired messages dropped undelivered", registry=self.registry
-        )
+        self.enqueued = Tally()
+        self.consumed = Tally()
+        self.redelivered = Tally()
+        self.dead_lettered = Tally()
+        self.expired = Tally()
+        self.registry.register(self)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        for name, documentation in self._COUNTERS.items():
+            family = CounterMetricFamily(f"jmsgateway_broker_{name}", documentation)
+            family.add_metric([], getattr(self, name).count)
+            yield family
 
 
 @implementer(IConnector)
@@ -102,11 +126,12 @@ class EmbeddedBroker:
         """Open the store and recover its queues and durable subscriptions."""
         d: Deferred[Snapshot] = self.store.open()
 
-        def recovered(snapshot: Snapshot) -> None:
-            self.recover(snapshot)
+        def recovered(snapshot: Snapshot) -> Deferred[Any]:
+            moved = self.recover(snapshot)
             self._expiry.start(self.settings.expiry_check_interval_ms / 1000.0, now=False)
+            return moved
 
-        return d.addCallback(recovered)
+        return d.addCallback(recovered).addCallback(lambda _: None)
 
     def stop(self) -> Deferred[None]:
         if self._expiry.running:
@@ -114,8 +139,8 @@ class EmbeddedBroker:
         result: Deferred[None] = self.store.close()
         return result
 
-    def recover(self, snapshot: Snapshot) -> None:
-        """Rebuild state from a store snapshot.
+    def recover(self, snapshot: Snapshot) -> Deferred[Any]:
+        """Rebuild state from a store snapshot; fires when recovery's own writes are stored.
 
         A stored message's redelivery count includes a delivery that was
         under way when the broker stopped (see :meth:`delivered`); one past
@@ -125,6 +150,7 @@ class EmbeddedBroker:
         for record in snapshot.durables:
             self._make_durable(record.key, record.destination, record.selector)
         limit = self.settings.max_redeliveries
+        moves: list[Deferred[None]] = []
         for key, message in snapshot.messages:
             queue = self.durables.get(key) if key.startswith("durable:") else self._queue(key)
             if queue is None:
@@ -132,7 +158,8 @@ class EmbeddedBroker:
                               id=message.message_id, key=key)
                 continue
             if message.redelivery_count > limit and not queue.name.startswith(self.settings.dead_letter_prefix):
-                self._dead_letter(queue, message, f"delivery failed {message.redelivery_count} times (limit {limit})")
+                reason = f"delivery failed {message.redelivery_count} times (limit {limit})"
+                moves.append(self._dead_letter(queue, message, reason))
                 continue
             queue.enqueue(message)
         if snapshot.expired:
@@ -141,6 +168,7 @@ class EmbeddedBroker:
             "embedded broker recovered {messages} messages, {durables} durable subscriptions, purged {expired}",
             messages=len(snapshot.messages), durables=len(snapshot.durables), expired=snapshot.expired,
         )
+        return gather(moves)
 
     # -- QueueOwner --------------------------------------------------------
 
@@ -380,7 +408,8 @@ class EmbeddedBroker:
         result: Deferred[None] = self.store.remove_durable(key)
         return result
 
-    def _dead_letter(self, queue: MessageQueue, message: Message, reason: str) -> None:
+    def _dead_letter(self, queue: MessageQueue, message: Message, reason: str) -> Deferred[None]:
+        """Move ``message`` to the dead-letter queue of ``queue``; fires once stored there."""
         name = queue.name.split("/", 2)[-1]
         dlq = f"{self.settings.dead_letter_prefix}{name}"
         dead = message.copy()
@@ -392,12 +421,13 @@ class EmbeddedBroker:
                       id=message.message_id, queue=queue.name, dlq=dlq, reason=reason)
         target = self._queue(dlq)
         if message.persistent and self._persist_all:
-            d = self.store.add_batch([(target.key, dead)])
+            d: Deferred[None] = self.store.add_batch([(target.key, dead)])
             d.addCallback(lambda _: self.store.remove(queue.key, message.message_id))
             d.addCallback(lambda _: target.enqueue(dead))
             d.addErrback(self._store_failed)
-        else:
-            target.enqueue(dead)
+            return d
+        target.enqueue(dead)
+        return succeed(None)
 
     def purge_expired(self) -> int:
         """Drop expired messages everywhere; returns how many."""
