@@ -35,7 +35,7 @@ def main(count: int = 50_000) -> None:
     for ack in ("auto", "client"):
         report(
             f"STOMP throughput, {count} x 100 B, non-persistent, {ack} ack (1 producer, 1 consumer)",
-            [(f"activemq {ack} ack", results[f"activemq {ack} ack"]), (f"gateway {ack} ack", results[f"gateway {ack} ack"])],
+            [(name, results[name]) for name in (f"activemq {ack} ack", f"gateway {ack} ack")],
             f"activemq {ack} ack",
         )
 

@@ -95,10 +95,7 @@ def encode_frame(frame: Frame, version: str, *, add_content_length: bool = True)
             append(f"{name}:{value}")
     if add_content_length and "content-length" not in headers and (body or frame.command == "MESSAGE"):
         lines.append(f"content-length:{len(body)}")
-    if lines:
-        head = f"{frame.command}\n" + "\n".join(lines) + "\n\n"
-    else:
-        head = f"{frame.command}\n\n"
+    head = f"{frame.command}\n" + "\n".join(lines) + "\n\n" if lines else f"{frame.command}\n\n"
     return b"".join((head.encode("utf-8"), body, b"\x00"))
 
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from twisted.cred.credentials import Anonymous, UsernamePassword
 from twisted.cred.error import LoginFailed, UnauthorizedLogin
 from twisted.cred.portal import Portal
-from twisted.internet.defer import Deferred, DeferredList, maybeDeferred, succeed
+from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -538,13 +538,16 @@ class StompSession:
         if self.state != "connected":
             return
         if self.transformer is not None:
-            d = maybeDeferred(self.transformer.outbound, message, self, subscription)
-            if d.called and not isinstance(getattr(d, "result", None), Failure | Deferred):
-                self._deliver_transformed(d.result, subscription, tag)
+            try:
+                transformed = self.transformer.outbound(message, self, subscription)
+            except Exception:
+                self._outbound_failed(Failure(), subscription, message)
                 return
-            d.addCallback(self._deliver_transformed, subscription, tag)
-            d.addErrback(self._outbound_failed, subscription, message)
-            return
+            if isinstance(transformed, Deferred):
+                transformed.addCallback(self._deliver_transformed, subscription, tag)
+                transformed.addErrback(self._outbound_failed, subscription, message)
+                return
+            message = transformed
         self._deliver_transformed(message, subscription, tag)
 
     def _deliver_transformed(self, message: Message | None, subscription: StompSubscription, tag: Any) -> None:

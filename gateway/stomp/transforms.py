@@ -32,7 +32,7 @@ class SessionTransforms:
         """Raise TransformError if a SUBSCRIBE names an unknown transformer."""
         self.chains.check_transformation(name)
 
-    def inbound(self, message: Message, session: StompSession, frame: Frame) -> Message | None | Deferred[Any]:
+    def inbound(self, message: Message, session: StompSession, frame: Frame) -> Message | Deferred[Any] | None:
         context = TransformContext(
             "inbound", frame.headers.get("destination", message.destination), message.destination,
             session.login, transformation=frame.headers.get("transformation"),
@@ -42,7 +42,7 @@ class SessionTransforms:
             return outcome.addCallback(self._inbound_outcome, session)
         return self._inbound_outcome(outcome, session)
 
-    def _inbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | None | Deferred[Any]:
+    def _inbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | Deferred[Any] | None:
         if isinstance(outcome, Deliver):
             outcome.message.destination = outcome.destination
             return outcome.message
@@ -54,7 +54,7 @@ class SessionTransforms:
         raise outcome.error
 
     def outbound(self, message: Message, session: StompSession,
-                 subscription: StompSubscription) -> Message | None | Deferred[Any]:
+                 subscription: StompSubscription) -> Message | Deferred[Any] | None:
         context = TransformContext(
             "outbound", message.destination, subscription.destination, session.login,
             transformation=subscription.transformation,
@@ -64,7 +64,7 @@ class SessionTransforms:
             return outcome.addCallback(self._outbound_outcome, session)
         return self._outbound_outcome(outcome, session)
 
-    def _outbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | None | Deferred[Any]:
+    def _outbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | Deferred[Any] | None:
         if isinstance(outcome, Deliver):
             return outcome.message
         if isinstance(outcome, Dropped):

@@ -333,7 +333,9 @@ class TransformChains:
             return outcome
         return succeed(outcome)
 
-    def run_now(self, message: Message, context: TransformContext, *, owned: bool = False) -> Outcome | Deferred[Outcome]:
+    def run_now(
+        self, message: Message, context: TransformContext, *, owned: bool = False
+    ) -> Outcome | Deferred[Outcome]:
         """:meth:`run`, but a chain that answers synchronously gives its outcome directly.
 
         :param owned: the caller hands over a message nobody else holds (a SEND just

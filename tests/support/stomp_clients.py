@@ -7,6 +7,7 @@ thread-safe queues, so a test can say ``client.message(timeout=5)``.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import uuid
@@ -170,7 +171,7 @@ class Client:
         if self.connection.is_connected():
             try:
                 self.connection.disconnect(receipt=uuid.uuid4().hex)
-            except Exception:  # noqa: BLE001 - best effort on teardown
+            except Exception:
                 self.connection.disconnect(receipt=None)
 
     def drop(self) -> None:
@@ -193,7 +194,5 @@ class StompClients:
 
     def close(self) -> None:
         for client in self.clients:
-            try:
+            with contextlib.suppress(Exception):
                 client.disconnect()
-            except Exception:  # noqa: BLE001 - teardown must not mask the test's failure
-                pass
