@@ -20,7 +20,7 @@ system-deps:
 	bash scripts/install-system-deps.sh
 
 run: setup
-	$(VENV)/bin/twistd -n jmsgateway --config $(CONFIG)
+	PYTHONPATH=. $(VENV)/bin/twistd -n jmsgateway --config $(CONFIG)
 
 check: setup
 	$(VENV)/bin/ruff check gateway plugins tests bench twisted
