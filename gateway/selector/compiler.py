@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from gateway.message.model import Message
 from gateway.selector.dialect import STOMP, Dialect
@@ -36,7 +37,6 @@ from gateway.selector.syntax import (
     Not,
 )
 from gateway.selector.values import (
-    PYTHON_OPERATORS,
     Truth,
     Value,
     arithmetic,
@@ -45,6 +45,7 @@ from gateway.selector.values import (
     mismatch_value,
     negate,
     not_truth,
+    number_operator,
     unary_plus,
 )
 
@@ -125,6 +126,10 @@ class _Compiler:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.mismatch = mismatch_value(dialect)
+        # `<>` and NOT LIKE of non-like types: FALSE (JMS) or TRUE (ActiveMQ negates)
+        self.negated_mismatch = not_truth(self.mismatch) if dialect.activemq_negation else self.mismatch
+        # IN of a non-string: FALSE (JMS) or UNKNOWN (ActiveMQ)
+        self.in_mismatch = None if dialect.activemq_negation else self.mismatch
 
     # -- values ----------------------------------------------------------
 
@@ -240,8 +245,8 @@ class _Compiler:
     def like(self, node: Like) -> ValueFunction:
         matcher = like_matcher(node.pattern, node.escape)
         function = self.value(node.operand)
-        mismatch = self.mismatch
         negated = node.negated
+        mismatch = self.negated_mismatch if negated else self.mismatch
 
         def like(message: Message) -> Truth:
             value = function(message)
@@ -249,7 +254,7 @@ class _Compiler:
                 return matcher(value) is not negated
             if value is None:
                 return None
-            return not_truth(mismatch) if negated else mismatch
+            return mismatch
 
         return like
 
@@ -289,17 +294,18 @@ class _Compiler:
         function = self.value(node.operand)
         values = frozenset(node.values)
         negated = node.negated
+        mismatch = self.in_mismatch
 
         def in_list(message: Message) -> Truth:
             value = function(message)
             if value.__class__ is str:
                 return (value in values) is not negated
-            return None  # NULL, or not a string: UNKNOWN (as ActiveMQ)
+            return None if value is None else mismatch
 
         return in_list
 
     def comparison(self, node: Comparison, *, truth: bool) -> Callable[[Message], Truth]:
-        if node.operator == "<>":
+        if node.operator == "<>" and self.dialect.activemq_negation:
             equal = self.comparison(Comparison("=", node.left, node.right, node.column), truth=False)
             if truth:
                 return lambda message: equal(message) is False
@@ -312,9 +318,14 @@ class _Compiler:
             if truth:
                 return lambda message: result is True
             return lambda message: result
-        if left.property_name is not None and right.is_constant and not self.dialect.java_double_order:
+        if left.property_name is not None and right.is_constant:
             return _property_versus_constant(
-                node.operator, left.property_name, right.constant, compare, truth=truth
+                left.property_name,
+                right.constant,
+                compare,
+                number_operator(node.operator, self.dialect),
+                operator=node.operator,
+                truth=truth,
             )
         left_function, right_function = left.function, right.function
         if truth:
@@ -323,40 +334,133 @@ class _Compiler:
 
     # -- truth (is it TRUE?) ---------------------------------------------
 
+    def property_test_truth(self, node: Like | In | IsNull, name: str) -> TruthFunction:
+        """LIKE, IN and IS NULL on a property, read straight from the properties."""
+        if isinstance(node, IsNull):
+            if node.negated:
+                return lambda message: message.properties.get(name) is not None
+            return lambda message: message.properties.get(name) is None
+        if isinstance(node, In):
+            values = frozenset(node.values)  # a non-string is FALSE or UNKNOWN: never TRUE
+            if node.negated:
+
+                def not_in_truth(message: Message) -> bool:
+                    value = message.properties.get(name)
+                    return value.__class__ is str and value not in values
+
+                return not_in_truth
+
+            def in_truth(message: Message) -> bool:
+                value = message.properties.get(name)
+                return value.__class__ is str and value in values
+
+            return in_truth
+        matcher = like_matcher(node.pattern, node.escape)
+        if node.negated:
+            mismatch_truth = self.negated_mismatch is True
+
+            def not_like_truth(message: Message) -> bool:
+                value = message.properties.get(name)
+                if value.__class__ is str:
+                    return not matcher(value)
+                return value is not None and mismatch_truth
+
+            return not_like_truth
+
+        def like_truth(message: Message) -> bool:
+            value = message.properties.get(name)
+            return value.__class__ is str and matcher(value)
+
+        return like_truth
+
     def truth(self, node: Node) -> TruthFunction:
         """Whether ``node`` is TRUE for a message."""
         if isinstance(node, Comparison):
             return self.comparison(node, truth=True)  # type: ignore[return-value]
         if isinstance(node, Logical):
-            operands = tuple(self.truth(operand) for operand in node.operands)
-            if len(operands) == 2:
-                first, second = operands
-                if node.operator == "AND":
-                    return lambda message: first(message) and second(message)
-                return lambda message: first(message) or second(message)
-            if node.operator == "AND":
-                return lambda message: all(operand(message) for operand in operands)
-            return lambda message: any(operand(message) for operand in operands)
+            operands = [self.truth(operand) for operand in node.operands]
+            return _all_true(operands) if node.operator == "AND" else _any_true(operands)
+        if isinstance(node, (Like, In, IsNull)) and isinstance(node.operand, Identifier):
+            name = node.operand.name
+            if header_getter(name) is None:
+                return self.property_test_truth(node, name)
         if isinstance(node, Not):
             inner = self.condition(node.operand)
             return lambda message: inner(message) is False
         if isinstance(node, Literal):
             result = node.value is True
             return lambda message: result
+        return self.generic_truth(node)
+
+    def generic_truth(self, node: Node) -> TruthFunction:
         value = self.condition(node)
         return lambda message: value(message) is True
 
 
+def _all_true(functions: list[TruthFunction]) -> TruthFunction:
+    """``f1(m) and f2(m) and …`` without a loop or generator per call."""
+    if len(functions) == 1:
+        return functions[0]
+    if len(functions) == 2:
+        first, second = functions
+        return lambda message: first(message) and second(message)
+    if len(functions) == 3:
+        first, second, third = functions
+        return lambda message: first(message) and second(message) and third(message)
+    first, second, third = functions[:3]
+    rest = _all_true(functions[3:])
+    return lambda message: first(message) and second(message) and third(message) and rest(message)
+
+
+def _any_true(functions: list[TruthFunction]) -> TruthFunction:
+    """``f1(m) or f2(m) or …`` without a loop or generator per call."""
+    if len(functions) == 1:
+        return functions[0]
+    if len(functions) == 2:
+        first, second = functions
+        return lambda message: first(message) or second(message)
+    if len(functions) == 3:
+        first, second, third = functions
+        return lambda message: first(message) or second(message) or third(message)
+    first, second, third = functions[:3]
+    rest = _any_true(functions[3:])
+    return lambda message: first(message) or second(message) or third(message) or rest(message)
+
+
 def _property_versus_constant(
-    operator: str,
     name: str,
     constant: Value,
     compare: Callable[[Value, Value], Truth],
+    python_operator: Callable[[Any, Any], bool],
     *,
+    operator: str,
     truth: bool,
 ) -> Callable[[Message], Truth]:
-    """``property op literal``, the common case, without generic dispatch."""
+    """``property op literal``, the common case, without generic dispatch.
+
+    ``compare`` is the full three-valued comparison; ``python_operator`` the
+    operator for two numbers (or strings, for ``=`` and ``<>``).  Both come
+    from the same dialect.
+    """
     constant_type = type(constant)
+    if operator == "<>" and constant_type is str:
+        if truth:
+
+            def string_differ_truth(message: Message) -> Truth:
+                value = message.properties.get(name)
+                if value.__class__ is str:
+                    return value != constant
+                return compare(value, constant) is True
+
+            return string_differ_truth
+
+        def string_differ(message: Message) -> Truth:
+            value = message.properties.get(name)
+            if value.__class__ is str:
+                return value != constant
+            return compare(value, constant)
+
+        return string_differ
     if operator == "=" and constant_type is str:
         if truth:
 
@@ -376,7 +480,6 @@ def _property_versus_constant(
 
         return string_equal
     if constant_type is int or constant_type is float:
-        python_operator = PYTHON_OPERATORS[operator]
         if truth:
 
             def number_compare_truth(message: Message) -> Truth:

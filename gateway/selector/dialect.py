@@ -24,13 +24,18 @@ class Dialect:
         converted to the other operand's type the way ActiveMQ does
         (``Integer.valueOf``, ``Long.valueOf``, ``Double.valueOf``,
         ``Boolean.valueOf``); a string that does not convert makes the
-        comparison a type mismatch.
-    :ivar mismatch_is_false: a comparison, LIKE or boolean test of values of
-        mismatched types is FALSE (ActiveMQ) instead of UNKNOWN.
+        comparison one of non-like types.
+    :ivar mismatch_is_false: a comparison of non-like types (``=``, ``<>``,
+        ``<``…, ``[NOT] LIKE``, ``[NOT] BETWEEN``, ``[NOT] IN``, or a
+        non-boolean used as a condition) is FALSE, as JMS 1.1 says; when
+        off it is UNKNOWN.
+    :ivar activemq_negation: ``<>`` and ``NOT LIKE`` are the negation of
+        ``=`` and ``LIKE`` (so TRUE for non-like types), and ``IN`` of a
+        non-string is UNKNOWN, as in ActiveMQ.
     :ivar null_equality: ActiveMQ's ``=``: NULL = NULL is TRUE, and
         ``x = NULL`` is FALSE when only the right operand is NULL.
     :ivar order_strings: ``< <= > >=`` order strings and booleans (ActiveMQ)
-        instead of making the comparison UNKNOWN.
+        instead of treating them as non-like types.
     :ivar divide_as_double: ``/`` always divides as double (ActiveMQ)
         instead of integer division for two exact operands.
     :ivar java_double_order: when a float is involved, compare both operands
@@ -40,7 +45,8 @@ class Dialect:
     """
 
     convert_strings: bool = True
-    mismatch_is_false: bool = False
+    mismatch_is_false: bool = True
+    activemq_negation: bool = False
     null_equality: bool = False
     order_strings: bool = False
     divide_as_double: bool = False
@@ -53,22 +59,17 @@ STOMP = Dialect()
 JMS = Dialect(convert_strings=False)
 """Strict JMS 1.1: a string property never compares equal to a number."""
 
-ACTIVEMQ_STOMP = Dialect(
-    convert_strings=True,
-    mismatch_is_false=True,
-    null_equality=True,
-    order_strings=True,
-    divide_as_double=True,
-    java_double_order=True,
-)
+_ACTIVEMQ_QUIRKS = {
+    "mismatch_is_false": True,
+    "activemq_negation": True,
+    "null_equality": True,
+    "order_strings": True,
+    "divide_as_double": True,
+    "java_double_order": True,
+}
+
+ACTIVEMQ_STOMP = Dialect(convert_strings=True, **_ACTIVEMQ_QUIRKS)
 """ActiveMQ 5.17 as a STOMP subscriber sees it (for the differential test)."""
 
-ACTIVEMQ_JMS = Dialect(
-    convert_strings=False,
-    mismatch_is_false=True,
-    null_equality=True,
-    order_strings=True,
-    divide_as_double=True,
-    java_double_order=True,
-)
+ACTIVEMQ_JMS = Dialect(convert_strings=False, **_ACTIVEMQ_QUIRKS)
 """ActiveMQ 5.17 as an OpenWire/JMS consumer sees it (for the differential test)."""

@@ -87,7 +87,7 @@ def tokenize(text: str) -> list[Token]:
         skipped = _SKIP.match(text, position)
         if skipped:
             position = skipped.end()
-        elif text.startswith("/*", position):
+        if text.startswith("/*", position):
             raise selector_error(text, position + 1, "unterminated comment '/*'")
         if position >= length:
             tokens.append(Token(TokenKind.END, None, "", length + 1))
@@ -101,7 +101,7 @@ def tokenize(text: str) -> list[Token]:
         elif (match := _IDENTIFIER.match(text, position)) is not None:
             word = match.group()
             upper = word.upper()
-            if upper in KEYWORDS:
+            if upper in KEYWORDS and word.isascii():
                 token = Token(TokenKind.KEYWORD, upper, word, column)
             else:
                 token = Token(TokenKind.IDENTIFIER, word, word, column)

@@ -29,8 +29,9 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 PYTHON_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
+    "<>": operator.ne,
     "<": operator.lt,
-    "<=": operator.lt,
+    "<=": operator.le,
     ">": operator.gt,
     ">=": operator.ge,
 }
@@ -44,7 +45,7 @@ _JAVA_DOUBLE = re.compile(
 
 
 def mismatch_value(dialect: Dialect) -> Truth:
-    """The truth value of a comparison between mismatched types."""
+    """The truth value of a comparison of non-like types."""
     return False if dialect.mismatch_is_false else None
 
 
@@ -91,16 +92,24 @@ def _java_numeric(python_operator: Callable[[Any, Any], bool]) -> Callable[[Any,
     return compare
 
 
-def comparator(operator_symbol: str, dialect: Dialect) -> Comparator:
-    """A three-valued comparison for ``= < <= > >=`` (``<>`` is NOT ``=``)."""
+def number_operator(operator_symbol: str, dialect: Dialect) -> Callable[[Any, Any], bool]:
+    """The two-valued operator comparing two numbers under ``dialect``."""
     python_operator = PYTHON_OPERATORS[operator_symbol]
-    if dialect.java_double_order:
-        python_operator = _java_numeric(python_operator)
+    return _java_numeric(python_operator) if dialect.java_double_order else python_operator
+
+
+def comparator(operator_symbol: str, dialect: Dialect) -> Comparator:
+    """A three-valued comparison for ``= <> < <= > >=``.
+
+    NULL on either side is UNKNOWN; non-like types give the dialect's
+    mismatch value (FALSE in JMS 1.1).
+    """
+    python_operator = number_operator(operator_symbol, dialect)
     mismatch = mismatch_value(dialect)
-    equality = operator_symbol == "="
+    equality = operator_symbol in ("=", "<>")
     orders_all = equality or dialect.order_strings
     convert = dialect.convert_strings
-    null_equality = equality and dialect.null_equality
+    null_equality = operator_symbol == "=" and dialect.null_equality
 
     def compare(left: Value, right: Value) -> Truth:
         if left is None or right is None:
