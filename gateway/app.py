@@ -22,6 +22,7 @@ from gateway.connectors.registry import create_connector
 from gateway.deferreds import gather
 from gateway.errors import ConfigError
 from gateway.interfaces import IConnector, IMessageStore
+from gateway.routing.service import build_kafka_router
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.transforms import SessionTransforms
 from gateway.transform import TransformChains, parse_transform_config, plugin_manager_for
@@ -47,6 +48,11 @@ class Gateway:
             self.connectors[name] = create_connector(
                 name, options, reactor=reactor, gateway_id=config.id, registry=self.registry, path=config.path
             )
+        router = build_kafka_router(config.routing, config.path, self.connectors, origin=config.id, clock=reactor,
+                                    registry=self.registry)
+        if router is not None:
+            # The router takes the Kafka connector's place: sends are routed, subscriptions reach Kafka.
+            self.connectors[router.config.connector] = router
         self.destinations = DestinationMap(self.connectors, config.destinations)
         self.portal = build_portal(config.auth, config.path)
         self.transform_config = parse_transform_config(config.transform, config.path)
@@ -61,13 +67,25 @@ class Gateway:
             portal=self.portal,
             transformer=SessionTransforms(self.chains),
         )
+        from gateway.bridges.service import bridges_for_gateway
+
+        self.bridges = bridges_for_gateway(self)
 
     def start(self) -> Deferred[Any]:
-        """Start every connector; fails if any fails."""
-        return gather(c.start() for c in self.connectors.values())
+        """Start every connector, then the bridges; fails if a connector fails."""
+        started = gather(c.start() for c in self.connectors.values())
+
+        def start_bridges(result: Any) -> Any:
+            self.bridges.startService()
+            return result
+
+        return started.addCallback(start_bridges)
 
     def stop(self) -> Deferred[Any]:
-        return DeferredList([c.stop() for c in self.connectors.values()], consumeErrors=True)
+        bridges: Deferred[Any] = self.bridges.stopService() if self.bridges.running else gather([])
+        return bridges.addCallback(
+            lambda _: DeferredList([c.stop() for c in self.connectors.values()], consumeErrors=True)
+        )
 
 
 def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
@@ -76,7 +94,11 @@ def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
         return MemoryStore()
     from gateway.broker.sqlite_store import SqliteStore
 
-    store: IMessageStore = SqliteStore(config.data_path(config.broker.database), reactor)
+    settings = config.broker
+    store: IMessageStore = SqliteStore(
+        config.data_path(settings.database), reactor,
+        synchronous=settings.synchronous.upper(), max_size=settings.max_size, min_free=settings.min_free,
+    )
     return store
 
 

@@ -46,6 +46,9 @@ class BrokerSettings:
     max_redeliveries: int = 6
     dead_letter_prefix: str = "/queue/DLQ."
     expiry_check_interval_ms: int = 1000
+    synchronous: str = "FULL"
+    max_size: int = 0
+    min_free: int = 16 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -190,6 +193,12 @@ def parse_config(raw: dict[str, Any], path: str = "") -> GatewayConfig:
         raise ConfigError(
             f"must be 'memory' or 'sqlite', not {config.broker.persistence!r}", path=path, key="broker.persistence"
         )
+    if config.broker.synchronous.upper() not in ("FULL", "NORMAL"):
+        raise ConfigError(f"must be 'FULL' or 'NORMAL', not {config.broker.synchronous!r}", path=path,
+                          key="broker.synchronous")
+    for key in ("max_size", "min_free"):
+        if getattr(config.broker, key) < 0:
+            raise ConfigError("must not be negative", path=path, key=f"broker.{key}")
     config.destinations = _destinations(raw.get("destinations", []), path)
     for name in _RAW_TABLES:
         value = raw.get(name, {})

@@ -54,13 +54,15 @@ class SubscriptionSpec:
 class IConsumer(Interface):
     """Receives deliveries from an :class:`ISubscription`."""
 
-    def deliver(message: Message, tag: Any) -> None:
+    def deliver(message: Message, tag: Any) -> bool | None:
         """Hand one message to the consumer.
 
         ``tag`` is the opaque handle the consumer passes back to
         :meth:`ISubscription.ack` / :meth:`ISubscription.nack`.  The message
         object may be shared with other consumers: do not mutate it, copy it.
-        Called on the reactor thread.
+        Called on the reactor thread.  A consumer that could not take the
+        message (e.g. the GlassFish rule refused it) returns ``False``; a
+        connector then does not acknowledge it on an ``auto`` subscription.
         """
 
     def subscription_failed(reason: Exception) -> None:

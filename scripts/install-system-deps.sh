@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the integration tests and benchmarks need:
-# ActiveMQ (the real JMS broker) and a Java runtime (ActiveMQ, the JMS client through JPype, Spark).
+# ActiveMQ (the real JMS broker, with the jars its STOMP transformations need) and a Java runtime (ActiveMQ, the JMS client through JPype, Spark).
 set -euo pipefail
 need=()
 dpkg -s activemq >/dev/null 2>&1 || need+=(activemq)
+# ActiveMQ's STOMP "transformation" header (jms-map-json …) needs XStream and Jettison (only recommended).
+dpkg -s libxstream-java >/dev/null 2>&1 || need+=(libxstream-java)
+dpkg -s libjettison-java >/dev/null 2>&1 || need+=(libjettison-java)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0

@@ -119,6 +119,7 @@ class EmbeddedBroker:
         self._expiry = LoopingCall(self.purge_expired)
         self._expiry.clock = clock
         self._persist_all = not isinstance(self.store, MemoryStore)
+        self._bookkeeping = True
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -136,6 +137,10 @@ class EmbeddedBroker:
     def stop(self) -> Deferred[None]:
         if self._expiry.running:
             self._expiry.stop()
+        # From here on the store holds what a crash would have left, which is
+        # what recovery expects: deliveries returned by connections closing
+        # after this point are not written (sends and ACKs still fail).
+        self._bookkeeping = False
         result: Deferred[None] = self.store.close()
         return result
 
@@ -185,7 +190,7 @@ class EmbeddedBroker:
     def expired(self, queue: MessageQueue, message: Message) -> None:
         self.metrics.expired.inc()
         self.log.debug("message {id} expired in {queue}", id=message.message_id, queue=queue.name)
-        if message.persistent and self._stored(queue):
+        if self._bookkeeping and message.persistent and self._stored(queue):
             self.store.remove(queue.key, message.message_id).addErrback(self._store_failed)
 
     def delivered(self, queue: MessageQueue, message: Message) -> None:
@@ -196,7 +201,7 @@ class EmbeddedBroker:
         its count raised (the write is not waited for: a crash before it
         commits redelivers the message without the flag).
         """
-        if message.persistent and self._stored(queue):
+        if self._bookkeeping and message.persistent and self._stored(queue):
             self.store.set_redelivery(queue.key, message.message_id, message.redelivery_count + 1).addErrback(
                 self._store_failed
             )
@@ -204,10 +209,14 @@ class EmbeddedBroker:
     def redelivering(self, queue: MessageQueue, message: Message) -> bool:
         self.metrics.redelivered.inc()
         limit = self.settings.max_redeliveries
-        if message.redelivery_count > limit and not queue.name.startswith(self.settings.dead_letter_prefix):
+        if (
+            self._bookkeeping
+            and message.redelivery_count > limit
+            and not queue.name.startswith(self.settings.dead_letter_prefix)
+        ):
             self._dead_letter(queue, message, f"delivery failed {message.redelivery_count} times (limit {limit})")
             return False
-        if message.persistent and self._stored(queue):
+        if self._bookkeeping and message.persistent and self._stored(queue):
             self.store.set_redelivery(queue.key, message.message_id, message.redelivery_count).addErrback(
                 self._store_failed
             )

@@ -40,6 +40,9 @@ class QueueOwner(Protocol):
     def expired(self, queue: MessageQueue, message: Message) -> None:
         """``message`` expired in ``queue`` and was dropped."""
 
+    def delivered(self, queue: MessageQueue, message: Message) -> None:
+        """``message`` was handed to a consumer that must acknowledge it."""
+
     def redelivering(self, queue: MessageQueue, message: Message) -> bool:
         """``message`` (already marked redelivered, count raised) goes back to
         ``queue``; return False if the owner dead-lettered it instead."""
@@ -213,10 +216,23 @@ class QueueSubscription:
     def take(self, seq: int, message: Message) -> None:
         """Deliver ``message`` (queue sequence ``seq``) to the consumer."""
         if self.auto:
-            self.queue.owner.consumed(self.queue, message)
-        else:
-            self.unacked[seq] = message
+            if self.consumer.deliver(message, seq) is False:
+                # Refused (e.g. the GlassFish rule): not consumed; back on the queue for someone else.
+                self.paused = True
+                self._redeliver(seq, message)
+                return
+            self.queue.owner.consumed(self.queue, message).addErrback(self._auto_ack_failed)
+            return
+        self.unacked[seq] = message
+        self.queue.owner.delivered(self.queue, message)
         self.consumer.deliver(message, seq)
+
+    def _auto_ack_failed(self, failure: Any) -> None:
+        self.log.warn(
+            "auto-acknowledged message not removed from the store, it will be delivered again after a "
+            "restart: {error}",
+            error=failure.getErrorMessage(),
+        )
 
     def ack(self, tags: list[Any]) -> Deferred[Any]:
         owner = self.queue.owner

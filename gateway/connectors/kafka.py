@@ -25,6 +25,12 @@ URI form ``kafka://host:9092[,host2:9092]``.  Options (``[connectors.NAME]``):
     brokers that create topics on first use.
 ``group_prefix``
     prefix of the consumer groups subscriptions create (default ``jmsgateway``).
+``pause_after``
+    seconds a subscription's deliveries may stall (prefetch reached, client
+    paused) before its partitions are paused (default 5).
+``poll_timeout`` / ``subscribe_timeout`` / ``metadata_timeout``
+    consumer poll wait (0.05 s), how long a subscription may wait for its
+    partitions (60 s), how long start and topic checks wait for metadata (10 s).
 
 Sends: :meth:`~KafkaConnector.send` produces without flushing; a polling
 thread serves delivery reports and hands them to the reactor thread, where
@@ -42,7 +48,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +77,24 @@ HARD_ERROR_CODES = frozenset(
 )
 """Kafka errors that routing treats as hard failures (no retry makes them go away)."""
 
+PRODUCER_RESET_CODES = frozenset(
+    {
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "UNKNOWN_PRODUCER_ID",
+        "INVALID_PRODUCER_ID_MAPPING",
+        "_FENCED",
+        "_FATAL",
+    }
+)
+"""Errors after which the idempotent producer cannot go on; it is replaced by a new one
+(e.g. a broker that fences the epoch bump librdkafka makes after message timeouts)."""
+
+RESEND_CODES = (PRODUCER_RESET_CODES - {"_FATAL"}) | {"_PURGE_QUEUE"}
+"""Errors that mean the broker did not store the record (refused, or never sent and
+purged from a retired producer's queue): it is sent once more through the new producer."""
+
 _OPTION_KEYS = (
     "uri",
     "bootstrap",
@@ -85,6 +109,8 @@ _OPTION_KEYS = (
     "group_prefix",
     "poll_timeout",
     "subscribe_timeout",
+    "pause_after",
+    "metadata_timeout",
 )
 
 
@@ -127,6 +153,8 @@ class KafkaSettings:
     group_prefix: str = "jmsgateway"
     poll_timeout: float = 0.05
     subscribe_timeout: float = 60.0
+    pause_after: float = 5.0
+    metadata_timeout: float = 10.0
 
     @classmethod
     def from_options(cls, options: dict[str, Any], *, name: str = "kafka", client_id: str = "jmsgateway",
@@ -163,6 +191,8 @@ class KafkaSettings:
             group_prefix=typed("group_prefix", str, "jmsgateway"),
             poll_timeout=float(typed("poll_timeout", (int, float), 0.05)),  # type: ignore[arg-type]
             subscribe_timeout=float(typed("subscribe_timeout", (int, float), 60.0)),  # type: ignore[arg-type]
+            pause_after=float(typed("pause_after", (int, float), 5.0)),  # type: ignore[arg-type]
+            metadata_timeout=float(typed("metadata_timeout", (int, float), 10.0)),  # type: ignore[arg-type]
         )
 
 
@@ -213,6 +243,8 @@ class KafkaConnector:
         self._topic_waiters: dict[str, list[Deferred[None]]] = {}
         self._subscriptions: set[KafkaSubscription] = set()
         self._in_flight = 0
+        self._outbox: list[tuple[Any, tuple[Any, ...]]] = []
+        self._outbox_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, name: str, options: dict[str, Any], *, reactor: Any, gateway_id: str,
@@ -274,6 +306,7 @@ class KafkaConnector:
 
         def unreachable(failure: Any) -> Any:
             self._running = False
+            self._producer = None
             raise ConnectorUnavailable(
                 f"kafka connector {self.name}: cannot reach {self.settings.bootstrap}: {failure.getErrorMessage()}"
             )
@@ -292,7 +325,10 @@ class KafkaConnector:
                 return succeed(None)
 
             def drain() -> None:
-                producer.flush(10)
+                if producer.flush(10):
+                    # still undelivered: fail them rather than leave their senders waiting
+                    producer.purge()
+                    producer.flush(1)
                 self._running = False
 
             return deferToThreadPool(self.reactor, self._pool(), drain)
@@ -306,6 +342,27 @@ class KafkaConnector:
         return d
 
     # ----------------------------------------------------------- producing
+
+    def _post(self, function: Any, *args: Any) -> None:
+        """From any thread: run ``function(*args)`` on the reactor thread, in order.
+
+        Reports arriving while the reactor has not yet run the previous ones
+        share one ``callFromThread`` (one wake-up for a burst of reports).
+        """
+        with self._outbox_lock:
+            self._outbox.append((function, args))
+            wake = len(self._outbox) == 1
+        if wake:
+            self.reactor.callFromThread(self._run_outbox)
+
+    def _run_outbox(self) -> None:
+        with self._outbox_lock:
+            batch, self._outbox = self._outbox, []
+        for function, args in batch:
+            try:
+                function(*args)
+            except Exception:
+                self.log.failure("handling a kafka delivery report failed")
 
     def _serve_reports(self) -> None:
         """Polling thread: serve delivery callbacks until stopped."""
@@ -323,7 +380,7 @@ class KafkaConnector:
         producer = self._producer
 
         def fetch() -> set[str]:
-            metadata = producer.list_topics(timeout=10)
+            metadata = producer.list_topics(timeout=self.settings.metadata_timeout)
             return set(metadata.topics)
 
         d: Deferred[Any] = deferToThreadPool(self.reactor, self._pool(), fetch)
@@ -364,24 +421,33 @@ class KafkaConnector:
         """Produce one record; fires on its delivery report (never flushes)."""
         if self._producer is None:
             return fail(ConnectorUnavailable(f"kafka connector {self.name} is not started"))
+        if topic in self._known_topics or not self.settings.require_existing_topics:
+            return self._produce(topic, key, value, list(headers))  # the hot path: no extra Deferreds
         d: Deferred[Any] = self.check_topic(topic)
         d.addCallback(lambda _: self._produce(topic, key, value, list(headers)))
         return d
 
     def _produce(self, topic: str, key: bytes | None, value: bytes | None,
-                 headers: list[Header]) -> Deferred[DeliveryReport]:
+                 headers: list[Header], retried: bool = False) -> Deferred[DeliveryReport]:
         producer = self._producer
         if producer is None:
             return fail(ConnectorUnavailable(f"kafka connector {self.name} is stopping"))
         done: Deferred[DeliveryReport] = Deferred()
-        call = self.reactor.callFromThread
+        call = self._post
 
         def report(err: Any, record: Any) -> None:
-            if err is not None:
-                call(self._reported, done, KafkaDeliveryError(
-                    f"kafka refused a record for {topic}: {err.str()}", code=err.name(), topic=topic))
-            else:
+            if err is None:
                 call(self._reported, done, DeliveryReport(record.topic(), record.partition(), record.offset()))
+                return
+            error = KafkaDeliveryError(f"kafka refused a record for {topic}: {err.str()}", code=err.name(),
+                                       topic=topic)
+            if err.fatal() or err.name() in PRODUCER_RESET_CODES:
+                call(self._reset_producer, producer, err.str())
+            if not retried and err.name() in RESEND_CODES:
+                # the broker did not store the record, so it is safe to send it once more
+                call(self._retry, done, error, topic, key, value, headers)
+                return
+            call(self._reported, done, error)
 
         try:
             producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
@@ -392,6 +458,31 @@ class KafkaConnector:
             return fail(KafkaDeliveryError(f"kafka refused a record for {topic}: {exc}", code=code, topic=topic))
         self._in_flight += 1
         return done
+
+    def _retry(self, done: Deferred[DeliveryReport], error: Exception, topic: str, key: bytes | None,
+               value: bytes | None, headers: list[Header]) -> None:
+        """Send a record the old producer could not, through its replacement."""
+        self._in_flight -= 1
+        again = self._produce(topic, key, value, headers, retried=True)
+        again.chainDeferred(done)
+
+    def _reset_producer(self, broken: Any, reason: str) -> None:
+        """Replace a producer that cannot go on; what it still holds fails (ERROR to senders)."""
+        if broken is not self._producer or not self._running:
+            return
+        from confluent_kafka import Producer
+
+        self.log.warn("kafka connector {name}: replacing the producer after: {reason}", name=self.name,
+                      reason=reason)
+        self._producer = Producer(self.producer_config())
+
+        def retire() -> None:
+            broken.purge(in_queue=True, in_flight=False, blocking=False)  # unsent: resent by the new producer
+            broken.flush(5)
+
+        deferToThreadPool(self.reactor, self._pool(), retire).addErrback(
+            lambda f: self.log.failure("retiring a kafka producer failed", f)
+        )
 
     def _reported(self, done: Deferred[DeliveryReport], result: DeliveryReport | Exception) -> None:
         self._in_flight -= 1
@@ -423,6 +514,14 @@ class KafkaConnector:
             ]
         except Exception as exc:
             return fail(exc)
+        return self.send_records(records)
+
+    def send_records(self, records: Sequence[tuple[str, bytes | None, bytes | None, list[Header]]]) -> Deferred[Any]:
+        """Publish ``(topic, key, value, headers)`` records as one transaction when
+        ``transactional_id`` is set, else as parallel idempotent sends; fires when
+        all are acknowledged, fails with the first error."""
+        if not records:
+            return succeed([])
         if self.settings.transactional_id is None:
             sends = [self.send_record(topic, key, value, headers) for topic, key, value, headers in records]
             d: Deferred[Any] = DeferredList(sends, fireOnOneErrback=True, consumeErrors=True)
@@ -434,7 +533,7 @@ class KafkaConnector:
         checks.addCallback(lambda _: deferToThreadPool(self.reactor, self._pool(), self._transaction, records))
         return checks
 
-    def _transaction(self, records: list[tuple[str, bytes, bytes, list[Header]]]) -> int:
+    def _transaction(self, records: Sequence[tuple[str, bytes | None, bytes | None, list[Header]]]) -> int:
         """Thread: produce ``records`` in one transaction; returns their count."""
         from confluent_kafka import KafkaException, Producer
 
@@ -486,6 +585,20 @@ class KafkaConnector:
                 matches = compile_selector(spec.selector).matches
         except (DestinationError, SelectorError) as exc:
             return fail(exc)
+        if self._producer is None:
+            return fail(ConnectorUnavailable(f"kafka connector {self.name} is not started"))
+        checked: Deferred[Any] = self.check_topic(topic)
+
+        def missing(failure: Any) -> Any:
+            if failure.check(KafkaDeliveryError):
+                raise DestinationError(f"cannot subscribe to {spec.destination}: {failure.getErrorMessage()}")
+            return failure
+
+        checked.addCallbacks(lambda _: self._start_subscription(spec, consumer, topic, matches), missing)
+        return checked
+
+    def _start_subscription(self, spec: SubscriptionSpec, consumer: IConsumer, topic: str,
+                            matches: Any) -> Deferred[KafkaSubscription]:
         group, earliest = self.group_for(spec, topic)
         from confluent_kafka import Consumer
 
@@ -501,6 +614,8 @@ class KafkaConnector:
             matches=matches,
             poll_timeout=self.settings.poll_timeout,
             on_closed=self._subscriptions.discard,
+            start_at_latest=not earliest and config.get("auto.offset.reset") == "latest",
+            pause_after=self.settings.pause_after,
         )
         self._subscriptions.add(subscription)
         d = subscription.start()

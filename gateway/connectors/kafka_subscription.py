@@ -13,14 +13,17 @@ and the consumer is never touched by two threads.
   once it was handed to the consumer.
 * ``nack``: seeks the partition back to the rejected offset; everything
   delivered from there on is delivered again, marked redelivered.
-* ``prefetch``: fetching pauses while that many deliveries are unacknowledged;
-  ``pause()``/``resume()`` do the same for transport back-pressure.
+* ``prefetch``: deliveries stall while that many are unacknowledged, and on
+  ``pause()`` (transport back-pressure) until ``resume()``; a long stall
+  pauses the partitions (see :meth:`KafkaSubscription._fetch`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +72,9 @@ class KafkaSubscription:
         matches: Any = None,
         poll_timeout: float = 0.05,
         on_closed: Any = None,
+        start_at_latest: bool = False,
+        commit_interval: float = 0.1,
+        pause_after: float = 5.0,
     ) -> None:
         self.reactor = reactor
         self.spec = spec
@@ -80,13 +86,20 @@ class KafkaSubscription:
         self._matches = matches
         self._poll_timeout = poll_timeout
         self._on_closed = on_closed
+        self._start_at_latest = start_at_latest
+        self._commit_interval = commit_interval
+        self._pause_after = pause_after
+        self._stalled_since: float | None = None
         self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._accepting = True
+        self._accept_lock = threading.Lock()
         self._closed = False
         self._assigned: Deferred[KafkaSubscription] | None = None
         self._thread: threading.Thread | None = None
         # owned by the polling thread:
         self._tracker = OffsetTracker()
         self._backlog: deque[Any] = deque()
+        self._early: list[_Command] = []
         self._redeliveries: dict[tuple[int, int], int] = {}
         self._paused_by_client = False
         self._fetch_paused = False
@@ -111,11 +124,11 @@ class KafkaSubscription:
 
     def pause(self) -> None:
         """Stop delivering until :meth:`resume`."""
-        self._commands.put(_Command("pause"))
+        self._send("pause", [])
 
     def resume(self) -> None:
         """Resume delivering."""
-        self._commands.put(_Command("resume"))
+        self._send("resume", [])
 
     def close(self) -> Deferred[None]:
         """Commit what is acknowledged and leave the group; the rest is redelivered."""
@@ -130,21 +143,25 @@ class KafkaSubscription:
 
     def _send(self, kind: str, tags: list[Any]) -> Deferred[None]:
         done: Deferred[None] = Deferred()
-        if self._thread is None or not self._thread.is_alive():
-            done.callback(None)
-            return done
-        self._commands.put(_Command(kind, [t for t in tags if isinstance(t, DeliveryTag)], done))
+        with self._accept_lock:
+            if self._thread is not None and self._accepting:
+                self._commands.put(_Command(kind, [t for t in tags if isinstance(t, DeliveryTag)], done))
+                return done
+        done.callback(None)  # the polling thread has ended: nothing left to do
         return done
 
-    def _deliver(self, message: Message, tag: DeliveryTag) -> None:
+    def _deliver(self, batch: list[tuple[Message, DeliveryTag]]) -> None:
         if self._closed:
             return
-        try:
-            self.consumer.deliver(message, tag)
-        except Exception:
-            self.log.failure("consumer of {topic} failed on delivery {tag}", topic=self.topic, tag=tag)
+        for message, tag in batch:
+            try:
+                self.consumer.deliver(message, tag)
+            except Exception:
+                self.log.failure("consumer of {topic} failed on delivery {tag}", topic=self.topic, tag=tag)
         if self.spec.ack_mode == "auto":
-            self._commands.put(_Command("ack", [tag]))
+            with self._accept_lock:  # no Deferred: auto acks are committed on the next commit tick
+                if self._accepting:
+                    self._commands.put(_Command("ack", [tag for _, tag in batch]))
 
     def _fire(self, done: Deferred[Any] | None, result: Any) -> None:
         if done is not None and not done.called:
@@ -192,7 +209,9 @@ class KafkaSubscription:
                     kafka_consumer.close()
                 except Exception:
                     self.log.failure("closing kafka consumer {group} failed", group=self.group)
-            pending: list[Deferred[Any] | None] = []
+            with self._accept_lock:
+                self._accepting = False
+            pending: list[Deferred[Any] | None] = [c.done for c in self._early]
             while not self._commands.empty():
                 pending.append(self._commands.get().done)
             for done in pending:
@@ -202,18 +221,20 @@ class KafkaSubscription:
     def _loop(self, kafka_consumer: Any) -> None:
         from confluent_kafka import KafkaError
 
+        last_commit = time.monotonic()
         while True:
             waiting: list[Deferred[Any] | None] = []
             closing: Deferred[Any] | None = None
             while True:
                 try:
-                    command = self._commands.get_nowait()
+                    command = self._early.pop(0) if self._early else self._commands.get_nowait()
                 except queue.Empty:
                     break
                 if command.kind == "ack":
                     for tag in command.tags:
                         self._tracker.ack(tag)
-                    waiting.append(command.done)
+                    if command.done is not None:
+                        waiting.append(command.done)
                 elif command.kind == "nack":
                     self._rewind(kafka_consumer, command.tags)
                     waiting.append(command.done)
@@ -225,50 +246,80 @@ class KafkaSubscription:
                     closing = command.done
                 else:
                     waiting.append(command.done)
-            try:
-                self._commit(kafka_consumer)
-            except Exception as exc:
-                failure = ConnectorError(f"committing offsets of group {self.group} failed: {exc}")
-                for done in waiting:
-                    self.reactor.callFromThread(self._fail, done, failure)
-            else:
-                for done in waiting:
-                    self.reactor.callFromThread(self._fire, done, None)
+            now = time.monotonic()
+            if waiting or now - last_commit >= self._commit_interval:
+                last_commit = now
+                try:
+                    self._commit(kafka_consumer)
+                except Exception as exc:
+                    failure = ConnectorError(f"committing offsets of group {self.group} failed: {exc}")
+                    for done in waiting:
+                        self.reactor.callFromThread(self._fail, done, failure)
+                else:
+                    for done in waiting:
+                        if done is not None:
+                            self.reactor.callFromThread(self._fire, done, None)
             if closing is not None:
                 self._commands.put(_Command("noop", [], closing))
                 return
-            self._flow(kafka_consumer)
             self._dispatch()
-            record = kafka_consumer.poll(self._poll_timeout)
-            if record is None:
-                continue
-            error = record.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
+            records = self._fetch(kafka_consumer)
+            for record in records:
+                error = record.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if error.fatal():
+                        raise ConnectorError(f"kafka consumer of {self.topic}: {error.str()}")
+                    self.log.warn("kafka consumer of {topic}: {error}", topic=self.topic, error=error.str())
                     continue
-                if error.fatal():
-                    raise ConnectorError(f"kafka consumer of {self.topic}: {error.str()}")
-                self.log.warn("kafka consumer of {topic}: {error}", topic=self.topic, error=error.str())
-                continue
-            if record.partition() not in self._tracker.partitions:
-                continue  # from a partition revoked meanwhile
-            self._backlog.append(record)
+                if record.partition() not in self._tracker.partitions:
+                    continue  # from a partition revoked meanwhile
+                self._backlog.append(record)
 
     def _blocked(self) -> bool:
         return self._paused_by_client or self._tracker.unacked >= max(1, self.spec.prefetch)
 
-    def _flow(self, kafka_consumer: Any) -> None:
-        """Pause fetching while blocked, resume when not (heartbeats go on)."""
-        blocked = self._blocked() or len(self._backlog) >= max(1, self.spec.prefetch)
-        if blocked and not self._fetch_paused and self._assignment:
-            kafka_consumer.pause(self._assignment)
-            self._fetch_paused = True
-        elif not blocked and self._fetch_paused:
+    def _fetch(self, kafka_consumer: Any) -> list[Any]:
+        """Fetch more records unless deliveries are stalled.
+
+        Stalled (``prefetch`` deliveries unacknowledged, the client paused us,
+        or the local backlog full), the thread waits on the command queue
+        instead of fetching and librdkafka's own bounded queue holds the rest.
+        Stalled longer than ``pause_after`` seconds, the partitions are paused
+        so the consumer can go on polling (rebalances, the poll interval)
+        without fetching; they resume once deliveries flow again.  Pausing is
+        not used for short stalls: resuming costs a refetch.
+        """
+        high = max(1, self.spec.prefetch)
+        stalled = self._blocked() or len(self._backlog) >= high
+        records: list[Any] = []
+        if stalled:
+            now = time.monotonic()
+            if self._stalled_since is None:
+                self._stalled_since = now
+            if not self._fetch_paused and self._assignment and now - self._stalled_since >= self._pause_after:
+                kafka_consumer.pause(self._assignment)
+                self._fetch_paused = True
+            if self._fetch_paused or not self._assignment:
+                # nothing is fetched: this only serves callbacks (the group join, rebalances)
+                records = kafka_consumer.consume(num_messages=100, timeout=0)
+            if not records:
+                with contextlib.suppress(queue.Empty):
+                    self._early.append(self._commands.get(timeout=self._poll_timeout))
+            return records
+        self._stalled_since = None
+        if self._fetch_paused:
             if self._assignment:
                 kafka_consumer.resume(self._assignment)
             self._fetch_paused = False
+        # acks are expected soon while deliveries are outstanding: come back to the commands quickly
+        timeout = min(self._poll_timeout, 0.01) if self._tracker.unacked else self._poll_timeout
+        result: list[Any] = kafka_consumer.consume(num_messages=min(high - len(self._backlog), 500), timeout=timeout)
+        return result
 
     def _dispatch(self) -> None:
+        batch: list[tuple[Message, DeliveryTag]] = []
         while self._backlog and not self._blocked():
             record = self._backlog.popleft()
             partition, offset = record.partition(), record.offset()
@@ -292,7 +343,9 @@ class KafkaSubscription:
             if self._matches is not None and not self._matches(message):
                 self._tracker.ack(tag)
                 continue
-            self.reactor.callFromThread(self._deliver, message, tag)
+            batch.append((message, tag))
+        if batch:
+            self.reactor.callFromThread(self._deliver, batch)
 
     def _rewind(self, kafka_consumer: Any, tags: list[DeliveryTag]) -> None:
         from confluent_kafka import TopicPartition
@@ -318,14 +371,32 @@ class KafkaSubscription:
             offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()], asynchronous=False
         )
         self._tracker.committed(offsets)
+        if self._redeliveries:
+            self._redeliveries = {
+                (p, o): n for (p, o), n in self._redeliveries.items() if o >= offsets.get(p, -1)
+            }
 
     def _on_assign(self, kafka_consumer: Any, partitions: list[Any]) -> None:
+        if self._start_at_latest and partitions:
+            partitions = self._pin_latest(kafka_consumer, partitions)
         self._assignment = list(partitions)
         self._fetch_paused = False
         for tp in partitions:
             self._tracker.assign(tp.partition)
         self.log.debug("group {group} assigned {partitions}", group=self.group, partitions=partitions)
         self.reactor.callFromThread(self._assigned_first)
+
+    def _pin_latest(self, kafka_consumer: Any, partitions: list[Any]) -> list[Any]:
+        """Fix the start of partitions without a committed offset at their end *now*,
+        so a record produced right after the subscription fired is not skipped
+        (``auto.offset.reset=latest`` would resolve the end later)."""
+        committed = kafka_consumer.committed(partitions, timeout=10)
+        for tp in committed:
+            if tp.offset < 0:
+                _, high = kafka_consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                tp.offset = high
+        kafka_consumer.assign(committed)
+        return list(committed)
 
     def _on_revoke(self, kafka_consumer: Any, partitions: list[Any]) -> None:
         try:

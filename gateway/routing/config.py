@@ -112,6 +112,16 @@ class _RouteDraft:
     key: str
     values: dict[str, str] = field(default_factory=dict)
     where: dict[str, str] = field(default_factory=dict)
+    from_properties: bool = False
+
+    def key_of(self, setting: str) -> str:
+        """The dotted key a setting of this route is (or would be) written as."""
+        if setting in self.where:
+            return self.where[setting]
+        if self.from_properties:
+            spelled = {"include": "in.include", "topic": "out.topic", "key": "conv.key"}.get(setting, setting)
+            return f"{self.key}.{spelled}"
+        return f"{self.key}.{setting}"
 
 
 def _suggest(word: str, choices: Any) -> str:
@@ -137,7 +147,7 @@ def parse_properties(text: str) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     logical: list[str] = []
     for raw_line in text.splitlines():
-        line = raw_line.lstrip() if logical else raw_line.strip()
+        line = raw_line.lstrip()  # trailing blanks belong to the value, as in Java
         if not logical and (not line or line[0] in "#!"):
             continue
         trailing = len(line) - len(line.rstrip("\\"))
@@ -214,7 +224,7 @@ def _properties_routes(
             raise ConfigError("expected routes.<route>.<setting>", path=path, key=key)
         if setting not in _ROUTE_PROPERTIES:
             raise ConfigError(f"unknown route property{_suggest(setting, _ROUTE_PROPERTIES)}", path=path, key=key)
-        draft = drafts.setdefault(route_key, _RouteDraft(key=f"routes.{route_key}"))
+        draft = drafts.setdefault(route_key, _RouteDraft(key=f"routes.{route_key}", from_properties=True))
         draft.values[_ROUTE_PROPERTIES[setting]] = value
         draft.where[_ROUTE_PROPERTIES[setting]] = key
     return list(drafts.values())
@@ -245,14 +255,14 @@ def _build_route(draft: _RouteDraft, path: str) -> Route:
     name = values.get("name", "").strip() or draft.key.removeprefix("routes.")
     topic = values.get("topic", "").strip()
     if not topic:
-        raise ConfigError(f"route {name!r} has no topic", path=path, key=draft.where.get("topic", f"{draft.key}.topic"))
+        raise ConfigError(f"route {name!r} has no topic", path=path, key=draft.key_of("topic"))
     include_text = values.get("include", "").strip()
     selector_text = values.get("selector", "").strip()
     if not include_text and not selector_text:
         raise ConfigError(
             f"route {name!r} has no include predicate (e.g. msg.address==foo-topic)",
             path=path,
-            key=draft.where.get("include", f"{draft.key}.include"),
+            key=draft.key_of("include"),
         )
     try:
         include = compile_predicate(include_text) if include_text else None

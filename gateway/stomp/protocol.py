@@ -39,6 +39,10 @@ class StompServerProtocol(Protocol):
         self._closing = False
 
     def connectionMade(self) -> None:
+        # Receipts often follow an asynchronous commit: never let Nagle hold them back.
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:
+            set_no_delay(True)
         peer = self.transport.getPeer()  # type: ignore[union-attr]
         self.session = self.factory.new_session(self, f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}")
         self.transport.registerProducer(self, True)  # type: ignore[union-attr]

@@ -96,9 +96,10 @@ class StompSubscription:
         self.closed = False
         self.backlog: list[tuple[Message, Any]] | None = None
 
-    def deliver(self, message: Message, tag: Any) -> None:
-        if not self.closed:
-            self.session.deliver(self, message, tag)
+    def deliver(self, message: Message, tag: Any) -> bool:
+        if self.closed:
+            return False
+        return self.session.deliver(self, message, tag)
 
     def subscription_failed(self, reason: Exception) -> None:
         if not self.closed:
@@ -533,30 +534,34 @@ class StompSession:
 
     # -- deliveries ----------------------------------------------------------
 
-    def deliver(self, subscription: StompSubscription, message: Message, tag: Any) -> None:
-        """A connector hands a message to one of this connection's subscriptions."""
+    def deliver(self, subscription: StompSubscription, message: Message, tag: Any) -> bool:
+        """A connector hands a message to one of this connection's subscriptions.
+
+        Returns False when the message was not taken (connection closing, or
+        refused by the GlassFish rule), so an ``auto`` delivery is not consumed.
+        """
         if self.state != "connected":
-            return
+            return False
         if self.transformer is not None:
             try:
                 transformed = self.transformer.outbound(message, self, subscription)
             except Exception:
                 self._outbound_failed(Failure(), subscription, message)
-                return
+                return False
             if isinstance(transformed, Deferred):
                 transformed.addCallback(self._deliver_transformed, subscription, tag)
                 transformed.addErrback(self._outbound_failed, subscription, message)
-                return
+                return True
             message = transformed
-        self._deliver_transformed(message, subscription, tag)
+        return self._deliver_transformed(message, subscription, tag)
 
-    def _deliver_transformed(self, message: Message | None, subscription: StompSubscription, tag: Any) -> None:
+    def _deliver_transformed(self, message: Message | None, subscription: StompSubscription, tag: Any) -> bool:
         if self.state != "connected" or subscription.closed:
-            return
+            return False
         if message is None:  # dropped by an outbound transformer: consumed
             if subscription.subscription is not None and subscription.ack_mode != "auto":
                 subscription.subscription.ack([tag])
-            return
+            return True
         if not isinstance(message, TextMessage | BytesMessage):
             # The GlassFish rule: only Text and Bytes messages reach STOMP clients.
             self.fail(StompError(
@@ -564,7 +569,7 @@ class StompSession:
                 f"message {message.message_id} on {subscription.destination} is a {type(message).__name__} after "
                 "the outbound transformers; only TextMessage and BytesMessage can be sent over STOMP",
             ))
-            return
+            return False
         ack: str | None = None
         if subscription.ack_mode != "auto":
             if self.version == "1.2":
@@ -576,6 +581,7 @@ class StompSession:
         elif self.version == "1.2":
             ack = f"{self.session_id}-{next(self._ack_seq)}"
         self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
+        return True
 
     def _outbound_failed(self, failure: Failure, subscription: StompSubscription, message: Message) -> None:
         self.log.failure("outbound transform failed for message {id}", failure, id=message.message_id)

@@ -1,0 +1,28 @@
+"""Bridges: consume from one connector, send to another, with a quality of service.
+
+The JMS bridge of JBoss Messaging / ActiveMQ Artemis over the gateway's
+connectors.  Modules: :mod:`~gateway.bridges.config` (``[[bridges]]``),
+:mod:`~gateway.bridges.bridge` (the engine), :mod:`~gateway.bridges.dedup`
+(the ONCE_AND_ONLY_ONCE duplicate store), :mod:`~gateway.bridges.kafka_exactly_once`
+(Kafka -> Kafka through Kafka transactions), :mod:`~gateway.bridges.metrics`,
+:mod:`~gateway.bridges.service` (the service, control API, ``jmsgateway bridge``).
+See docs/bridges.md.
+"""
+
+from gateway.bridges.bridge import MESSAGE_ID_LIST, Bridge, BridgeFailed
+from gateway.bridges.config import QOS_MODES, BridgeConfig, BridgeEndpoint, parse_bridges
+from gateway.bridges.service import BridgeService, bridges_for_gateway, build_bridge_service, run_standalone
+
+__all__ = [
+    "MESSAGE_ID_LIST",
+    "QOS_MODES",
+    "Bridge",
+    "BridgeConfig",
+    "BridgeEndpoint",
+    "BridgeFailed",
+    "BridgeService",
+    "bridges_for_gateway",
+    "build_bridge_service",
+    "parse_bridges",
+    "run_standalone",
+]

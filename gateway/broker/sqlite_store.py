@@ -1,0 +1,355 @@
+"""The SQLite message store: persistent messages survive crashes and restarts.
+
+:class:`SqliteStore` implements :class:`IMessageStore` on one SQLite file in
+WAL mode.  Every write goes through a :class:`GroupCommitWriter` (one thread
+of its own, never the reactor's): writes arriving together share one
+transaction, and each write's Deferred fires only after the commit that
+covers it, so a RECEIPT sent on it means the message is on disk.
+:meth:`SqliteStore.open` checks the file (``PRAGMA quick_check``), purges
+expired messages and returns a :class:`Snapshot` of everything else, in the
+order it was stored.  The file is locked for this process alone.
+
+Errors are :class:`StoreError` naming the file: a corrupt or foreign
+database, one written by a newer version, a full disk (``database or disk
+is full``: that write fails, the store keeps working).
+
+Options: ``synchronous`` is ``"FULL"`` (the default: a commit is fsynced
+before it is reported, so it survives power loss) or ``"NORMAL"`` (survives
+a process crash; the last commits may be lost on power loss);
+``max_size`` caps the file in bytes (0: no cap) the way ActiveMQ's store
+usage limit does: past it, sends fail; ``min_free`` is disk space kept free
+(default 16 MiB): a send that would leave less fails with "full" *before*
+SQLite hits the wall, so acknowledgements, redelivery counts and WAL
+checkpoints still have room, consumers are still served, and sends are
+accepted again once space comes back (acknowledged messages' pages are
+reused).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred, fail
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from gateway.broker.sqlite_records import decode_message, encode_message
+from gateway.broker.sqlite_rows import RowIndex
+from gateway.broker.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
+from gateway.broker.store import DurableRecord, Snapshot
+from gateway.errors import GatewayError, StoreError
+from gateway.interfaces import IMessageStore
+from gateway.message.model import Message
+
+APPLICATION_ID = 0x4A4D5347  # "JMSG": marks a file as a jmsgateway message store
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    """CREATE TABLE messages (
+        seq INTEGER PRIMARY KEY,
+        queue TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        expiration INTEGER NOT NULL,
+        redelivery INTEGER NOT NULL,
+        record BLOB NOT NULL
+    )""",
+    """CREATE TABLE durables (
+        key TEXT PRIMARY KEY,
+        destination TEXT NOT NULL,
+        selector TEXT
+    )""",
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+
+_INSERT = "INSERT INTO messages (seq, queue, message_id, expiration, redelivery, record) VALUES (?, ?, ?, ?, ?, ?)"
+_DELETE = "DELETE FROM messages WHERE seq = ?"
+_SET_REDELIVERY = "UPDATE messages SET redelivery = ? WHERE seq = ?"
+_SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
+_ROW_OVERHEAD = 256  # cell header, page fill, WAL frame share
+DEFAULT_MIN_FREE = 16 * 1024 * 1024
+_CHECKPOINT_MARGIN = 8 * 1024 * 1024  # twice the WAL's auto-checkpoint size (1000 pages)
+
+Row = tuple[str, str, int, int, bytes]
+
+
+def _row(queue: str, message: Message) -> Row:
+    return (queue, message.message_id, message.expiration, message.redelivery_count, encode_message(message))
+
+
+def _growth(rows: list[Row]) -> int:
+    """Bytes a batch may take on disk: in the WAL, then in the database."""
+    return sum(2 * (len(row[4]) + len(row[0]) + len(row[1]) + _ROW_OVERHEAD) for row in rows)
+
+
+def disk_free(directory: str) -> int:
+    """Bytes an unprivileged process may still write on ``directory``'s file system."""
+    stat = os.statvfs(directory)
+    return stat.f_bavail * stat.f_frsize
+
+
+@implementer(IMessageStore)
+class SqliteStore:
+    """Persistent messages and durable subscriptions in one SQLite file.
+
+    :param path: the database file (its directory is created if missing).
+    :param reactor: provides ``callFromThread`` and ``seconds`` (the clock
+        that decides which stored messages expired).
+    :param synchronous: ``"FULL"`` (default) or ``"NORMAL"``; see the module docs.
+    :param max_size: largest size of the file in bytes; 0 for no limit.
+    :param min_free: disk space (bytes) sends must leave free.
+    :param max_group: at most this many writes share one commit.
+    :param lock_timeout: how long to wait, in seconds, for a file another
+        process holds before giving up.
+    :param connect: opens the connection (tests pass a slow or failing one).
+    :param free_space: bytes free on a directory's file system (tests fake a full disk).
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        path: str,
+        reactor: Any,
+        *,
+        synchronous: str = "FULL",
+        max_size: int = 0,
+        min_free: int = DEFAULT_MIN_FREE,
+        max_group: int = 2000,
+        lock_timeout: float = 5.0,
+        connect: Callable[..., sqlite3.Connection] | None = None,
+        free_space: Callable[[str], int] = disk_free,
+    ) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise StoreError(f"message store {path}: synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        self.path = os.fspath(path)
+        self.reactor = reactor
+        self.synchronous = synchronous.upper()
+        self.max_size = max_size
+        self.lock_timeout = lock_timeout
+        self.min_free = min_free
+        self._free_space = free_space
+        self._directory = os.path.dirname(os.path.abspath(self.path))
+        self._page_size = 4096
+        journal = TransactionJournal()
+        self._rows = RowIndex(journal)
+        self._sqlite_connect: Callable[..., sqlite3.Connection] = connect or sqlite3.connect
+        self.writer = GroupCommitWriter(
+            reactor, self._connect, self._describe, name=f"store-writer:{os.path.basename(self.path)}",
+            max_group=max_group, room=self._room, journal=journal,
+        )
+
+    @property
+    def stats(self) -> WriterStats:
+        """Commits and writes so far (group commit at work)."""
+        return self.writer.stats
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def open(self) -> Deferred[Snapshot]:
+        """Open (or create) the file and recover what it holds."""
+        now_ms = int(self.reactor.seconds() * 1000)
+        started = self.writer.start()
+
+        def recover(_: object) -> Deferred[Snapshot]:
+            result: Deferred[Snapshot] = self.writer.call(lambda db: self._recover(db, now_ms))
+            return result
+
+        def opened(snapshot: Snapshot) -> Snapshot:
+            self.log.info(
+                "message store {path} opened: {messages} messages, {durables} durable subscriptions, "
+                "{expired} expired messages purged",
+                path=self.path, messages=len(snapshot.messages), durables=len(snapshot.durables),
+                expired=snapshot.expired,
+            )
+            return snapshot
+
+        def failed(failure: Any) -> Any:
+            stopped = self.writer.stop()
+            stopped.addBoth(lambda _: failure)
+            return stopped
+
+        return started.addCallback(recover).addCallbacks(opened, failed)
+
+    def close(self) -> Deferred[None]:
+        """Write what is pending, then close the file."""
+        return self.writer.stop()
+
+    # -- writes ------------------------------------------------------------
+
+    def add(self, queue: str, message: Message) -> Deferred[None]:
+        return self.add_batch([(queue, message)])
+
+    def add_batch(self, entries: list[tuple[str, Message]]) -> Deferred[None]:
+        try:
+            rows = [_row(queue, message) for queue, message in entries]
+        except GatewayError as error:
+            return fail(error)
+
+        index = self._rows
+
+        def insert(db: sqlite3.Connection) -> None:
+            db.executemany(_INSERT, [(index.allocate(row[0], row[1]), *row) for row in rows])
+
+        return self.writer.submit(insert, grows=_growth(rows))
+
+    def remove(self, queue: str, message_id: str) -> Deferred[None]:
+        def delete(db: sqlite3.Connection) -> None:
+            seq = self._rows.take(queue, message_id)
+            if seq is not None:
+                db.execute(_DELETE, (seq,))
+
+        return self.writer.submit(delete)
+
+    def set_redelivery(self, queue: str, message_id: str, count: int) -> Deferred[None]:
+        def update(db: sqlite3.Connection) -> None:
+            seq = self._rows.find(queue, message_id)
+            if seq is not None:
+                db.execute(_SET_REDELIVERY, (count, seq))
+
+        return self.writer.submit(update)
+
+    def add_durable(self, key: str, destination: str, selector: str | None) -> Deferred[None]:
+        def record(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT OR REPLACE INTO durables (key, destination, selector) VALUES (?, ?, ?)",
+                (key, destination, selector),
+            )
+
+        return self.writer.submit(record)
+
+    def remove_durable(self, key: str) -> Deferred[None]:
+        def drop(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM durables WHERE key = ?", (key,))
+            db.executemany(_DELETE, [(seq,) for seq in self._rows.take_queue(key)])
+
+        return self.writer.submit(drop)
+
+    # -- writer thread -----------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        os.makedirs(self._directory, exist_ok=True)
+        db: sqlite3.Connection = self._sqlite_connect(self.path, isolation_level=None, timeout=self.lock_timeout)
+        try:
+            # Exclusive: one gateway per file, and WAL without a shared-memory index.
+            db.execute("PRAGMA locking_mode = EXCLUSIVE")
+            db.execute("PRAGMA journal_mode = WAL").fetchall()
+            db.execute(f"PRAGMA synchronous = {self.synchronous}")
+            problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                raise StoreError(
+                    f"message store {self.path} is corrupt ({'; '.join(map(str, problems[:5]))}); "
+                    "restore it from a backup or move it away to start empty"
+                )
+            self._check_schema(db)
+            self._page_size = db.execute("PRAGMA page_size").fetchone()[0]
+            if self.max_size > 0:
+                db.execute(f"PRAGMA max_page_count = {max(1, self.max_size // self._page_size)}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _check_schema(self, db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")  # takes the exclusive lock now: a second gateway fails here
+        try:
+            application_id = db.execute("PRAGMA application_id").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if application_id == 0 and not tables:
+                for statement in _SCHEMA:
+                    db.execute(statement)
+            elif application_id != APPLICATION_ID:
+                raise StoreError(
+                    f"{self.path} is an SQLite database but not a jmsgateway message store "
+                    f"(application_id {application_id:#x}, tables {sorted(tables)})"
+                )
+            elif version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"message store {self.path} has schema version {version}, written by a newer jmsgateway "
+                    f"(this one reads up to {SCHEMA_VERSION})"
+                )
+            elif not {"messages", "durables"} <= tables:
+                raise StoreError(f"message store {self.path} is damaged: tables {sorted(tables)}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def _recover(self, db: sqlite3.Connection, now_ms: int) -> Snapshot:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            expired = db.execute(
+                "DELETE FROM messages WHERE expiration > 0 AND expiration <= ?", (now_ms,)
+            ).rowcount
+            durables = [
+                DurableRecord(key, destination, selector)
+                for key, destination, selector in db.execute(
+                    "SELECT key, destination, selector FROM durables ORDER BY rowid"
+                )
+            ]
+            messages = []
+            for seq, queue, redelivery, record in db.execute(
+                "SELECT seq, queue, redelivery, record FROM messages ORDER BY seq"
+            ):
+                try:
+                    message = decode_message(record)
+                except ValueError as error:
+                    raise StoreError(
+                        f"message store {self.path} is corrupt: stored message {seq} on {queue} "
+                        f"cannot be read ({error})"
+                    ) from None
+                message.redelivery_count = redelivery
+                message.redelivered = message.redelivered or redelivery > 0
+                messages.append((queue, message))
+                self._rows.load(queue, message.message_id, seq)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return Snapshot(durables=durables, messages=messages, expired=max(0, expired))
+
+    def _room(self, db: sqlite3.Connection) -> int:
+        """Bytes sends may still add: free disk above the reserve, plus pages freed by acknowledgements.
+
+        Close to the limit, the WAL is checkpointed and truncated first: what
+        it holds would otherwise grow the database later, out of the reserve,
+        and the space it takes (acknowledgements write to it too) comes back.
+        """
+        room = self._free_space(self._directory) - self.min_free
+        if room < _CHECKPOINT_MARGIN:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            room = self._free_space(self._directory) - self.min_free
+        return room + db.execute("PRAGMA freelist_count").fetchone()[0] * self._page_size
+
+    def _describe(self, error: BaseException) -> BaseException:
+        """The error callers see for ``error`` raised on the writer thread."""
+        if isinstance(error, GatewayError):
+            return error
+        if isinstance(error, NoRoom):
+            return StoreError(
+                f"message store {self.path} is full: the disk keeps {self.min_free} bytes free for "
+                f"acknowledgements and this write needs {error.needed} more than the "
+                f"{max(0, error.available)} left; the write was refused"
+            )
+        if isinstance(error, sqlite3.Error):
+            name = getattr(error, "sqlite_errorname", "")
+            if name == "SQLITE_FULL" or "full" in str(error):
+                return StoreError(f"message store {self.path} is full ({error}): the write was refused")
+            if name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "locked" in str(error):
+                return StoreError(f"message store {self.path} is in use by another process ({error})")
+            if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(error):
+                return StoreError(
+                    f"message store {self.path} is corrupt or not an SQLite database ({error}); "
+                    "restore it from a backup or move it away to start empty"
+                )
+            return StoreError(f"message store {self.path}: {error}")
+        if isinstance(error, OSError):
+            where = f" ({error.filename})" if error.filename and error.filename != self.path else ""
+            return StoreError(f"message store {self.path} cannot be opened: {error.strerror or error}{where}")
+        return error

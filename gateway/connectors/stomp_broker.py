@@ -1,0 +1,539 @@
+"""The JMS broker connector: ActiveMQ (or any STOMP-speaking JMS broker) over STOMP.
+
+URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS with the
+system's trust store).  Options (``[connectors.NAME]``):
+
+``login`` / ``passcode``
+    credentials sent on CONNECT.
+``host``
+    the virtual host of CONNECT (default: the URI's host).
+``client_id``
+    the broker connection's client id, which identifies durable topic
+    subscriptions (default ``<gateway id>-<connector name>``).
+``failure_retry_interval``
+    milliseconds between reconnection attempts (default 5000).
+``max_retries``
+    attempts after a failure before giving up; -1 retries forever (default).
+``send_timeout``
+    milliseconds a SEND (or SUBSCRIBE) may wait for the broker to be back
+    and confirm it (default 30000); after that it fails, it never vanishes.
+``connect_timeout``
+    milliseconds for TCP connect plus the CONNECT/CONNECTED handshake (10000).
+``heartbeat``
+    ``[send_ms, expect_ms]`` STOMP heart-beats (default ``[10000, 10000]``).
+``max_waiting_sends``
+    sends allowed to wait for a reconnection at once (default 10000); more fail at once.
+``transformation``
+    the SUBSCRIBE ``transformation`` that makes the broker label Map/Object
+    messages (default ``jms-json``; ``""`` for brokers without it).
+``amq_msg_type``
+    the broker understands ``amq-msg-type`` (default true: ActiveMQ).
+
+Features: sends wait for the broker's RECEIPT (persistent messages are then
+durable there) and are pipelined; :meth:`StompBrokerConnector.send_batch` is
+one broker transaction; subscriptions map selector, prefetch
+(``activemq.prefetchSize``) and durable names (``activemq.subscriptionName``)
+onto ActiveMQ's headers and use ``client-individual`` acknowledgement at the
+broker whatever the consumer's mode, so nothing is acknowledged before the
+gateway handed it on.  A lost connection is retried through
+:class:`~twisted.application.internet.ClientService`; subscriptions are
+re-established after each reconnection and deliveries of the old connection
+come again (marked redelivered).  Settings and metrics:
+:mod:`gateway.connectors.stomp_settings`; subscriptions:
+:mod:`gateway.connectors.stomp_subscription`; message mapping:
+:mod:`gateway.connectors.stomp_mapping`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from twisted.application.internet import ClientService
+from twisted.internet import defer
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.endpoints import TCP4ClientEndpoint, wrapClientTLS
+from twisted.internet.interfaces import IProtocolFactory, IReactorTime, IStreamClientEndpoint
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway.connectors.stomp_mapping import send_frame_parts
+from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
+from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
+from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, SelectorError
+from gateway.interfaces import ACK_MODES, IConnector, IConsumer, ISubscription, SubscriptionSpec
+from gateway.message.model import Message
+from gateway.stomp.client import BrokerError, StompClientFactory, StompClientProtocol
+
+__all__ = [
+    "BrokerDelivery",
+    "BrokerSubscription",
+    "StompBrokerConnector",
+    "StompBrokerMetrics",
+    "StompBrokerSettings",
+    "durable_subscription_name",
+]
+
+
+class _SessionHandle(Protocol):
+    """What ClientService holds for one broker session: it learns of the
+    session's end through ``connectionLost`` and closes it through the transport."""
+
+
+@implementer(IStreamClientEndpoint)
+class _BrokerSessionEndpoint:
+    """Connects = TCP (or TLS) connection + STOMP CONNECT/CONNECTED + restored subscriptions.
+
+    ClientService sees a connection only once all of that succeeded; a refused
+    handshake is a failed attempt (and retried), never a half-made connection.
+    """
+
+    def __init__(self, connector: StompBrokerConnector, transport: IStreamClientEndpoint) -> None:
+        self.connector = connector
+        self.transport = transport
+
+    def connect(self, factory: IProtocolFactory) -> Deferred[Any]:
+        connector = self.connector
+        settings = connector.settings
+        made: list[StompClientProtocol] = []
+        handed_over: list[Any] = []
+
+        def handshake(protocol: StompClientProtocol) -> Deferred[Any]:
+            made.append(protocol)
+            connecting = protocol.connect(
+                login=settings.login,
+                passcode=settings.passcode,
+                host=settings.virtual_host,
+                heartbeat=settings.heartbeat,
+                headers={"client-id": settings.client_id},
+            )
+            connecting.addTimeout(settings.connect_timeout / 1000.0, connector.clock)
+            return connecting.addCallback(lambda _: restore(protocol))
+
+        def restore(protocol: StompClientProtocol) -> Deferred[Any]:
+            def lost(reason: Failure) -> None:
+                connector._lost(protocol, reason)
+                if handed_over:
+                    handed_over[0].connectionLost(reason)
+
+            protocol.on_lost = lost
+            return connector._connected(protocol).addCallback(lambda _: hand_over(protocol))
+
+        def hand_over(protocol: StompClientProtocol) -> Any:
+            if protocol.closed:
+                raise ConnectorUnavailable(f"connection to {settings.uri} lost while restoring subscriptions")
+            transport = protocol.transport
+            assert transport is not None
+            proxy = factory.buildProtocol(transport.getPeer())
+            assert proxy is not None
+            proxy.makeConnection(transport)
+            handed_over.append(proxy)
+            return proxy
+
+        def failed(failure: Failure) -> Failure:
+            connector._attempt_failed(failure)
+            for protocol in made:
+                protocol.abort_connection()
+            return failure
+
+        attempt: Deferred[Any] = self.transport.connect(connector._factory)
+        return attempt.addCallback(handshake).addErrback(failed)
+
+
+@implementer(IConnector)
+class StompBrokerConnector:
+    """:class:`~gateway.interfaces.IConnector` for a JMS broker spoken to over STOMP.
+
+    :param name: the connector's configured name.
+    :param settings: checked options (:meth:`StompBrokerSettings.from_config`).
+    :param reactor: provides TCP connections and the clock.
+    :param endpoint: the endpoint to connect with (default: from the URI).
+    :param registry: the Prometheus registry for :class:`StompBrokerMetrics`.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        name: str,
+        settings: StompBrokerSettings,
+        *,
+        reactor: Any,
+        endpoint: IStreamClientEndpoint | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.reactor = reactor
+        self.clock: IReactorTime = reactor
+        self.metrics = StompBrokerMetrics.for_registry(registry)
+        self.state = "stopped"
+        self.last_error = ""
+        self.failed_attempts = 0
+        self.generation = 0
+        self._endpoint = endpoint or self._default_endpoint()
+        self._factory = StompClientFactory(self.clock)
+        self._service: ClientService | None = None
+        self._protocol: StompClientProtocol | None = None
+        self._waiters: list[Deferred[StompClientProtocol]] = []
+        self._subscriptions: dict[str, BrokerSubscription] = {}
+        self._subscription_ids = itertools.count(1)
+        self._transaction_ids = itertools.count(1)
+        self.metrics.up.labels(name).set(0)
+
+    @classmethod
+    def from_config(
+        cls,
+        name: str,
+        options: dict[str, Any],
+        *,
+        reactor: Any,
+        gateway_id: str = "jmsgateway",
+        registry: Any = None,
+        path: str = "",
+    ) -> StompBrokerConnector:
+        """Build the connector ``[connectors.<name>]`` describes."""
+        try:
+            settings = StompBrokerSettings.from_config(name, options, gateway_id=gateway_id)
+        except ConfigError as error:
+            raise ConfigError(error.problem, path=path, key=error.key) from None
+        return cls(name, settings, reactor=reactor, registry=registry)
+
+    def _default_endpoint(self) -> IStreamClientEndpoint:
+        settings = self.settings
+        timeout = settings.connect_timeout / 1000.0
+        endpoint: IStreamClientEndpoint = TCP4ClientEndpoint(self.reactor, settings.address, settings.port, timeout)
+        if settings.scheme == "stomp+ssl":
+            try:
+                from twisted.internet.ssl import optionsForClientTLS
+            except ImportError as error:  # pyOpenSSL / service_identity missing
+                raise ConfigError(
+                    f"stomp+ssl needs Twisted's TLS extra (pip install 'twisted[tls]'): {error}",
+                    key=f"connectors.{self.name}.uri",
+                ) from None
+            endpoint = wrapClientTLS(optionsForClientTLS(settings.address), endpoint)
+        return endpoint
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """Start connecting.  Fires once connected, or after a first failed
+        attempt when retries are allowed (sends then wait for the broker);
+        fails with ConnectorUnavailable when ``max_retries`` is 0."""
+        if self._service is not None:
+            return succeed(None)
+        self.state = "connecting"
+        self.failed_attempts = 0
+        self._service = ClientService(
+            _BrokerSessionEndpoint(self, self._endpoint),
+            Factory.forProtocol(_SessionHandle),
+            retryPolicy=self._retry_delay,
+            clock=self.clock,
+        )
+        # Ask before starting: a first attempt may fail synchronously.
+        first: Deferred[Any] = self._service.whenConnected(failAfterFailures=1)
+        self._service.startService()
+        result: Deferred[None] = Deferred()
+
+        def connected(_: object) -> None:
+            result.callback(None)
+
+        def not_yet(failure: Failure) -> None:
+            if self.settings.max_retries == 0:
+                result.errback(ConnectorUnavailable(f"cannot connect to {self.settings.uri}: {self.last_error}"))
+                return
+            self.log.warn(
+                "connector {name}: broker {uri} not reachable yet ({error}); retrying every {interval}s, "
+                "sends wait up to {timeout}s",
+                name=self.name,
+                uri=self.settings.uri,
+                error=self.last_error or failure.getErrorMessage(),
+                interval=self.settings.failure_retry_interval / 1000.0,
+                timeout=self.settings.send_timeout / 1000.0,
+            )
+            result.callback(None)
+
+        def outside_transition(outcome: object) -> Deferred[object]:
+            # whenConnected fires inside ClientService's state machine, which must
+            # not be re-entered (by a caller stopping us at once): go one turn later.
+            later: Deferred[object] = Deferred()
+            self.clock.callLater(0, later.callback, outcome)
+            return later
+
+        first.addBoth(outside_transition)
+        first.addCallbacks(connected, not_yet)
+        return result
+
+    def stop(self) -> Deferred[None]:
+        """Disconnect politely and stop retrying; waiting sends fail."""
+        service, self._service = self._service, None
+        self.state = "stopped"
+        self._fail_waiters(ConnectorUnavailable(f"connector {self.name} stopped"))
+        for subscription in list(self._subscriptions.values()):
+            subscription.closed = True
+        self._subscriptions.clear()
+        protocol, self._protocol = self._protocol, None
+        self.metrics.up.labels(self.name).set(0)
+        if service is None:
+            return succeed(None)
+        if protocol is not None:
+            done = protocol.disconnect(timeout=2.0)
+            done.addBoth(lambda _: service.stopService())
+            return done.addCallback(lambda _: None)
+        return service.stopService()
+
+    def status(self) -> dict[str, Any]:
+        """State for logs and the admin page."""
+        protocol = self._protocol
+        return {
+            "connector": self.name,
+            "uri": self.settings.uri,
+            "state": self.state,
+            "failed_attempts": self.failed_attempts,
+            "last_error": self.last_error,
+            "stomp_version": protocol.version if protocol else None,
+            "server": protocol.server if protocol else None,
+            "subscriptions": len(self._subscriptions),
+            "waiting_sends": len(self._waiters),
+        }
+
+    # -- connection management ----------------------------------------------
+
+    def _retry_delay(self, attempt: int) -> float:
+        """ClientService's retry policy: the fixed interval, until max_retries is spent."""
+        self.failed_attempts = attempt
+        interval = self.settings.failure_retry_interval / 1000.0
+        max_retries = self.settings.max_retries
+        if max_retries >= 0 and attempt > max_retries:
+            self.clock.callLater(0, self._give_up, attempt - 1)
+            return 3600.0
+        if self.state == "stopped":
+            return interval
+        self.state = "retrying"
+        self.log.info(
+            "connector {name}: reconnecting to {uri} in {delay}s (attempt {attempt}{limit})",
+            name=self.name,
+            uri=self.settings.uri,
+            delay=interval,
+            attempt=attempt,
+            limit="" if max_retries < 0 else f" of {max_retries}",
+        )
+        return interval
+
+    def _attempt_failed(self, failure: Failure) -> Failure:
+        self.last_error = failure.getErrorMessage()
+        self.metrics.connect_failures.labels(self.name).inc()
+        self.log.warn(
+            "connector {name}: cannot connect to {uri}: {error}",
+            name=self.name,
+            uri=self.settings.uri,
+            error=self.last_error,
+        )
+        return failure
+
+    def _give_up(self, retries: int) -> None:
+        if self._service is None:
+            return
+        service, self._service = self._service, None
+        self.state = "failed"
+        self.log.error(
+            "connector {name}: giving up on {uri} after {retries} retries ({error})",
+            name=self.name,
+            uri=self.settings.uri,
+            retries=retries,
+            error=self.last_error,
+        )
+        error = ConnectorUnavailable(f"broker {self.settings.uri} unreachable, gave up: {self.last_error}")
+        self._fail_waiters(error)
+        subscriptions = list(self._subscriptions.values())
+        self._subscriptions.clear()
+        for subscription in subscriptions:
+            subscription.fail(error)
+        service.stopService()
+
+    def _connected(self, protocol: StompClientProtocol) -> Deferred[Any]:
+        self.generation += 1
+        self._protocol = protocol
+        self.state = "connected"
+        self.failed_attempts = 0
+        self.last_error = ""
+        self.metrics.up.labels(self.name).set(1)
+        self.metrics.connects.labels(self.name).inc()
+        self.log.info(
+            "connector {name}: connected to {uri} (STOMP {version}, {server}); {count} subscriptions to restore",
+            name=self.name,
+            uri=self.settings.uri,
+            version=protocol.version,
+            server=protocol.server or "unknown server",
+            count=len(self._subscriptions),
+        )
+        restoring = [subscription.establish(protocol) for subscription in list(self._subscriptions.values())]
+        done: Deferred[Any] = defer.DeferredList(restoring, consumeErrors=True) if restoring else succeed(None)
+
+        def ready(_: object) -> None:
+            if self._protocol is protocol:
+                waiters, self._waiters = self._waiters, []
+                self.metrics.waiting.labels(self.name).set(0)
+                for waiter in waiters:
+                    waiter.callback(protocol)
+
+        done.addCallback(ready)
+        return done
+
+    def _lost(self, protocol: StompClientProtocol, reason: Failure) -> None:
+        if self._protocol is not protocol:
+            return
+        self._protocol = None
+        self.metrics.up.labels(self.name).set(0)
+        self.last_error = str(protocol.error) if protocol.error else reason.getErrorMessage()
+        if self.state == "stopped":
+            return
+        self.state = "retrying"
+        self.log.warn(
+            "connector {name}: lost connection to {uri}: {error}",
+            name=self.name,
+            uri=self.settings.uri,
+            error=self.last_error,
+        )
+        for subscription in self._subscriptions.values():
+            subscription.connection_lost()
+
+    def _when_ready(self) -> Deferred[StompClientProtocol]:
+        """The connected protocol now, or once reconnected (bounded by the caller)."""
+        if self._protocol is not None:
+            return succeed(self._protocol)
+        if self._service is None:
+            reason = "gave up reconnecting" if self.state == "failed" else "is not started"
+            return fail(ConnectorUnavailable(f"connector {self.name} {reason}: {self.last_error}".rstrip(": ")))
+        if len(self._waiters) >= self.settings.max_waiting_sends:
+            return fail(
+                ConnectorUnavailable(
+                    f"broker {self.settings.uri} is away and {len(self._waiters)} sends already wait for it"
+                )
+            )
+
+        def cancel(waiter: Deferred[StompClientProtocol]) -> None:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+                self.metrics.waiting.labels(self.name).set(len(self._waiters))
+
+        waiter: Deferred[StompClientProtocol] = Deferred(cancel)
+        self._waiters.append(waiter)
+        self.metrics.waiting.labels(self.name).set(len(self._waiters))
+        return waiter
+
+    def _fail_waiters(self, error: Exception) -> None:
+        waiters, self._waiters = self._waiters, []
+        self.metrics.waiting.labels(self.name).set(0)
+        for waiter in waiters:
+            waiter.errback(error)
+
+    def _bounded(self, work: Deferred[Any], what: str) -> Deferred[Any]:
+        """``work`` failing with ConnectorUnavailable after ``send_timeout``."""
+        timeout = self.settings.send_timeout / 1000.0
+
+        def timed_out(failure: Failure) -> Failure:
+            if failure.check(defer.TimeoutError, defer.CancelledError):
+                state = "connected" if self._protocol is not None else f"{self.state}: {self.last_error}"
+                return Failure(
+                    ConnectorUnavailable(
+                        f"{what}: no confirmation from {self.settings.uri} within {timeout}s ({state})"
+                    )
+                )
+            return failure
+
+        work.addTimeout(timeout, self.clock)
+        work.addErrback(timed_out)
+        return work
+
+    # -- sending -------------------------------------------------------------
+
+    def send(self, message: Message) -> Deferred[None]:
+        """SEND with a receipt; fires once the broker confirmed."""
+        try:
+            headers, body, text = send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type)
+        except ConnectorError as error:
+            self.metrics.sends.labels(self.name, "failed").inc()
+            return fail(error)
+        destination = message.destination
+        work = self._when_ready()
+        work.addCallback(lambda protocol: protocol.send(destination, body, headers, text=text))
+        return self._count(self._bounded(work, f"send of {message.message_id} to {destination}"), 1)
+
+    def send_batch(self, messages: list[Message]) -> Deferred[None]:
+        """BEGIN, the SENDs, COMMIT with a receipt: all visible at the broker or none."""
+        if not messages:
+            return succeed(None)
+        try:
+            parts = [
+                (message.destination, *send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type))
+                for message in messages
+            ]
+        except ConnectorError as error:
+            self.metrics.sends.labels(self.name, "failed").inc(len(messages))
+            return fail(error)
+        transaction = f"{self.settings.client_id}-tx-{next(self._transaction_ids)}"
+
+        def transact(protocol: StompClientProtocol) -> Deferred[Any]:
+            protocol.begin(transaction)
+            for destination, headers, body, text in parts:
+                protocol.send(destination, body, headers, text=text, receipt=False, transaction=transaction)
+            return protocol.commit(transaction)
+
+        work = self._when_ready()
+        work.addCallback(transact)
+        return self._count(self._bounded(work, f"transaction of {len(messages)} messages"), len(messages))
+
+    def _count(self, work: Deferred[Any], count: int) -> Deferred[None]:
+        def ok(_: object) -> None:
+            self.metrics.sends.labels(self.name, "ok").inc(count)
+
+        def failed(failure: Failure) -> Failure:
+            self.metrics.sends.labels(self.name, "failed").inc(count)
+            return failure
+
+        return work.addCallbacks(ok, failed)
+
+    # -- subscriptions -------------------------------------------------------
+
+    def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
+        """SUBSCRIBE at the broker; fires with the live subscription."""
+        if spec.ack_mode not in ACK_MODES:
+            return fail(ConnectorError(f"unknown ack mode {spec.ack_mode!r}"))
+        subscription = BrokerSubscription(self, f"{self.name}-sub-{next(self._subscription_ids)}", spec, consumer)
+        work = self._when_ready()
+        work.addCallback(subscription.establish)
+        work = self._bounded(work, f"subscription to {spec.destination}")
+
+        def established(_: object) -> BrokerSubscription:
+            if subscription.closed:
+                raise ConnectorUnavailable(f"subscription to {spec.destination} ended while being made")
+            self._subscriptions[subscription.id] = subscription
+            return subscription
+
+        def refused(failure: Failure) -> Failure:
+            subscription.closed = True
+            error = failure.value
+            if isinstance(error, BrokerError) and "selector" in str(error).lower():
+                return Failure(SelectorError(str(error), selector=spec.selector or ""))
+            return failure
+
+        return work.addCallbacks(established, refused)
+
+    def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
+        """Delete an inactive durable subscription (and its backlog) at the broker."""
+        name = durable_subscription_name(client_id, durable_name)
+        work = self._when_ready()
+        work.addCallback(
+            lambda protocol: protocol.unsubscribe(
+                f"{self.name}-remove-{next(self._subscription_ids)}",
+                headers={"activemq.subscriptionName": name},
+            )
+        )
+        return self._bounded(work, f"removal of durable subscription {name}").addCallback(lambda _: None)
+
+    def _forget(self, subscription: BrokerSubscription) -> None:
+        self._subscriptions.pop(subscription.id, None)

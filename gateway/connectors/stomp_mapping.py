@@ -1,0 +1,223 @@
+"""JMS messages <-> the STOMP frames a JMS broker (ActiveMQ 5) understands.
+
+The common header mapping (correlation-id, reply-to, type, persistent,
+priority, expires, user properties) is :mod:`gateway.message.convert`'s;
+this module adds what is particular to a JMS broker spoken to over STOMP:
+
+* a :class:`TextMessage` is sent without ``content-length`` (ActiveMQ then
+  makes a ``javax.jms.TextMessage``); a text containing NUL needs
+  ``content-length`` and so ``amq-msg-type: text`` (ActiveMQ keeps that
+  header as a property); a :class:`BytesMessage` is sent with
+  ``content-length`` (a ``javax.jms.BytesMessage``);
+* a :class:`MapMessage` is sent as ``transformation: jms-map-json`` with
+  XStream-style JSON, which ActiveMQ turns into a ``javax.jms.MapMessage``
+  (string, int/long, double and boolean values; the broker refuses bytes);
+  an :class:`ObjectMessage` whose payload is XStream JSON as
+  ``transformation: jms-object-json``;
+* MESSAGE frames from the broker: ``transformation: jms-map-json`` becomes a
+  :class:`MapMessage`, ``jms-object-json`` an :class:`ObjectMessage` (the
+  JSON payload kept as bytes, never deserialized), ``content-length`` a
+  :class:`BytesMessage`, anything else a :class:`TextMessage`.  The broker
+  only labels Map/Object messages when the subscription asked for
+  ``transformation: jms-json`` (see :data:`SUBSCRIBE_TRANSFORMATION`).
+
+Known limit of ActiveMQ 5.17: a ``javax.jms.StreamMessage`` has no STOMP form
+and arrives as an empty text; user properties travel as STOMP headers, so
+they reach the other side as strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from gateway.errors import ConnectorError, StompProtocolError
+from gateway.message import convert
+from gateway.message.model import BytesMessage, MapMessage, Message, ObjectMessage, TextMessage
+from gateway.stomp.frame import Frame
+
+SUBSCRIBE_TRANSFORMATION = "jms-json"
+"""The SUBSCRIBE ``transformation`` asking ActiveMQ to label Map and Object
+messages (``jms-map-json`` / ``jms-object-json``) instead of sending them as
+empty texts.  Needs XStream and Jettison on the broker's classpath."""
+
+XSTREAM_JSON = "xstream-json"
+""":attr:`ObjectMessage.encoding` of payloads that came as ``jms-object-json``."""
+
+_NOT_ON_SEND = frozenset({"message-id", "redelivered", "destination", "subscription", "ack", "content-length"})
+
+
+def send_frame_parts(message: Message, *, amq_msg_type: bool = True) -> tuple[dict[str, str], bytes, bool]:
+    """Headers (without ``destination``), body and the "text" flag of the SEND for ``message``.
+
+    The flag tells :meth:`StompClientProtocol.send` to leave out
+    ``content-length``.  Raises :class:`ConnectorError` for a message the
+    broker cannot take over STOMP.
+
+    :param amq_msg_type: the broker understands ``amq-msg-type`` (ActiveMQ).
+    """
+    headers = {name: value for name, value in convert.message_headers(message).items() if name not in _NOT_ON_SEND}
+    if message.expiration == 0:
+        headers.pop("expires", None)
+    if isinstance(message, TextMessage):
+        body = message.text.encode("utf-8") if message.text else b""
+        if b"\x00" not in body:
+            return headers, body, True
+        if not amq_msg_type:
+            raise ConnectorError(
+                f"text message {message.message_id} contains NUL and the broker has no amq-msg-type header"
+            )
+        headers["amq-msg-type"] = "text"
+        return headers, body, False
+    if isinstance(message, BytesMessage):
+        return headers, message.body, False
+    if isinstance(message, MapMessage):
+        headers["transformation"] = "jms-map-json"
+        return headers, encode_map(message.map, message.message_id).encode("utf-8"), True
+    if isinstance(message, ObjectMessage) and message.encoding == XSTREAM_JSON:
+        headers["transformation"] = "jms-object-json"
+        return headers, message.payload, True
+    kind = f"{type(message).__name__}" + (f" ({message.encoding})" if isinstance(message, ObjectMessage) else "")
+    raise ConnectorError(f"message {message.message_id} is a {kind}, which cannot be sent to the broker over STOMP")
+
+
+def message_from_frame(frame: Frame) -> Message:
+    """The JMS message a broker's MESSAGE frame carries (see the module docstring)."""
+    headers = frame.headers
+    transformation = headers.get("transformation")
+    if transformation in ("jms-map-json", "jms-object-json"):
+        base = Frame("MESSAGE", {k: v for k, v in headers.items() if k != "content-length"}, b"")
+        message = _with_fields(_header_fields(base), _typed_body(transformation, frame))
+    else:
+        message = _header_fields(frame)
+    return message
+
+
+def _header_fields(frame: Frame) -> Message:
+    headers = frame.headers
+    try:
+        message = convert.frame_to_message(frame)
+    except StompProtocolError as error:
+        if "content-length" in headers or error.message != "invalid UTF-8 body":
+            raise ConnectorError(f"unreadable MESSAGE from broker: {error.message}: {error.detail}") from None
+        # A text that is not UTF-8 cannot come from a JMS TextMessage; keep the bytes.
+        message = convert.frame_to_message(Frame(frame.command, {**headers, "amq-msg-type": "bytes"}, frame.body))
+    message.message_id = headers.get("message-id", message.message_id)
+    timestamp = headers.get("timestamp", "")
+    if timestamp.isdigit():
+        message.timestamp = int(timestamp)
+    message.redelivered = headers.get("redelivered", "false").lower() == "true"
+    return message
+
+
+def _typed_body(transformation: str, frame: Frame) -> Message:
+    if transformation == "jms-object-json":
+        return ObjectMessage(payload=frame.body, encoding=XSTREAM_JSON)
+    try:
+        return MapMessage(map=decode_map(frame.body))
+    except ValueError as error:
+        raise ConnectorError(
+            f"MESSAGE {frame.headers.get('message-id')} from broker has an unreadable jms-map-json body: {error}"
+        ) from None
+
+
+def _with_fields(source: Message, target: Message) -> Message:
+    """``target`` (a body) with every header field and property of ``source``."""
+    for name in (
+        "destination",
+        "message_id",
+        "correlation_id",
+        "reply_to",
+        "type",
+        "persistent",
+        "priority",
+        "expiration",
+        "timestamp",
+        "redelivered",
+        "redelivery_count",
+    ):
+        setattr(target, name, getattr(source, name))
+    target.properties = source.properties
+    return target
+
+
+# -- XStream JSON maps --------------------------------------------------------
+#
+# ActiveMQ writes a MapMessage as {"map": {"entry": [ENTRY, ...]}} where an
+# entry holding a string value is {"string": [key, value]} and any other is
+# {"string": key, "<java type>": value}; one entry is not wrapped in a list
+# and an empty map is {"map": ""}.
+
+_NUMBER_TYPES = {"int": int, "long": int, "short": int, "byte": int, "double": float, "float": float}
+
+
+def decode_map(body: bytes) -> dict[str, Any]:
+    """The map an XStream JSON body holds; ValueError if it is not one."""
+    try:
+        document = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"not JSON ({error})") from None
+    if not isinstance(document, dict) or "map" not in document:
+        raise ValueError("no 'map' object")
+    content = document["map"]
+    if content in ("", None) or content == {}:
+        return {}
+    if not isinstance(content, dict):
+        raise ValueError("'map' is not an object")
+    entries = content.get("entry", [])
+    if isinstance(entries, dict):
+        entries = [entries]
+    result: dict[str, Any] = {}
+    for entry in entries:
+        key, value = _decode_entry(entry)
+        result[key] = value
+    return result
+
+
+def _decode_entry(entry: Any) -> tuple[str, Any]:
+    if not isinstance(entry, dict) or "string" not in entry:
+        raise ValueError(f"map entry {entry!r} has no string key")
+    strings = entry["string"]
+    if isinstance(strings, list):
+        if len(strings) != 2:
+            raise ValueError(f"map entry {entry!r} is not a key and a value")
+        return str(strings[0]), str(strings[1])
+    key = str(strings)
+    others = [(kind, value) for kind, value in entry.items() if kind != "string"]
+    if len(others) != 1:
+        raise ValueError(f"map entry {key!r} has no single value")
+    kind, value = others[0]
+    if kind in _NUMBER_TYPES:
+        return key, _NUMBER_TYPES[kind](value)
+    if kind == "boolean":
+        return key, value if isinstance(value, bool) else str(value).lower() == "true"
+    if kind == "char":
+        return key, str(value)
+    if kind == "byte-array":
+        return key, base64.b64decode(str(value))
+    if kind == "null":
+        return key, None
+    raise ValueError(f"map entry {key!r} has unsupported type {kind!r}")
+
+
+def encode_map(entries: dict[str, Any], message_id: str = "") -> str:
+    """XStream JSON for ``entries`` (values: str, int, float, bool); ConnectorError otherwise."""
+    encoded: list[dict[str, Any]] = []
+    for key, value in entries.items():
+        if isinstance(value, str):
+            encoded.append({"string": [str(key), value]})
+        elif isinstance(value, bool):
+            encoded.append({"string": str(key), "boolean": value})
+        elif isinstance(value, int):
+            encoded.append({"string": str(key), "int" if -(2**31) <= value < 2**31 else "long": value})
+        elif isinstance(value, float):
+            encoded.append({"string": str(key), "double": value})
+        else:
+            raise ConnectorError(
+                f"map message {message_id}: entry {key!r} is a {type(value).__name__}; the broker's "
+                "jms-map-json only takes strings, integers, floats and booleans"
+            )
+    if not encoded:
+        return '{"map":""}'
+    return json.dumps({"map": {"entry": encoded}}, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,215 @@
+"""A gateway consumer's subscription at a JMS broker spoken to over STOMP.
+
+:class:`BrokerSubscription` maps a :class:`~gateway.interfaces.SubscriptionSpec`
+onto ActiveMQ's SUBSCRIBE headers (selector, ``activemq.prefetchSize``,
+``activemq.subscriptionName``, ``transformation``), turns MESSAGE frames into
+messages for its consumer, relays ACK/NACK with :class:`BrokerDelivery` tags,
+buffers while paused and is SUBSCRIBEd again after each reconnection of its
+:class:`~gateway.connectors.stomp_broker.StompBrokerConnector`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway.connectors.stomp_mapping import message_from_frame
+from gateway.deferreds import gather
+from gateway.errors import ConnectorError
+from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
+from gateway.message.model import Message
+from gateway.stomp.client import StompClientProtocol
+from gateway.stomp.frame import Frame
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gateway.connectors.stomp_broker import StompBrokerConnector
+
+
+@dataclass(slots=True, frozen=True)
+class BrokerDelivery:
+    """The tag of one delivery: which connection it came on and how to acknowledge it."""
+
+    generation: int
+    subscription_id: str
+    frame: Frame  # the MESSAGE headers (no body)
+
+
+def durable_subscription_name(client_id: str | None, durable_name: str) -> str:
+    """The broker-side durable name: one broker connection serves every gateway
+    client, so the gateway client id becomes part of the name."""
+    return f"{client_id}.{durable_name}" if client_id else durable_name
+
+
+@implementer(ISubscription)
+class BrokerSubscription:
+    """One gateway consumer's subscription at the JMS broker.
+
+    The broker subscription always acknowledges ``client-individual``; for a
+    consumer in ``auto`` mode the connector acknowledges each message once
+    :meth:`IConsumer.deliver` returned (not ``False``) with the subscription
+    still open.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        connector: StompBrokerConnector,
+        subscription_id: str,
+        spec: SubscriptionSpec,
+        consumer: IConsumer,
+    ) -> None:
+        self.connector = connector
+        self.id = subscription_id
+        self.spec = spec
+        self.consumer = consumer
+        self.closed = False
+        self.paused = False
+        self._generation = -1
+        self._backlog: list[tuple[Message, BrokerDelivery]] = []
+
+    def headers(self) -> dict[str, str]:
+        """The SUBSCRIBE headers for ActiveMQ."""
+        spec = self.spec
+        headers = {"activemq.prefetchSize": str(max(1, spec.prefetch))}
+        if spec.selector:
+            headers["selector"] = spec.selector
+        if spec.durable_name and spec.destination.startswith("/topic/"):
+            headers["activemq.subscriptionName"] = durable_subscription_name(spec.client_id, spec.durable_name)
+        if self.connector.settings.transformation:
+            headers["transformation"] = self.connector.settings.transformation
+        return headers
+
+    def establish(self, protocol: StompClientProtocol) -> Deferred[None]:
+        """SUBSCRIBE on ``protocol`` (first time or after a reconnection)."""
+        generation = self.connector.generation
+        self._generation = generation
+        self._backlog.clear()
+        subscribed = protocol.subscribe(
+            self.spec.destination,
+            self.id,
+            lambda frame: self._received(frame, generation),
+            ack="client-individual",
+            headers=self.headers(),
+        )
+
+        def failed(failure: Failure) -> Failure:
+            if self.id in self.connector._subscriptions:
+                self.log.warn(
+                    "connector {name}: cannot restore subscription to {destination}: {error}",
+                    name=self.connector.name,
+                    destination=self.spec.destination,
+                    error=failure.getErrorMessage(),
+                )
+                self.connector._forget(self)
+                self.fail(failure.value or ConnectorError("subscription lost"))
+            return failure
+
+        subscribed.addErrback(failed)
+        return subscribed.addCallback(lambda _: None)
+
+    def connection_lost(self) -> None:
+        """Deliveries not yet handed on will come again on the next connection."""
+        self._backlog.clear()
+
+    def fail(self, error: BaseException) -> None:
+        """End the subscription without the consumer asking."""
+        if self.closed:
+            return
+        self.closed = True
+        exception = error if isinstance(error, Exception) else ConnectorError(str(error))
+        self.consumer.subscription_failed(exception)
+
+    def _received(self, frame: Frame, generation: int) -> None:
+        if self.closed or generation != self._generation:
+            return
+        tag = BrokerDelivery(generation, self.id, Frame("MESSAGE", frame.headers))
+        self.connector.metrics.deliveries.labels(self.connector.name).inc()
+        try:
+            message = message_from_frame(frame)
+        except ConnectorError as error:
+            self.log.warn(
+                "connector {name}: rejecting message {id} from {destination}: {error}",
+                name=self.connector.name,
+                id=frame.headers.get("message-id"),
+                destination=self.spec.destination,
+                error=str(error),
+            )
+            self._acknowledge([tag], "nack")
+            return
+        if self.paused or self._backlog:
+            self._backlog.append((message, tag))
+            return
+        self._deliver(message, tag)
+
+    def _deliver(self, message: Message, tag: BrokerDelivery) -> None:
+        consumer: Any = self.consumer
+        try:
+            handed_on = consumer.deliver(message, tag)
+        except Exception:
+            self.log.failure(
+                "consumer of {destination} failed on message {id}",
+                destination=self.spec.destination,
+                id=message.message_id,
+            )
+            return
+        # In auto mode the broker hears of the delivery once the consumer took it:
+        # not when it refused it (returned False) or ended the subscription meanwhile.
+        if self.spec.ack_mode == "auto" and handed_on is not False and not self.closed:
+            self._acknowledge([tag], "ack", receipt=False)
+
+    def ack(self, tags: list[Any]) -> Deferred[None]:
+        return self._acknowledge(tags, "ack")
+
+    def nack(self, tags: list[Any]) -> Deferred[None]:
+        return self._acknowledge(tags, "nack")
+
+    def _acknowledge(self, tags: list[Any], what: str, *, receipt: bool = True) -> Deferred[None]:
+        protocol = self.connector._protocol
+        work: list[Deferred[Any]] = []
+        for tag in tags:
+            if not isinstance(tag, BrokerDelivery):
+                return fail(ConnectorError(f"{tag!r} is not a delivery of this connector"))
+            if protocol is None or tag.generation != self.connector.generation:
+                # The broker connection it came on is gone: the broker redelivers it.
+                continue
+            if what == "ack":
+                work.append(protocol.ack(tag.frame, receipt=receipt))
+            else:
+                work.append(protocol.nack(tag.frame, receipt=receipt))
+        return gather(work).addCallback(lambda _: None)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        while self._backlog and not self.paused and not self.closed:
+            message, tag = self._backlog.pop(0)
+            self._deliver(message, tag)
+
+    def close(self) -> Deferred[None]:
+        """UNSUBSCRIBE; the broker redelivers what was not acknowledged."""
+        if self.closed:
+            return succeed(None)
+        self.closed = True
+        self._backlog.clear()
+        self.connector._forget(self)
+        protocol = self.connector._protocol
+        if protocol is None:
+            return succeed(None)
+        return protocol.unsubscribe(self.id).addCallback(lambda _: None)
+
+    def unsubscribe(self) -> Deferred[None]:
+        """UNSUBSCRIBE and, for a durable subscription, delete it at the broker."""
+        closing = self.close()
+        spec = self.spec
+        if not (spec.durable_name and spec.destination.startswith("/topic/")):
+            return closing
+        durable_name = spec.durable_name
+        return closing.addCallback(lambda _: self.connector.unsubscribe_durable(spec.client_id or "", durable_name))

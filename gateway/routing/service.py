@@ -1,0 +1,295 @@
+"""The Twisted half of routing: apply a :class:`RouteDecision` through the Kafka connector.
+
+:class:`KafkaRouter` asks the pure :class:`~gateway.routing.router.Router`
+where a message goes, then:
+
+* routed: publishes the record; the Deferred fires on Kafka's delivery
+  report (so a RECEIPT means ``acks=all``), counting success and latency;
+* soft failure: ``stop`` stops that route (this and later messages on it fail
+  with :class:`RouteStopped`), ``skip`` logs and drops it (the send succeeds),
+  ``dead-letter`` publishes it to the dead-letter topic;
+* hard failure (unknown topic, not authorised, the dead-letter topic
+  failing): stops all routing with one clear log line; every later send fails
+  with :class:`RouteStopped` until :meth:`KafkaRouter.restart`;
+* a message carrying this gateway's ``jmsbridge.origin`` is not routed back.
+
+It also provides :class:`IConnector`, so the gateway can map destinations to
+it like to any connector: sends are routed, subscriptions go to Kafka.
+Nothing here blocks; metrics live in an injectable registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError
+from gateway.errors import ConfigError, ConnectorError, DestinationError
+from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
+from gateway.message.model import Message
+from gateway.routing.config import RoutingConfig, parse_routing_config
+from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.router import CYCLE, ROUTED, SOFT_FAILURE, UNROUTED, RouteDecision, Router
+
+
+class RouteStopped(ConnectorError):
+    """Routing (or one route) is stopped after a failure; the message was not sent.
+
+    :ivar route: the stopped route, or ``*`` when all routing is stopped.
+    """
+
+    def __init__(self, message: str, *, route: str = "*") -> None:
+        super().__init__(message)
+        self.route = route
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingResult:
+    """What became of a message that routing accepted.
+
+    :ivar outcome: ``routed``, ``dead-lettered``, ``skipped``, ``cycle`` or ``unrouted``.
+    :ivar report: where Kafka stored it (routed / dead-lettered).
+    """
+
+    outcome: str
+    route: str = "-"
+    topic: str | None = None
+    report: DeliveryReport | None = None
+
+
+@implementer(IConnector)
+class KafkaRouter:
+    """Routes messages to Kafka by a :class:`RoutingConfig`.
+
+    :param connector: the Kafka connector records go through.
+    :param origin: this gateway's id (``jmsbridge.origin``).
+    :param clock: ``seconds()`` for latencies (the reactor).
+    :param registry: where the metrics live.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        config: RoutingConfig,
+        connector: KafkaConnector,
+        *,
+        origin: str,
+        clock: Any,
+        registry: CollectorRegistry | None = None,
+        name: str = "kafka-routes",
+    ) -> None:
+        self.config = config
+        self.router = Router(config, origin)
+        self.connector = connector
+        self.clock = clock
+        self.name = name
+        self.metrics = RoutingMetrics(registry)
+        self.stopped: str | None = None
+        """Why all routing stopped (a hard failure), or None."""
+        self.stopped_routes: dict[str, str] = {}
+        """Route name -> why it stopped (a soft failure under ``stop``)."""
+
+    # ------------------------------------------------------------ routing
+
+    def restart(self, route: str | None = None) -> None:
+        """Clear a stop: of one route, or of everything."""
+        if route is None:
+            self.stopped = None
+            self.stopped_routes.clear()
+        else:
+            self.stopped_routes.pop(route, None)
+        self.log.info("routing restarted ({route})", route=route or "all routes")
+
+    def status(self) -> dict[str, Any]:
+        """A summary for the admin page."""
+        return {
+            "stopped": self.stopped,
+            "stopped_routes": dict(self.stopped_routes),
+            "routes": [r.name for r in self.config.routes],
+        }
+
+    def route(self, message: Message) -> Deferred[RoutingResult]:
+        """Route one message; fires when Kafka acknowledged it (or it was
+        knowingly skipped), fails with ConnectorError otherwise."""
+        if self.stopped is not None:
+            return fail(RouteStopped(f"routing to Kafka is stopped: {self.stopped}"))
+        started = self.clock.seconds()
+        decision = self.router.route(message)
+        if decision.outcome == CYCLE:
+            self.metrics.cycles.inc()
+            self.log.debug("message {id} came from this gateway; not routed back", id=message.message_id)
+            return succeed(RoutingResult(CYCLE))
+        if decision.outcome == UNROUTED:
+            return succeed(RoutingResult(UNROUTED))
+        route = decision.route_name
+        if route in self.stopped_routes:
+            return fail(RouteStopped(f"route {route} is stopped: {self.stopped_routes[route]}", route=route))
+        if decision.outcome == SOFT_FAILURE:
+            return self._soft_failure(message, decision, started)
+        assert decision.outcome == ROUTED and decision.topic is not None
+        d: Deferred[Any] = self.connector.send_record(decision.topic, decision.key, decision.value, decision.headers)
+
+        def delivered(report: DeliveryReport) -> RoutingResult:
+            self.metrics.successes.labels(route).inc()
+            self.metrics.latency.labels(route).observe(max(0.0, self.clock.seconds() - started))
+            return RoutingResult(ROUTED, route, decision.topic, report)
+
+        def refused(failure: Any) -> Any:
+            self._publish_failed(message, route, decision.topic or "", failure.value)
+            return failure
+
+        d.addCallbacks(delivered, refused)
+        return d
+
+    def _soft_failure(self, message: Message, decision: RouteDecision, started: float) -> Deferred[RoutingResult]:
+        route = decision.route_name
+        failure = decision.failure
+        assert failure is not None
+        self.metrics.failures.labels(route, failure.reason).inc()
+        if decision.policy == "skip":
+            self.metrics.skipped.labels(route).inc()
+            self.log.warn("route {route}: skipped message {id}: {problem}", route=route, id=message.message_id,
+                          problem=failure.detail)
+            return succeed(RoutingResult("skipped", route))
+        if decision.policy == "dead-letter" and decision.topic is not None:
+            topic = decision.topic
+            self.log.warn("route {route}: dead-lettering message {id} to {topic}: {problem}", route=route,
+                          id=message.message_id, topic=topic, problem=failure.detail)
+            d: Deferred[Any] = self.connector.send_record(topic, decision.key, decision.value, decision.headers)
+
+            def dead_lettered(report: DeliveryReport) -> RoutingResult:
+                self.metrics.dead_lettered.labels(route).inc()
+                self.metrics.latency.labels(route).observe(max(0.0, self.clock.seconds() - started))
+                return RoutingResult("dead-lettered", route, topic, report)
+
+            def lost(reason: Any) -> Any:
+                error = reason.value
+                self.metrics.failures.labels(route, getattr(error, "code", "") or "dead-letter").inc()
+                self._stop_all(f"publishing message {message.message_id} to dead-letter topic {topic} failed: "
+                               f"{error}")
+                raise RouteStopped(f"dead-letter topic {topic} failed for message {message.message_id}: {error}")
+
+            d.addCallbacks(dead_lettered, lost)
+            return d
+        reason = f"message {message.message_id}: {failure.reason}: {failure.detail}"
+        self.stopped_routes[route] = reason
+        self.log.error("route {route} stopped by a soft failure: {reason}", route=route, reason=reason)
+        return fail(RouteStopped(f"route {route} stopped: {failure.detail}", route=route))
+
+    def _publish_failed(self, message: Message, route: str, topic: str, error: Exception) -> None:
+        code = getattr(error, "code", "") or type(error).__name__
+        self.metrics.failures.labels(route, code).inc()
+        if isinstance(error, KafkaDeliveryError) and error.hard:
+            self._stop_all(f"route {route}: publishing to {topic} failed hard ({code}): {error}")
+        else:
+            self.log.warn("route {route}: message {id} not published to {topic}: {error}", route=route,
+                          id=message.message_id, topic=topic, error=str(error))
+
+    def _stop_all(self, reason: str) -> None:
+        if self.stopped is None:
+            self.stopped = reason
+            self.log.critical("routing to Kafka STOPPED (hard failure): {reason}", reason=reason)
+
+    # ------------------------------------------------------- IConnector
+
+    def start(self) -> Deferred[Any]:
+        """Start the Kafka connector."""
+        result: Deferred[Any] = self.connector.start()
+        return result
+
+    def stop(self) -> Deferred[Any]:
+        """Stop the Kafka connector."""
+        result: Deferred[Any] = self.connector.stop()
+        return result
+
+    def send(self, message: Message) -> Deferred[RoutingResult]:
+        """Route ``message``; a message no route includes fails with DestinationError."""
+        d = self.route(message)
+
+        def check(result: RoutingResult) -> RoutingResult:
+            if result.outcome == UNROUTED:
+                raise DestinationError(f"no Kafka route includes destination {message.destination}")
+            return result
+
+        d.addCallback(check)
+        return d
+
+    def send_batch(self, messages: list[Message]) -> Deferred[Any]:
+        """Route a batch: every decision first (any stop fails the whole batch
+        before anything is sent), then the records in one Kafka transaction
+        when the connector has a ``transactional_id`` (else as a sequence)."""
+        if self.stopped is not None:
+            return fail(RouteStopped(f"routing to Kafka is stopped: {self.stopped}"))
+        records: list[tuple[str, bytes | None, bytes | None, list[Any]]] = []
+        for message in messages:
+            decision = self.router.route(message)
+            if decision.outcome in (CYCLE, UNROUTED):
+                if decision.outcome == UNROUTED:
+                    return fail(DestinationError(f"no Kafka route includes destination {message.destination}"))
+                continue
+            route = decision.route_name
+            if route in self.stopped_routes:
+                return fail(RouteStopped(f"route {route} is stopped: {self.stopped_routes[route]}", route=route))
+            if decision.outcome == SOFT_FAILURE and decision.topic is None:
+                if decision.policy == "skip":
+                    self._soft_failure(message, decision, self.clock.seconds())
+                    continue
+                return self._soft_failure(message, decision, self.clock.seconds())
+            assert decision.topic is not None
+            records.append((decision.topic, decision.key, decision.value, list(decision.headers)))
+        d = self.connector.send_records(records)
+
+        def refused(failure: Any) -> Any:
+            error = failure.value
+            if isinstance(error, KafkaDeliveryError) and error.hard:
+                self._stop_all(f"batch publish failed hard ({error.code}): {error}")
+            return failure
+
+        d.addErrback(refused)
+        return d
+
+    def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[Any]:
+        """Subscribe through the Kafka connector."""
+        result: Deferred[Any] = self.connector.subscribe(spec, consumer)
+        return result
+
+    def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[Any]:
+        """Delete a durable subscription's consumer group."""
+        result: Deferred[Any] = self.connector.unsubscribe_durable(client_id, durable_name)
+        return result
+
+
+def build_kafka_router(
+    raw: dict[str, Any],
+    path: str,
+    connectors: dict[str, Any],
+    *,
+    origin: str,
+    clock: Any,
+    registry: CollectorRegistry | None = None,
+) -> KafkaRouter | None:
+    """The router a ``[routing]`` table describes, or None when the table is empty.
+
+    ``routing.connector`` (default ``kafka``) names the Kafka connector in
+    ``connectors``; the gateway then puts the router in that connector's place
+    so sends to its destinations are routed and subscriptions still reach Kafka.
+    Raises ConfigError.
+    """
+    if not raw:
+        return None
+    config = parse_routing_config(raw, path)
+    connector = connectors.get(config.connector)
+    if not isinstance(connector, KafkaConnector):
+        raise ConfigError(
+            f"routing needs a Kafka connector named {config.connector!r} ([connectors.{config.connector}] "
+            "with uri = 'kafka://host:9092')",
+            path=path,
+            key="routing.connector",
+        )
+    return KafkaRouter(config, connector, origin=origin, clock=clock, registry=registry, name=config.connector)

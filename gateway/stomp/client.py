@@ -1,0 +1,522 @@
+"""A Twisted STOMP client protocol, built on the gateway's own sans-IO codec.
+
+:class:`StompClientProtocol` speaks STOMP 1.2 to a broker (1.1 and 1.0 when
+the broker negotiates them): CONNECT with login, passcode, virtual host and
+heart-beats; SEND, SUBSCRIBE / UNSUBSCRIBE, ACK / NACK, BEGIN / COMMIT /
+ABORT and DISCONNECT, each optionally with a receipt.  Every call that asks
+for a receipt returns a Deferred fired by the broker's RECEIPT; receipts are
+pipelined (any number outstanding).  An ERROR frame naming a receipt fails
+that Deferred with :class:`~gateway.errors.ConnectorError` carrying the
+broker's message; an ERROR without one is fatal to the connection, as the
+STOMP spec says.  A lost connection fails everything still outstanding with
+:class:`~gateway.errors.ConnectorUnavailable`.
+
+MESSAGE frames go to the handler registered for their ``subscription``.
+The protocol never blocks, owns no threads and takes its clock as an
+argument; reconnecting is the caller's business (see
+:mod:`gateway.connectors.stomp_broker`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gateway.errors import ConnectorError, ConnectorUnavailable, StompProtocolError
+from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
+from gateway.stomp.frame import VERSIONS, Frame
+
+MessageHandler = Callable[[Frame], None]
+"""Called with each MESSAGE frame of a subscription (on the reactor thread)."""
+
+
+class BrokerError(ConnectorError):
+    """The broker answered with an ERROR frame.
+
+    :ivar headers: the ERROR frame's headers.
+    :ivar body: its body as text.
+    """
+
+    def __init__(self, frame: Frame, context: str = "") -> None:
+        message = frame.headers.get("message", "").strip() or "ERROR frame without message"
+        body = frame.body.decode("utf-8", "replace").strip()
+        text = f"broker ERROR{f' ({context})' if context else ''}: {message}"
+        if body and body != message:
+            text += f": {body[:500]}"
+        super().__init__(text)
+        self.headers = dict(frame.headers)
+        self.body = body
+
+
+def negotiate_heartbeat(ours: tuple[int, int], theirs: str | None) -> tuple[int, int]:
+    """``(send_every_ms, expect_every_ms)`` from our ``(cx, cy)`` and the broker's ``heart-beat``."""
+    cx, cy = ours
+    try:
+        sx, sy = (int(part) for part in (theirs or "0,0").split(","))
+    except ValueError:
+        return (0, 0)
+    send = max(cx, sy) if cx and sy else 0
+    expect = max(cy, sx) if cy and sx else 0
+    return (send, expect)
+
+
+class StompClientProtocol(Protocol):
+    """One STOMP connection from the gateway to a broker.
+
+    :param clock: the reactor's time provider (``Clock`` in tests).
+    :param limits: frame size limits for what the broker sends.
+    :param heartbeat_grace: how many expected heart-beat intervals may pass
+        in silence before the connection is considered dead (ActiveMQ checks
+        whether to beat once per interval, so it may stay silent for nearly two).
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        *,
+        limits: Limits | None = None,
+        heartbeat_grace: float = 3.0,
+    ) -> None:
+        self.clock = clock
+        self.decoder = FrameDecoder(limits)
+        self.heartbeat_grace = heartbeat_grace
+        self.version = "1.0"
+        self.server: str | None = None
+        self.session: str | None = None
+        self.ready = False
+        self.closed = False
+        self.error: ConnectorError | None = None
+        self.on_lost: Callable[[Failure], None] | None = None
+        self.on_error: Callable[[BrokerError], None] | None = None
+        self._receipt_ids = itertools.count(1)
+        self._receipts: dict[str, Deferred[Frame | None]] = {}
+        self._receipt_context: dict[str, str] = {}
+        self._handlers: dict[str, MessageHandler] = {}
+        self._connecting: Deferred[Frame] | None = None
+        self._lost_waiters: list[Deferred[None]] = []
+        self._heartbeat: tuple[int, int] = (0, 0)
+        self._sender: LoopingCall | None = None
+        self._watchdog: LoopingCall | None = None
+        self._last_received = 0.0
+        self._wrote = False
+
+    def unwrap(self) -> StompClientProtocol:
+        """This protocol itself (through a wrapper such as ClientService's proxy)."""
+        return self
+
+    # -- Twisted glue --------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self._last_received = self.clock.seconds()
+
+    def dataReceived(self, data: bytes) -> None:
+        self._last_received = self.clock.seconds()
+        for item in self.decoder.feed(data):
+            if isinstance(item, StompProtocolError):
+                self.log.warn(
+                    "unreadable frame from broker {peer}: {message}: {detail}",
+                    peer=self._peer(),
+                    message=item.message,
+                    detail=item.detail,
+                )
+                self._fatal(ConnectorError(f"broker sent an unreadable frame: {item.message}: {item.detail}"))
+                return
+            try:
+                self._frame_received(item)
+            except Exception:
+                self.log.failure("error handling {command} from broker", command=item.command)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.ready = False
+        self.closed = True
+        self._stop_heartbeats()
+        cause: ConnectorError = self.error or ConnectorUnavailable(
+            f"connection to the broker lost: {reason.getErrorMessage()}"
+        )
+        connecting, self._connecting = self._connecting, None
+        if connecting is not None:
+            connecting.errback(cause)
+        receipts, self._receipts = self._receipts, {}
+        self._receipt_context.clear()
+        for waiting in receipts.values():
+            waiting.errback(cause)
+        waiters, self._lost_waiters = self._lost_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+        if self.on_lost is not None:
+            self.on_lost(reason)
+
+    # -- frames in -----------------------------------------------------------
+
+    def _frame_received(self, frame: Frame) -> None:
+        command = frame.command
+        if command == "MESSAGE":
+            self._message(frame)
+        elif command == "RECEIPT":
+            receipt_id = frame.headers.get("receipt-id", "")
+            waiting = self._receipts.pop(receipt_id, None)
+            self._receipt_context.pop(receipt_id, None)
+            if waiting is None:
+                self.log.debug("unexpected RECEIPT {id} from broker", id=receipt_id)
+            else:
+                waiting.callback(frame)
+        elif command == "CONNECTED":
+            self._connected(frame)
+        elif command == "ERROR":
+            self._error(frame)
+        else:
+            self.log.warn("ignoring {command} frame from broker {peer}", command=command, peer=self._peer())
+
+    def _message(self, frame: Frame) -> None:
+        subscription = frame.headers.get("subscription", "")
+        handler = self._handlers.get(subscription)
+        if handler is None:
+            self.log.debug(
+                "MESSAGE {id} for unknown subscription {sub}",
+                id=frame.headers.get("message-id"),
+                sub=subscription,
+            )
+            return
+        handler(frame)
+
+    def _connected(self, frame: Frame) -> None:
+        version = frame.headers.get("version", "1.0")
+        self.version = version if version in VERSIONS else "1.0"
+        self.decoder.version = self.version
+        self.server = frame.headers.get("server")
+        self.session = frame.headers.get("session")
+        self.ready = True
+        self._wrote = False
+        send_ms, expect_ms = negotiate_heartbeat(self._heartbeat, frame.headers.get("heart-beat"))
+        self._start_heartbeats(send_ms, expect_ms)
+        connecting, self._connecting = self._connecting, None
+        if connecting is not None:
+            connecting.callback(frame)
+
+    def _error(self, frame: Frame) -> None:
+        receipt_id = frame.headers.get("receipt-id")
+        context = self._receipt_context.pop(receipt_id, "") if receipt_id else ""
+        error = BrokerError(frame, context)
+        waiting = self._receipts.pop(receipt_id, None) if receipt_id else None
+        if waiting is not None:
+            self.log.info("broker refused {context}: {error}", context=context or receipt_id, error=str(error))
+            waiting.errback(error)
+            return
+        # An ERROR that answers nothing we asked for ends the connection (STOMP spec).
+        self.log.warn("ERROR from broker {peer}: {error}", peer=self._peer(), error=str(error))
+        if self.on_error is not None:
+            self.on_error(error)
+        self._fatal(error)
+
+    def _fatal(self, error: ConnectorError) -> None:
+        if self.error is None:
+            self.error = error
+        connecting, self._connecting = self._connecting, None
+        if connecting is not None:
+            connecting.errback(error)
+        if self.transport is not None and not self.closed:
+            self.transport.loseConnection()
+
+    # -- frames out ----------------------------------------------------------
+
+    def write_frame(self, frame: Frame, *, content_length: bool = True) -> None:
+        """Encode ``frame`` for the negotiated version and write it."""
+        if self.closed or self.transport is None:
+            raise ConnectorUnavailable("not connected to the broker")
+        self.transport.write(encode_frame(frame, self.version, add_content_length=content_length))
+        self._wrote = True
+
+    def _request(
+        self,
+        frame: Frame,
+        receipt: bool,
+        context: str,
+        *,
+        content_length: bool = True,
+    ) -> Deferred[Frame | None]:
+        """Write ``frame``; with ``receipt``, return a Deferred fired by its RECEIPT."""
+        if self.closed or self.transport is None:
+            return fail(self.error or ConnectorUnavailable("not connected to the broker"))
+        if not receipt:
+            self.write_frame(frame, content_length=content_length)
+            return succeed(None)
+        receipt_id = f"r-{next(self._receipt_ids)}"
+        frame.headers["receipt"] = receipt_id
+
+        def cancel(_: Deferred[Frame | None]) -> None:
+            self._receipts.pop(receipt_id, None)
+            self._receipt_context.pop(receipt_id, None)
+
+        waiting: Deferred[Frame | None] = Deferred(cancel)
+        self._receipts[receipt_id] = waiting
+        self._receipt_context[receipt_id] = context
+        self.write_frame(frame, content_length=content_length)
+        return waiting
+
+    @property
+    def outstanding_receipts(self) -> int:
+        """Frames sent with a receipt that the broker has not answered yet."""
+        return len(self._receipts)
+
+    def connect(
+        self,
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+        host: str = "/",
+        heartbeat: tuple[int, int] = (0, 0),
+        headers: dict[str, str] | None = None,
+        versions: tuple[str, ...] = VERSIONS,
+    ) -> Deferred[Frame]:
+        """Send CONNECT; the Deferred fires with the CONNECTED frame.
+
+        Fails with :class:`BrokerError` when the broker answers ERROR (bad
+        credentials) or :class:`ConnectorUnavailable` when the connection drops.
+        ``heartbeat`` is ``(cx, cy)`` in milliseconds; ``headers`` adds e.g. ``client-id``.
+        """
+        if self._connecting is not None or self.ready:
+            return fail(ConnectorError("CONNECT already sent on this connection"))
+        if self.closed or self.transport is None:
+            return fail(self.error or ConnectorUnavailable("not connected to the broker"))
+        frame_headers = {"accept-version": ",".join(versions), "host": host}
+        if login is not None:
+            frame_headers["login"] = login
+        if passcode is not None:
+            frame_headers["passcode"] = passcode
+        frame_headers["heart-beat"] = f"{heartbeat[0]},{heartbeat[1]}"
+        frame_headers.update(headers or {})
+        self._heartbeat = heartbeat
+
+        def cancel(waiting: Deferred[Frame]) -> None:
+            if self._connecting is waiting:
+                self._connecting = None
+
+        connecting: Deferred[Frame] = Deferred(cancel)
+        self._connecting = connecting
+        self.write_frame(Frame("CONNECT", frame_headers))
+        return connecting
+
+    def send(
+        self,
+        destination: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        text: bool = False,
+        receipt: bool = True,
+        transaction: str | None = None,
+    ) -> Deferred[Frame | None]:
+        """SEND ``body`` to ``destination``.
+
+        :param text: leave out ``content-length``, which brokers such as
+            ActiveMQ read as "this is a TextMessage"; a body containing NUL
+            cannot be sent that way (:class:`ConnectorError`).
+        :param receipt: ask for a RECEIPT and fire the Deferred with it.
+        """
+        frame_headers = dict(headers or {})
+        frame_headers["destination"] = destination
+        if transaction is not None:
+            frame_headers["transaction"] = transaction
+        if text:
+            if b"\x00" in body:
+                return fail(ConnectorError(f"a text body for {destination} contains NUL; it needs content-length"))
+            frame_headers.pop("content-length", None)
+        return self._request(
+            Frame("SEND", frame_headers, body),
+            receipt,
+            f"SEND to {destination}",
+            content_length=not text,
+        )
+
+    def subscribe(
+        self,
+        destination: str,
+        subscription_id: str,
+        handler: MessageHandler,
+        *,
+        ack: str = "auto",
+        headers: dict[str, str] | None = None,
+        receipt: bool = True,
+    ) -> Deferred[Frame | None]:
+        """SUBSCRIBE; MESSAGE frames of ``subscription_id`` go to ``handler`` from now on."""
+        frame_headers = dict(headers or {})
+        frame_headers.update({"destination": destination, "id": subscription_id, "ack": ack})
+        self._handlers[subscription_id] = handler
+        result = self._request(Frame("SUBSCRIBE", frame_headers), receipt, f"SUBSCRIBE to {destination}")
+        result.addErrback(self._subscribe_failed, subscription_id)
+        return result
+
+    def _subscribe_failed(self, failure: Failure, subscription_id: str) -> Failure:
+        self._handlers.pop(subscription_id, None)
+        return failure
+
+    def unsubscribe(
+        self,
+        subscription_id: str | None,
+        *,
+        headers: dict[str, str] | None = None,
+        receipt: bool = True,
+    ) -> Deferred[Frame | None]:
+        """UNSUBSCRIBE (``subscription_id`` None: e.g. only a durable name in ``headers``)."""
+        frame_headers = dict(headers or {})
+        if subscription_id is not None:
+            frame_headers["id"] = subscription_id
+            self._handlers.pop(subscription_id, None)
+        return self._request(Frame("UNSUBSCRIBE", frame_headers), receipt, f"UNSUBSCRIBE {subscription_id}")
+
+    def ack_headers(self, message: Frame) -> dict[str, str]:
+        """The ACK/NACK headers naming ``message`` in the negotiated version."""
+        headers = message.headers
+        message_id = headers.get("message-id", "")
+        if self.version == "1.2":
+            return {"id": headers.get("ack", message_id)}
+        if self.version == "1.1":
+            return {"message-id": message_id, "subscription": headers.get("subscription", "")}
+        return {"message-id": message_id}
+
+    def ack(
+        self,
+        message: Frame,
+        *,
+        transaction: str | None = None,
+        receipt: bool = False,
+    ) -> Deferred[Frame | None]:
+        """Acknowledge the MESSAGE frame ``message``."""
+        return self._acknowledge("ACK", message, transaction, receipt)
+
+    def nack(
+        self,
+        message: Frame,
+        *,
+        transaction: str | None = None,
+        receipt: bool = False,
+    ) -> Deferred[Frame | None]:
+        """Reject the MESSAGE frame ``message`` (STOMP 1.1 and later)."""
+        if self.version == "1.0":
+            return fail(ConnectorError("the broker speaks STOMP 1.0, which has no NACK"))
+        return self._acknowledge("NACK", message, transaction, receipt)
+
+    def _acknowledge(
+        self,
+        command: str,
+        message: Frame,
+        transaction: str | None,
+        receipt: bool,
+    ) -> Deferred[Frame | None]:
+        headers = self.ack_headers(message)
+        if transaction is not None:
+            headers["transaction"] = transaction
+        context = f"{command} of {message.headers.get('message-id')}"
+        return self._request(Frame(command, headers), receipt, context)
+
+    def begin(self, transaction: str, *, receipt: bool = False) -> Deferred[Frame | None]:
+        """BEGIN a broker transaction."""
+        return self._request(Frame("BEGIN", {"transaction": transaction}), receipt, f"BEGIN {transaction}")
+
+    def commit(self, transaction: str, *, receipt: bool = True) -> Deferred[Frame | None]:
+        """COMMIT a broker transaction; the receipt means its sends are durable."""
+        return self._request(Frame("COMMIT", {"transaction": transaction}), receipt, f"COMMIT {transaction}")
+
+    def abort(self, transaction: str, *, receipt: bool = True) -> Deferred[Frame | None]:
+        """ABORT a broker transaction."""
+        return self._request(Frame("ABORT", {"transaction": transaction}), receipt, f"ABORT {transaction}")
+
+    def when_lost(self) -> Deferred[None]:
+        """A Deferred that fires once the connection is gone."""
+        if self.closed:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._lost_waiters.append(waiter)
+        return waiter
+
+    def disconnect(self, timeout: float = 5.0) -> Deferred[None]:
+        """DISCONNECT politely (waiting for the receipt up to ``timeout`` s), then close."""
+        if self.closed or self.transport is None:
+            return succeed(None)
+        lost = self.when_lost()
+        transport = self.transport
+        if not self.ready:
+            transport.loseConnection()
+            return lost
+        answered = self._request(Frame("DISCONNECT", {}), True, "DISCONNECT")
+        answered.addTimeout(timeout, self.clock)
+        answered.addBoth(lambda _: transport.loseConnection())
+        return lost
+
+    def abort_connection(self) -> None:
+        """Drop the connection at once (no DISCONNECT)."""
+        if self.transport is not None and not self.closed:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    # -- heart-beats ---------------------------------------------------------
+
+    def _start_heartbeats(self, send_ms: int, expect_ms: int) -> None:
+        if send_ms:
+            # Check twice per interval, so a late timer (a busy reactor) never
+            # leaves the broker more than one interval without a byte from us.
+            self._sender = LoopingCall(self._beat)
+            self._sender.clock = self.clock
+            self._sender.start(send_ms / 2000.0, now=False)
+        if expect_ms:
+            limit = expect_ms / 1000.0 * self.heartbeat_grace
+            self._watchdog = LoopingCall(self._check_alive, limit)
+            self._watchdog.clock = self.clock
+            self._watchdog.start(expect_ms / 1000.0, now=False)
+
+    def _stop_heartbeats(self) -> None:
+        for loop in (self._sender, self._watchdog):
+            if loop is not None and loop.running:
+                loop.stop()
+        self._sender = self._watchdog = None
+
+    def _beat(self) -> None:
+        if not self._wrote and self.transport is not None and not self.closed:
+            self.transport.write(HEARTBEAT)
+        self._wrote = False
+
+    def _check_alive(self, limit: float) -> None:
+        silent = self.clock.seconds() - self._last_received
+        if silent > limit:
+            self.log.warn(
+                "no data from broker {peer} for {silent:.1f}s (limit {limit:.1f}s): closing",
+                peer=self._peer(),
+                silent=silent,
+                limit=limit,
+            )
+            self._stop_heartbeats()
+            self.error = ConnectorUnavailable(f"broker silent for {silent:.1f}s (heart-beat timeout)")
+            self.abort_connection()
+
+    def _peer(self) -> str:
+        if self.transport is None:
+            return "?"
+        try:
+            return str(self.transport.getPeer())
+        except Exception:  # pragma: no cover - exotic transports
+            return "?"
+
+
+class StompClientFactory(Factory):
+    """Builds :class:`StompClientProtocol` instances sharing a clock and limits."""
+
+    protocol = StompClientProtocol
+
+    def __init__(self, clock: IReactorTime, *, limits: Limits | None = None, **options: Any) -> None:
+        self.clock = clock
+        self.limits = limits
+        self.options = options
+
+    def buildProtocol(self, addr: Any) -> StompClientProtocol:
+        protocol = StompClientProtocol(self.clock, limits=self.limits, **self.options)
+        protocol.factory = self
+        return protocol

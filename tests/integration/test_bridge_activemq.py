@@ -1,0 +1,235 @@
+"""Bridges between the embedded broker and a real ActiveMQ 5.17 (over the STOMP broker
+connector) inside the real gateway process, with fault injection: the gateway
+SIGKILLed mid-stream (twice) and the ActiveMQ connection cut through a TCP proxy.
+Counting as in test_bridge_gateway: lost = confirmed at the source and missing at
+the target; duplicated = one seq under two target message ids."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain, wait_until
+from tests.support.activemq import ActiveMQBroker, activemq
+from tests.support.gateway import GatewayProcess
+from tests.support.stomp_clients import Client
+from tests.support.tcp_proxy import TcpProxy
+
+__all__ = ["activemq"]
+
+pytestmark = pytest.mark.activemq
+
+_counter = iter(range(1_000_000))
+
+
+def unique(prefix: str) -> str:
+    return f"/queue/{prefix}.{time.monotonic_ns()}.{next(_counter)}"
+
+
+def amq_connector_toml(uri: str, name: str = "amq") -> str:
+    return (f'[connectors.{name}]\nuri = "{uri}"\nfailure_retry_interval = 200\nsend_timeout = 20000\n'
+            "heartbeat = [0, 0]\n")
+
+
+def bridge_toml(name: str, source: tuple[str, str], target: tuple[str, str], **params: object) -> str:
+    lines = ["[[bridges]]", f'name = "{name}"',
+             f'source = {{ connector = "{source[0]}", destination = "{source[1]}" }}',
+             f'target = {{ connector = "{target[0]}", destination = "{target[1]}" }}']
+    for key, value in params.items():
+        lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def fill_activemq(broker: ActiveMQBroker, destination: str, tally: Tally, count: int) -> None:
+    """Send ``count`` persistent messages straight to ActiveMQ, a receipt each (waited for together)."""
+    client = Client(("127.0.0.1", broker.stomp_port))
+    try:
+        events = []
+        for index in range(count):
+            seq = f"a-{index}"
+            receipt = f"r-{index}-{time.monotonic_ns()}"
+            events.append((seq, client.listener.receipt_event(receipt)))
+            client.connection.send(destination, f"body {seq}", headers={"seq": seq, "persistent": "true",
+                                                                         "receipt": receipt})
+        for seq, event in events:
+            assert event.wait(30), f"no receipt from ActiveMQ for {seq}"
+            tally.receipted.add(seq)
+    finally:
+        client.disconnect()
+
+
+@pytest.mark.parametrize(("qos", "batch"), [("AT_MOST_ONCE", 20), ("DUPLICATES_OK", 20), ("ONCE_AND_ONLY_ONCE", 1),
+                                            ("ONCE_AND_ONLY_ONCE", 20)])
+def test_activemq_to_embedded_across_gateway_crashes(tmp_path: Path, activemq: ActiveMQBroker, qos: str,
+                                                     batch: int) -> None:
+    source, tally = unique("amq2e"), Tally()
+    fill_activemq(activemq, source, tally, 3000)
+    config = amq_connector_toml(activemq.stomp_uri) + bridge_toml(
+        "a2e", ("amq", source), ("embedded", "/queue/a2e"), qos=qos, max_batch_size=batch, max_batch_time=20,
+        failure_retry_interval=200)
+    gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
+    try:
+        time.sleep(0.3)
+        gateway.kill()
+        gateway.start()
+        time.sleep(0.3)
+        gateway.kill()
+        gateway.start()
+        may_lose = qos == "AT_MOST_ONCE"
+        drain(gateway, "/queue/a2e", tally, set() if may_lose else tally.receipted, quiet=3.0 if may_lose else 1.5)
+        print(f"activemq -> embedded {qos} batch {batch}: {tally.summary()}")
+        if may_lose:
+            assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]}"
+            return
+        assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
+        assert len(tally.arrivals) == len(tally.receipted)
+        if qos == "ONCE_AND_ONLY_ONCE":
+            assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.stop()
+
+
+@pytest.mark.parametrize(("qos", "batch"), [("DUPLICATES_OK", 1), ("ONCE_AND_ONLY_ONCE", 20)])
+def test_embedded_to_activemq_across_gateway_crashes(tmp_path: Path, activemq: ActiveMQBroker, qos: str,
+                                                     batch: int) -> None:
+    target, tally = unique("e2amq"), Tally()
+    config = amq_connector_toml(activemq.stomp_uri) + bridge_toml(
+        "e2a", ("embedded", "/queue/e2a"), ("amq", target), qos=qos, max_batch_size=batch, max_batch_time=20,
+        failure_retry_interval=200)
+    gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
+    try:
+        producer = Producer(gateway, "/queue/e2a", tally, "p1", limit=600)
+        producer.start()
+        wait_until(lambda: producer.count() >= 300, 60, "300 receipted sends")
+        gateway.kill()
+        producer.halt.set()
+        producer.join(10)
+        gateway.start()
+        Producer(gateway, "/queue/e2a", tally, "p2", limit=200).run()
+        time.sleep(0.1)
+        gateway.kill()
+        gateway.start()
+        drain(("127.0.0.1", activemq.stomp_port), target, tally, tally.receipted)
+        print(f"embedded -> activemq {qos} batch {batch}: {tally.summary()}")
+        assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
+        if qos == "ONCE_AND_ONLY_ONCE":
+            assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture
+def amq_proxy(activemq: ActiveMQBroker) -> Iterator[TcpProxy]:
+    with TcpProxy("127.0.0.1", activemq.stomp_port) as proxy:
+        yield proxy
+
+
+@pytest.mark.parametrize("qos", ["DUPLICATES_OK", "ONCE_AND_ONLY_ONCE"])
+def test_activemq_source_cut_and_restored(tmp_path: Path, activemq: ActiveMQBroker, amq_proxy: TcpProxy,
+                                          qos: str) -> None:
+    """The source connection drops mid-stream: deliveries not acknowledged come again;
+    ONCE_AND_ONLY_ONCE skips the ones the target already has."""
+    source, tally = unique("cutsrc"), Tally()
+    fill_activemq(activemq, source, tally, 600)
+    config = amq_connector_toml(f"stomp://{amq_proxy.address}") + bridge_toml(
+        "cut", ("amq", source), ("embedded", "/queue/cut"), qos=qos, max_batch_size=10, max_batch_time=20,
+        failure_retry_interval=200)
+    gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
+    try:
+        for _ in range(3):
+            time.sleep(0.4)
+            amq_proxy.cut()
+            time.sleep(0.5)
+            amq_proxy.restore()
+        drain(gateway, "/queue/cut", tally, tally.receipted)
+        print(f"activemq -> embedded {qos} with cuts: {tally.summary()}")
+        assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
+        if qos == "ONCE_AND_ONLY_ONCE":
+            assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]}"
+        assert amq_proxy.connections > 1
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.stop()
+
+
+def test_embedded_to_activemq_target_cut_loses_nothing(tmp_path: Path, activemq: ActiveMQBroker,
+                                                       amq_proxy: TcpProxy) -> None:
+    target, tally = unique("cuttgt"), Tally()
+    config = amq_connector_toml(f"stomp://{amq_proxy.address}") + bridge_toml(
+        "cutt", ("embedded", "/queue/cutt"), ("amq", target), qos="DUPLICATES_OK", max_batch_size=10,
+        max_batch_time=20, failure_retry_interval=200)
+    gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
+    try:
+        producer = Producer(gateway, "/queue/cutt", tally, "t", limit=500)
+        producer.start()
+        wait_until(lambda: producer.count() >= 100, 30, "100 receipted sends")
+        amq_proxy.cut()
+        time.sleep(1.0)
+        amq_proxy.restore()
+        producer.join(60)
+        drain(("127.0.0.1", activemq.stomp_port), target, tally, tally.receipted)
+        print(f"embedded -> activemq DUPLICATES_OK with a cut: {tally.summary()}")
+        assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.stop()
+
+
+STANDALONE = ("import sys; from gateway.bridges.service import run_standalone; "
+              "sys.exit(run_standalone(sys.argv[1], sys.argv[2:]))")
+
+
+def test_standalone_bridges_process(tmp_path: Path, activemq: ActiveMQBroker) -> None:
+    """``jmsgateway bridge --config FILE``: the bridges without STOMP listeners; SIGTERM stops it cleanly."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.gateway import REPO, default_config
+
+    source, target = unique("alone.src"), unique("alone.dst")
+    config = tmp_path / "bridges.toml"
+    config.write_text(default_config() + "\n" + amq_connector_toml(activemq.stomp_uri)
+                      + bridge_toml("alone", ("amq", source), ("amq", target), max_batch_size=5, max_batch_time=20))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    process = subprocess.Popen([sys.executable, "-c", STANDALONE, str(config), f'gateway.data_dir="{tmp_path}/data"'],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        tally = Tally()
+        fill_activemq(activemq, source, tally, 50)
+        drain(("127.0.0.1", activemq.stomp_port), target, tally, tally.receipted, timeout=30)
+        assert not tally.lost and not tally.duplicated, tally.summary()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=30)[0].decode(errors="replace")
+    assert process.returncode == 0, output
+    assert "alone: running" in output
+
+
+def test_standalone_with_a_bad_bridge_exits_1(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.gateway import REPO, default_config
+
+    config = tmp_path / "bridges.toml"
+    config.write_text(default_config() + "\n" + bridge_toml("bad", ("embedded", "/queue/a"), ("embeded", "/queue/b")))
+    result = subprocess.run([sys.executable, "-c", STANDALONE, str(config)], cwd=tmp_path, capture_output=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60, text=True)
+    assert result.returncode == 1
+    assert "bridges[0].target.connector" in result.stderr and "did you mean 'embedded'" in result.stderr

@@ -1,0 +1,191 @@
+"""Routing to a real Kafka-protocol broker: routes, keys, dead letters, hard stops,
+and the connection cut mid-stream by a fault-injecting proxy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from twisted.python.failure import Failure
+
+from gateway.connectors.kafka import KafkaConnector, KafkaSettings
+from gateway.message.model import MapMessage, TextMessage, new_message_id
+from gateway.routing.config import parse_routing_config
+from gateway.routing.service import KafkaRouter, RouteStopped
+from tests.support.kafka import (
+    TansuBroker,
+    create_topics,
+    kafka_bootstrap,
+    read_records,
+    unique_topic,
+)
+from tests.support.ports import free_port
+from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.kafka
+__all__ = ["kafka_bootstrap"]
+
+
+def start_connector(bootstrap: str, **producer: Any) -> KafkaConnector:
+    settings = KafkaSettings.from_options({"uri": f"kafka://{bootstrap}", "producer": producer})
+    connector = KafkaConnector(reactor, settings, name="kafka", gateway_id="gw-route")
+    run_in_reactor(connector.start)
+    return connector
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str) -> dict[str, str]:
+    names = {"orders": unique_topic("orders"), "audit": unique_topic("audit"), "dlq": unique_topic("dlq")}
+    create_topics(kafka_bootstrap, *names.values())
+    return names
+
+
+@pytest.fixture
+def router(kafka_bootstrap: str, topics: dict[str, str]) -> Iterator[KafkaRouter]:
+    properties = f"""
+routing.dead-letter.topic={topics['dlq']}
+routes.orders.in.include=msg.address==orders
+routes.orders.out.topic={topics['orders']}
+routes.orders.conv.key=msg.header.CorrelationId
+routes.orders.on-soft-failure=dead-letter
+routes.audit.in.include=kind = 'audit'
+routes.audit.out.topic={topics['audit']}
+routes.missing.in.include=msg.address==missing
+routes.missing.out.topic=no-such-topic-{topics['dlq']}
+"""
+    config = parse_routing_config({"properties": properties})
+    connector = start_connector(kafka_bootstrap)
+    routing = KafkaRouter(config, connector, origin="gw-route", clock=reactor, registry=CollectorRegistry())
+    yield routing
+    run_in_reactor(connector.stop)
+
+
+def message(destination: str, body: str, correlation: str | None = None, **properties: Any) -> TextMessage:
+    return TextMessage(destination=destination, message_id=new_message_id(), correlation_id=correlation, text=body,
+                       properties=properties)
+
+
+def test_routes_keys_and_dead_letters(router: KafkaRouter, kafka_bootstrap: str, topics: dict[str, str]) -> None:
+    routed = run_in_reactor(router.send, message("/queue/orders", "o1", correlation="cust42"))
+    assert routed.outcome == "routed" and routed.topic == topics["orders"]
+    audit = run_in_reactor(router.send, message("/topic/anything", "a1", kind="audit"))
+    assert audit.topic == topics["audit"]
+    bad = MapMessage(destination="/queue/orders", message_id="ID:map-1", correlation_id="c", map={"n": 1})
+    assert run_in_reactor(router.send, bad).outcome == "dead-lettered"
+    nokey = message("/queue/orders", "no key")
+    assert run_in_reactor(router.send, nokey).outcome == "dead-lettered"
+
+    (order,) = read_records(kafka_bootstrap, topics["orders"], 1, settle=0.5)
+    assert order.key() == b"cust42" and order.value() == b"o1"
+    headers = dict(order.headers())
+    assert headers["jms.CorrelationId"] == b"cust42" and headers["jmsbridge.origin"] == b"gw-route"
+    (audited,) = read_records(kafka_bootstrap, topics["audit"], 1, settle=0.5)
+    assert dict(audited.headers())["jms.kind"] == b"audit"
+    dead = read_records(kafka_bootstrap, topics["dlq"], 2, settle=0.5)
+    assert [r.key() for r in dead] == [b"ID:map-1", nokey.message_id.encode()]
+    assert dead[0].value() == b'{"n": 1}'
+    reasons = [dict(r.headers())["jmsbridge.error"] for r in dead]
+    assert reasons[0].startswith(b"unsupported-type") and reasons[1].startswith(b"no-key")
+    assert router.metrics.registry.get_sample_value(
+        "jmsgateway_routing_success_total", {"route": "orders"}) == 1
+    assert router.metrics.average_latency("orders") > 0
+
+
+def test_own_messages_are_not_routed_back(router: KafkaRouter) -> None:
+    looped = message("/queue/orders", "loop", correlation="c1", **{"jmsbridge.origin": "gw-route"})
+    assert run_in_reactor(router.send, looped).outcome == "cycle"
+
+
+def test_unknown_topic_stops_routing(router: KafkaRouter) -> None:
+    with pytest.raises(Exception) as info:
+        run_in_reactor(router.send, message("/queue/missing", "x"))
+    assert "UNKNOWN_TOPIC" in str(info.value) or "does not exist" in str(info.value)
+    assert router.stopped is not None
+    with pytest.raises(RouteStopped):
+        run_in_reactor(router.send, message("/queue/orders", "x", correlation="k"))
+
+
+@pytest.fixture
+def proxied_broker() -> Iterator[tuple[TansuBroker, TcpProxy]]:
+    """A Tansu broker reachable only through a proxy (its advertised address).
+
+    Always a broker of its own: an external Kafka advertises itself, not the proxy.
+    """
+    port = free_port()
+    proxy = TcpProxy("127.0.0.1", port)
+    broker = TansuBroker(port=port, advertised=proxy.address).start()
+    yield broker, proxy
+    broker.stop()
+    proxy.close()
+
+
+@pytest.mark.parametrize(
+    ("message_timeout_ms", "outage", "expect"),
+    [(6000, 0.0, "delayed"), (1500, 2.5, "errors")],
+    ids=["short-cut-delays-receipts", "long-cut-gives-errors"],
+)
+def test_connection_cut_mid_stream_loses_no_receipted_message(
+    proxied_broker: tuple[TansuBroker, TcpProxy], message_timeout_ms: int, outage: float, expect: str
+) -> None:
+    broker, proxy = proxied_broker
+    topic = unique_topic("cut")
+    create_topics(broker.bootstrap, topic)
+    connector = start_connector(
+        broker.bootstrap,
+        **{"message.timeout.ms": message_timeout_ms, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 300,
+           "retry.backoff.ms": 50, "socket.connection.setup.timeout.ms": 1000},
+    )
+    outcomes: dict[str, tuple[str, float]] = {}
+    sent_at: dict[str, float] = {}
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def send(msg: TextMessage) -> None:
+        def done(result: Any) -> None:
+            with lock:
+                outcomes[msg.message_id] = ("error" if isinstance(result, Failure) else "ok", time.monotonic())
+
+        sent_at[msg.message_id] = time.monotonic()
+        order.append(msg.message_id)
+        connector.send(msg).addBoth(done)
+
+    total, cut_at, restore_at = 120, 40, 80
+    try:
+        for index in range(total):
+            if index == cut_at:
+                proxy.cut()
+            if index == restore_at:
+                time.sleep(outage)
+                proxy.restore()
+            run_in_reactor(send, message(f"/topic/{topic}", f"m{index}"))
+            time.sleep(0.02)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with lock:
+                if len(outcomes) == total:
+                    break
+            time.sleep(0.1)
+        with lock:
+            final = dict(outcomes)
+        assert len(final) == total, f"{total - len(final)} sends never answered (silence)"
+        receipted = {mid for mid, (kind, _) in final.items() if kind == "ok"}
+        records = read_records(broker.bootstrap, topic, len(receipted), timeout=30, settle=1.0)
+        stored = [dict(r.headers())["jms.MessageId"].decode() for r in records]
+        assert receipted <= set(stored), f"receipted but lost: {sorted(receipted - set(stored))[:5]}"
+        assert len(stored) == len(set(stored)), "the idempotent producer wrote duplicates"
+        during_cut = order[cut_at:restore_at]
+        failed = [mid for mid in during_cut if final[mid][0] == "error"]
+        delayed = [mid for mid in during_cut if final[mid][0] == "ok" and final[mid][1] - sent_at[mid] > 0.3]
+        assert failed or delayed, "sends during the cut were neither delayed nor failed: the proxy did not cut"
+        if expect == "errors":
+            assert failed, "a cut longer than message.timeout.ms must fail sends (ERROR frames)"
+        else:
+            assert not failed and delayed
+        assert all(final[mid][0] == "ok" for mid in order[-10:]), "sends after the restore must succeed"
+    finally:
+        run_in_reactor(connector.stop)

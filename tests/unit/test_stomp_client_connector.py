@@ -1,0 +1,349 @@
+"""StompBrokerConnector with a fake endpoint, StringTransport and Clock (no broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.error import ConnectionLost, ConnectionRefusedError
+from twisted.internet.interfaces import IProtocolFactory
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+from gateway.connectors.stomp_broker import StompBrokerConnector, StompBrokerSettings
+from gateway.errors import ConfigError, ConnectorUnavailable
+from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
+from gateway.message.model import Message, TextMessage
+from gateway.stomp.client import StompClientProtocol
+from gateway.stomp.codec import FrameDecoder, encode_frame
+from gateway.stomp.frame import Frame
+
+
+class FakeBroker:
+    """An endpoint whose connections are StringTransports the test answers for."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.attempts = 0
+        self.protocol: StompClientProtocol | None = None
+        self.transport: StringTransport | None = None
+        self.reader = FrameDecoder(version="1.2")
+
+    def connect(self, factory: IProtocolFactory) -> Deferred[Any]:
+        self.attempts += 1
+        if not self.up:
+            return fail(ConnectionRefusedError("refused"))
+        protocol = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 61613))
+        assert isinstance(protocol, StompClientProtocol)
+        self.transport = StringTransport()
+        protocol.makeConnection(self.transport)
+        self.protocol = protocol
+        self.reader = FrameDecoder(version="1.2")
+        return succeed(protocol)
+
+    def frames(self) -> list[Frame]:
+        assert self.transport is not None
+        data = self.transport.value()
+        self.transport.clear()
+        return [frame for frame in self.reader.feed(data) if isinstance(frame, Frame)]
+
+    def answer(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        assert self.protocol is not None
+        self.protocol.dataReceived(encode_frame(Frame(command, headers, body), "1.2"))
+
+    def accept(self) -> Frame:
+        """Answer the pending CONNECT; returns it."""
+        (connect,) = [frame for frame in self.frames() if frame.command == "CONNECT"]
+        self.answer("CONNECTED", {"version": "1.2", "server": "Fake/1", "heart-beat": "0,0"})
+        return connect
+
+    def receipt_all(self) -> list[Frame]:
+        """Answer every frame that asked for a receipt; returns the frames read."""
+        frames = self.frames()
+        for frame in frames:
+            if "receipt" in frame.headers:
+                self.answer("RECEIPT", {"receipt-id": frame.headers["receipt"]})
+        return frames
+
+    def drop(self) -> None:
+        assert self.protocol is not None and self.transport is not None
+        self.transport.loseConnection()
+        self.protocol.connectionLost(Failure(ConnectionLost("gone")))
+
+
+@implementer(IConsumer)
+class Consumer:
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[Message, Any]] = []
+        self.failures: list[Exception] = []
+        self.on_deliver: Any = None
+
+    def deliver(self, message: Message, tag: Any) -> Any:
+        self.deliveries.append((message, tag))
+        if self.on_deliver:
+            return self.on_deliver()
+        return None
+
+    def subscription_failed(self, reason: Exception) -> None:
+        self.failures.append(reason)
+
+
+def result_of(deferred: Deferred[Any]) -> Any:
+    results: list[Any] = []
+    deferred.addBoth(results.append)
+    assert results, "Deferred has not fired"
+    if isinstance(results[0], Failure):
+        results[0].raiseException()
+    return results[0]
+
+
+def make(broker: FakeBroker, clock: Clock, **options: Any) -> StompBrokerConnector:
+    config = {"uri": "stomp://broker.example:61613", "login": "u", "passcode": "p", **options}
+    settings = StompBrokerSettings.from_config("amq", config, gateway_id="gw1")
+    return StompBrokerConnector("amq", settings, reactor=clock, endpoint=broker)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def broker() -> FakeBroker:
+    return FakeBroker()
+
+
+def started(broker: FakeBroker, clock: Clock, **options: Any) -> StompBrokerConnector:
+    connector = make(broker, clock, **options)
+    starting = connector.start()
+    connect = broker.accept()
+    assert connect.headers["client-id"] == "gw1-amq"
+    assert connect.headers["login"] == "u" and connect.headers["host"] == "broker.example"
+    clock.advance(0)
+    result_of(starting)
+    return connector
+
+
+# -- settings -----------------------------------------------------------------
+
+
+def test_settings_defaults_and_uri_credentials() -> None:
+    settings = StompBrokerSettings.from_config("amq", {"uri": "stomp://me:pw@h"}, gateway_id="g")
+    assert (settings.address, settings.port, settings.login, settings.passcode) == ("h", 61613, "me", "pw")
+    assert settings.client_id == "g-amq"
+    assert (settings.failure_retry_interval, settings.max_retries, settings.send_timeout) == (5000, -1, 30000)
+    assert settings.transformation == "jms-json"
+
+
+@pytest.mark.parametrize(
+    ("options", "key", "problem"),
+    [
+        ({"uri": "stomp://h:1", "max_retry": 3}, "connectors.amq.max_retry", "did you mean 'max_retries'"),
+        ({"uri": "http://h:1"}, "connectors.amq.uri", "not stomp://"),
+        ({}, "connectors.amq.uri", "needs a uri"),
+        ({"uri": "stomp://h:1", "max_retries": -2}, "connectors.amq.max_retries", ">= -1"),
+        ({"uri": "stomp://h:1", "heartbeat": [1]}, "connectors.amq.heartbeat", "send_ms"),
+        ({"uri": "stomp://h:1", "send_timeout": "5s"}, "connectors.amq.send_timeout", "integer"),
+        ({"uri": "stomp://h:1", "amq_msg_type": "yes"}, "connectors.amq.amq_msg_type", "true or false"),
+    ],
+)
+def test_bad_settings_name_key_and_problem(options: dict[str, Any], key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        StompBrokerSettings.from_config("amq", options)
+    assert caught.value.key == key
+    assert problem in str(caught.value)
+
+
+# -- connecting and retrying --------------------------------------------------
+
+
+def test_connects_and_provides_the_interface(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock)
+    verifyObject(IConnector, connector)
+    assert connector.status()["state"] == "connected"
+    assert connector.metrics.up.labels("amq")._value.get() == 1
+
+
+def test_send_waits_while_the_broker_is_away_and_goes_out_after_reconnect(broker: FakeBroker, clock: Clock) -> None:
+    broker.up = False
+    connector = make(broker, clock, failure_retry_interval=2000)
+    starting = connector.start()
+    clock.advance(0)
+    result_of(starting)  # fires although not connected: sends wait
+    assert connector.state == "retrying"
+    sending = connector.send(TextMessage(destination="/queue/a", text="x", message_id="m1"))
+    assert connector.status()["waiting_sends"] == 1
+    clock.advance(1.9)
+    assert broker.attempts == 1
+    broker.up = True
+    clock.advance(0.1)
+    assert broker.attempts == 2
+    broker.accept()
+    (send,) = broker.receipt_all()
+    assert send.command == "SEND" and "content-length" not in send.headers
+    assert result_of(sending) is None
+
+
+def test_waiting_send_fails_after_send_timeout(broker: FakeBroker, clock: Clock) -> None:
+    broker.up = False
+    connector = make(broker, clock, failure_retry_interval=1000, send_timeout=3000)
+    connector.start()
+    sending = connector.send(TextMessage(destination="/queue/a", text="x", message_id="m1"))
+    clock.advance(3)
+    with pytest.raises(ConnectorUnavailable, match="no confirmation"):
+        result_of(sending)
+    assert connector.status()["waiting_sends"] == 0
+
+
+def test_gives_up_after_max_retries(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock, failure_retry_interval=1000, max_retries=2)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
+    broker.receipt_all()
+    result_of(subscribing)
+    broker.up = False
+    broker.drop()
+    assert connector.state == "retrying"
+    waiting = connector.send(TextMessage(destination="/queue/a", text="x", message_id="m1"))
+    clock.advance(1)
+    clock.advance(1)
+    clock.advance(1)
+    clock.advance(0)
+    assert connector.state == "failed"
+    assert broker.attempts == 3  # the first connection and two retries
+    with pytest.raises(ConnectorUnavailable, match="gave up"):
+        result_of(waiting)
+    assert len(consumer.failures) == 1
+    assert not clock.getDelayedCalls()
+
+
+def test_start_fails_at_once_without_retries(broker: FakeBroker, clock: Clock) -> None:
+    broker.up = False
+    connector = make(broker, clock, max_retries=0)
+    starting = connector.start()
+    clock.advance(0)
+    with pytest.raises(ConnectorUnavailable):
+        result_of(starting)
+
+
+# -- subscriptions ------------------------------------------------------------
+
+
+def test_subscription_headers_and_restoration_after_reconnect(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock, failure_retry_interval=500)
+    spec = SubscriptionSpec(
+        "/topic/prices", selector="sym = 'X'", prefetch=10, durable_name="d1", client_id="app", ack_mode="client"
+    )
+    consumer = Consumer()
+    subscribing = connector.subscribe(spec, consumer)
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    assert subscribe.headers["ack"] == "client-individual"
+    assert subscribe.headers["selector"] == "sym = 'X'"
+    assert subscribe.headers["activemq.prefetchSize"] == "10"
+    assert subscribe.headers["activemq.subscriptionName"] == "app.d1"
+    assert subscribe.headers["transformation"] == "jms-json"
+    broker.drop()
+    clock.advance(0.5)
+    broker.accept()
+    (again,) = broker.receipt_all()
+    assert again.command == "SUBSCRIBE"
+    assert again.headers["id"] == subscribe.headers["id"]
+    assert consumer.failures == []
+
+
+def test_auto_mode_acks_after_delivery_unless_the_consumer_closed(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    sub_id = subscribe.headers["id"]
+    broker.answer("MESSAGE", {"subscription": sub_id, "message-id": "m1", "ack": "a1", "destination": "/queue/a"}, b"x")
+    (ack,) = broker.frames()
+    assert ack.command == "ACK" and ack.headers == {"id": "a1"}
+    consumer.on_deliver = subscription.close  # e.g. the GlassFish rule closed the client
+    broker.answer("MESSAGE", {"subscription": sub_id, "message-id": "m2", "ack": "a2", "destination": "/queue/a"}, b"y")
+    assert [frame.command for frame in broker.frames()] == ["UNSUBSCRIBE"]  # and no ACK
+    assert [message.message_id for message, _ in consumer.deliveries] == ["m1", "m2"]
+
+
+def test_auto_mode_does_not_ack_a_delivery_the_consumer_refused(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock)
+    consumer = Consumer()
+    consumer.on_deliver = lambda: False  # e.g. not a Text/Bytes message after the outbound chain
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "m1", "ack": "a1"}, b"x")
+    assert len(consumer.deliveries) == 1
+    assert broker.frames() == []
+
+
+def test_tags_of_a_lost_connection_are_not_acked_on_the_new_one(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock, failure_retry_interval=100)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client-individual"), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "m1", "ack": "a1"}, b"x")
+    old_tag = consumer.deliveries[0][1]
+    broker.drop()
+    clock.advance(0.1)
+    broker.accept()
+    broker.receipt_all()
+    assert result_of(subscription.ack([old_tag])) is None
+    assert broker.frames() == []
+
+
+def test_pause_buffers_and_resume_delivers_in_order(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client"), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    subscription.pause()
+    for i in range(3):
+        broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": f"m{i}", "ack": f"a{i}"})
+    assert consumer.deliveries == []
+    subscription.resume()
+    assert [message.message_id for message, _ in consumer.deliveries] == ["m0", "m1", "m2"]
+
+
+# -- transactions -------------------------------------------------------------
+
+
+def test_send_batch_is_begin_sends_commit(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock)
+    batch: list[Message] = [TextMessage(destination="/queue/a", text=f"t{i}", message_id=f"m{i}") for i in range(2)]
+    outcome: list[Any] = []
+    committing = connector.send_batch(batch)
+    committing.addBoth(outcome.append)
+    frames = broker.frames()
+    assert [frame.command for frame in frames] == ["BEGIN", "SEND", "SEND", "COMMIT"]
+    transaction = frames[0].headers["transaction"]
+    assert all(frame.headers["transaction"] == transaction for frame in frames)
+    assert not any("receipt" in frame.headers for frame in frames[:3])
+    assert outcome == []
+    broker.answer("RECEIPT", {"receipt-id": frames[3].headers["receipt"]})
+    assert outcome == [None]
+    assert connector.metrics.sends.labels("amq", "ok")._value.get() == 2
+
+
+def test_stop_disconnects_and_fails_waiting_sends(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock)
+    stopping = connector.stop()
+    (disconnect,) = broker.frames()
+    assert disconnect.command == "DISCONNECT"
+    broker.answer("RECEIPT", {"receipt-id": disconnect.headers["receipt"]})
+    broker.drop()
+    result_of(stopping)
+    assert connector.state == "stopped"
+    with pytest.raises(ConnectorUnavailable):
+        result_of(connector.send(TextMessage(destination="/queue/a", text="x", message_id="m")))
+    assert not clock.getDelayedCalls()
