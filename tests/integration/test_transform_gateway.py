@@ -162,10 +162,11 @@ def test_dead_letter_policy_sends_the_message_aside(clients: StompClients) -> No
     assert b"always refuses" in frame.headers["dlqDeliveryFailureCause"].encode()
 
 
-def test_outbound_map_message_closes_the_connection_and_is_not_lost(clients: StompClients) -> None:
+@pytest.mark.parametrize("ack", ["client-individual", "auto"])
+def test_outbound_map_message_closes_the_connection_and_is_not_lost(clients: StompClients, ack: str) -> None:
     queue = name("map")
     victim = clients.connect()
-    victim.subscribe(queue, "s", ack="client-individual")
+    victim.subscribe(queue, "s", ack=ack)
     clients.connect().send(queue, "becomes a map", receipt=True)
     error = victim.error()
     assert error is not None
@@ -176,7 +177,7 @@ def test_outbound_map_message_closes_the_connection_and_is_not_lost(clients: Sto
     # Not lost: it was not acknowledged, so the next subscriber is offered the same message.
     message_id = error.body.split(b"message ")[1].split(b" ")[0]
     second = clients.connect()
-    second.subscribe(queue, "s2", ack="client-individual", receipt=False)
+    second.subscribe(queue, "s2", ack=ack, receipt=False)
     again = second.error()
     assert again is not None and message_id in again.body
 
