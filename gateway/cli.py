@@ -54,7 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     plugins = commands.add_parser("plugins", help="list transformer plugins and why any failed to load")
     plugins.add_argument("--config", default=DEFAULT_CONFIG)
     plugins.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    bridge = commands.add_parser("bridge", help="run the configured bridges without STOMP listeners")
+    bridge.add_argument("--config", default=DEFAULT_CONFIG)
+    bridge.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    bridge.add_argument("--only", action="append", default=None, metavar="NAME", help="run only this bridge")
     args = parser.parse_args(argv)
+    if args.command == "bridge":
+        from gateway.bridges.service import run_standalone
+
+        return run_standalone(args.config, args.set, only=args.only)
     if args.command == "check-config":
         return check_config(args.file, args.set)
     if args.command == "plugins":

@@ -188,8 +188,7 @@ def test_embedded_to_activemq_target_cut_loses_nothing(tmp_path: Path, activemq:
         gateway.stop()
 
 
-STANDALONE = ("import sys; from gateway.bridges.service import run_standalone; "
-              "sys.exit(run_standalone(sys.argv[1], sys.argv[2:]))")
+STANDALONE = ["-m", "gateway.cli", "bridge", "--config"]
 
 
 def test_standalone_bridges_process(tmp_path: Path, activemq: ActiveMQBroker) -> None:
@@ -206,7 +205,7 @@ def test_standalone_bridges_process(tmp_path: Path, activemq: ActiveMQBroker) ->
     config.write_text(default_config() + "\n" + amq_connector_toml(activemq.stomp_uri)
                       + bridge_toml("alone", ("amq", source), ("amq", target), max_batch_size=5, max_batch_time=20))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    process = subprocess.Popen([sys.executable, "-c", STANDALONE, str(config), f'gateway.data_dir="{tmp_path}/data"'],
+    process = subprocess.Popen([sys.executable, *STANDALONE, str(config), "--set", f'gateway.data_dir="{tmp_path}/data"'],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         tally = Tally()
@@ -229,7 +228,7 @@ def test_standalone_with_a_bad_bridge_exits_1(tmp_path: Path) -> None:
 
     config = tmp_path / "bridges.toml"
     config.write_text(default_config() + "\n" + bridge_toml("bad", ("embedded", "/queue/a"), ("embeded", "/queue/b")))
-    result = subprocess.run([sys.executable, "-c", STANDALONE, str(config)], cwd=tmp_path, capture_output=True,
+    result = subprocess.run([sys.executable, *STANDALONE, str(config)], cwd=tmp_path, capture_output=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60, text=True)
     assert result.returncode == 1
     assert "bridges[0].target.connector" in result.stderr and "did you mean 'embedded'" in result.stderr
