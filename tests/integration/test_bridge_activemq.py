@@ -205,7 +205,8 @@ def test_standalone_bridges_process(tmp_path: Path, activemq: ActiveMQBroker) ->
     config.write_text(default_config() + "\n" + amq_connector_toml(activemq.stomp_uri)
                       + bridge_toml("alone", ("amq", source), ("amq", target), max_batch_size=5, max_batch_time=20))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    process = subprocess.Popen([sys.executable, *STANDALONE, str(config), "--set", f'gateway.data_dir="{tmp_path}/data"'],
+    data_dir = f'gateway.data_dir="{tmp_path}/data"'
+    process = subprocess.Popen([sys.executable, *STANDALONE, str(config), "--set", data_dir],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         tally = Tally()
