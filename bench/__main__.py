@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    names = sorted(info.name for info in pkgutil.iter_modules([str(Path(__file__).parent))
+    names = sorted(info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])
                    if info.name.startswith("bench_"))
     for name in names:
         print(f"\n=== bench.{name} ===", flush=True)
