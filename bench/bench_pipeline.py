@@ -77,7 +77,7 @@ def spark_run(master: str, bootstrap: str, ingest: str, warmup: str, count: int)
     raise AssertionError("unreachable")
 
 
-def main(count: int) -> None:
+def main(count: int = 40_000) -> None:
     messages = generate(count, seed=11)
     with TansuBroker() as broker:
         bootstrap = broker.bootstrap

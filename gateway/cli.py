@@ -46,6 +46,12 @@ def list_plugins(path: str, overrides: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["pipeline"]:
+        # The Spark job has its own argument parser (run / replay).
+        from gateway.pipeline.cli import main as pipeline_main
+
+        return pipeline_main(argv[1:])
     parser = argparse.ArgumentParser(prog="jmsgateway", description="jmsgateway administration")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-config", help="validate a configuration file")
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     plugins = commands.add_parser("plugins", help="list transformer plugins and why any failed to load")
     plugins.add_argument("--config", default=DEFAULT_CONFIG)
     plugins.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    commands.add_parser("pipeline", add_help=False,
+                        help="run the routes and transformers as a PySpark Structured Streaming job (run / replay)")
     bridge = commands.add_parser("bridge", help="run the configured bridges without STOMP listeners")
     bridge.add_argument("--config", default=DEFAULT_CONFIG)
     bridge.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

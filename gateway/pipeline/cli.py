@@ -87,13 +87,13 @@ def run(args: argparse.Namespace) -> int:
     """Start the streaming query and wait until it stops."""
     from gateway.pipeline.settings import pipeline_spec
 
-    start_logging()
     try:
         config, settings = _load(args, checkpoint=args.checkpoint)
         spec = pipeline_spec(config, settings)
     except (ConfigError, OSError) as error:
         print(f"{error}", file=sys.stderr)
         return 1
+    start_logging()
     from gateway.pipeline.job import PipelineJob, build_spark
 
     spark = build_spark(args.master, shuffle_partitions=settings.shuffle_partitions)
@@ -106,14 +106,18 @@ def run(args: argparse.Namespace) -> int:
         spark.stop()
         return 1
 
+    stopping: list[int] = []
+
     def stop(signum: int, _frame: Any) -> None:
-        log.info("signal {signum}: stopping the pipeline", signum=signum)
-        query.stop()
+        stopping.append(signum)  # no Spark call here: the main thread is inside one
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        query.awaitTermination()
+        while not query.awaitTermination(1):
+            if stopping:
+                log.info("signal {signum}: stopping the pipeline", signum=stopping[0])
+                query.stop()
     except Exception as error:
         print(f"pipeline stopped: {_reason(error)}", file=sys.stderr)
         return 2
@@ -126,7 +130,6 @@ def replay(args: argparse.Namespace) -> int:
     """Replay a topic range through the current chains and routes."""
     from gateway.pipeline.settings import check_offsets_spec, pipeline_spec
 
-    start_logging()
     try:
         config, settings = _load(args)
         check_offsets_spec(args.starting, key="--from")
@@ -135,6 +138,7 @@ def replay(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as error:
         print(f"{error}", file=sys.stderr)
         return 1
+    start_logging()
     from gateway.pipeline.job import PipelineJob, build_spark
 
     spark = build_spark(args.master, app_name="jmsgateway-replay", shuffle_partitions=settings.shuffle_partitions)

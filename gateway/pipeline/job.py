@@ -34,8 +34,6 @@ from gateway.pipeline.settings import PipelineSettings, PipelineSpec
 SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 SINK_COLUMNS = ("topic", "key", "value", "headers")
 
-log = Logger(namespace="gateway.pipeline")
-
 
 def build_spark(master: str | None = None, *, app_name: str = "jmsgateway-pipeline",
                 shuffle_partitions: int = 4, conf: dict[str, str] | None = None) -> Any:
@@ -109,6 +107,8 @@ class PipelineJob:
     :param progress: the listener that logs micro-batches (one is added if None).
     """
 
+    log = Logger()
+
     def __init__(self, spark: Any, settings: PipelineSettings, spec: PipelineSpec,
                  progress: ProgressLogger | None = None) -> None:
         self.spark = spark
@@ -116,7 +116,7 @@ class PipelineJob:
         self.spec = spec
         self.access = choose_kafka_access(spark, settings.kafka_access)
         self.progress = progress
-        log.info("pipeline uses {access} Kafka access ({how})", access=self.access,
+        self.log.info("pipeline uses {access} Kafka access ({how})", access=self.access,
                  how="format kafka" if self.access == "spark" else f"format {SOURCE_NAME}")
 
     # -- reading --------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class PipelineJob:
         if self.settings.trigger_seconds > 0:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_seconds:g} seconds")
         query = writer.start()
-        log.info("pipeline {name}: {topics} -> routes, checkpoint {checkpoint}", name=self.settings.query_name,
+        self.log.info("pipeline {name}: {topics} -> routes, checkpoint {checkpoint}", name=self.settings.query_name,
                  topics=",".join(self.settings.ingest_topics), checkpoint=self.settings.checkpoint)
         return query
 
@@ -208,6 +208,6 @@ class PipelineJob:
         out.write.format(self._format()).options(**self._writer_options()).mode("append").save()
         counts = {str(k): int(v or 0) for k, v in observation.get.items()}
         report = ReplayReport(counts.pop("messages", 0), {k: v for k, v in counts.items() if v})
-        log.info("replayed {records} record(s) of {topic}: {outcomes}", records=report.records, topic=topic,
+        self.log.info("replayed {records} record(s) of {topic}: {outcomes}", records=report.records, topic=topic,
                  outcomes=report.outcomes)
         return report

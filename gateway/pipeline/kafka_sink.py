@@ -2,8 +2,9 @@
 
 Rows have Spark's Kafka sink columns: ``topic``, ``key``, ``value``,
 ``headers`` (``array<struct<key, value>>``).  Each task produces its rows
-with an idempotent producer (one per Python worker, reused across tasks) (``acks=all``, ``enable.idempotence``; no
-duplicates or reordering from producer retries inside the task), flushes,
+with an idempotent producer (``acks=all``, ``enable.idempotence``: no
+duplicates or reordering from producer retries; one producer per Python
+worker, kept across tasks), flushes,
 and fails if any record was not acknowledged, so the micro-batch fails and
 is run again from Spark's checkpoint.  Records acknowledged by a task of a
 batch that then fails are written again by the re-run: duplicates are

@@ -11,6 +11,9 @@ source with ``includeHeaders``: :data:`KAFKA_SCHEMA`.
 The readers' planning methods run on the driver; :func:`read_range` runs on
 the executors with its own confluent-kafka consumer (manual assignment, no
 group, nothing committed to Kafka: Spark's checkpoint is the only position).
+High watermarks are confirmed by reading the last record (some brokers, Tansu
+among them, report the last batch's base offset + 1), and a range that ends
+in transaction markers ends when the consumer's position passes it.
 """
 
 from __future__ import annotations
@@ -147,8 +150,14 @@ class KafkaOffsets:
         probe = self._probe_client()
         probe.assign([TopicPartition(topic, partition, high - 1)])
         end = high
+        deadline = time.monotonic() + self.probe_timeout
         try:
-            record = probe.poll(self.probe_timeout)
+            record = None
+            while record is None and time.monotonic() < deadline:
+                record = probe.poll(0.1)
+                (fetched,) = probe.position([TopicPartition(topic, partition)])
+                if record is None and fetched.offset is not None and fetched.offset >= high:
+                    break  # the last offset is a transaction marker: high is right
             while record is not None:
                 if record.error() is None and record.offset() is not None:
                     end = max(end, int(record.offset()) + 1)
@@ -272,13 +281,16 @@ def read_range(options: Mapping[str, str], part: KafkaRange) -> Iterator[Any]:
         position = part.start
         deadline = time.monotonic() + timeout
         while position < part.end:
-            records = consumer.consume(num_messages=min(batch_size, part.end - position), timeout=1.0)
+            records = consumer.consume(num_messages=min(batch_size, part.end - position), timeout=0.2)
             if not records:
                 if time.monotonic() > deadline:
                     raise ConnectorError(
                         f"Kafka {part.topic}[{part.partition}]: offsets {position}..{part.end} not readable "
                         f"within {timeout:g}s"
                     )
+                (fetched,) = consumer.position([TopicPartition(part.topic, part.partition)])
+                if fetched.offset is not None and fetched.offset >= part.end:
+                    return  # the rest of the range is transaction markers
                 _low, high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), timeout=10)
                 if high <= position:  # the rest of the range is gone (e.g. deleted)
                     return

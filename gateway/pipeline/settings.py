@@ -132,9 +132,7 @@ def parse_pipeline_settings(config: GatewayConfig, **overrides: Any) -> Pipeline
 
     def typed(key: str, kind: type | tuple[type, ...], default: Any) -> Any:
         value = raw.get(key, default)
-        if isinstance(value, bool) and kind is not bool and bool not in (kind if isinstance(kind, tuple) else ()):
-            raise ConfigError(f"expected {_kind_name(kind)}, got {value!r}", path=path, key=f"pipeline.{key}")
-        if not isinstance(value, kind):
+        if isinstance(value, bool) or not isinstance(value, kind):  # no boolean setting here
             raise ConfigError(f"expected {_kind_name(kind)}, got {value!r}", path=path, key=f"pipeline.{key}")
         return value
 

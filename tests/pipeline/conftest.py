@@ -18,8 +18,11 @@ __all__ = ["kafka_bootstrap"]
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The SparkSession every pipeline test shares (the project's Kafka data source registered)."""
+def spark(kafka_bootstrap: str) -> Iterator[Any]:
+    """The SparkSession every pipeline test shares (the project's Kafka data source registered).
+
+    It depends on the broker so that Spark (and the producers its Python workers keep)
+    stops before the broker does."""
     from gateway.pipeline.job import build_spark
 
     session = build_spark("local[2]", app_name="jmsgateway-pipeline-tests", shuffle_partitions=2)

@@ -52,3 +52,31 @@ def test_replay_a_dead_letter_range_through_fixed_routes(spark: Any, kafka_boots
     assert sorted((r.key(), r.value(), tuple(r.headers())) for r in replayed) == sorted(
         (d.key, d.value, d.headers) for d in expected
     )
+
+
+def test_replay_command(kafka_bootstrap: str, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    suffix = uuid.uuid4().hex[:8]
+    dlq, orders = f"dlq-{suffix}", f"orders-{suffix}"
+    create_topics(kafka_bootstrap, dlq, orders)
+    message = TextMessage(destination="/queue/orders", message_id="ID:cli-1", text="again")
+    key, value, headers = dead_letter_record(message, "no-key: missing", "orders", "gw-pipe")
+    produce(kafka_bootstrap, dlq, [{"key": key, "value": value, "headers": headers}] * 3)
+    config = tmp_path / "gw.toml"
+    config.write_text(
+        '[gateway]\nid = "gw-pipe"\n[transform]\nplugin_dirs = []\nload_entry_points = false\n'
+        f"[routing]\nproperties = '''\nroutes.o.in.include=msg.address==orders\nroutes.o.out.topic={orders}\n'''\n"
+        f'[pipeline]\ningest_topics = ["unused"]\nbootstrap = "{kafka_bootstrap}"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.pipeline", "replay", "--config", str(config), "--topic", dlq,
+         "--master", "local[1]", "--to", json.dumps({dlq: {"0": 2}})],
+        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"replayed 2 record(s) of {dlq}: routed 2" in done.stdout
+    replayed = read_records(kafka_bootstrap, orders, 2, timeout=20, settle=1.0)
+    assert [r.value() for r in replayed] == [b"again", b"again"]

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from gateway.config import load_config
 from gateway.pipeline.job import PipelineJob
 from gateway.pipeline.kafka_source import KafkaOffsets
 from gateway.pipeline.settings import parse_pipeline_settings, pipeline_spec
@@ -54,6 +53,22 @@ shuffle_partitions = 2
 """
 
 
+def start_pipeline(config_file: Path, log_file: Path) -> subprocess.Popen[bytes]:
+    """``python -m gateway.pipeline`` on ``config_file`` (local[1]), output to ``log_file``."""
+    with log_file.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gateway.pipeline", "--config", str(config_file), "--master", "local[1]"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=Path(__file__).parents[2],
+        )
+
+
+def stop_pipeline(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Make sure ``process`` and its JVM are gone."""
+    if process.poll() is None:
+        os.killpg(process.pid, signum)
+        process.wait(timeout=30)
+
+
 def written(bootstrap: str, topic: str) -> int:
     """Records in ``topic`` so far."""
     offsets = KafkaOffsets({"bootstrap": bootstrap, "subscribe": topic})
@@ -63,7 +78,7 @@ def written(bootstrap: str, topic: str) -> int:
         offsets.close()
 
 
-def test_kill_and_restart_on_checkpoint(spark: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_kill_and_restart_on_checkpoint(kafka_bootstrap: str, tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     ingest, out, dlq = f"ingest-{suffix}", f"out-{suffix}", f"dlq-{suffix}"
     create_topics(kafka_bootstrap, out, dlq)
@@ -76,31 +91,28 @@ def test_kill_and_restart_on_checkpoint(spark: Any, kafka_bootstrap: str, tmp_pa
     config_file.write_text(CONFIG.format(dlq=dlq, out=out, ingest=ingest, bootstrap=kafka_bootstrap,
                                          checkpoint=tmp_path / "ckpt", batch=BATCH))
 
-    log = (tmp_path / "first-run.log").open("wb")
-    first = subprocess.Popen(
-        [sys.executable, "-m", "gateway.pipeline", "--config", str(config_file), "--master", "local[1]"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=Path(__file__).parents[2],
-    )
+    first = start_pipeline(config_file, tmp_path / "first-run.log")
     try:
         started = wait_for(lambda: written(kafka_bootstrap, out) >= 3 * BATCH, timeout=180)
         assert started, (tmp_path / "first-run.log").read_text()[-3000:]
         os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
         first.wait(timeout=30)
     finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait(timeout=30)
-        log.close()
+        stop_pipeline(first, signal.SIGKILL)
     before = written(kafka_bootstrap, out)
     assert 0 < before < MESSAGES, "the first run was not stopped mid-stream"
 
-    config = load_config(str(config_file))
-    settings = parse_pipeline_settings(config)
-    query = PipelineJob(spark, settings, pipeline_spec(config, settings)).start()
+    second = start_pipeline(config_file, tmp_path / "second-run.log")
     try:
-        query.processAllAvailable()
+        finished = wait_for(lambda: written(kafka_bootstrap, out) >= MESSAGES, timeout=240)
+        assert finished, (tmp_path / "second-run.log").read_text()[-3000:]
+        assert wait_for(lambda: "lag 0 record(s)" in (tmp_path / "second-run.log").read_text(), timeout=30)
+        second.send_signal(signal.SIGTERM)  # a clean stop: exit status 0
+        assert second.wait(timeout=60) == 0, (tmp_path / "second-run.log").read_text()[-3000:]
     finally:
-        query.stop()
+        stop_pipeline(second, signal.SIGKILL)
+    progress = [line for line in (tmp_path / "second-run.log").read_text().splitlines() if "micro-batch" in line]
+    assert progress and all("rows/s processed, lag " in line for line in progress)
 
     records = read_records(kafka_bootstrap, out, MESSAGES, timeout=60, settle=1.0)
     ids = Counter(dict(record.headers())["jms.MessageId"] for record in records)
