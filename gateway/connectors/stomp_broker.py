@@ -175,7 +175,8 @@ class StompBrokerConnector:
         self.failed_attempts = 0
         self.generation = 0
         self._endpoint = endpoint or self._default_endpoint()
-        self._factory = StompClientFactory(self.clock)
+        # The broker's RECEIPTs are timed by one periodic sweep per connection, not a timer per SEND.
+        self._factory = StompClientFactory(self.clock, receipt_timeout=settings.send_timeout / 1000.0)
         self._service: ClientService | None = None
         self._protocol: StompClientProtocol | None = None
         self._waiters: list[Deferred[StompClientProtocol]] = []
@@ -183,6 +184,9 @@ class StompBrokerConnector:
         self._subscription_ids = itertools.count(1)
         self._transaction_ids = itertools.count(1)
         self.metrics.up.labels(name).set(0)
+        # Label lookups cost more than the increments: resolve the per-send counters once.
+        self._sent_ok = self.metrics.sends.labels(name, "ok")
+        self._sent_failed = self.metrics.sends.labels(name, "failed")
 
     @classmethod
     def from_config(
@@ -452,16 +456,42 @@ class StompBrokerConnector:
     # -- sending -------------------------------------------------------------
 
     def send(self, message: Message) -> Deferred[None]:
-        """SEND with a receipt; fires once the broker confirmed."""
+        """SEND with a receipt; fires once the broker confirmed.
+
+        Connected, the SEND goes out at once (pipelined: it never waits for
+        earlier receipts) and the protocol's receipt sweep bounds the wait;
+        while the broker is away it waits for the reconnection, bounded by
+        ``send_timeout``.
+        """
         try:
             headers, body, text = send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type)
         except ConnectorError as error:
-            self.metrics.sends.labels(self.name, "failed").inc()
+            self._sent_failed.inc()
             return fail(error)
         destination = message.destination
+        protocol = self._protocol
+        if protocol is not None:
+            sending = protocol.send(destination, body, headers, text=text)
+            return sending.addCallbacks(self._send_confirmed, self._send_failed, errbackArgs=(message,))
         work = self._when_ready()
         work.addCallback(lambda protocol: protocol.send(destination, body, headers, text=text))
         return self._count(self._bounded(work, f"send of {message.message_id} to {destination}"), 1)
+
+    def _send_confirmed(self, _: object) -> None:
+        self._sent_ok.inc()
+
+    def _send_failed(self, failure: Failure, message: Message) -> Failure:
+        self._sent_failed.inc()
+        if failure.check(defer.TimeoutError, defer.CancelledError):
+            timeout = self.settings.send_timeout / 1000.0
+            state = "connected" if self._protocol is not None else f"{self.state}: {self.last_error}"
+            return Failure(
+                ConnectorUnavailable(
+                    f"send of {message.message_id} to {message.destination}: no confirmation from "
+                    f"{self.settings.uri} within {timeout}s ({state})"
+                )
+            )
+        return failure
 
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
         """BEGIN, the SENDs, COMMIT with a receipt: all visible at the broker or none."""
@@ -473,7 +503,7 @@ class StompBrokerConnector:
                 for message in messages
             ]
         except ConnectorError as error:
-            self.metrics.sends.labels(self.name, "failed").inc(len(messages))
+            self._sent_failed.inc(len(messages))
             return fail(error)
         transaction = f"{self.settings.client_id}-tx-{next(self._transaction_ids)}"
 
@@ -489,10 +519,10 @@ class StompBrokerConnector:
 
     def _count(self, work: Deferred[Any], count: int) -> Deferred[None]:
         def ok(_: object) -> None:
-            self.metrics.sends.labels(self.name, "ok").inc(count)
+            self._sent_ok.inc(count)
 
         def failed(failure: Failure) -> Failure:
-            self.metrics.sends.labels(self.name, "failed").inc(count)
+            self._sent_failed.inc(count)
             return failure
 
         return work.addCallbacks(ok, failed)

@@ -57,7 +57,9 @@ def send_frame_parts(message: Message, *, amq_msg_type: bool = True) -> tuple[di
 
     :param amq_msg_type: the broker understands ``amq-msg-type`` (ActiveMQ).
     """
-    headers = {name: value for name, value in convert.message_headers(message).items() if name not in _NOT_ON_SEND}
+    headers = convert.message_headers(message)
+    for name in _NOT_ON_SEND:
+        headers.pop(name, None)
     if message.expiration == 0:
         headers.pop("expires", None)
     if isinstance(message, TextMessage):

@@ -19,11 +19,12 @@ argument; reconnecting is the caller's business (see
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, TimeoutError, fail, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.task import LoopingCall
@@ -76,6 +77,10 @@ class StompClientProtocol(Protocol):
     :param heartbeat_grace: how many expected heart-beat intervals may pass
         in silence before the connection is considered dead (ActiveMQ checks
         whether to beat once per interval, so it may stay silent for nearly two).
+    :param receipt_timeout: seconds a receipt may be outstanding before its
+        Deferred fails with :class:`~twisted.internet.defer.TimeoutError`
+        (``None``: no limit).  One periodic sweep checks all of them, instead
+        of a timer per frame.
     """
 
     log = Logger()
@@ -86,10 +91,12 @@ class StompClientProtocol(Protocol):
         *,
         limits: Limits | None = None,
         heartbeat_grace: float = 3.0,
+        receipt_timeout: float | None = None,
     ) -> None:
         self.clock = clock
         self.decoder = FrameDecoder(limits)
         self.heartbeat_grace = heartbeat_grace
+        self.receipt_timeout = receipt_timeout
         self.version = "1.0"
         self.server: str | None = None
         self.session: str | None = None
@@ -99,14 +106,15 @@ class StompClientProtocol(Protocol):
         self.on_lost: Callable[[Failure], None] | None = None
         self.on_error: Callable[[BrokerError], None] | None = None
         self._receipt_ids = itertools.count(1)
-        self._receipts: dict[str, Deferred[Frame | None]] = {}
-        self._receipt_context: dict[str, str] = {}
+        # receipt id -> (waiting Deferred, what it was for, when it was sent); in sending order.
+        self._receipts: dict[str, tuple[Deferred[Frame | None], str, float]] = {}
         self._handlers: dict[str, MessageHandler] = {}
         self._connecting: Deferred[Frame] | None = None
         self._lost_waiters: list[Deferred[None]] = []
         self._heartbeat: tuple[int, int] = (0, 0)
         self._sender: LoopingCall | None = None
         self._watchdog: LoopingCall | None = None
+        self._sweeper: LoopingCall | None = None
         self._last_received = 0.0
         self._wrote = False
 
@@ -118,6 +126,11 @@ class StompClientProtocol(Protocol):
 
     def connectionMade(self) -> None:
         self._last_received = self.clock.seconds()
+        # Receipts and small frames must not wait for Nagle's algorithm.
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:
+            with contextlib.suppress(OSError):  # not a TCP socket
+                set_no_delay(True)
 
     def dataReceived(self, data: bytes) -> None:
         self._last_received = self.clock.seconds()
@@ -147,8 +160,7 @@ class StompClientProtocol(Protocol):
         if connecting is not None:
             connecting.errback(cause)
         receipts, self._receipts = self._receipts, {}
-        self._receipt_context.clear()
-        for waiting in receipts.values():
+        for waiting, _, _ in receipts.values():
             waiting.errback(cause)
         waiters, self._lost_waiters = self._lost_waiters, []
         for waiter in waiters:
@@ -164,12 +176,11 @@ class StompClientProtocol(Protocol):
             self._message(frame)
         elif command == "RECEIPT":
             receipt_id = frame.headers.get("receipt-id", "")
-            waiting = self._receipts.pop(receipt_id, None)
-            self._receipt_context.pop(receipt_id, None)
-            if waiting is None:
+            entry = self._receipts.pop(receipt_id, None)
+            if entry is None:
                 self.log.debug("unexpected RECEIPT {id} from broker", id=receipt_id)
             else:
-                waiting.callback(frame)
+                entry[0].callback(frame)
         elif command == "CONNECTED":
             self._connected(frame)
         elif command == "ERROR":
@@ -199,18 +210,21 @@ class StompClientProtocol(Protocol):
         self._wrote = False
         send_ms, expect_ms = negotiate_heartbeat(self._heartbeat, frame.headers.get("heart-beat"))
         self._start_heartbeats(send_ms, expect_ms)
+        if self.receipt_timeout is not None:
+            self._sweeper = LoopingCall(self._sweep_receipts)
+            self._sweeper.clock = self.clock
+            self._sweeper.start(max(min(self.receipt_timeout / 10.0, 1.0), 0.01), now=False)
         connecting, self._connecting = self._connecting, None
         if connecting is not None:
             connecting.callback(frame)
 
     def _error(self, frame: Frame) -> None:
         receipt_id = frame.headers.get("receipt-id")
-        context = self._receipt_context.pop(receipt_id, "") if receipt_id else ""
-        error = BrokerError(frame, context)
-        waiting = self._receipts.pop(receipt_id, None) if receipt_id else None
-        if waiting is not None:
-            self.log.info("broker refused {context}: {error}", context=context or receipt_id, error=str(error))
-            waiting.errback(error)
+        entry = self._receipts.pop(receipt_id, None) if receipt_id else None
+        error = BrokerError(frame, entry[1] if entry is not None else "")
+        if entry is not None:
+            self.log.info("broker refused {context}: {error}", context=entry[1] or receipt_id, error=str(error))
+            entry[0].errback(error)
             return
         # An ERROR that answers nothing we asked for ends the connection (STOMP spec).
         self.log.warn("ERROR from broker {peer}: {error}", peer=self._peer(), error=str(error))
@@ -252,16 +266,41 @@ class StompClientProtocol(Protocol):
             return succeed(None)
         receipt_id = f"r-{next(self._receipt_ids)}"
         frame.headers["receipt"] = receipt_id
-
-        def cancel(_: Deferred[Frame | None]) -> None:
-            self._receipts.pop(receipt_id, None)
-            self._receipt_context.pop(receipt_id, None)
-
-        waiting: Deferred[Frame | None] = Deferred(cancel)
-        self._receipts[receipt_id] = waiting
-        self._receipt_context[receipt_id] = context
+        waiting: Deferred[Frame | None] = Deferred(self._cancel_receipt)
+        # The id travels with the Deferred so cancelling needs no closure per frame.
+        waiting.receipt_id = receipt_id  # type: ignore[attr-defined]
+        self._receipts[receipt_id] = (waiting, context, self.clock.seconds())
         self.write_frame(frame, content_length=content_length)
         return waiting
+
+    def _cancel_receipt(self, waiting: Deferred[Frame | None]) -> None:
+        receipt_id = getattr(waiting, "receipt_id", None)
+        entry = self._receipts.get(receipt_id) if receipt_id is not None else None
+        if entry is not None and entry[0] is waiting:
+            del self._receipts[receipt_id]  # type: ignore[arg-type]
+
+    def _sweep_receipts(self) -> None:
+        """Fail the receipts outstanding longer than ``receipt_timeout`` (oldest first)."""
+        timeout = self.receipt_timeout
+        if timeout is None or not self._receipts:
+            return
+        limit = self.clock.seconds() - timeout
+        expired: list[tuple[Deferred[Frame | None], str]] = []
+        for receipt_id, (waiting, _, sent) in self._receipts.items():
+            if sent > limit:
+                break  # in sending order: the rest are younger
+            expired.append((waiting, receipt_id))
+        for waiting, receipt_id in expired:
+            entry = self._receipts.pop(receipt_id, None)
+            if entry is None:  # answered or lost meanwhile
+                continue
+            self.log.warn(
+                "no RECEIPT for {context} from broker {peer} within {timeout}s",
+                context=entry[1],
+                peer=self._peer(),
+                timeout=timeout,
+            )
+            waiting.errback(TimeoutError(f"{entry[1]}: no RECEIPT within {timeout}s"))
 
     @property
     def outstanding_receipts(self) -> int:
@@ -474,10 +513,10 @@ class StompClientProtocol(Protocol):
             self._watchdog.start(expect_ms / 1000.0, now=False)
 
     def _stop_heartbeats(self) -> None:
-        for loop in (self._sender, self._watchdog):
+        for loop in (self._sender, self._watchdog, self._sweeper):
             if loop is not None and loop.running:
                 loop.stop()
-        self._sender = self._watchdog = None
+        self._sender = self._watchdog = self._sweeper = None
 
     def _beat(self) -> None:
         if not self._wrote and self.transport is not None and not self.closed:

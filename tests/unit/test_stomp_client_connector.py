@@ -200,6 +200,26 @@ def test_waiting_send_fails_after_send_timeout(broker: FakeBroker, clock: Clock)
     assert connector.status()["waiting_sends"] == 0
 
 
+def test_connected_send_without_a_receipt_fails_after_send_timeout(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock, send_timeout=3000)
+    unanswered = connector.send(TextMessage(destination="/queue/a", text="x", message_id="m1"))
+    clock.advance(2)
+    answered = connector.send(TextMessage(destination="/queue/a", text="y", message_id="m2"))
+    sends = [frame for frame in broker.frames() if frame.command == "SEND"]
+    assert len(sends) == 2
+    outcomes: list[Any] = []
+    unanswered.addErrback(outcomes.append)
+    clock.advance(1.3)  # past the 3 s limit of the first send, within the second's
+    assert len(outcomes) == 1 and outcomes[0].check(ConnectorUnavailable)
+    assert "no confirmation" in outcomes[0].getErrorMessage()
+    broker.answer("RECEIPT", {"receipt-id": sends[1].headers["receipt"]})
+    assert result_of(answered) is None
+    cancelled = connector.send(TextMessage(destination="/queue/a", text="z", message_id="m3"))
+    cancelled.addErrback(lambda failure: None)
+    cancelled.cancel()
+    clock.advance(5)  # a cancelled send leaves nothing for the sweep to fail
+
+
 def test_gives_up_after_max_retries(broker: FakeBroker, clock: Clock) -> None:
     connector = started(broker, clock, failure_retry_interval=1000, max_retries=2)
     consumer = Consumer()
