@@ -176,47 +176,62 @@ def _property_type(value: PropertyValue) -> str | None:
     return None
 
 
+_PRIORITY_BYTES: dict[int, bytes] = {priority: str(priority).encode("ascii") for priority in range(10)}
+"""``jms.Priority`` values of the JMS priorities, encoded once."""
+_KIND_BYTES: dict[str, bytes] = {}
+"""``jms.MessageType`` values, encoded once per message class."""
+
+
 def message_headers(message: Message, origin: str | None) -> list[Header]:
     """The Kafka headers carrying ``message``'s JMS headers and properties."""
-    headers: list[Header] = [
-        (MESSAGE_TYPE_HEADER, message.kind.encode("ascii")),
-        ("jms.MessageId", message.message_id.encode("utf-8")),
-    ]
+    kind = message.kind
+    kind_bytes = _KIND_BYTES.get(kind)
+    if kind_bytes is None:
+        kind_bytes = _KIND_BYTES[kind] = kind.encode("ascii")
+    headers: list[Header] = [(MESSAGE_TYPE_HEADER, kind_bytes), ("jms.MessageId", message.message_id.encode("utf-8"))]
+    append = headers.append
     if message.correlation_id is not None:
-        headers.append(("jms.CorrelationId", message.correlation_id.encode("utf-8")))
+        append(("jms.CorrelationId", message.correlation_id.encode("utf-8")))
     if message.reply_to is not None:
-        headers.append(("jms.ReplyTo", message.reply_to.encode("utf-8")))
+        append(("jms.ReplyTo", message.reply_to.encode("utf-8")))
     if message.type is not None:
-        headers.append(("jms.Type", message.type.encode("utf-8")))
-    headers.append(("jms.DeliveryMode", b"2" if message.persistent else b"1"))
-    headers.append(("jms.Priority", str(message.priority).encode("ascii")))
+        append(("jms.Type", message.type.encode("utf-8")))
+    append(("jms.DeliveryMode", b"2" if message.persistent else b"1"))
+    priority = message.priority
+    priority_bytes = _PRIORITY_BYTES.get(priority) if type(priority) is int else None
+    append(("jms.Priority", priority_bytes if priority_bytes is not None else str(priority).encode("ascii")))
     if message.expiration:
-        headers.append(("jms.Expiration", str(message.expiration).encode("ascii")))
+        append(("jms.Expiration", str(message.expiration).encode("ascii")))
     if message.timestamp:
-        headers.append(("jms.Timestamp", str(message.timestamp).encode("ascii")))
+        append(("jms.Timestamp", str(message.timestamp).encode("ascii")))
     if message.destination:
-        headers.append(("jms.Destination", message.destination.encode("utf-8")))
-    types: dict[str, str] = {}
-    for name, value in message.properties.items():
-        if name == ORIGIN_HEADER:
-            continue  # replaced by our own origin below
-        escaped = name in RESERVED_NAMES or name.startswith(PROPERTY_ESCAPE)
-        header = JMS_PREFIX + (PROPERTY_ESCAPE + name if escaped else name)
-        if value is None:
-            headers.append((header, None))
-            continue
-        kind = _property_type(value)
-        if kind is not None:
-            types[name] = kind
-        headers.append((header, value if isinstance(value, bytes) else text_of(value).encode("utf-8")))
-    if types:
-        headers.append((TYPES_HEADER, json.dumps(types, separators=(",", ":"), sort_keys=True).encode("utf-8")))
+        append(("jms.Destination", message.destination.encode("utf-8")))
+    properties = message.properties
+    if properties:
+        types: dict[str, str] = {}
+        for name, value in properties.items():
+            if name == ORIGIN_HEADER:
+                continue  # replaced by our own origin below
+            escaped = name in RESERVED_NAMES or name.startswith(PROPERTY_ESCAPE)
+            header = JMS_PREFIX + (PROPERTY_ESCAPE + name if escaped else name)
+            if value is None:
+                append((header, None))
+                continue
+            if type(value) is str:
+                append((header, value.encode("utf-8")))
+                continue
+            kind_name = _property_type(value)
+            if kind_name is not None:
+                types[name] = kind_name
+            append((header, value if isinstance(value, bytes) else text_of(value).encode("utf-8")))
+        if types:
+            append((TYPES_HEADER, json.dumps(types, separators=(",", ":"), sort_keys=True).encode("utf-8")))
     if origin is not None:
-        headers.append((ORIGIN_HEADER, origin.encode("utf-8")))
-    elif ORIGIN_HEADER in message.properties:
-        original = message.properties[ORIGIN_HEADER]
+        append((ORIGIN_HEADER, origin.encode("utf-8")))
+    elif ORIGIN_HEADER in properties:
+        original = properties[ORIGIN_HEADER]
         if original is not None:
-            headers.append((ORIGIN_HEADER, text_of(original).encode("utf-8")))
+            append((ORIGIN_HEADER, text_of(original).encode("utf-8")))
     return headers
 
 

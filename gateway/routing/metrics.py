@@ -10,6 +10,8 @@ name), ``jmsgateway_routing_dead_lettered_total``,
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -46,6 +48,20 @@ class RoutingMetrics:
             "jmsgateway_routing_cycles", "Messages not routed because this gateway produced them",
             registry=self.registry,
         )
+        self._delivered: dict[str, tuple[Any, Any]] = {}
+        """Route -> its (success counter, latency histogram) children, bound once."""
+
+    def delivered(self, route: str, seconds: float) -> None:
+        """Count a message ``route`` published and Kafka acknowledged after ``seconds``.
+
+        The labelled children are bound on a route's first message and kept, so
+        the hot path is one dict lookup instead of two ``.labels()`` calls.
+        """
+        children = self._delivered.get(route)
+        if children is None:
+            children = self._delivered[route] = (self.successes.labels(route), self.latency.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def average_latency(self, route: str) -> float:
         """Average routing latency of ``route`` in seconds (0 before the first)."""

@@ -117,35 +117,56 @@ class KafkaRouter:
     def route(self, message: Message) -> Deferred[RoutingResult]:
         """Route one message; fires when Kafka acknowledged it (or it was
         knowingly skipped), fails with ConnectorError otherwise."""
+        return self._dispatch(message, False)
+
+    def _dispatch(self, message: Message, unrouted_fails: bool) -> Deferred[RoutingResult]:
+        """:meth:`route`; with ``unrouted_fails`` a message no route includes
+        fails with DestinationError (what :meth:`send` wants) without another
+        callback on the hot path."""
         if self.stopped is not None:
             return fail(RouteStopped(f"routing to Kafka is stopped: {self.stopped}"))
-        started = self.clock.seconds()
+        clock = self.clock
+        started = clock.seconds()
         decision = self.router.route(message)
+        outcome = decision.outcome
+        if outcome != ROUTED:
+            return self._not_routed(message, decision, started, unrouted_fails)
+        route = decision.route_name
+        if route in self.stopped_routes:
+            return fail(RouteStopped(f"route {route} is stopped: {self.stopped_routes[route]}", route=route))
+        topic = decision.topic
+        assert topic is not None
+        d: Deferred[Any] = self.connector.send_record(topic, decision.key, decision.value, decision.headers)
+        delivered_metric = self.metrics.delivered
+
+        # one callback pair on the connector's Deferred: Kafka's delivery report fires it
+        def delivered(report: DeliveryReport) -> RoutingResult:
+            delivered_metric(route, max(0.0, clock.seconds() - started))
+            return RoutingResult(ROUTED, route, topic, report)
+
+        def refused(failure: Any) -> Any:
+            self._publish_failed(message, route, topic, failure.value)
+            return failure
+
+        d.addCallbacks(delivered, refused)
+        return d
+
+    def _not_routed(self, message: Message, decision: RouteDecision, started: float,
+                    unrouted_fails: bool) -> Deferred[RoutingResult]:
+        """The outcomes other than ROUTED: cycle, unrouted, soft failure."""
         if decision.outcome == CYCLE:
             self.metrics.cycles.inc()
             self.log.debug("message {id} came from this gateway; not routed back", id=message.message_id)
             return succeed(RoutingResult(CYCLE))
         if decision.outcome == UNROUTED:
+            if unrouted_fails:
+                return fail(DestinationError(f"no Kafka route includes destination {message.destination}"))
             return succeed(RoutingResult(UNROUTED))
         route = decision.route_name
         if route in self.stopped_routes:
             return fail(RouteStopped(f"route {route} is stopped: {self.stopped_routes[route]}", route=route))
-        if decision.outcome == SOFT_FAILURE:
-            return self._soft_failure(message, decision, started)
-        assert decision.outcome == ROUTED and decision.topic is not None
-        d: Deferred[Any] = self.connector.send_record(decision.topic, decision.key, decision.value, decision.headers)
-
-        def delivered(report: DeliveryReport) -> RoutingResult:
-            self.metrics.successes.labels(route).inc()
-            self.metrics.latency.labels(route).observe(max(0.0, self.clock.seconds() - started))
-            return RoutingResult(ROUTED, route, decision.topic, report)
-
-        def refused(failure: Any) -> Any:
-            self._publish_failed(message, route, decision.topic or "", failure.value)
-            return failure
-
-        d.addCallbacks(delivered, refused)
-        return d
+        assert decision.outcome == SOFT_FAILURE
+        return self._soft_failure(message, decision, started)
 
     def _soft_failure(self, message: Message, decision: RouteDecision, started: float) -> Deferred[RoutingResult]:
         route = decision.route_name
@@ -210,15 +231,7 @@ class KafkaRouter:
 
     def send(self, message: Message) -> Deferred[RoutingResult]:
         """Route ``message``; a message no route includes fails with DestinationError."""
-        d = self.route(message)
-
-        def check(result: RoutingResult) -> RoutingResult:
-            if result.outcome == UNROUTED:
-                raise DestinationError(f"no Kafka route includes destination {message.destination}")
-            return result
-
-        d.addCallback(check)
-        return d
+        return self._dispatch(message, True)
 
     def send_batch(self, messages: list[Message]) -> Deferred[Any]:
         """Route a batch: every decision first (any stop fails the whole batch
