@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,6 +10,13 @@ import pytest
 
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import StompClients
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Destroy leftover client objects (Kafka producers) now, so their shutdown
+    chatter comes before pytest's summary rather than after it."""
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
