@@ -11,13 +11,12 @@ validated by those layers' own parsers.
 
 from __future__ import annotations
 
-import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, did_you_mean
 
 DEFAULT_CONFIG = "etc/jmsgateway.toml"
 
@@ -98,10 +97,6 @@ _SECTIONS: dict[str, type] = {"stomp": StompSettings, "broker": BrokerSettings, 
 _TOP_LEVEL = ("gateway", "destinations", "bridges", *_SECTIONS, *_RAW_TABLES)
 
 
-def _suggest(word: str, choices: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
 
 def _check_type(value: Any, expected: type, path: str, key: str) -> Any:
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
@@ -122,7 +117,7 @@ def _section(cls: type, raw: Any, path: str, name: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
-            raise ConfigError(f"unknown key{_suggest(key, list(known))}", path=path, key=f"{name}.{key}")
+            raise ConfigError(f"unknown key{did_you_mean(key, list(known))}", path=path, key=f"{name}.{key}")
         default = getattr(cls(), key)
         kwargs[key] = _check_type(value, type(default), path, f"{name}.{key}")
     return cls(**kwargs)
@@ -173,13 +168,13 @@ def parse_config(raw: dict[str, Any], path: str = "") -> GatewayConfig:
     config = GatewayConfig(path=path)
     for key in raw:
         if key not in _TOP_LEVEL:
-            raise ConfigError(f"unknown section{_suggest(key, _TOP_LEVEL)}", path=path, key=key)
+            raise ConfigError(f"unknown section{did_you_mean(key, _TOP_LEVEL)}", path=path, key=key)
     gateway = raw.get("gateway", {})
     if not isinstance(gateway, dict):
         raise ConfigError("expected a table", path=path, key="gateway")
     for key, value in gateway.items():
         if key not in _GATEWAY_KEYS:
-            raise ConfigError(f"unknown key{_suggest(key, list(_GATEWAY_KEYS))}", path=path, key=f"gateway.{key}")
+            raise ConfigError(f"unknown key{did_you_mean(key, list(_GATEWAY_KEYS))}", path=path, key=f"gateway.{key}")
         if key == "listen" and isinstance(value, str):
             value = [value]
         setattr(config, key, _check_type(value, _GATEWAY_KEYS[key], path, f"gateway.{key}"))
@@ -209,7 +204,7 @@ def parse_config(raw: dict[str, Any], path: str = "") -> GatewayConfig:
         if rule.connector != "embedded" and rule.connector not in config.connectors:
             raise ConfigError(
                 f"connector {rule.connector!r} is not defined under [connectors]"
-                f"{_suggest(rule.connector, list(config.connectors))}",
+                f"{did_you_mean(rule.connector, list(config.connectors))}",
                 path=path,
                 key="destinations.connector",
             )
@@ -250,10 +245,9 @@ def _destinations(raw: Any, path: str) -> list[DestinationRule]:
         if not isinstance(entry, dict):
             raise ConfigError("expected a table", path=path, key=key)
         for name in entry:
-            if name not in ("pattern", "connector", "rename"):
-                raise ConfigError(
-                    f"unknown key{_suggest(name, ['pattern', 'connector', 'rename'])}", path=path, key=f"{key}.{name}"
-                )
+            known = ("pattern", "connector", "rename")
+            if name not in known:
+                raise ConfigError(f"unknown key{did_you_mean(name, known)}", path=path, key=f"{key}.{name}")
         for required in ("pattern", "connector"):
             if required not in entry:
                 raise ConfigError("missing", path=path, key=f"{key}.{required}")

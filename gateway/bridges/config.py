@@ -29,12 +29,11 @@ mean" for a misspelt key, QoS or connector.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import ConfigError, SelectorError
+from gateway.errors import ConfigError, SelectorError, did_you_mean
 
 AT_MOST_ONCE = "AT_MOST_ONCE"
 DUPLICATES_OK = "DUPLICATES_OK"
@@ -152,10 +151,6 @@ class BridgeConfig:
         return max(2 * self.max_batch_size, 100)
 
 
-def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
 
 class _Reader:
     """Typed access to one raw entry, raising ConfigError with the full key."""
@@ -204,7 +199,7 @@ def _normalise(entry: dict[str, Any], reader: _Reader) -> dict[str, Any]:
             continue
         canonical = _ALIASES.get(name, name)
         if canonical not in _KEYS:
-            raise reader.error(f"unknown bridge parameter{_suggest(name, (*_KEYS, *_ALIASES))}", name)
+            raise reader.error(f"unknown bridge parameter{did_you_mean(name, (*_KEYS, *_ALIASES))}", name)
         if canonical in result:
             raise reader.error(f"given twice (as {canonical!r} and an alias)", name)
         result[canonical] = value
@@ -228,13 +223,13 @@ def _endpoint(raw: Any, side: str, reader: _Reader, connectors: set[str]) -> Bri
     for name, value in raw.items():
         canonical = _SIDE_KEY_ALIASES.get(name, name)
         if canonical not in _SIDE_KEYS:
-            raise reader.error(f"unknown key{_suggest(name, _SIDE_KEYS)}", f"{side}.{name}")
+            raise reader.error(f"unknown key{did_you_mean(name, _SIDE_KEYS)}", f"{side}.{name}")
         table[canonical] = value
     connector = reader.text(table, "connector", where=side) or "embedded"
     if connector not in connectors:
         known = ", ".join(sorted(connectors))
         raise reader.error(
-            f"connector {connector!r} is not defined{_suggest(connector, sorted(connectors))}; known: {known}",
+            f"connector {connector!r} is not defined{did_you_mean(connector, sorted(connectors))}; known: {known}",
             f"{side}.connector",
         )
     destination = reader.text(table, "destination", required=True, where=side)
@@ -258,7 +253,7 @@ def _qos(raw: Any, reader: _Reader) -> str:
     if value == "ONCE_AND_ONCE_ONLY":  # the spelling in the Artemis manual
         value = ONCE_AND_ONLY_ONCE
     if value not in QOS_MODES:
-        raise reader.error(f"must be one of {', '.join(QOS_MODES)}, not {raw!r}{_suggest(value, QOS_MODES)}", "qos")
+        raise reader.error(f"must be one of {', '.join(QOS_MODES)}, not {raw!r}{did_you_mean(value, QOS_MODES)}", "qos")
     return value
 
 
@@ -296,7 +291,7 @@ def _transformers(raw: Any, reader: _Reader) -> tuple[TransformerStep, ...]:
         known = ("transformer", "options", "on_error", "dead_letter")
         for name in item:
             if name not in known:
-                raise reader.error(f"unknown key{_suggest(name, known)}", f"{key}.{name}")
+                raise reader.error(f"unknown key{did_you_mean(name, known)}", f"{key}.{name}")
         name = reader.text(item, "transformer", required=True, where=key)
         options = item.get("options", {})
         if not isinstance(options, dict):

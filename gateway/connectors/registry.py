@@ -9,11 +9,10 @@ reactor, gateway_id, registry)``.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from typing import Any
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, did_you_mean
 from gateway.interfaces import IConnector
 
 SCHEMES: dict[str, str] = {
@@ -27,8 +26,7 @@ def connector_class(scheme: str, *, where: str = "") -> Any:
     """The connector class for ``scheme``; ConfigError if unknown or not installed."""
     target = SCHEMES.get(scheme)
     if target is None:
-        close = difflib.get_close_matches(scheme, list(SCHEMES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(sorted(SCHEMES))}"
+        hint = did_you_mean(scheme, SCHEMES) or f"; known: {', '.join(sorted(SCHEMES))}"
         raise ConfigError(f"unknown connector scheme {scheme!r}{hint}", key=where)
     module_name, _, class_name = target.partition(":")
     try:

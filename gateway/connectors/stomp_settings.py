@@ -8,7 +8,6 @@ metrics, one set per registry and labelled by connector name.
 
 from __future__ import annotations
 
-import difflib
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, did_you_mean
 
 DEFAULT_PORTS = {"stomp": 61613, "stomp+ssl": 61614}
 
@@ -67,9 +66,7 @@ class StompBrokerSettings:
 
         for option in options:
             if option not in _OPTIONS:
-                close = difflib.get_close_matches(option, _OPTIONS, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"unknown option{hint}", key=key(option))
+                raise ConfigError(f"unknown option{did_you_mean(option, _OPTIONS)}", key=key(option))
         uri = options.get("uri")
         if not isinstance(uri, str):
             raise ConfigError("needs a uri such as 'stomp://127.0.0.1:61613'", key=key("uri"))

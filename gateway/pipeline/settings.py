@@ -26,14 +26,13 @@ Nothing here imports Spark or Twisted.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import GatewayConfig
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, did_you_mean
 from gateway.routing.config import parse_routing_config
 
 KAFKA_ACCESS = ("auto", "spark", "python")
@@ -100,10 +99,6 @@ class PipelineSettings:
     path: str = ""
 
 
-def _suggest(word: str, choices: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
 
 def _bootstrap_from_connector(config: GatewayConfig) -> str:
     name = str(config.routing.get("connector", "kafka"))
@@ -127,7 +122,7 @@ def parse_pipeline_settings(config: GatewayConfig, **overrides: Any) -> Pipeline
     path = config.path
     for key in raw:
         if key not in _KEYS:
-            raise ConfigError(f"unknown key{_suggest(key, _KEYS)}", path=path, key=f"pipeline.{key}")
+            raise ConfigError(f"unknown key{did_you_mean(key, _KEYS)}", path=path, key=f"pipeline.{key}")
     raw.update({k: v for k, v in overrides.items() if v is not None})
 
     def typed(key: str, kind: type | tuple[type, ...], default: Any) -> Any:

@@ -23,12 +23,11 @@ reading the properties file, and nothing imports Twisted.
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import ConfigError, SelectorError
+from gateway.errors import ConfigError, SelectorError, did_you_mean
 from gateway.message.model import Message
 from gateway.routing.predicates import Predicate, compile_predicate, compile_selector_predicate
 
@@ -124,10 +123,6 @@ class _RouteDraft:
         return f"{self.key}.{setting}"
 
 
-def _suggest(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
 
 def _policy(value: Any, path: str, key: str) -> str:
     if not isinstance(value, str) or value.strip().lower() not in _POLICY_ALIASES:
@@ -213,7 +208,7 @@ def _properties_routes(
             setting = key[len("routing.") :]
             if setting not in _ROUTING_PROPERTIES:
                 raise ConfigError(
-                    f"unknown routing property{_suggest(setting, _ROUTING_PROPERTIES)}", path=path, key=key
+                    f"unknown routing property{did_you_mean(setting, _ROUTING_PROPERTIES)}", path=path, key=key
                 )
             settings[_ROUTING_PROPERTIES[setting]] = (value, key)
             continue
@@ -223,7 +218,7 @@ def _properties_routes(
         if not route_key or not setting:
             raise ConfigError("expected routes.<route>.<setting>", path=path, key=key)
         if setting not in _ROUTE_PROPERTIES:
-            raise ConfigError(f"unknown route property{_suggest(setting, _ROUTE_PROPERTIES)}", path=path, key=key)
+            raise ConfigError(f"unknown route property{did_you_mean(setting, _ROUTE_PROPERTIES)}", path=path, key=key)
         draft = drafts.setdefault(route_key, _RouteDraft(key=f"routes.{route_key}", from_properties=True))
         draft.values[_ROUTE_PROPERTIES[setting]] = value
         draft.where[_ROUTE_PROPERTIES[setting]] = key
@@ -241,7 +236,7 @@ def _toml_routes(raw: Any, path: str) -> list[_RouteDraft]:
         draft = _RouteDraft(key=where)
         for key, value in table.items():
             if key not in _ROUTE_KEYS:
-                raise ConfigError(f"unknown key{_suggest(key, _ROUTE_KEYS)}", path=path, key=f"{where}.{key}")
+                raise ConfigError(f"unknown key{did_you_mean(key, _ROUTE_KEYS)}", path=path, key=f"{where}.{key}")
             if not isinstance(value, str):
                 raise ConfigError(f"expected a string, got {value!r}", path=path, key=f"{where}.{key}")
             draft.values[key] = value
@@ -296,7 +291,7 @@ def parse_routing_config(raw: dict[str, Any], path: str = "") -> RoutingConfig:
         raise ConfigError("expected a table", path=path, key="routing")
     for key in raw:
         if key not in _TOML_KEYS:
-            raise ConfigError(f"unknown key{_suggest(key, _TOML_KEYS)}", path=path, key=f"routing.{key}")
+            raise ConfigError(f"unknown key{did_you_mean(key, _TOML_KEYS)}", path=path, key=f"routing.{key}")
     settings: dict[str, tuple[str, str]] = {}
     for key in ("dead_letter_topic", "on_soft_failure", "connector"):
         if key in raw:
