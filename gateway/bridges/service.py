@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from twisted.application import service
-from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -325,8 +325,8 @@ def bridges_for_gateway(gateway: Gateway) -> BridgeService:
         gateway.reactor,
         registry=gateway.registry,
         data_dir=config.data_dir,
-        plugin_manager=getattr(gateway, "plugin_manager", None),
-        transform_config=getattr(gateway, "transform_config", None),
+        plugin_manager=gateway.plugin_manager,
+        transform_config=gateway.transform_config,
         path=config.path,
         connector_factory=credential_factory(config.connectors, reactor=gateway.reactor, gateway_id=config.id,
                                              registry=gateway.registry, path=config.path),
@@ -347,8 +347,7 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
     try:
         config = load_config(config_path, overrides or [])
         gateway = build_gateway(config, reactor)
-        wired: BridgeService | None = getattr(gateway, "bridges", None)
-        bridges = wired if wired is not None else bridges_for_gateway(gateway)
+        bridges = gateway.bridges
         for name in only or []:
             bridges.bridge(name)
     except ConfigError as error:
@@ -367,10 +366,7 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
     os.makedirs(config.data_dir, exist_ok=True)
     status = {"code": 0}
 
-    def started(_: object) -> None:
-        if not bridges.running:  # Gateway.start starts them when the gateway owns them
-            bridges.startService()
-
+    def started(_: object) -> None:  # Gateway.start has started the bridges after the connectors
         def show(_: object) -> None:
             for bridge in bridges.bridges.values():
                 print(f"jmsgateway bridge: {bridge.name}: {bridge.state}", flush=True)
@@ -384,9 +380,8 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
         reactor.stop()
 
     def shutdown() -> Deferred[Any]:
-        d: Deferred[Any] = bridges.stopService() if bridges.running and wired is None else succeed(None)
-        d.addCallback(lambda _: gateway.stop())
-        return d
+        stopped: Deferred[Any] = gateway.stop()  # stops the bridges, then the connectors
+        return stopped
 
     reactor.addSystemEventTrigger("before", "shutdown", shutdown)
     reactor.callWhenRunning(lambda: gateway.start().addCallbacks(started, failed))
