@@ -16,7 +16,7 @@ from typing import Any
 
 from twisted.application import internet, service
 from twisted.internet import endpoints
-from twisted.internet.defer import Deferred, DeferredList, gatherResults
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.python import usage
 
@@ -91,9 +91,12 @@ class GatewayService(service.MultiService):
     def stopService(self) -> Deferred[Any]:
         d: Deferred[Any] = DeferredList([s.stopService() for s in self.listeners if s.running])
         d.addCallback(lambda _: self.gateway.stop())
-        d.addBoth(lambda result: gatherResults([]))
+        d.addErrback(self._stop_failed)  # shutdown goes on whatever failed
         service.Service.stopService(self)
         return d
+
+    def _stop_failed(self, failure: Any) -> None:
+        self.log.failure("jmsgateway did not stop cleanly", failure)
 
 
 def makeService(options: Options) -> GatewayService:

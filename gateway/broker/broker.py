@@ -287,12 +287,11 @@ class EmbeddedBroker:
 
     def _targets(self, message: Message) -> list[MessageQueue]:
         destination = message.destination
-        if destination_kind(destination) == "queue":
-            if destination.startswith(TEMP_PREFIXES) and destination not in self.queues:
-                raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
-            return [self._queue(destination)]
-        if destination.startswith(TEMP_PREFIXES) and destination not in self.topics:
+        is_queue = destination_kind(destination) == "queue"
+        if destination.startswith(TEMP_PREFIXES) and destination not in (self.queues if is_queue else self.topics):
             raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
+        if is_queue:
+            return [self._queue(destination)]
         return [queue for queue in self.topics.get(destination, ()) if queue.accepts(message)]
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
