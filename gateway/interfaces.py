@@ -146,6 +146,24 @@ class IConnector(Interface):
         Returns a Deferred."""
 
 
+class IPostingConnector(IConnector):
+    """A connector that can also send without a Deferred per message.
+
+    The STOMP session uses :meth:`post` for a SEND outside a transaction when
+    the connector provides it: on a stream of SENDs, a Deferred and its
+    callbacks per message cost more than the send itself.
+    """
+
+    def post(message: Message, settled: Any) -> None:
+        """Send ``message`` as :meth:`IConnector.send` does, but report the outcome
+        by calling ``settled(error, acknowledgement)`` exactly once, on the
+        reactor thread: ``(None, ack)`` when the target took responsibility (when
+        ``send``'s Deferred would fire; ``ack`` is whatever the target answered,
+        e.g. Kafka's delivered record, or None), ``(exception, None)`` otherwise.
+        ``settled`` may run before ``post`` returns; ``post`` itself does not
+        raise for a message the target refuses."""
+
+
 class IMessageStore(Interface):
     """Durable storage behind the embedded broker (memory or SQLite).
 

@@ -10,6 +10,7 @@ messages) before it opens any listener.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any
@@ -54,6 +55,21 @@ class Options(usage.Options):
         self["set"].append(assignment)
 
 
+GC_THRESHOLD = (10_000, 10, 10)
+"""Collections of the cyclic garbage collector once the gateway runs: the first
+generation every 10,000 allocations instead of Python's 700.  A message stream
+allocates a few short-lived containers per message that reference counting
+frees; at 700 the collector ran every ~100 messages and took a quarter of the
+reactor thread's time while Kafka records were in flight (docs/kafka.md)."""
+
+
+def tune_garbage_collector() -> None:
+    """Freeze what start-up allocated (never scanned again) and collect less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 class GatewayService(service.MultiService):
     """Starts connectors first, then the STOMP listeners; stops in reverse."""
 
@@ -72,6 +88,7 @@ class GatewayService(service.MultiService):
         d.addErrback(self._failed)
 
     def _listen(self) -> None:
+        tune_garbage_collector()
         for spec in self.gateway.config.listen:
             endpoint = endpoints.serverFromString(self.reactor, spec)
             listener = internet.StreamServerEndpointService(endpoint, self.gateway.factory)

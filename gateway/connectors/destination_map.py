@@ -11,19 +11,29 @@ destinations always.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gateway.config import DestinationRule
 from gateway.errors import ConfigError
-from gateway.interfaces import IConnector
+from gateway.interfaces import IConnector, IPostingConnector
 
 
 @dataclass(slots=True, frozen=True)
 class Resolved:
-    """Where a destination goes: the connector and the name it has there."""
+    """Where a destination goes: the connector and the name it has there.
+
+    :ivar post: the connector's ``post`` when it provides
+        :class:`IPostingConnector` (looked up once per destination), else None.
+    """
 
     connector: IConnector
     destination: str
+    post: Callable[..., None] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        post = self.connector.post if IPostingConnector.providedBy(self.connector) else None
+        object.__setattr__(self, "post", post)
 
 
 class DestinationMap:

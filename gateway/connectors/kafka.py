@@ -32,10 +32,11 @@ URI form ``kafka://host:9092[,host2:9092]``.  Options (``[connectors.NAME]``):
     consumer poll wait (0.05 s), how long a subscription may wait for its
     partitions (60 s), how long start and topic checks wait for metadata (10 s).
 
-Sends: :meth:`~KafkaConnector.send` produces without flushing; a polling
-thread serves delivery reports and hands them to the reactor thread, where
-the send's Deferred fires (so a RECEIPT means Kafka acknowledged with
-``acks=all``).  Subscriptions: one consumer per subscription in its own
+Sends: :meth:`~KafkaConnector.produce` produces without flushing; the
+reactor thread polls the producer while records are in flight, so delivery
+reports run there (a RECEIPT means Kafka acknowledged with ``acks=all``);
+:meth:`~KafkaConnector.send` and :meth:`~KafkaConnector.send_record` wrap it
+in a Deferred.  Subscriptions: one consumer per subscription in its own
 thread (:mod:`gateway.connectors.kafka_subscription`).  Groups: a durable
 subscription uses ``<prefix>.<client id>.<durable name>``, a queue
 destination the shared ``<prefix>.queue.<topic>`` (competing consumers,
@@ -46,9 +47,8 @@ starting at the latest offset.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,16 @@ PRODUCER_RESET_CODES = frozenset(
 RESEND_CODES = (PRODUCER_RESET_CODES - {"_FATAL"}) | {"_PURGE_QUEUE"}
 """Errors that mean the broker did not store the record (refused, or never sent and
 purged from a retired producer's queue): it is sent once more through the new producer."""
+
+POLL_INTERVAL = 0.001
+"""Seconds between polls for delivery reports while records are in flight and none came last time."""
+DRAIN_INTERVAL = 0.01
+"""Seconds between polls while stopping or retiring a producer."""
+STOP_TIMEOUT = 10.0
+"""Seconds stop() waits for outstanding delivery reports before failing what is left."""
+
+Settled = Callable[[Exception | None, Any], None]
+"""``settled(error, record)``: the outcome of one produced record (see :meth:`KafkaConnector.produce`)."""
 
 _OPTION_KEYS = (
     "uri",
@@ -237,14 +247,15 @@ class KafkaConnector:
         self._producer: Any = None
         self._transactional: Any = None
         self._transaction_lock = threading.Lock()
-        self._poller: threading.Thread | None = None
         self._running = False
         self._known_topics: set[str] = set()
         self._topic_waiters: dict[str, list[Deferred[None]]] = {}
         self._subscriptions: set[KafkaSubscription] = set()
         self._in_flight = 0
-        self._outbox: list[tuple[Any, tuple[Any, ...]]] = []
-        self._outbox_lock = threading.Lock()
+        """Records produced whose delivery report has not been served yet."""
+        self._poll_call: Any = None
+        self._retiring: set[Any] = set()
+        """Replaced producers still holding records; polled until empty."""
 
     @classmethod
     def from_config(cls, name: str, options: dict[str, Any], *, reactor: Any, gateway_id: str,
@@ -296,8 +307,6 @@ class KafkaConnector:
         except Exception as exc:
             return fail(ConnectorError(f"kafka connector {self.name}: bad producer settings: {exc}"))
         self._running = True
-        self._poller = threading.Thread(target=self._serve_reports, name=f"kafka-reports-{self.name}", daemon=True)
-        self._poller.start()
         d = self._refresh_topics()
 
         def started(_: object) -> None:
@@ -318,20 +327,24 @@ class KafkaConnector:
         """Close subscriptions, wait for outstanding reports (bounded), stop the threads."""
         closing = [s.close() for s in list(self._subscriptions)]
 
-        def flush(_: object) -> Deferred[None]:
-            producer, self._producer = self._producer, None
+        def flush(_: object) -> Deferred[Any]:
+            producer = self._producer
             if producer is None:
                 self._running = False
                 return succeed(None)
+            drained: Deferred[Any] = self._drain(producer, STOP_TIMEOUT)
 
-            def drain() -> None:
-                if producer.flush(10):
-                    # still undelivered: fail them rather than leave their senders waiting
-                    producer.purge()
-                    producer.flush(1)
-                self._running = False
+            def purge(left: int) -> Deferred[int] | None:
+                self._producer = None
+                if not left:
+                    return None
+                # still undelivered: fail them rather than leave their senders waiting
+                producer.purge()
+                return self._drain(producer, 1.0)
 
-            return deferToThreadPool(self.reactor, self._pool(), drain)
+            drained.addCallback(purge)
+            drained.addCallback(lambda _: setattr(self, "_running", False))
+            return drained
 
         d: Deferred[Any] = DeferredList(closing, consumeErrors=True)
         d.addCallback(flush)
@@ -343,38 +356,49 @@ class KafkaConnector:
 
     # ----------------------------------------------------------- producing
 
-    def _post(self, function: Any, *args: Any) -> None:
-        """From any thread: run ``function(*args)`` on the reactor thread, in order.
+    def _wake_poller(self) -> None:
+        """Make sure a poll of the producer is scheduled (one per reactor turn at most)."""
+        if self._poll_call is None:
+            self._poll_call = self.reactor.callLater(0, self._poll_reports)
 
-        Reports arriving while the reactor has not yet run the previous ones
-        share one ``callFromThread`` (one wake-up for a burst of reports).
+    def _poll_reports(self) -> None:
+        """Reactor thread: serve the producers' delivery reports that have arrived.
+
+        librdkafka runs a report callback only inside ``poll()``; polling here
+        (not in a thread of our own) keeps the callbacks on the reactor thread
+        without a thread handing them over, which would fight it for the GIL.
+        While records are in flight the poll repeats: on the next reactor turn
+        when it served reports (a stream is flowing), else after
+        :data:`POLL_INTERVAL`.
         """
-        with self._outbox_lock:
-            self._outbox.append((function, args))
-            wake = len(self._outbox) == 1
-        if wake:
-            self.reactor.callFromThread(self._run_outbox)
+        self._poll_call = None
+        served = 0
+        producer = self._producer
+        if producer is not None:
+            served = producer.poll(0)
+        for retiring in list(self._retiring):
+            served += retiring.poll(0)
+            if len(retiring) == 0:
+                self._retiring.discard(retiring)
+        if (self._in_flight > 0 and producer is not None) or self._retiring:
+            self._poll_call = self.reactor.callLater(0 if served else POLL_INTERVAL, self._poll_reports)
 
-    def _run_outbox(self) -> None:
-        with self._outbox_lock:
-            batch, self._outbox = self._outbox, []
-        for function, args in batch:
-            try:
-                function(*args)
-            except Exception:
-                self.log.failure("handling a kafka delivery report failed")
+    def _drain(self, producer: Any, timeout: float) -> Deferred[int]:
+        """Poll ``producer`` from the reactor until it holds nothing or ``timeout``
+        passed; fires with what it still holds (0 when drained)."""
+        deadline = self.reactor.seconds() + timeout
+        done: Deferred[int] = Deferred()
 
-    def _serve_reports(self) -> None:
-        """Polling thread: serve delivery callbacks until stopped."""
-        while self._running:
-            producer = self._producer
-            if producer is None:
-                break
-            try:
-                producer.poll(0.1)
-            except Exception:
-                self.log.failure("kafka producer poll failed")
-                time.sleep(0.1)
+        def step() -> None:
+            producer.poll(0)
+            left = len(producer)
+            if left == 0 or self.reactor.seconds() >= deadline:
+                done.callback(left)
+            else:
+                self.reactor.callLater(DRAIN_INTERVAL, step)
+
+        step()
+        return done
 
     def _refresh_topics(self) -> Deferred[Any]:
         producer = self._producer
@@ -416,58 +440,80 @@ class KafkaConnector:
             self._refresh_topics().addCallbacks(settle, unreachable)
         return waiter
 
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header],
+                settled: Settled) -> None:
+        """Produce one record without a Deferred (the hot path of routing).
+
+        ``settled(error, record)`` runs once, on the reactor thread: with
+        ``(None, record)`` when Kafka acknowledged the record (``acks=all``;
+        ``record`` is confluent-kafka's delivered message), else with
+        ``(error, None)``; a record the producer refuses at once is settled
+        before this returns.  Never flushes.
+        """
+        if self._producer is None:
+            settled(ConnectorUnavailable(f"kafka connector {self.name} is not started"), None)
+        elif topic in self._known_topics or not self.settings.require_existing_topics:
+            self._produce(topic, key, value, headers, settled, False)
+        else:
+
+            def checked(_: object) -> None:
+                self._produce(topic, key, value, headers, settled, False)
+
+            self.check_topic(topic).addCallbacks(checked, lambda failure: settled(failure.value, None))
+
     def send_record(self, topic: str, key: bytes | None, value: bytes | None,
                     headers: Iterable[Header] = ()) -> Deferred[DeliveryReport]:
-        """Produce one record; fires on its delivery report (never flushes)."""
-        if self._producer is None:
-            return fail(ConnectorUnavailable(f"kafka connector {self.name} is not started"))
-        if topic in self._known_topics or not self.settings.require_existing_topics:
-            return self._produce(topic, key, value, list(headers))  # the hot path: no extra Deferreds
-        d: Deferred[Any] = self.check_topic(topic)
-        d.addCallback(lambda _: self._produce(topic, key, value, list(headers)))
-        return d
+        """Produce one record; the Deferred fires with its :class:`DeliveryReport`
+        on Kafka's acknowledgement (never flushes)."""
+        done: Deferred[DeliveryReport] = Deferred()
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes | None,
-                 headers: list[Header], retried: bool = False) -> Deferred[DeliveryReport]:
+        def settled(error: Exception | None, record: Any) -> None:
+            if error is None:
+                done.callback(DeliveryReport(record.topic(), record.partition(), record.offset()))
+            else:
+                done.errback(error)
+
+        self.produce(topic, key, value, list(headers), settled)
+        return done
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header],
+                 settled: Settled, retried: bool) -> None:
         producer = self._producer
         if producer is None:
-            return fail(ConnectorUnavailable(f"kafka connector {self.name} is stopping"))
-        done: Deferred[DeliveryReport] = Deferred()
-        call = self._post
+            settled(ConnectorUnavailable(f"kafka connector {self.name} is stopping"), None)
+            return
 
         def report(err: Any, record: Any) -> None:
+            self._in_flight -= 1
             if err is None:
-                call(self._reported, done, DeliveryReport(record.topic(), record.partition(), record.offset()))
+                settled(None, record)
                 return
-            error = KafkaDeliveryError(f"kafka refused a record for {topic}: {err.str()}", code=err.name(),
-                                       topic=topic)
-            if err.fatal() or err.name() in PRODUCER_RESET_CODES:
-                call(self._reset_producer, producer, err.str())
-            if not retried and err.name() in RESEND_CODES:
+            name = err.name()
+            if err.fatal() or name in PRODUCER_RESET_CODES:
+                self._reset_producer(producer, err.str())
+            if not retried and name in RESEND_CODES:
                 # the broker did not store the record, so it is safe to send it once more
-                call(self._retry, done, error, topic, key, value, headers)
+                self._produce(topic, key, value, headers, settled, True)
                 return
-            call(self._reported, done, error)
+            settled(KafkaDeliveryError(f"kafka refused a record for {topic}: {err.str()}", code=name, topic=topic),
+                    None)
 
         try:
             producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
         except BufferError:
-            return fail(ConnectorUnavailable(f"kafka producer queue of {self.name} is full"))
+            settled(ConnectorUnavailable(f"kafka producer queue of {self.name} is full"), None)
+            return
         except Exception as exc:
             code = exc.args[0].name() if exc.args and hasattr(exc.args[0], "name") else ""
-            return fail(KafkaDeliveryError(f"kafka refused a record for {topic}: {exc}", code=code, topic=topic))
+            settled(KafkaDeliveryError(f"kafka refused a record for {topic}: {exc}", code=code, topic=topic), None)
+            return
         self._in_flight += 1
-        return done
-
-    def _retry(self, done: Deferred[DeliveryReport], error: Exception, topic: str, key: bytes | None,
-               value: bytes | None, headers: list[Header]) -> None:
-        """Send a record the old producer could not, through its replacement."""
-        self._in_flight -= 1
-        again = self._produce(topic, key, value, headers, retried=True)
-        again.chainDeferred(done)
+        if self._poll_call is None:
+            self._wake_poller()
 
     def _reset_producer(self, broken: Any, reason: str) -> None:
-        """Replace a producer that cannot go on; what it still holds fails (ERROR to senders)."""
+        """Replace a producer that cannot go on; what it still holds fails (ERROR to senders)
+        or, never sent, is sent again through the new one."""
         if broken is not self._producer or not self._running:
             return
         from confluent_kafka import Producer
@@ -478,18 +524,10 @@ class KafkaConnector:
 
         def retire() -> None:
             broken.purge(in_queue=True, in_flight=False, blocking=False)  # unsent: resent by the new producer
-            broken.flush(5)
+            self._retiring.add(broken)
+            self._wake_poller()
 
-        deferToThreadPool(self.reactor, self._pool(), retire).addErrback(
-            lambda f: self.log.failure("retiring a kafka producer failed", f)
-        )
-
-    def _reported(self, done: Deferred[DeliveryReport], result: DeliveryReport | Exception) -> None:
-        self._in_flight -= 1
-        if isinstance(result, Exception):
-            done.errback(result)
-        else:
-            done.callback(result)
+        self.reactor.callLater(0, retire)  # not from inside the broken producer's own poll()
 
     def topic_of(self, destination: str) -> str:
         """The topic ``destination`` maps to (DestinationError if none)."""

@@ -10,11 +10,40 @@ name), ``jmsgateway_routing_dead_lettered_total``,
 
 from __future__ import annotations
 
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class RouteStats:
+    """One route's acknowledged messages and their latency histogram, as plain numbers.
+
+    Owned by the reactor thread (no lock: this is the per-message hot path);
+    :class:`RoutingMetrics` turns them into prometheus samples when scraped.
+    """
+
+    __slots__ = ("buckets", "count", "latency_sum")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.latency_sum = 0.0
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        """Observations per bucket (not cumulative); the last is +Inf."""
+
+    def delivered(self, seconds: float) -> None:
+        """Count one message Kafka acknowledged ``seconds`` after routing began."""
+        self.count += 1
+        self.latency_sum += seconds
+        self.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+
+    def observe(self, seconds: float) -> None:
+        """Record a latency without counting a success (a dead-lettered message)."""
+        self.latency_sum += seconds
+        self.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
 
 class RoutingMetrics:
@@ -22,17 +51,9 @@ class RoutingMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.latency = Histogram(
-            "jmsgateway_routing_latency_seconds",
-            "Time from routing a message to Kafka's delivery report",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.successes = Counter(
-            "jmsgateway_routing_success", "Messages routed and acknowledged by Kafka", ["route"],
-            registry=self.registry,
-        )
+        self.routes: dict[str, RouteStats] = {}
+        """Route -> its success count and latency histogram (exported by :meth:`collect`)."""
+        self.registry.register(self)
         self.failures = Counter(
             "jmsgateway_routing_failures", "Messages a route failed on", ["route", "kind"], registry=self.registry
         )
@@ -48,23 +69,40 @@ class RoutingMetrics:
             "jmsgateway_routing_cycles", "Messages not routed because this gateway produced them",
             registry=self.registry,
         )
-        self._delivered: dict[str, tuple[Any, Any]] = {}
-        """Route -> its (success counter, latency histogram) children, bound once."""
+
+    def stats(self, route: str) -> RouteStats:
+        """``route``'s :class:`RouteStats` (created on first use); keep it to count without a lookup."""
+        stats = self.routes.get(route)
+        if stats is None:
+            stats = self.routes[route] = RouteStats()
+        return stats
 
     def delivered(self, route: str, seconds: float) -> None:
-        """Count a message ``route`` published and Kafka acknowledged after ``seconds``.
+        """Count a message ``route`` published and Kafka acknowledged after ``seconds``."""
+        self.stats(route).delivered(seconds)
 
-        The labelled children are bound on a route's first message and kept, so
-        the hot path is one dict lookup instead of two ``.labels()`` calls.
-        """
-        children = self._delivered.get(route)
-        if children is None:
-            children = self._delivered[route] = (self.successes.labels(route), self.latency.labels(route))
-        children[0].inc()
-        children[1].observe(seconds)
+    def collect(self) -> Iterator[Metric]:
+        """Prometheus collector protocol: the per-route success counters and latency histograms."""
+        successes = CounterMetricFamily(
+            "jmsgateway_routing_success", "Messages routed and acknowledged by Kafka", labels=["route"]
+        )
+        latency = HistogramMetricFamily(
+            "jmsgateway_routing_latency_seconds", "Time from routing a message to Kafka's delivery report",
+            labels=["route"],
+        )
+        bounds = [*(str(bound) for bound in LATENCY_BUCKETS), "+Inf"]
+        for route, stats in list(self.routes.items()):
+            successes.add_metric([route], stats.count)
+            cumulative: list[tuple[str, float]] = []
+            total = 0
+            for bound, observed in zip(bounds, stats.buckets, strict=True):
+                total += observed
+                cumulative.append((bound, total))
+            latency.add_metric([route], cumulative, stats.latency_sum)
+        yield successes
+        yield latency
 
     def average_latency(self, route: str) -> float:
         """Average routing latency of ``route`` in seconds (0 before the first)."""
-        total = self.registry.get_sample_value("jmsgateway_routing_latency_seconds_sum", {"route": route}) or 0.0
-        count = self.registry.get_sample_value("jmsgateway_routing_latency_seconds_count", {"route": route}) or 0.0
-        return total / count if count else 0.0
+        stats = self.routes.get(route)
+        return stats.latency_sum / stats.count if stats is not None and stats.count else 0.0

@@ -9,7 +9,7 @@ Twisted, so the Spark pipeline calls it as it is.  Applying the decision
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gateway.connectors.kafka_records import (
     Header,
@@ -31,9 +31,8 @@ SOFT_FAILURE = "soft-failure"
 """A route matched but the message cannot be converted; see ``failure``."""
 
 
-@dataclass(frozen=True, slots=True)
-class RouteDecision:
-    """What to do with one message.
+class RouteDecision(NamedTuple):
+    """What to do with one message (a named tuple: cheap to build once per message).
 
     :ivar outcome: :data:`ROUTED`, :data:`UNROUTED`, :data:`CYCLE` or :data:`SOFT_FAILURE`.
     :ivar route: the matching route (ROUTED and SOFT_FAILURE).

@@ -28,9 +28,9 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError
+from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, Settled
 from gateway.errors import ConfigError, ConnectorError, DestinationError
-from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
+from gateway.interfaces import IConsumer, IPostingConnector, SubscriptionSpec
 from gateway.message.model import Message
 from gateway.routing.config import RoutingConfig, parse_routing_config
 from gateway.routing.metrics import RoutingMetrics
@@ -62,7 +62,7 @@ class RoutingResult:
     report: DeliveryReport | None = None
 
 
-@implementer(IConnector)
+@implementer(IPostingConnector)
 class KafkaRouter:
     """Routes messages to Kafka by a :class:`RoutingConfig`.
 
@@ -121,35 +121,57 @@ class KafkaRouter:
 
     def _dispatch(self, message: Message, unrouted_fails: bool) -> Deferred[RoutingResult]:
         """:meth:`route`; with ``unrouted_fails`` a message no route includes
-        fails with DestinationError (what :meth:`send` wants) without another
-        callback on the hot path."""
+        fails with DestinationError (what :meth:`send` wants)."""
         if self.stopped is not None:
             return fail(RouteStopped(f"routing to Kafka is stopped: {self.stopped}"))
-        clock = self.clock
-        started = clock.seconds()
+        started = self.clock.seconds()
         decision = self.router.route(message)
-        outcome = decision.outcome
-        if outcome != ROUTED:
+        if decision.outcome != ROUTED:
             return self._not_routed(message, decision, started, unrouted_fails)
         route = decision.route_name
         if route in self.stopped_routes:
             return fail(RouteStopped(f"route {route} is stopped: {self.stopped_routes[route]}", route=route))
         topic = decision.topic
         assert topic is not None
-        d: Deferred[Any] = self.connector.send_record(topic, decision.key, decision.value, decision.headers)
-        delivered_metric = self.metrics.delivered
+        done: Deferred[RoutingResult] = Deferred()
 
-        # one callback pair on the connector's Deferred: Kafka's delivery report fires it
-        def delivered(report: DeliveryReport) -> RoutingResult:
-            delivered_metric(route, max(0.0, clock.seconds() - started))
-            return RoutingResult(ROUTED, route, topic, report)
+        def published(error: Exception | None, record: Any) -> None:
+            if error is not None:
+                done.errback(error)
+            else:
+                report = DeliveryReport(record.topic(), record.partition(), record.offset())
+                done.callback(RoutingResult(ROUTED, route, topic, report))
 
-        def refused(failure: Any) -> Any:
-            self._publish_failed(message, route, topic, failure.value)
-            return failure
+        self._publish(message, route, topic, decision, published)
+        return done
 
-        d.addCallbacks(delivered, refused)
-        return d
+    def _publish(self, message: Message, route: str, topic: str, decision: RouteDecision, settled: Settled) -> None:
+        """Produce a routed record; count it and call ``settled(error, record)`` on Kafka's report."""
+        clock = self.clock
+        started = clock.seconds()
+        stats = self.metrics.stats(route)
+
+        def reported(error: Exception | None, record: Any) -> None:
+            if error is None:
+                stats.delivered(max(0.0, clock.seconds() - started))
+            else:
+                self._publish_failed(message, route, topic, error)
+            settled(error, record)
+
+        self.connector.produce(topic, decision.key, decision.value, list(decision.headers), reported)
+
+    def post(self, message: Message, settled: Settled) -> None:
+        """:class:`IPostingConnector`: route ``message`` like :meth:`send`, reporting
+        through ``settled(error, record)`` instead of a Deferred (the STOMP SEND hot path)."""
+        if self.stopped is None:
+            decision = self.router.route(message)
+            route = decision.route_name
+            if decision.outcome == ROUTED and route not in self.stopped_routes:
+                assert decision.topic is not None
+                self._publish(message, route, decision.topic, decision, settled)
+                return
+        d = self._dispatch(message, True)
+        d.addCallbacks(lambda result: settled(None, result), lambda failure: settled(failure.value, None))
 
     def _not_routed(self, message: Message, decision: RouteDecision, started: float,
                     unrouted_fails: bool) -> Deferred[RoutingResult]:
@@ -186,7 +208,7 @@ class KafkaRouter:
 
             def dead_lettered(report: DeliveryReport) -> RoutingResult:
                 self.metrics.dead_lettered.labels(route).inc()
-                self.metrics.latency.labels(route).observe(max(0.0, self.clock.seconds() - started))
+                self.metrics.stats(route).observe(max(0.0, self.clock.seconds() - started))
                 return RoutingResult("dead-lettered", route, topic, report)
 
             def lost(reason: Any) -> Any:

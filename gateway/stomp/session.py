@@ -152,6 +152,10 @@ class StompSession:
         self._ack_seq = itertools.count(1)
         self._backlog: list[Frame] = []
         self._pending: set[Deferred[Any]] = set()
+        self._posted = 0
+        """SENDs handed to a posting connector that have not settled yet."""
+        self._posts_drained: list[Deferred[None]] = []
+        """Fired when ``_posted`` drops to zero (DISCONNECT waits for them)."""
         self._paused = False
         self.last_received = clock.seconds()
         self.last_sent = clock.seconds()
@@ -416,7 +420,33 @@ class StompSession:
                 self._track(transformed, frame)
                 return
             message = transformed
+        if message is not None and transaction is None:
+            resolved = self.destinations.resolve(message.destination)
+            message.destination = resolved.destination
+            if resolved.post is not None:
+                self._post(resolved.post, message, frame)
+            else:
+                self._track(resolved.connector.send(message), frame)
+            return
         self._track(self._routed_send(message, frame, transaction), frame)
+
+    def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
+        """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles."""
+        self._posted += 1
+
+        def settled(error: Exception | None, _ack: object) -> None:
+            self._posted -= 1
+            if error is None:
+                if self.state == "connected":
+                    self._receipt(frame)
+            else:
+                self._failure(Failure(error), frame)
+            if not self._posted and self._posts_drained:
+                waiters, self._posts_drained = self._posts_drained, []
+                for waiter in waiters:
+                    waiter.callback(None)
+
+        post(message, settled)
 
     def _routed_send(self, message: Message | None, frame: Frame, transaction: Transaction | None) -> Deferred[None]:
         if message is None:  # dropped by a transformer
@@ -694,7 +724,11 @@ class StompSession:
 
     def _on_disconnect(self, frame: Frame) -> None:
         self.state = "closing"
-        pending = list(self._pending)
+        pending: list[Deferred[Any]] = list(self._pending)
+        if self._posted:
+            drained: Deferred[None] = Deferred()
+            self._posts_drained.append(drained)
+            pending.append(drained)
 
         def finish(_: object) -> None:
             receipt = frame.headers.get("receipt")

@@ -13,7 +13,7 @@ from zope.interface.verify import verifyObject
 
 from gateway.connectors.kafka import DeliveryReport, KafkaDeliveryError
 from gateway.errors import ConnectorUnavailable, DestinationError
-from gateway.interfaces import IConnector
+from gateway.interfaces import IConnector, IPostingConnector
 from gateway.message.model import MapMessage, TextMessage
 from gateway.routing.config import parse_routing_config
 from gateway.routing.service import KafkaRouter, RouteStopped, RoutingResult
@@ -39,6 +39,11 @@ class FakeKafka:
         self.sent.append((topic, key, value, list(headers), d))
         return d
 
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: list[Any], settled: Any) -> None:
+        """The connector's Deferred-free produce: ``settled`` runs when the test fires the recorded Deferred."""
+        d = self.send_record(topic, key, value, headers)
+        d.addCallbacks(lambda report: settled(None, FakeRecord(report)), lambda failure: settled(failure.value, None))
+
     def send_records(self, records: list[Any]) -> Deferred[Any]:
         self.batches = records
         return succeed([])
@@ -54,6 +59,22 @@ class FakeKafka:
 
     def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
         return succeed(None)
+
+
+class FakeRecord:
+    """What confluent-kafka hands a delivery callback, for the parts the router reads."""
+
+    def __init__(self, report: DeliveryReport) -> None:
+        self.report = report
+
+    def topic(self) -> str:
+        return self.report.topic
+
+    def partition(self) -> int:
+        return self.report.partition
+
+    def offset(self) -> int:
+        return self.report.offset
 
 
 def make(extra: str = "") -> tuple[KafkaRouter, FakeKafka, Clock, CollectorRegistry]:
@@ -82,6 +103,39 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
 def test_provides_iconnector() -> None:
     router, *_ = make()
     verifyObject(IConnector, router)
+    verifyObject(IPostingConnector, router)
+
+
+def test_post_settles_on_the_delivery_report_and_counts() -> None:
+    router, kafka, clock, registry = make()
+    outcomes: list[Exception | None] = []
+    router.post(message("/queue/foo"), lambda error, ack: outcomes.append(error or ack.offset()))
+    assert outcomes == []  # nothing before Kafka acknowledged
+    clock.advance(0.004)
+    kafka.sent[0][4].callback(DeliveryReport("foo-topic", 0, 1))
+    assert outcomes == [1]
+    assert sample(registry, "jmsgateway_routing_success_total", route="foo") == 1
+    assert sample(registry, "jmsgateway_routing_latency_seconds_bucket", route="foo", le="0.0025") == 0
+    assert sample(registry, "jmsgateway_routing_latency_seconds_bucket", route="foo", le="0.005") == 1
+
+
+def test_post_reports_failures_and_unrouted_messages() -> None:
+    router, kafka, _, registry = make()
+    outcomes: list[Exception | None] = []
+
+    def settled(error: Exception | None, ack: Any) -> None:
+        assert (error is None) != (ack is None)
+        outcomes.append(error)
+
+    router.post(message("/queue/foo"), settled)
+    kafka.sent[0][4].errback(KafkaDeliveryError("gone", code="_MSG_TIMED_OUT", topic="foo-topic"))
+    router.post(message("/queue/nowhere"), settled)
+    router.post(message("/queue/foo", correlation=None), settled)  # soft failure: stops the route
+    router.post(message("/queue/foo"), settled)
+    assert [type(o) for o in outcomes] == [KafkaDeliveryError, DestinationError, RouteStopped, RouteStopped]
+    assert len(kafka.sent) == 1
+    assert sample(registry, "jmsgateway_routing_failures_total", route="foo", kind="_MSG_TIMED_OUT") == 1
+    assert sample(registry, "jmsgateway_routing_success_total", route="foo") == 0
 
 
 def test_routed_send_fires_only_on_delivery_report_and_counts() -> None:
