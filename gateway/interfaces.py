@@ -154,14 +154,18 @@ class IPostingConnector(IConnector):
     callbacks per message cost more than the send itself.
     """
 
-    def post(message: Message, settled: Any) -> None:
+    def post(message: Message, settled: Any, confirm: bool = True) -> None:
         """Send ``message`` as :meth:`IConnector.send` does, but report the outcome
         by calling ``settled(error, acknowledgement)`` exactly once, on the
         reactor thread: ``(None, ack)`` when the target took responsibility (when
         ``send``'s Deferred would fire; ``ack`` is whatever the target answered,
         e.g. Kafka's delivered record, or None), ``(exception, None)`` otherwise.
         ``settled`` may run before ``post`` returns; ``post`` itself does not
-        raise for a message the target refuses."""
+        raise for a message the target refuses.
+
+        ``confirm=False`` says nobody waits for this one message (a SEND
+        without a receipt): the connector may confirm it together with later
+        ones, e.g. under one broker receipt for a burst of SENDs."""
 
 
 class IMessageStore(Interface):

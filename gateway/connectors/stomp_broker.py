@@ -64,9 +64,9 @@ from gateway.connectors.stomp_mapping import send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
 from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, SelectorError
-from gateway.interfaces import ACK_MODES, IConnector, IConsumer, ISubscription, SubscriptionSpec
+from gateway.interfaces import ACK_MODES, IConsumer, IPostingConnector, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
-from gateway.stomp.client import BrokerError, StompClientFactory, StompClientProtocol
+from gateway.stomp.client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 
 __all__ = [
     "BrokerDelivery",
@@ -143,7 +143,7 @@ class _BrokerSessionEndpoint:
         return attempt.addCallback(handshake).addErrback(failed)
 
 
-@implementer(IConnector)
+@implementer(IPostingConnector)
 class StompBrokerConnector:
     """:class:`~gateway.interfaces.IConnector` for a JMS broker spoken to over STOMP.
 
@@ -361,6 +361,7 @@ class StompBrokerConnector:
     def _connected(self, protocol: StompClientProtocol) -> Deferred[Any]:
         self.generation += 1
         self._protocol = protocol
+        protocol.on_unconfirmed = self._count_unconfirmed
         self.state = "connected"
         self.failed_attempts = 0
         self.last_error = ""
@@ -476,6 +477,32 @@ class StompBrokerConnector:
         work = self._when_ready()
         work.addCallback(lambda protocol: protocol.send(destination, body, headers, text=text))
         return self._count(self._bounded(work, f"send of {message.message_id} to {destination}"), 1)
+
+    def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
+        """:class:`IPostingConnector`: :meth:`send` reporting through ``settled``.
+
+        A SEND someone waits for (``confirm``) gets a broker receipt of its
+        own, as :meth:`send`.  Without ``confirm`` (the client asked for no
+        receipt) the SEND goes out without one and is confirmed by the receipt
+        the protocol puts on the last SEND of the burst
+        (:meth:`StompClientProtocol.send_unconfirmed`): the broker then handles
+        it as a plain asynchronous send, as it would from the client directly.
+        While the broker is away, both wait like :meth:`send` (bounded).
+        """
+        protocol = self._protocol
+        if confirm or protocol is None:
+            self.send(message).addCallbacks(lambda _: settled(None, None), lambda f: settled(f.value, None))
+            return
+        try:
+            headers, body, text = send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type)
+        except ConnectorError as error:
+            self._sent_failed.inc()
+            settled(error, None)
+            return
+        protocol.send_unconfirmed(message.destination, body, headers, settled, text=text)
+
+    def _count_unconfirmed(self, count: int, error: Exception | None) -> None:
+        (self._sent_failed if error is not None else self._sent_ok).inc(count)
 
     def _send_confirmed(self, _: object) -> None:
         self._sent_ok.inc()

@@ -160,9 +160,10 @@ class KafkaRouter:
 
         self.connector.produce(topic, decision.key, decision.value, list(decision.headers), reported)
 
-    def post(self, message: Message, settled: Settled) -> None:
+    def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
         """:class:`IPostingConnector`: route ``message`` like :meth:`send`, reporting
-        through ``settled(error, record)`` instead of a Deferred (the STOMP SEND hot path)."""
+        through ``settled(error, record)`` instead of a Deferred (the STOMP SEND hot path).
+        Every record has its own delivery report, so ``confirm`` changes nothing."""
         if self.stopped is None:
             decision = self.router.route(message)
             route = decision.route_name

@@ -36,6 +36,8 @@ from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.frame import VERSIONS, Frame
 
 MessageHandler = Callable[[Frame], None]
+Settled = Callable[[Exception | None, Any], None]
+"""``settled(error, ack)``: the outcome of one unconfirmed SEND (see :meth:`StompClientProtocol.send_unconfirmed`)."""
 """Called with each MESSAGE frame of a subscription (on the reactor thread)."""
 
 
@@ -105,6 +107,8 @@ class StompClientProtocol(Protocol):
         self.error: ConnectorError | None = None
         self.on_lost: Callable[[Failure], None] | None = None
         self.on_error: Callable[[BrokerError], None] | None = None
+        self.on_unconfirmed: Callable[[int, Exception | None], None] | None = None
+        """Called with (count, error) whenever unconfirmed SENDs settle, for metrics."""
         self._receipt_ids = itertools.count(1)
         # receipt id -> (waiting Deferred, what it was for, when it was sent); in sending order.
         self._receipts: dict[str, tuple[Deferred[Frame | None], str, float]] = {}
@@ -117,6 +121,11 @@ class StompClientProtocol(Protocol):
         self._sweeper: LoopingCall | None = None
         self._last_received = 0.0
         self._wrote = False
+        self._held: tuple[Frame, bool] | None = None
+        """The last unconfirmed SEND (frame, content-length), written with a receipt at the end of the turn."""
+        self._uncovered: list[Settled] = []
+        """Outcome callbacks of unconfirmed SENDs no receipt was asked for yet (the held one's included)."""
+        self._cover_call: Any = None
 
     def unwrap(self) -> StompClientProtocol:
         """This protocol itself (through a wrapper such as ClientService's proxy)."""
@@ -162,6 +171,12 @@ class StompClientProtocol(Protocol):
         receipts, self._receipts = self._receipts, {}
         for waiting, _, _ in receipts.values():
             waiting.errback(cause)
+        self._held = None
+        if self._cover_call is not None and self._cover_call.active():
+            self._cover_call.cancel()
+        self._cover_call = None
+        uncovered, self._uncovered = self._uncovered, []
+        self._covered_failed(Failure(cause), uncovered)
         waiters, self._lost_waiters = self._lost_waiters, []
         for waiter in waiters:
             waiter.callback(None)
@@ -244,9 +259,12 @@ class StompClientProtocol(Protocol):
     # -- frames out ----------------------------------------------------------
 
     def write_frame(self, frame: Frame, *, content_length: bool = True) -> None:
-        """Encode ``frame`` for the negotiated version and write it."""
+        """Encode ``frame`` for the negotiated version and write it (after a held SEND, see
+        :meth:`send_unconfirmed`, so frames leave in the order they were given)."""
         if self.closed or self.transport is None:
             raise ConnectorUnavailable("not connected to the broker")
+        if self._held is not None:
+            self._cover()
         self.transport.write(encode_frame(frame, self.version, add_content_length=content_length))
         self._wrote = True
 
@@ -362,20 +380,76 @@ class StompClientProtocol(Protocol):
             cannot be sent that way (:class:`ConnectorError`).
         :param receipt: ask for a RECEIPT and fire the Deferred with it.
         """
-        frame_headers = dict(headers or {})
-        frame_headers["destination"] = destination
-        if transaction is not None:
-            frame_headers["transaction"] = transaction
-        if text:
-            if b"\x00" in body:
-                return fail(ConnectorError(f"a text body for {destination} contains NUL; it needs content-length"))
-            frame_headers.pop("content-length", None)
-        return self._request(
-            Frame("SEND", frame_headers, body),
-            receipt,
-            f"SEND to {destination}",
-            content_length=not text,
-        )
+        try:
+            frame = _send_frame(destination, body, headers, text, transaction)
+        except ConnectorError as error:
+            return fail(error)
+        return self._request(frame, receipt, f"SEND to {destination}", content_length=not text)
+
+    def send_unconfirmed(
+        self,
+        destination: str,
+        body: bytes,
+        headers: dict[str, str] | None,
+        settled: Settled,
+        *,
+        text: bool = False,
+    ) -> None:
+        """SEND without a receipt of its own; ``settled(error, None)`` runs once a
+        later receipt on this connection covers it, or with the error if the
+        connection fails first.
+
+        The broker handles one connection's frames in order, so its RECEIPT
+        for a frame means the frames before it were taken too.  The newest
+        unconfirmed SEND is held back until the next frame or the end of the
+        reactor turn, and then carries the receipt that covers the whole
+        burst: one broker receipt per burst instead of one per SEND.
+        """
+        if self.closed or self.transport is None:
+            settled(self.error or ConnectorUnavailable("not connected to the broker"), None)
+            return
+        try:
+            frame = _send_frame(destination, body, headers, text, None)
+        except ConnectorError as error:
+            settled(error, None)
+            return
+        held = self._held
+        if held is not None:
+            self.transport.write(encode_frame(held[0], self.version, add_content_length=held[1]))
+        self._held = (frame, not text)
+        self._uncovered.append(settled)
+        self._wrote = True
+        if self._cover_call is None:
+            self._cover_call = self.clock.callLater(0, self._cover)
+
+    def _cover(self) -> None:
+        """Write the held SEND with a receipt that confirms every unconfirmed SEND up to it."""
+        if self._cover_call is not None and self._cover_call.active():
+            self._cover_call.cancel()
+        self._cover_call = None
+        held, self._held = self._held, None
+        if held is None:
+            return
+        covered, self._uncovered = self._uncovered, []
+        frame = held[0]
+        context = f"SEND to {frame.headers['destination']} (confirming {len(covered)} SENDs)"
+        waiting = self._request(frame, True, context, content_length=held[1])
+        waiting.addCallbacks(self._covered, self._covered_failed, callbackArgs=(covered,), errbackArgs=(covered,))
+
+    def _covered(self, _: object, covered: list[Settled]) -> None:
+        if self.on_unconfirmed is not None:
+            self.on_unconfirmed(len(covered), None)
+        for settled in covered:
+            settled(None, None)
+
+    def _covered_failed(self, failure: Failure, covered: list[Settled]) -> None:
+        if not covered:
+            return
+        error = failure.value if isinstance(failure.value, Exception) else ConnectorError(str(failure.value))
+        if self.on_unconfirmed is not None:
+            self.on_unconfirmed(len(covered), error)
+        for settled in covered:
+            settled(error, None)
 
     def subscribe(
         self,
@@ -559,3 +633,18 @@ class StompClientFactory(Factory):
         protocol = StompClientProtocol(self.clock, limits=self.limits, **self.options)
         protocol.factory = self
         return protocol
+
+
+def _send_frame(destination: str, body: bytes, headers: dict[str, str] | None, text: bool,
+                transaction: str | None) -> Frame:
+    """A SEND frame; a text body may not contain NUL (ConnectorError): it would need content-length."""
+    frame_headers = dict(headers or {})
+    frame_headers["destination"] = destination
+    if transaction is not None:
+        frame_headers["transaction"] = transaction
+    if text:
+        if b"\x00" in body:
+            raise ConnectorError(f"a text body for {destination} contains NUL; it needs content-length")
+        frame_headers.pop("content-length", None)
+    return Frame("SEND", frame_headers, body)
+

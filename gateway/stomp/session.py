@@ -446,7 +446,7 @@ class StompSession:
                 for waiter in waiters:
                     waiter.callback(None)
 
-        post(message, settled)
+        post(message, settled, "receipt" in frame.headers)
 
     def _routed_send(self, message: Message | None, frame: Frame, transaction: Transaction | None) -> Deferred[None]:
         if message is None:  # dropped by a transformer

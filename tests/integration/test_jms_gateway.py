@@ -225,3 +225,23 @@ def test_nack_through_the_gateway_reaches_the_broker(clients: StompClients, jms:
     client.nack(client.message())
     dead = jms.receive("/queue/ActiveMQ.DLQ", 5, selector=f"JMSCorrelationID = '{queue}'")
     assert dead is not None and dead.body == "refused by the client"  # ActiveMQ dead-letters NACKed messages
+
+
+def test_sends_without_receipts_reach_jms_in_order_under_burst_receipts(
+    clients: StompClients, jms: JmsClient
+) -> None:
+    """SENDs without a receipt go to ActiveMQ without one (one broker receipt covers each burst);
+    all of them, and the receipted one after them, reach the JMS consumer in order, as sent."""
+    queue = "/queue/" + unique("jms.e2e-burst")
+    client = clients.connect(text=True)
+    for n in range(500):
+        client.send(queue, f"m{n}", persistent="true")
+    client.send(queue, "last", receipt=True, persistent="true")
+    bodies = []
+    for _ in range(501):
+        received = jms.receive(queue, 10)
+        assert received is not None, f"only {len(bodies)} of 501 arrived"
+        assert received.jms_type == "text" and received.persistent is True
+        bodies.append(received.body)
+    assert bodies == [f"m{n}" for n in range(500)] + ["last"]
+    assert jms.receive(queue, 0.5) is None

@@ -34,10 +34,12 @@ class PostingConnector:
 
     def __init__(self) -> None:
         self.posts: list[tuple[Message, Any]] = []
+        self.confirms: list[bool] = []
         self.sends: list[Message] = []
 
-    def post(self, message: Message, settled: Any) -> None:
+    def post(self, message: Message, settled: Any, confirm: bool = True) -> None:
         self.posts.append((message, settled))
+        self.confirms.append(confirm)
 
     def send(self, message: Message) -> Deferred[None]:
         self.sends.append(message)
@@ -81,6 +83,7 @@ def test_receipts_follow_each_send_settling(setup: tuple[Peer, PostingConnector]
     for n in range(3):
         peer.send("SEND", {"destination": "/queue/out.a", "receipt": f"r{n}"}, b"x")
     assert [m.destination for m, _ in connector.posts] == ["/queue/a"] * 3  # renamed on the way
+    assert connector.confirms == [True] * 3
     assert peer.received() == []  # nothing settled yet: no receipt
     connector.posts[2][1](None, "ack")
     connector.posts[0][1](None, None)
@@ -94,6 +97,7 @@ def test_a_failed_post_is_an_error_frame(setup: tuple[Peer, PostingConnector]) -
     peer, connector = setup
     peer.send("SEND", {"destination": "/queue/out.a"}, b"no receipt asked")
     peer.send("SEND", {"destination": "/queue/out.a", "receipt": "r1"}, b"x")
+    assert connector.confirms == [False, True]  # nobody waits for the first one alone
     connector.posts[0][1](ConnectorError("kafka topic 'a' does not exist"), None)
     [error] = peer.received()
     assert error.command == "ERROR" and "receipt-id" not in error.headers

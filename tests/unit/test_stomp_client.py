@@ -350,3 +350,75 @@ def test_unreadable_frame_from_broker_is_fatal(harness: Harness) -> None:
     assert harness.transport.disconnecting
     harness.lose()
     assert "unreadable" in str(failure_of(outstanding).value)
+
+
+# -- unconfirmed SENDs: one broker receipt per burst ---------------------------
+
+
+class Outcomes:
+    """Collects ``settled(error, ack)`` calls of unconfirmed SENDs, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Exception | None]] = []
+
+    def for_(self, name: str) -> Any:
+        return lambda error, _ack: self.seen.append((name, error))
+
+
+def test_a_burst_of_unconfirmed_sends_carries_one_receipt_on_its_last_frame(harness: Harness) -> None:
+    harness.connect()
+    outcomes = Outcomes()
+    counted: list[tuple[int, Exception | None]] = []
+    harness.protocol.on_unconfirmed = lambda count, error: counted.append((count, error))
+    for n in range(3):
+        harness.protocol.send_unconfirmed("/queue/a", f"m{n}".encode(), {"persistent": "true"}, outcomes.for_(f"m{n}"))
+    assert [f.body for f in harness.written()] == [b"m0", b"m1"]  # the newest one is held for the receipt
+    harness.clock.advance(0)  # end of the reactor turn
+    [last] = harness.written()
+    assert last.body == b"m2" and "receipt" in last.headers
+    assert outcomes.seen == []
+    harness.receive("RECEIPT", {"receipt-id": last.headers["receipt"]})
+    assert outcomes.seen == [("m0", None), ("m1", None), ("m2", None)]
+    assert counted == [(3, None)]
+
+
+def test_another_frame_releases_the_held_send_first(harness: Harness) -> None:
+    harness.connect()
+    outcomes = Outcomes()
+    harness.protocol.send_unconfirmed("/queue/a", b"plain", None, outcomes.for_("plain"))
+    acked = harness.protocol.send("/queue/a", b"with receipt")
+    frames = harness.written()
+    assert [f.body for f in frames] == [b"plain", b"with receipt"]  # order kept
+    assert "receipt" in frames[0].headers  # released with a receipt of its own
+    harness.clock.advance(0)
+    assert harness.written() == []  # nothing left to cover
+    harness.receive("RECEIPT", {"receipt-id": frames[0].headers["receipt"]})
+    assert outcomes.seen == [("plain", None)] and pending(acked)
+
+
+def test_an_error_without_receipt_fails_every_unconfirmed_send(harness: Harness) -> None:
+    harness.connect()
+    outcomes = Outcomes()
+    harness.protocol.send_unconfirmed("/queue/a", b"1", None, outcomes.for_("1"))
+    harness.protocol.send_unconfirmed("/queue/a", b"2", None, outcomes.for_("2"))
+    harness.clock.advance(0)
+    harness.written()
+    harness.receive("ERROR", {"message": "User is not authorized to write to: queue://a"})
+    harness.lose()
+    assert [name for name, _ in outcomes.seen] == ["1", "2"]
+    assert all(isinstance(error, ConnectorError) and "not authorized" in str(error) for _, error in outcomes.seen)
+
+
+def test_a_lost_connection_fails_held_and_covered_sends(harness: Harness) -> None:
+    harness.connect()
+    outcomes = Outcomes()
+    harness.protocol.send_unconfirmed("/queue/a", b"covered", None, outcomes.for_("covered"))
+    harness.clock.advance(0)
+    harness.protocol.send_unconfirmed("/queue/a", b"held", None, outcomes.for_("held"))
+    harness.lose(ConnectionLost("reset"))
+    assert [name for name, _ in outcomes.seen] == ["covered", "held"]
+    assert all(isinstance(error, ConnectorUnavailable) for _, error in outcomes.seen)
+    harness.clock.advance(0)  # the cover call was cancelled: nothing is written to a dead transport
+    late = Outcomes()
+    harness.protocol.send_unconfirmed("/queue/a", b"late", None, late.for_("late"))
+    assert [name for name, _ in late.seen] == ["late"]
