@@ -121,11 +121,14 @@ class StompClientProtocol(Protocol):
         self._sweeper: LoopingCall | None = None
         self._last_received = 0.0
         self._wrote = False
-        self._held: tuple[Frame, bool] | None = None
-        """The last unconfirmed SEND (frame, content-length), written with a receipt at the end of the turn."""
+        self._held: tuple[Frame, bool, Settled] | None = None
+        """The newest unconfirmed SEND (frame, content-length, outcome callback), not written yet:
+        it goes out before the next frame, or with a receipt at the end of the reactor turn."""
         self._uncovered: list[Settled] = []
-        """Outcome callbacks of unconfirmed SENDs no receipt was asked for yet (the held one's included)."""
+        """Outcome callbacks of unconfirmed SENDs written without a receipt after them yet."""
         self._cover_call: Any = None
+        self._covering: dict[str, list[Settled]] = {}
+        """Receipt id -> the unconfirmed SENDs written before that frame, which its answer settles."""
 
     def unwrap(self) -> StompClientProtocol:
         """This protocol itself (through a wrapper such as ClientService's proxy)."""
@@ -169,14 +172,18 @@ class StompClientProtocol(Protocol):
         if connecting is not None:
             connecting.errback(cause)
         receipts, self._receipts = self._receipts, {}
-        for waiting, _, _ in receipts.values():
+        covering, self._covering = self._covering, {}
+        for receipt_id, (waiting, _, _) in receipts.items():
+            self._settle_covered(covering.pop(receipt_id, None), cause)
             waiting.errback(cause)
-        self._held = None
+        held, self._held = self._held, None
+        if held is not None:
+            self._uncovered.append(held[2])
         if self._cover_call is not None and self._cover_call.active():
             self._cover_call.cancel()
         self._cover_call = None
         uncovered, self._uncovered = self._uncovered, []
-        self._covered_failed(Failure(cause), uncovered)
+        self._settle_covered(uncovered, cause)
         waiters, self._lost_waiters = self._lost_waiters, []
         for waiter in waiters:
             waiter.callback(None)
@@ -195,6 +202,8 @@ class StompClientProtocol(Protocol):
             if entry is None:
                 self.log.debug("unexpected RECEIPT {id} from broker", id=receipt_id)
             else:
+                if self._covering:
+                    self._settle_covered(self._covering.pop(receipt_id, None), None)
                 entry[0].callback(frame)
         elif command == "CONNECTED":
             self._connected(frame)
@@ -239,6 +248,8 @@ class StompClientProtocol(Protocol):
         error = BrokerError(frame, entry[1] if entry is not None else "")
         if entry is not None:
             self.log.info("broker refused {context}: {error}", context=entry[1] or receipt_id, error=str(error))
+            # the broker answers in order: the unconfirmed SENDs before the refused frame were taken
+            self._settle_covered(self._covering.pop(receipt_id, None), None)  # type: ignore[arg-type]
             entry[0].errback(error)
             return
         # An ERROR that answers nothing we asked for ends the connection (STOMP spec).
@@ -288,6 +299,13 @@ class StompClientProtocol(Protocol):
         # The id travels with the Deferred so cancelling needs no closure per frame.
         waiting.receipt_id = receipt_id  # type: ignore[attr-defined]
         self._receipts[receipt_id] = (waiting, context, self.clock.seconds())
+        held = self._held
+        if held is not None:  # goes first, and this frame's receipt confirms it
+            self._held = None
+            self.transport.write(encode_frame(held[0], self.version, add_content_length=held[1]))
+            self._uncovered.append(held[2])
+        if self._uncovered:
+            self._covering[receipt_id], self._uncovered = self._uncovered, []
         self.write_frame(frame, content_length=content_length)
         return waiting
 
@@ -296,6 +314,8 @@ class StompClientProtocol(Protocol):
         entry = self._receipts.get(receipt_id) if receipt_id is not None else None
         if entry is not None and entry[0] is waiting:
             del self._receipts[receipt_id]  # type: ignore[arg-type]
+            self._settle_covered(self._covering.pop(receipt_id, None),  # type: ignore[arg-type]
+                                 ConnectorUnavailable(f"{entry[1]}: the wait for the broker's RECEIPT was cancelled"))
 
     def _sweep_receipts(self) -> None:
         """Fail the receipts outstanding longer than ``receipt_timeout`` (oldest first)."""
@@ -318,7 +338,9 @@ class StompClientProtocol(Protocol):
                 peer=self._peer(),
                 timeout=timeout,
             )
-            waiting.errback(TimeoutError(f"{entry[1]}: no RECEIPT within {timeout}s"))
+            timed_out = TimeoutError(f"{entry[1]}: no RECEIPT within {timeout}s")
+            self._settle_covered(self._covering.pop(receipt_id, None), ConnectorUnavailable(str(timed_out)))
+            waiting.errback(timed_out)
 
     @property
     def outstanding_receipts(self) -> int:
@@ -395,7 +417,8 @@ class StompClientProtocol(Protocol):
         *,
         text: bool = False,
     ) -> None:
-        """SEND without a receipt of its own; ``settled(error, None)`` runs once a
+        """SEND without a receipt of its own (the frame takes ``headers`` as they
+        are: pass a dict nobody else changes); ``settled(error, None)`` runs once a
         later receipt on this connection covers it, or with the error if the
         connection fails first.
 
@@ -409,15 +432,15 @@ class StompClientProtocol(Protocol):
             settled(self.error or ConnectorUnavailable("not connected to the broker"), None)
             return
         try:
-            frame = _send_frame(destination, body, headers, text, None)
+            frame = _send_frame(destination, body, headers, text, None, copy=False)
         except ConnectorError as error:
             settled(error, None)
             return
         held = self._held
         if held is not None:
             self.transport.write(encode_frame(held[0], self.version, add_content_length=held[1]))
-        self._held = (frame, not text)
-        self._uncovered.append(settled)
+            self._uncovered.append(held[2])
+        self._held = (frame, not text, settled)
         self._wrote = True
         if self._cover_call is None:
             self._cover_call = self.clock.callLater(0, self._cover)
@@ -430,22 +453,23 @@ class StompClientProtocol(Protocol):
         held, self._held = self._held, None
         if held is None:
             return
-        covered, self._uncovered = self._uncovered, []
-        frame = held[0]
-        context = f"SEND to {frame.headers['destination']} (confirming {len(covered)} SENDs)"
-        waiting = self._request(frame, True, context, content_length=held[1])
-        waiting.addCallbacks(self._covered, self._covered_failed, callbackArgs=(covered,), errbackArgs=(covered,))
+        frame, content_length, own = held
+        context = f"SEND to {frame.headers['destination']} (confirming {len(self._uncovered) + 1} SENDs)"
+        # the receipt settles the SENDs before this one (see _request) and this one itself
+        waiting = self._request(frame, True, context, content_length=content_length)
+        waiting.addCallbacks(self._settle_own, self._settle_own_failed, callbackArgs=(own,), errbackArgs=(own,))
 
-    def _covered(self, _: object, covered: list[Settled]) -> None:
-        if self.on_unconfirmed is not None:
-            self.on_unconfirmed(len(covered), None)
-        for settled in covered:
-            settled(None, None)
+    def _settle_own(self, _: object, own: Settled) -> None:
+        self._settle_covered([own], None)
 
-    def _covered_failed(self, failure: Failure, covered: list[Settled]) -> None:
+    def _settle_own_failed(self, failure: Failure, own: Settled) -> None:
+        error = failure.value if isinstance(failure.value, Exception) else ConnectorError(str(failure.value))
+        self._settle_covered([own], error)
+
+    def _settle_covered(self, covered: list[Settled] | None, error: Exception | None) -> None:
+        """Settle unconfirmed SENDs: taken by the broker (``error`` None) or not."""
         if not covered:
             return
-        error = failure.value if isinstance(failure.value, Exception) else ConnectorError(str(failure.value))
         if self.on_unconfirmed is not None:
             self.on_unconfirmed(len(covered), error)
         for settled in covered:
@@ -636,9 +660,10 @@ class StompClientFactory(Factory):
 
 
 def _send_frame(destination: str, body: bytes, headers: dict[str, str] | None, text: bool,
-                transaction: str | None) -> Frame:
-    """A SEND frame; a text body may not contain NUL (ConnectorError): it would need content-length."""
-    frame_headers = dict(headers or {})
+                transaction: str | None, *, copy: bool = True) -> Frame:
+    """A SEND frame; a text body may not contain NUL (ConnectorError): it would need content-length.
+    Without ``copy`` the frame takes ``headers`` itself (the caller hands over a dict of its own)."""
+    frame_headers = dict(headers or {}) if copy or headers is None else headers
     frame_headers["destination"] = destination
     if transaction is not None:
         frame_headers["transaction"] = transaction

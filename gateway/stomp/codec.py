@@ -83,16 +83,13 @@ def encode_frame(frame: Frame, version: str, *, add_content_length: bool = True)
     if version == "1.0" or frame.command in UNESCAPED_COMMANDS:
         lines = [f"{name}:{value}" for name, value in headers.items()]
     else:
-        table = _ESCAPE_12 if version == "1.2" else _ESCAPE_11
-        lines = []
-        append = lines.append
-        for name, value in headers.items():
-            # Escaping is rare: test for the special characters before translating.
-            if "\\" in name or ":" in name or "\n" in name or "\r" in name:
-                name = name.translate(table)
-            if "\\" in value or ":" in value or "\n" in value or "\r" in value:
-                value = value.translate(table)
-            append(f"{name}:{value}")
+        # Escaping is rare: one test over all names and values first, then per header only if needed.
+        probe = "".join(headers) + "".join(headers.values())
+        if "\\" in probe or ":" in probe or "\n" in probe or "\r" in probe:
+            table = _ESCAPE_12 if version == "1.2" else _ESCAPE_11
+            lines = [f"{name.translate(table)}:{value.translate(table)}" for name, value in headers.items()]
+        else:
+            lines = [f"{name}:{value}" for name, value in headers.items()]
     if add_content_length and "content-length" not in headers and (body or frame.command == "MESSAGE"):
         lines.append(f"content-length:{len(body)}")
     head = f"{frame.command}\n" + "\n".join(lines) + "\n\n" if lines else f"{frame.command}\n\n"

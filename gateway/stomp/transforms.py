@@ -33,9 +33,12 @@ class SessionTransforms:
         self.chains.check_transformation(name)
 
     def inbound(self, message: Message, session: StompSession, frame: Frame) -> Message | Deferred[Any] | None:
+        transformation = frame.headers.get("transformation")
+        if self.chains.passes_through("inbound", transformation):
+            return message
         context = TransformContext(
             "inbound", frame.headers.get("destination", message.destination), message.destination,
-            session.login, transformation=frame.headers.get("transformation"),
+            session.login, transformation=transformation,
         )
         outcome = self.chains.run_now(message, context, owned=True)
         if isinstance(outcome, Deferred):

@@ -276,6 +276,14 @@ class TransformChains:
         """The transformer names a message would go through, in order."""
         return [step.name for step in self._steps(direction, destination, transformation)]
 
+    def passes_through(self, direction: str, transformation: str | None) -> bool:
+        """Whether every message in ``direction`` without a ``transformation`` header
+        (or with one, when the header is switched off) passes on untouched: no
+        ``[transform]`` entry applies to that direction at all (a cheap test that
+        spares the hot path a context and an outcome)."""
+        return not self._entry_steps.get(direction) and (
+            transformation is None or not self.config.transformation_header)
+
     def has_work(self, context: TransformContext) -> bool:
         """Whether :meth:`run` would do anything but pass the message on."""
         try:

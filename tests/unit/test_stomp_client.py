@@ -379,21 +379,44 @@ def test_a_burst_of_unconfirmed_sends_carries_one_receipt_on_its_last_frame(harn
     assert outcomes.seen == []
     harness.receive("RECEIPT", {"receipt-id": last.headers["receipt"]})
     assert outcomes.seen == [("m0", None), ("m1", None), ("m2", None)]
-    assert counted == [(3, None)]
+    assert sum(count for count, _ in counted) == 3 and all(error is None for _, error in counted)
 
 
-def test_another_frame_releases_the_held_send_first(harness: Harness) -> None:
+def test_a_receipted_frame_releases_the_held_send_first_and_confirms_it(harness: Harness) -> None:
     harness.connect()
     outcomes = Outcomes()
     harness.protocol.send_unconfirmed("/queue/a", b"plain", None, outcomes.for_("plain"))
     acked = harness.protocol.send("/queue/a", b"with receipt")
     frames = harness.written()
     assert [f.body for f in frames] == [b"plain", b"with receipt"]  # order kept
-    assert "receipt" in frames[0].headers  # released with a receipt of its own
+    assert "receipt" not in frames[0].headers  # the next frame's receipt covers it: no second one
     harness.clock.advance(0)
     assert harness.written() == []  # nothing left to cover
-    harness.receive("RECEIPT", {"receipt-id": frames[0].headers["receipt"]})
-    assert outcomes.seen == [("plain", None)] and pending(acked)
+    harness.receive("RECEIPT", {"receipt-id": frames[1].headers["receipt"]})
+    assert outcomes.seen == [("plain", None)] and result_of(acked).command == "RECEIPT"
+
+
+def test_a_refused_receipted_frame_still_confirms_the_sends_before_it(harness: Harness) -> None:
+    harness.connect()
+    outcomes = Outcomes()
+    harness.protocol.send_unconfirmed("/queue/a", b"before", None, outcomes.for_("before"))
+    refused = harness.protocol.send("/queue/forbidden", b"x")
+    frames = harness.written()
+    harness.receive("ERROR", {"receipt-id": frames[1].headers["receipt"], "message": "not authorized"})
+    assert outcomes.seen == [("before", None)]  # the broker answers in order: "before" was taken
+    assert failure_of(refused).check(ConnectorError)
+
+
+def test_a_frame_without_receipt_gives_the_held_send_a_receipt_of_its_own(harness: Harness) -> None:
+    harness.connect()
+    outcomes = Outcomes()
+    harness.protocol.send_unconfirmed("/queue/a", b"held", None, outcomes.for_("held"))
+    harness.protocol.write_frame(Frame("ACK", {"id": "m-1"}))
+    frames = harness.written()
+    assert [f.command for f in frames] == ["SEND", "ACK"] and "receipt" in frames[0].headers
+    harness.receive("ERROR", {"receipt-id": frames[0].headers["receipt"], "message": "queue full"})
+    [(name, error)] = outcomes.seen
+    assert name == "held" and isinstance(error, ConnectorError) and "queue full" in str(error)
 
 
 def test_an_error_without_receipt_fails_every_unconfirmed_send(harness: Harness) -> None:

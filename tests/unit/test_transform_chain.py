@@ -596,3 +596,13 @@ def test_header_transformer_options_are_checked(registry: CollectorRegistry) -> 
     outcome = result_of(chains.run(text(), context))
     assert isinstance(outcome, Rejected)
     assert "transformation 'needs' cannot run with its [transform.options]: property is required" in str(outcome.error)
+
+
+def test_passes_through_only_when_no_entry_and_no_header_applies(registry: CollectorRegistry) -> None:
+    idle = chains_for([Tag("a")], [], registry)
+    assert idle.passes_through("inbound", None) and idle.passes_through("outbound", None)
+    assert not idle.passes_through("inbound", "a")  # a SEND naming a transformer still runs it
+    outbound_only = chains_for([Tag("a")], [{"transformer": "a", "direction": "outbound"}], CollectorRegistry())
+    assert outbound_only.passes_through("inbound", None) and not outbound_only.passes_through("outbound", None)
+    header_off = chains_for([Tag("a")], [], CollectorRegistry(), transformation_header=False)
+    assert header_off.passes_through("inbound", "a")
