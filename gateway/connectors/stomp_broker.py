@@ -483,10 +483,11 @@ class StompBrokerConnector:
 
         A SEND someone waits for (``confirm``) gets a broker receipt of its
         own, as :meth:`send`.  Without ``confirm`` (the client asked for no
-        receipt) the SEND goes out without one and is confirmed by the receipt
-        the protocol puts on the last SEND of the burst
-        (:meth:`StompClientProtocol.send_unconfirmed`): the broker then handles
-        it as a plain asynchronous send, as it would from the client directly.
+        receipt) the SEND goes out without one and is confirmed by the next
+        receipt on the connection - a receipted frame's, or the one the protocol
+        puts on the last SEND of the burst (:meth:`StompClientProtocol.send_unconfirmed`):
+        the broker handles it as a plain asynchronous send, as it would from the
+        client directly.
         While the broker is away, both wait like :meth:`send` (bounded).
         """
         protocol = self._protocol

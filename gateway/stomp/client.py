@@ -36,9 +36,9 @@ from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.frame import VERSIONS, Frame
 
 MessageHandler = Callable[[Frame], None]
+"""Called with each MESSAGE frame of a subscription (on the reactor thread)."""
 Settled = Callable[[Exception | None, Any], None]
 """``settled(error, ack)``: the outcome of one unconfirmed SEND (see :meth:`StompClientProtocol.send_unconfirmed`)."""
-"""Called with each MESSAGE frame of a subscription (on the reactor thread)."""
 
 
 class BrokerError(ConnectorError):
@@ -423,10 +423,11 @@ class StompClientProtocol(Protocol):
         connection fails first.
 
         The broker handles one connection's frames in order, so its RECEIPT
-        for a frame means the frames before it were taken too.  The newest
-        unconfirmed SEND is held back until the next frame or the end of the
-        reactor turn, and then carries the receipt that covers the whole
-        burst: one broker receipt per burst instead of one per SEND.
+        for a frame means the frames before it were taken too.  The next frame
+        written with a receipt confirms the unconfirmed SENDs before it; if
+        none comes, the newest unconfirmed SEND is held back until the end of
+        the reactor turn and then carries the receipt that confirms the burst:
+        one broker receipt per burst instead of one per SEND.
         """
         if self.closed or self.transport is None:
             settled(self.error or ConnectorUnavailable("not connected to the broker"), None)
