@@ -413,22 +413,24 @@ class StompSession:
         message.destination = self._server_destination(destination, create=True)
         if message.reply_to is not None and message.reply_to.startswith(tuple(TEMP_PREFIXES)):
             message.reply_to = self._server_destination(message.reply_to, create=True)
+        sending: Message | None = message
         if self.transformer is not None:
             transformed = self.transformer.inbound(message, self, frame)
-            if isinstance(transformed, Deferred):
+            # (a Message or None is the common answer; isinstance against Deferred, an ABC, costs more)
+            if transformed is not None and not isinstance(transformed, Message):
                 transformed.addCallback(self._routed_send, frame, transaction)
                 self._track(transformed, frame)
                 return
-            message = transformed
-        if message is not None and transaction is None:
-            resolved = self.destinations.resolve(message.destination)
-            message.destination = resolved.destination
+            sending = transformed
+        if sending is not None and transaction is None:
+            resolved = self.destinations.resolve(sending.destination)
+            sending.destination = resolved.destination
             if resolved.post is not None:
-                self._post(resolved.post, message, frame)
+                self._post(resolved.post, sending, frame)
             else:
-                self._track(resolved.connector.send(message), frame)
+                self._track(resolved.connector.send(sending), frame)
             return
-        self._track(self._routed_send(message, frame, transaction), frame)
+        self._track(self._routed_send(sending, frame, transaction), frame)
 
     def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
         """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles."""
@@ -461,6 +463,8 @@ class StompSession:
 
     def _server_destination(self, destination: str, *, create: bool) -> str:
         """Map a client's ``/temp-queue/x`` to this connection's private queue."""
+        if not destination.startswith("/temp-"):
+            return destination
         for prefix, remote in TEMP_PREFIXES.items():
             if destination.startswith(prefix):
                 name = f"{remote}{self.session_id}.{destination[len(prefix):]}"
