@@ -189,3 +189,39 @@ def test_connection_cut_mid_stream_loses_no_receipted_message(
         assert all(final[mid][0] == "ok" for mid in order[-10:]), "sends after the restore must succeed"
     finally:
         run_in_reactor(connector.stop)
+
+
+def test_stop_delivers_what_it_can_and_fails_the_rest(
+    proxied_broker: tuple[TansuBroker, TcpProxy], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() polls the producer from the reactor until its records are reported; what Kafka cannot take
+    within the stop timeout is purged and its senders get an error - nobody waits forever."""
+    import gateway.connectors.kafka as kafka_module
+
+    monkeypatch.setattr(kafka_module, "STOP_TIMEOUT", 1.5)
+    broker, proxy = proxied_broker
+    topic = unique_topic("stop")
+    create_topics(broker.bootstrap, topic)
+    connector = start_connector(broker.bootstrap, **{"message.timeout.ms": 60000})
+    outcomes: list[str] = []
+
+    def send_all(count: int) -> None:
+        for index in range(count):
+            d = connector.send(message(f"/topic/{topic}", f"m{index}"))
+            d.addCallbacks(lambda _: outcomes.append("ok"), lambda f: outcomes.append(type(f.value).__name__))
+
+    run_in_reactor(send_all, 5)
+    deadline = time.monotonic() + 20
+    while len(outcomes) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert outcomes == ["ok"] * 5  # delivered while the path is up
+    proxy.cut()
+    run_in_reactor(send_all, 5)
+    started = time.monotonic()
+    run_in_reactor(connector.stop)
+    took = time.monotonic() - started
+    assert 1.0 < took < 10, f"stop took {took:.1f}s"
+    assert len(outcomes) == 10, f"{10 - len(outcomes)} sends never answered"
+    # purged before sending: "connector is stopping"; purged in flight: Kafka's own error
+    assert set(outcomes[5:]) <= {"ConnectorUnavailable", "KafkaDeliveryError"}, outcomes
+    proxy.restore()
