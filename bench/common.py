@@ -26,9 +26,9 @@ def gateway_server(extra_config: str = "", args: list[str] | None = None) -> Ite
 
 
 @contextlib.contextmanager
-def activemq_server(kahadb: bool = False) -> Iterator[ActiveMQBroker]:
+def activemq_server(kahadb: bool = False, stomp_no_delay: bool = False) -> Iterator[ActiveMQBroker]:
     with tempfile.TemporaryDirectory(prefix="bench-amq-") as workdir:
-        broker = ActiveMQBroker(workdir, kahadb=kahadb, heap="1g").start()
+        broker = ActiveMQBroker(workdir, kahadb=kahadb, heap="1g", stomp_no_delay=stomp_no_delay).start()
         try:
             yield broker
         finally:

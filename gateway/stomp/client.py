@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,40 @@ MessageHandler = Callable[[Frame], None]
 """Called with each MESSAGE frame of a subscription (on the reactor thread)."""
 Settled = Callable[[Exception | None, Any], None]
 """``settled(error, ack)``: the outcome of one unconfirmed SEND (see :meth:`StompClientProtocol.send_unconfirmed`)."""
+
+_TCP_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+def quick_ack_switch(transport: Any) -> Callable[[], None] | None:
+    """A function that makes ``transport``'s socket acknowledge what it receives at once.
+
+    A broker that leaves Nagle's algorithm on - ActiveMQ's ``stomp://``
+    connector unless it has ``transport.tcpNoDelay=true`` - holds each small
+    frame it writes (a RECEIPT) until the previous one is acknowledged, and
+    Linux delays an ACK by up to 40 ms when it has nothing to send with it:
+    a burst's receipts would then trickle back 40 ms apart.  ``TCP_QUICKACK``
+    (Linux) asks for an immediate ACK but does not stay set, so the protocol
+    sets it again after every read.  None when the transport has no TCP socket
+    or the system has no such option.
+    """
+    if _TCP_QUICKACK is None:
+        return None
+    get_handle = getattr(transport, "getHandle", None)
+    handle = get_handle() if get_handle is not None else None
+    setsockopt = getattr(handle, "setsockopt", None)
+    if not isinstance(handle, socket.socket) or setsockopt is None:
+        return None
+    option = _TCP_QUICKACK
+    try:
+        setsockopt(socket.IPPROTO_TCP, option, 1)
+    except OSError:  # not TCP (a UNIX socket)
+        return None
+
+    def quick_ack() -> None:
+        with contextlib.suppress(OSError):
+            setsockopt(socket.IPPROTO_TCP, option, 1)
+
+    return quick_ack
 
 
 class BrokerError(ConnectorError):
@@ -127,6 +162,7 @@ class StompClientProtocol(Protocol):
         self._uncovered: list[Settled] = []
         """Outcome callbacks of unconfirmed SENDs written without a receipt after them yet."""
         self._cover_call: Any = None
+        self._quick_ack: Callable[[], None] | None = None
         self._covering: dict[str, list[Settled]] = {}
         """Receipt id -> the unconfirmed SENDs written before that frame, which its answer settles."""
 
@@ -143,9 +179,13 @@ class StompClientProtocol(Protocol):
         if set_no_delay is not None:
             with contextlib.suppress(OSError):  # not a TCP socket
                 set_no_delay(True)
+        # ... nor wait for our delayed ACK when the broker keeps Nagle's algorithm on.
+        self._quick_ack = quick_ack_switch(self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         self._last_received = self.clock.seconds()
+        if self._quick_ack is not None:
+            self._quick_ack()
         for item in self.decoder.feed(data):
             if isinstance(item, StompProtocolError):
                 self.log.warn(

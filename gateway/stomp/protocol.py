@@ -5,6 +5,12 @@ decoder and hands frames to :class:`StompSession`; it encodes the frames the
 session sends for the negotiated version, and turns the transport's
 back-pressure into pausing deliveries.  After a protocol error the session
 sends ERROR and the protocol closes this connection; others are unaffected.
+
+Input is handled at most :data:`INPUT_SLICE` bytes per reactor turn: a client
+whose burst fills a 64 KB read does not hold the reactor for the whole of it.
+The rest waits (reading from that client paused meanwhile) while the reactor
+writes what the slice produced - a forwarded SEND reaches its broker while
+the burst is still being read - and serves the other connections.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.frame import Frame
 from gateway.stomp.session import InboundTransformer, StompSession
 
+INPUT_SLICE = 8192
+"""Bytes of one client's input handled per reactor turn (a 64 KB read is ~8 turns)."""
+
 
 @implementer(IPushProducer)
 class StompServerProtocol(Protocol):
@@ -37,6 +46,8 @@ class StompServerProtocol(Protocol):
         self.session: StompSession | None = None
         self.version = "1.0"
         self._closing = False
+        self._unread: list[bytes] = []  # input beyond this turn's slice, oldest first
+        self._next_slice: Any = None  # the DelayedCall handling the next slice
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -52,13 +63,49 @@ class StompServerProtocol(Protocol):
         if session is None:
             return
         session.data_received()
+        if self._unread:  # slices still wait (a transport may deliver what it had before pausing)
+            self._unread.append(data)
+            return
+        if len(data) > INPUT_SLICE:
+            self._unread.append(data[INPUT_SLICE:])
+            data = data[:INPUT_SLICE]
+            self.transport.pauseProducing()  # type: ignore[union-attr]
+            self._next_slice = self.factory.clock.callLater(0, self._handle_unread)
+        self._handle(data)
+
+    def _handle(self, data: bytes) -> None:
+        session = self.session
+        assert session is not None
         for item in self.decoder.feed(data):
             if isinstance(item, StompProtocolError):
                 session.protocol_error(item)
                 return
             session.frame_received(item)
 
+    def _handle_unread(self) -> None:
+        """Next reactor turn: the next slice of what the client sent."""
+        self._next_slice = None
+        data = self._unread[0]
+        if len(data) > INPUT_SLICE:
+            self._unread[0] = data[INPUT_SLICE:]
+            data = data[:INPUT_SLICE]
+        else:
+            del self._unread[0]
+        if self._unread:
+            self._next_slice = self.factory.clock.callLater(0, self._handle_unread)
+        elif not self._closing:
+            self.transport.resumeProducing()  # type: ignore[union-attr]
+        if not self._closing:
+            self._handle(data)
+
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._next_slice is not None:  # what the client sent before it went is still handled
+            self._next_slice.cancel()
+            self._next_slice = None
+            unread, self._unread = self._unread, []
+            if not self._closing:
+                for data in unread:
+                    self._handle(data)
         if self.session is not None:
             self.session.connection_lost()
         self.factory.connection_closed(self)

@@ -59,7 +59,7 @@ _ACTIVEMQ_XML = """\
     </systemUsage>
     <transportConnectors>
       <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire_port}"/>
-      <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp_port}"/>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp_port}{stomp_options}"/>
     </transportConnectors>
   </broker>
 </beans>
@@ -126,6 +126,9 @@ class ActiveMQBroker:
     :param kahadb: persist messages in KahaDB; ``False`` runs non-persistent.
     :param heap: JVM maximum heap (``-Xmx``).
     :param start_timeout: seconds to wait for the ports to accept.
+    :param stomp_no_delay: ``transport.tcpNoDelay=true`` on the STOMP
+        connector; ActiveMQ's default leaves Nagle's algorithm on there, which
+        holds back small frames such as receipts (docs/jms.md).
     """
 
     def __init__(
@@ -136,8 +139,10 @@ class ActiveMQBroker:
         heap: str = "512m",
         start_timeout: float = 30.0,
         broker_name: str = "jmsgw-test",
+        stomp_no_delay: bool = False,
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        self.stomp_no_delay = stomp_no_delay
         self.kahadb = kahadb
         self.heap = heap
         self.start_timeout = start_timeout
@@ -197,6 +202,7 @@ class ActiveMQBroker:
                 persistence=persistence,
                 openwire_port=self.openwire_port,
                 stomp_port=self.stomp_port,
+                stomp_options="?transport.tcpNoDelay=true" if self.stomp_no_delay else "",
             )
         )
         (self.conf_dir / "log4j.properties").write_text(_LOG4J_PROPERTIES.format(log_file=self.log_file))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from gateway.errors import ConnectorError, ConnectorUnavailable
-from gateway.stomp.client import BrokerError, StompClientFactory, negotiate_heartbeat
+from gateway.stomp.client import BrokerError, StompClientFactory, negotiate_heartbeat, quick_ack_switch
 from gateway.stomp.codec import FrameDecoder, encode_frame
 from gateway.stomp.frame import Frame
 
@@ -445,3 +446,55 @@ def test_a_lost_connection_fails_held_and_covered_sends(harness: Harness) -> Non
     late = Outcomes()
     harness.protocol.send_unconfirmed("/queue/a", b"late", None, late.for_("late"))
     assert [name for name, _ in late.seen] == ["late"]
+
+
+class RecordingSocket(socket.socket):
+    """A real TCP socket that records the options set on it."""
+
+    def __init__(self, family: int = socket.AF_INET) -> None:
+        super().__init__(family, socket.SOCK_STREAM)
+        self.options: list[tuple[int, int, int]] = []
+
+    def setsockopt(self, *args: Any) -> None:  # type: ignore[override]
+        self.options.append(args)
+        super().setsockopt(*args)
+
+
+class SocketTransport(StringTransport):
+    def __init__(self, handle: socket.socket) -> None:
+        super().__init__()
+        self.handle = handle
+
+    def getHandle(self) -> socket.socket:
+        return self.handle
+
+
+QUICKACK = (socket.IPPROTO_TCP, getattr(socket, "TCP_QUICKACK", -1), 1)
+
+
+def test_broker_connection_acknowledges_every_read_at_once() -> None:
+    """Against a broker that keeps Nagle's algorithm on, our delayed ACK would hold its receipts."""
+    assert hasattr(socket, "TCP_QUICKACK"), "the gateway runs on Linux"
+    with socket.create_server(("127.0.0.1", 0)) as server, RecordingSocket() as sock:
+        sock.connect(server.getsockname())
+        protocol = StompClientFactory(Clock()).buildProtocol(None)
+        protocol.makeConnection(SocketTransport(sock))
+        assert sock.options.count(QUICKACK) == 1
+        protocol.connect(login="u", passcode="p", host="vh")
+        for _ in range(3):
+            protocol.dataReceived(b"\n")  # heart-beats
+        assert sock.options.count(QUICKACK) == 4
+        sock.close()
+        protocol.dataReceived(b"\n")  # a closed socket refuses the option: not an error here
+
+
+def test_no_quick_acks_without_a_tcp_socket() -> None:
+    assert quick_ack_switch(StringTransport()) is None
+    with RecordingSocket(socket.AF_UNIX) as unix:
+        assert quick_ack_switch(SocketTransport(unix)) is None
+    with socket.create_server(("127.0.0.1", 0)) as server, RecordingSocket() as sock:
+        sock.connect(server.getsockname())
+        switch = quick_ack_switch(SocketTransport(sock))
+        assert switch is not None
+        switch()
+        assert sock.options == [QUICKACK, QUICKACK]
