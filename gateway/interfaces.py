@@ -168,6 +168,25 @@ class IPostingConnector(IConnector):
         ones, e.g. under one broker receipt for a burst of SENDs."""
 
 
+class IFrameForwarder(IPostingConnector):
+    """A posting connector that can take a client's SEND frame as it is.
+
+    For a SEND outside a transaction, without a receipt, that no transformer
+    touches, the STOMP session offers the frame to :meth:`forward` before it
+    builds a JMS message: a connector whose target speaks STOMP (a JMS broker)
+    can map the frame's headers to its own SEND directly.
+    """
+
+    def forward(destination: str, headers: dict[str, str], body: bytes, default_persistent: bool,
+                settled: Any) -> bool:
+        """Send what the SEND frame with ``headers`` and ``body`` would become as a
+        message to ``destination`` (the connector-side name), as
+        ``post(message, settled, confirm=False)`` would.  False - and ``settled``
+        is never called - when this SEND needs the message path; raises
+        :class:`~gateway.errors.StompProtocolError` for a header or body the
+        message path refuses, before anything is sent."""
+
+
 class IMessageStore(Interface):
     """Durable storage behind the embedded broker (memory or SQLite).
 

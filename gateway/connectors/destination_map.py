@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gateway.config import DestinationRule
 from gateway.errors import ConfigError
-from gateway.interfaces import IConnector, IPostingConnector
+from gateway.interfaces import IConnector, IFrameForwarder, IPostingConnector
 
 
 @dataclass(slots=True, frozen=True)
@@ -25,15 +25,20 @@ class Resolved:
 
     :ivar post: the connector's ``post`` when it provides
         :class:`IPostingConnector` (looked up once per destination), else None.
+    :ivar forward: the connector's ``forward`` when it provides
+        :class:`IFrameForwarder`, else None.
     """
 
     connector: IConnector
     destination: str
     post: Callable[..., None] | None = field(init=False)
+    forward: Callable[..., bool] | None = field(init=False)
 
     def __post_init__(self) -> None:
         post = self.connector.post if IPostingConnector.providedBy(self.connector) else None
         object.__setattr__(self, "post", post)
+        forward = self.connector.forward if IFrameForwarder.providedBy(self.connector) else None
+        object.__setattr__(self, "forward", forward)
 
 
 class DestinationMap:

@@ -60,12 +60,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.connectors.stomp_mapping import send_frame_parts
+from gateway.connectors.stomp_mapping import forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
 from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, SelectorError
-from gateway.interfaces import ACK_MODES, IConsumer, IPostingConnector, ISubscription, SubscriptionSpec
-from gateway.message.model import Message
+from gateway.interfaces import ACK_MODES, IConsumer, IFrameForwarder, ISubscription, SubscriptionSpec
+from gateway.message.model import Message, now_millis
 from gateway.stomp.client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 
 __all__ = [
@@ -143,7 +143,7 @@ class _BrokerSessionEndpoint:
         return attempt.addCallback(handshake).addErrback(failed)
 
 
-@implementer(IPostingConnector)
+@implementer(IFrameForwarder)
 class StompBrokerConnector:
     """:class:`~gateway.interfaces.IConnector` for a JMS broker spoken to over STOMP.
 
@@ -501,6 +501,20 @@ class StompBrokerConnector:
             settled(error, None)
             return
         protocol.send_unconfirmed(message.destination, body, headers, settled, text=text)
+
+    def forward(self, destination: str, headers: dict[str, str], body: bytes, default_persistent: bool,
+                settled: Settled) -> bool:
+        """:class:`IFrameForwarder`: a client SEND mapped straight to the broker's SEND
+        (:func:`forward_parts`), confirmed like an unconfirmed :meth:`post`.
+        Declines while the broker is away (the message path waits, bounded)."""
+        protocol = self._protocol
+        if protocol is None:
+            return False
+        parts = forward_parts(headers, body, default_persistent=default_persistent, now_ms=now_millis())
+        if parts is None:
+            return False
+        protocol.send_unconfirmed(destination, parts[1], parts[0], settled, text=parts[2])
+        return True
 
     def _count_unconfirmed(self, count: int, error: Exception | None) -> None:
         (self._sent_failed if error is not None else self._sent_ok).inc(count)

@@ -68,44 +68,66 @@ def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: 
     elif msg_type not in (None, "text"):
         raise _bad("amq-msg-type", msg_type, "'text' or 'bytes'")
     else:
-        try:
-            text = frame.body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise StompProtocolError(
-                "invalid UTF-8 body",
-                f"a SEND without content-length is a TextMessage and its body must be UTF-8; "
-                f"byte {exc.start} is not ({exc.reason}). Add a content-length header to send bytes.",
-            ) from None
-        message = TextMessage(text=text)
+        message = TextMessage(text=text_body(frame.body))
     message.destination = headers.get("destination", "")
     message.message_id = new_message_id()
     message.timestamp = now_millis() if now_ms is None else now_ms
     message.correlation_id = headers.get("correlation-id")
     message.reply_to = headers.get("reply-to")
     message.type = headers.get("type")
-    persistent = headers.get("persistent")
-    if persistent is None:
-        message.persistent = default_persistent
-    else:
-        lowered = persistent.lower()
-        if lowered not in ("true", "false"):
-            raise _bad("persistent", persistent, "'true' or 'false'")
-        message.persistent = lowered == "true"
-    priority = headers.get("priority")
+    message.persistent = persistent_header(headers, default_persistent)
+    priority = priority_header(headers)
     if priority is not None:
-        if not priority.isdigit() or not 0 <= int(priority) <= 9:
-            raise _bad("priority", priority, "an integer from 0 to 9")
-        message.priority = int(priority)
-    expires = headers.get("expires")
-    if expires is not None and expires != "":
-        if not expires.isdigit():
-            raise _bad("expires", expires, "a time in milliseconds since the epoch")
-        message.expiration = int(expires)
+        message.priority = priority
+    message.expiration = expires_header(headers)
     properties = message.properties
     for name, value in headers.items():
         if name not in PROTOCOL_HEADERS:
             properties[name] = value
     return message
+
+
+def text_body(body: bytes) -> str:
+    """The text of a SEND without ``content-length`` (a TextMessage): UTF-8 or a protocol error."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StompProtocolError(
+            "invalid UTF-8 body",
+            f"a SEND without content-length is a TextMessage and its body must be UTF-8; "
+            f"byte {exc.start} is not ({exc.reason}). Add a content-length header to send bytes.",
+        ) from None
+
+
+def persistent_header(headers: dict[str, str], default: bool) -> bool:
+    """JMSDeliveryMode from ``persistent`` (``true``/``false``, any case), else ``default``."""
+    persistent = headers.get("persistent")
+    if persistent is None:
+        return default
+    lowered = persistent.lower()
+    if lowered not in ("true", "false"):
+        raise _bad("persistent", persistent, "'true' or 'false'")
+    return lowered == "true"
+
+
+def priority_header(headers: dict[str, str]) -> int | None:
+    """JMSPriority from ``priority`` (0-9), None without the header."""
+    priority = headers.get("priority")
+    if priority is None:
+        return None
+    if not priority.isdigit() or not 0 <= int(priority) <= 9:
+        raise _bad("priority", priority, "an integer from 0 to 9")
+    return int(priority)
+
+
+def expires_header(headers: dict[str, str]) -> int:
+    """JMSExpiration from ``expires`` (ms since the epoch; empty or absent: 0, never)."""
+    expires = headers.get("expires")
+    if expires is None or expires == "":
+        return 0
+    if not expires.isdigit():
+        raise _bad("expires", expires, "a time in milliseconds since the epoch")
+    return int(expires)
 
 
 def property_to_header(value: PropertyValue) -> str:
@@ -174,9 +196,13 @@ def message_to_frame(message: Message, subscription: str, ack: str | None, desti
 __all__ = [
     "DEFAULT_PRIORITY",
     "PROTOCOL_HEADERS",
+    "expires_header",
     "frame_to_message",
     "message_body",
     "message_headers",
     "message_to_frame",
+    "persistent_header",
+    "priority_header",
     "property_to_header",
+    "text_body",
 ]

@@ -66,6 +66,10 @@ class InboundTransformer(Protocol):
 
     def check_transformation(self, name: str | None) -> None: ...
 
+    def passes_through(self, frame: Frame) -> bool:
+        """Whether :meth:`inbound` would pass any message of this SEND on untouched."""
+        ...
+
     def inbound(self, message: Message, session: StompSession, frame: Frame) -> Any: ...
 
     def outbound(self, message: Message, session: StompSession, subscription: StompSubscription) -> Any: ...
@@ -409,6 +413,17 @@ class StompSession:
     def _on_send(self, frame: Frame) -> None:
         destination = self._required(frame, "destination")
         transaction = self._transaction(frame)
+        headers = frame.headers
+        if (
+            transaction is None
+            and "receipt" not in headers
+            and not destination.startswith("/temp-")
+            and not headers.get("reply-to", "").startswith("/temp-")
+            and (self.transformer is None or self.transformer.passes_through(frame))
+        ):
+            resolved = self.destinations.resolve(destination)
+            if resolved.forward is not None and self._forward(resolved.forward, resolved.destination, frame):
+                return
         message = frame_to_message(frame, default_persistent=self.default_persistent)
         message.destination = self._server_destination(destination, create=True)
         if message.reply_to is not None and message.reply_to.startswith(tuple(TEMP_PREFIXES)):
@@ -432,8 +447,25 @@ class StompSession:
             return
         self._track(self._routed_send(sending, frame, transaction), frame)
 
+    def _forward(self, forward: Callable[..., bool], destination: str, frame: Frame) -> bool:
+        """Offer the SEND to a connector that takes frames as they are (no message
+        built); False when it declines and the message path must run."""
+        settled = self._settlement(frame)
+        try:
+            taken = forward(destination, frame.headers, frame.body, self.default_persistent, settled)
+        except BaseException:
+            self._posted -= 1
+            raise
+        if not taken:
+            self._posted -= 1
+        return taken
+
     def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
         """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles."""
+        post(message, self._settlement(frame), "receipt" in frame.headers)
+
+    def _settlement(self, frame: Frame) -> Callable[[Exception | None, object], None]:
+        """The ``settled`` callback of one posted SEND (counted until it runs)."""
         self._posted += 1
 
         def settled(error: Exception | None, _ack: object) -> None:
@@ -448,7 +480,7 @@ class StompSession:
                 for waiter in waiters:
                     waiter.callback(None)
 
-        post(message, settled, "receipt" in frame.headers)
+        return settled
 
     def _routed_send(self, message: Message | None, frame: Frame, transaction: Transaction | None) -> Deferred[None]:
         if message is None:  # dropped by a transformer

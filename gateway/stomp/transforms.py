@@ -32,6 +32,10 @@ class SessionTransforms:
         """Raise TransformError if a SUBSCRIBE names an unknown transformer."""
         self.chains.check_transformation(name)
 
+    def passes_through(self, frame: Frame) -> bool:
+        """No inbound chain entry applies and the SEND names no (honoured) ``transformation``."""
+        return self.chains.passes_through("inbound", frame.headers.get("transformation"))
+
     def inbound(self, message: Message, session: StompSession, frame: Frame) -> Message | Deferred[Any] | None:
         transformation = frame.headers.get("transformation")
         if self.chains.passes_through("inbound", transformation):

@@ -67,8 +67,14 @@ def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:  # noqa: F811
     client.close()
 
 
+# A SEND with a receipt takes the message path; one without is forwarded frame to frame
+# (StompBrokerConnector.forward): the JMS consumer must see the same either way.
+BOTH_PATHS = pytest.mark.parametrize("receipt", [True, False], ids=["receipted", "forwarded"])
+
+
+@BOTH_PATHS
 def test_send_without_content_length_arrives_as_jms_text_message_with_headers(
-    clients: StompClients, jms: JmsClient
+    clients: StompClients, jms: JmsClient, receipt: bool
 ) -> None:
     queue = "/queue/" + unique("jms.e2e-text")
     client = clients.connect(text=True)
@@ -80,7 +86,7 @@ def test_send_without_content_length_arrives_as_jms_text_message_with_headers(
         "persistent": "true",
         "customer": "acme",
     }
-    client.send(queue, "hello JMS ✓", receipt=True, **headers)
+    client.send(queue, "hello JMS ✓", receipt=receipt, **headers)
     received = jms.receive(queue, 5)
     assert received is not None
     assert received.jms_type == "text"
@@ -93,10 +99,13 @@ def test_send_without_content_length_arrives_as_jms_text_message_with_headers(
     assert received.properties["customer"] == "acme"
 
 
-def test_send_with_content_length_arrives_as_jms_bytes_message(clients: StompClients, jms: JmsClient) -> None:
+@BOTH_PATHS
+def test_send_with_content_length_arrives_as_jms_bytes_message(
+    clients: StompClients, jms: JmsClient, receipt: bool
+) -> None:
     queue = "/queue/" + unique("jms.e2e-bytes")
     client = clients.connect()
-    client.send(queue, b"\x00\x01raw", receipt=True)
+    client.send(queue, b"\x00\x01raw", receipt=receipt)
     received = jms.receive(queue, 5)
     assert received is not None
     assert received.jms_type == "bytes"
