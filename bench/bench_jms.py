@@ -204,7 +204,11 @@ def main(count: int = 20_000, rounds: int = ROUNDS, persistent_count: int | None
             for case in variant:
                 print(f"  rounds, {case}: {' '.join(f'{rate:.0f}' for rate in rates[variant_name, case])}")
             ratio = best[variant_name, "via gateway"] / best[variant_name, "direct to ActiveMQ"]
-            print(f"  aim (issue 7): via gateway / direct >= 0.75: {ratio:.2f}")
+            if BROKERS[broker_name]:
+                print(f"  aim (issue 7): via gateway / direct >= 0.75: {ratio:.2f}")
+            else:  # the direct client waits for ActiveMQ's Nagle-held receipts, the gateway does not
+                print(f"  via gateway / direct: {ratio:.2f} (direct clients wait on Nagle here; "
+                      "the aim is judged with tcpNoDelay)")
 
 
 if __name__ == "__main__":
