@@ -60,9 +60,9 @@ def quick_ack_switch(transport: Any) -> Callable[[], None] | None:
         return None
     get_handle = getattr(transport, "getHandle", None)
     handle = get_handle() if get_handle is not None else None
-    setsockopt = getattr(handle, "setsockopt", None)
-    if not isinstance(handle, socket.socket) or setsockopt is None:
+    if not isinstance(handle, socket.socket):
         return None
+    setsockopt = handle.setsockopt
     option = _TCP_QUICKACK
     try:
         setsockopt(socket.IPPROTO_TCP, option, 1)

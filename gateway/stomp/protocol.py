@@ -66,12 +66,12 @@ class StompServerProtocol(Protocol):
         if self._unread:  # slices still wait (a transport may deliver what it had before pausing)
             self._unread.append(data)
             return
-        if len(data) > INPUT_SLICE:
-            self._unread.append(data[INPUT_SLICE:])
-            data = data[:INPUT_SLICE]
-            self.transport.pauseProducing()  # type: ignore[union-attr]
-            self._next_slice = self.factory.clock.callLater(0, self._handle_unread)
-        self._handle(data)
+        if len(data) <= INPUT_SLICE:
+            self._handle(data)
+            return
+        self._unread.append(data)
+        self.transport.pauseProducing()  # type: ignore[union-attr]
+        self._handle_unread()  # the first slice now, the next ones on later turns
 
     def _handle(self, data: bytes) -> None:
         session = self.session
@@ -83,7 +83,8 @@ class StompServerProtocol(Protocol):
             session.frame_received(item)
 
     def _handle_unread(self) -> None:
-        """Next reactor turn: the next slice of what the client sent."""
+        """The next slice of what the client sent; schedules the one after for the next
+        reactor turn, or resumes reading once none is left."""
         self._next_slice = None
         data = self._unread[0]
         if len(data) > INPUT_SLICE:

@@ -414,15 +414,14 @@ class StompSession:
         destination = self._required(frame, "destination")
         transaction = self._transaction(frame)
         headers = frame.headers
-        if (
-            transaction is None
-            and "receipt" not in headers
-            and not destination.startswith("/temp-")
-            and not headers.get("reply-to", "").startswith("/temp-")
-            and (self.transformer is None or self.transformer.passes_through(frame))
-        ):
-            resolved = self.destinations.resolve(destination)
-            if resolved.forward is not None and self._forward(resolved.forward, resolved.destination, frame):
+        if transaction is None and "receipt" not in headers and not destination.startswith("/temp-"):
+            resolved = self.destinations.resolve(destination)  # (cached; only a forwarding target pays more)
+            if (
+                resolved.forward is not None
+                and not headers.get("reply-to", "").startswith("/temp-")
+                and (self.transformer is None or self.transformer.passes_through(frame))
+                and self._forward(resolved.forward, resolved.destination, frame)
+            ):
                 return
         message = frame_to_message(frame, default_persistent=self.default_persistent)
         message.destination = self._server_destination(destination, create=True)
