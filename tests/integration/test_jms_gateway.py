@@ -112,6 +112,22 @@ def test_send_with_content_length_arrives_as_jms_bytes_message(
     assert received.body == b"\x00\x01raw"
 
 
+def test_a_forwarded_send_with_a_bad_header_gets_an_error_and_nothing_reaches_jms(
+    clients: StompClients, jms: JmsClient
+) -> None:
+    """Without a receipt the SEND takes the forwarding path; its header checks are the message path's."""
+    queue = "/queue/" + unique("jms.e2e-bad")
+    bad = clients.connect()
+    bad.send(queue, "never", priority="12")
+    error = bad.error()
+    assert error is not None and error.headers["message"] == "invalid priority header"
+    good = clients.connect()
+    good.send(queue, "fine")
+    received = jms.receive(queue, 5)
+    assert received is not None and received.body == b"fine"
+    assert jms.receive(queue, 0.5) is None
+
+
 def test_jms_text_and_bytes_messages_reach_a_stomp_subscriber(clients: StompClients, jms: JmsClient) -> None:
     queue = "/queue/" + unique("jms.e2e-out")
     client = clients.connect()
