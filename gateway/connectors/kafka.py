@@ -499,7 +499,9 @@ class KafkaConnector:
                     None)
 
         try:
-            producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
+            # positional: (topic, value, key, partition, on_delivery, callback, timestamp, headers), a
+            # third cheaper than keywords (see docs/kafka.md); -1 = the partitioner, 0 = now
+            producer.produce(topic, value, key, -1, report, None, 0, headers)
         except BufferError:
             settled(ConnectorUnavailable(f"kafka producer queue of {self.name} is full"), None)
             return

@@ -29,10 +29,12 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, Settled
+from gateway.connectors.kafka_records import Header
 from gateway.errors import ConfigError, ConnectorError, DestinationError
-from gateway.interfaces import IConsumer, IPostingConnector, SubscriptionSpec
-from gateway.message.model import Message
-from gateway.routing.config import RoutingConfig, parse_routing_config
+from gateway.interfaces import IConsumer, IFrameForwarder, SubscriptionSpec
+from gateway.message.model import Message, new_message_id, now_millis
+from gateway.routing.config import Route, RoutingConfig, parse_routing_config
+from gateway.routing.frame_records import frame_record
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.router import CYCLE, ROUTED, SOFT_FAILURE, UNROUTED, RouteDecision, Router
 
@@ -62,7 +64,10 @@ class RoutingResult:
     report: DeliveryReport | None = None
 
 
-@implementer(IPostingConnector)
+_UNDECIDED = object()
+
+
+@implementer(IFrameForwarder)
 class KafkaRouter:
     """Routes messages to Kafka by a :class:`RoutingConfig`.
 
@@ -90,6 +95,8 @@ class KafkaRouter:
         self.clock = clock
         self.name = name
         self.metrics = RoutingMetrics(registry)
+        self._forward_routes: dict[str, Any] = {}
+        """Destination -> :meth:`forward_route`'s answer (cached)."""
         self.stopped: str | None = None
         """Why all routing stopped (a hard failure), or None."""
         self.stopped_routes: dict[str, str] = {}
@@ -142,10 +149,12 @@ class KafkaRouter:
                 report = DeliveryReport(record.topic(), record.partition(), record.offset())
                 done.callback(RoutingResult(ROUTED, route, topic, report))
 
-        self._publish(message, route, topic, decision, published)
+        self._publish(message.message_id, route, topic, decision.key, decision.value, list(decision.headers),
+                      published)
         return done
 
-    def _publish(self, message: Message, route: str, topic: str, decision: RouteDecision, settled: Settled) -> None:
+    def _publish(self, message_id: str, route: str, topic: str, key: bytes | None, value: bytes | None,
+                 headers: list[Header], settled: Settled) -> None:
         """Produce a routed record; count it and call ``settled(error, record)`` on Kafka's report."""
         clock = self.clock
         started = clock.seconds()
@@ -155,10 +164,10 @@ class KafkaRouter:
             if error is None:
                 stats.delivered(max(0.0, clock.seconds() - started))
             else:
-                self._publish_failed(message, route, topic, error)
+                self._publish_failed(message_id, route, topic, error)
             settled(error, record)
 
-        self.connector.produce(topic, decision.key, decision.value, list(decision.headers), reported)
+        self.connector.produce(topic, key, value, headers, reported)
 
     def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
         """:class:`IPostingConnector`: route ``message`` like :meth:`send`, reporting
@@ -169,10 +178,49 @@ class KafkaRouter:
             route = decision.route_name
             if decision.outcome == ROUTED and route not in self.stopped_routes:
                 assert decision.topic is not None
-                self._publish(message, route, decision.topic, decision, settled)
+                self._publish(message.message_id, route, decision.topic, decision.key, decision.value,
+                              list(decision.headers), settled)
                 return
         d = self._dispatch(message, True)
         d.addCallbacks(lambda result: settled(None, result), lambda failure: settled(failure.value, None))
+
+    def forward(self, destination: str, headers: dict[str, str], body: bytes, default_persistent: bool,
+                settled: Settled) -> bool:
+        """:class:`IFrameForwarder`: route a plain SEND without building a message
+        (what :meth:`post` does with ``frame_to_message(frame)``).  Only for a
+        destination an address-only route decides (:meth:`forward_route`) and a
+        frame :func:`frame_record` takes; False otherwise, or when routing or
+        the route is stopped, and the session takes the message path."""
+        if self.stopped is not None:
+            return False
+        route = self._forward_routes.get(destination, _UNDECIDED)
+        if route is _UNDECIDED:
+            route = self.forward_route(destination)
+            if len(self._forward_routes) < 10_000:
+                self._forward_routes[destination] = route
+        if route is None or route.name in self.stopped_routes:
+            return False
+        message_id = new_message_id()
+        record = frame_record(headers, body, destination, default_persistent=default_persistent,
+                              message_id=message_id, now_ms=now_millis(), key_name=route.key, origin=self.router.origin)
+        if record is None:
+            return False
+        key, value, record_headers = record
+        self._publish(message_id, route.name, route.topic, key, value, record_headers, settled)
+        return True
+
+    def forward_route(self, destination: str) -> Route | None:
+        """The route a message to ``destination`` takes when the destination alone
+        decides it: every route before it, and it, include by address only (no
+        selector, no header test).  None when no route or a route that needs the
+        message comes first."""
+        probe = Message(destination=destination)
+        for route in self.config.routes:
+            if route.selector is not None or route.include is None or route.include.kind != "address":
+                return None
+            if route.include.matches(probe):
+                return route
+        return None
 
     def _not_routed(self, message: Message, decision: RouteDecision, started: float,
                     unrouted_fails: bool) -> Deferred[RoutingResult]:
@@ -226,14 +274,14 @@ class KafkaRouter:
         self.log.error("route {route} stopped by a soft failure: {reason}", route=route, reason=reason)
         return fail(RouteStopped(f"route {route} stopped: {failure.detail}", route=route))
 
-    def _publish_failed(self, message: Message, route: str, topic: str, error: Exception) -> None:
+    def _publish_failed(self, message_id: str, route: str, topic: str, error: Exception) -> None:
         code = getattr(error, "code", "") or type(error).__name__
         self.metrics.failures.labels(route, code).inc()
         if isinstance(error, KafkaDeliveryError) and error.hard:
             self._stop_all(f"route {route}: publishing to {topic} failed hard ({code}): {error}")
         else:
             self.log.warn("route {route}: message {id} not published to {topic}: {error}", route=route,
-                          id=message.message_id, topic=topic, error=str(error))
+                          id=message_id, topic=topic, error=str(error))
 
     def _stop_all(self, reason: str) -> None:
         if self.stopped is None:

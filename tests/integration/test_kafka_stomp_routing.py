@@ -33,7 +33,7 @@ __all__ = ["kafka_bootstrap"]
 
 @pytest.fixture(scope="module")
 def topics(kafka_bootstrap: str) -> dict[str, str]:
-    names = {"orders": unique_topic("orders"), "strict": unique_topic("strict"), "dlq": unique_topic("dlq")}
+    names = {name: unique_topic(name) for name in ("orders", "strict", "dlq", "plain", "refused")}
     create_topics(kafka_bootstrap, *names.values())
     return names
 
@@ -50,14 +50,19 @@ def routed_gateway(kafka_bootstrap: str, topics: dict[str, str], tmp_path_factor
         "routes.strict.in.include=msg.address==strict",
         f"routes.strict.out.topic={topics['strict']}",
         "routes.strict.conv.key=msg.header.CorrelationId",
+        *(line for name in ("plain", "refused") for line in (
+            f"routes.{name}.in.include=msg.address=={name}",
+            f"routes.{name}.out.topic={topics[name]}",
+            f"routes.{name}.conv.key=msg.header.CorrelationId",
+        )),
         "routes.missing.in.include=msg.address==missing",
         f"routes.missing.out.topic=absent-{topics['dlq']}",
     ])
     raw = {
         "gateway": {"id": "gw-routing", "data_dir": str(tmp_path_factory.mktemp("routing-data"))},
         "connectors": {"kafka": {"uri": f"kafka://{kafka_bootstrap}", "consumer": group_settings()}},
-        "destinations": [{"pattern": f"/queue/{name}", "connector": "kafka"} for name in ("orders", "strict",
-                                                                                           "missing")],
+        "destinations": [{"pattern": f"/queue/{name}", "connector": "kafka"}
+                         for name in ("orders", "strict", "missing", "plain", "refused")],
         "routing": {"properties": properties},
     }
     config = parse_config(raw, "routing-test.toml")
@@ -95,6 +100,47 @@ def test_routed_send_is_keyed_and_receipted_after_kafka(
     (record,) = read_records(kafka_bootstrap, topics["orders"], 1, settle=0.5)
     assert record.key() == b"cust7" and record.value() == b"order 1"
     assert dict(record.headers())["jmsbridge.origin"] == b"gw-routing"
+
+
+def test_plain_send_is_forwarded_as_the_receipted_one_is_routed(
+    clients: StompClients, kafka_bootstrap: str, topics: dict[str, str],
+    routed_gateway: tuple[Any, KafkaRouter, int],
+) -> None:
+    """A SEND without a receipt skips the JMS message (KafkaRouter.forward); its record must be the
+    one a receipted SEND (the message path) makes, but for the message id and timestamp."""
+    gateway, router, _ = routed_gateway
+    assert gateway.destinations.resolve("/queue/plain").forward == router.forward
+    text, binary = clients.connect(text=True), clients.connect()
+    headers = {"correlation-id": "cust8", "region": "eu", "persistent": "true", "priority": "6", "type": "order"}
+    text.send("/queue/plain", "forwarded \u00e9", **headers)
+    text.send("/queue/plain", "receipted", receipt=True, **headers)
+    binary.send("/queue/plain", b"\x00\xffforwarded bytes", **headers)
+    records = read_records(kafka_bootstrap, topics["plain"], 3, settle=0.5)
+    by_value = {record.value(): record for record in records}
+    assert sorted(by_value) == sorted([b"\x00\xffforwarded bytes", "forwarded \u00e9".encode(), b"receipted"])
+    assert {record.key() for record in records} == {b"cust8"}
+    forwarded, receipted, raw = (dict(by_value[value].headers()) for value in (
+        "forwarded \u00e9".encode(), b"receipted", b"\x00\xffforwarded bytes"))
+    assert [record.pop("jms.MessageType") for record in (forwarded, receipted, raw)] == [b"text", b"text", b"bytes"]
+    for record in (forwarded, receipted, raw):
+        assert record.pop("jms.MessageId").startswith(b"ID:") and record.pop("jms.Timestamp").isdigit()
+    assert forwarded == receipted == raw
+    assert forwarded["jms.Destination"] == b"/queue/plain" and forwarded["jmsbridge.origin"] == b"gw-routing"
+    assert forwarded["jms.DeliveryMode"] == b"2" and forwarded["jms.Priority"] == b"6"
+    assert forwarded["jms.region"] == b"eu" and forwarded["jms.Type"] == b"order"
+
+
+def test_forwarded_send_with_a_bad_header_is_an_error_and_reaches_nothing(
+    clients: StompClients, kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    bad = clients.connect(text=True)
+    bad.connection.send("/queue/refused", "bad", headers={"correlation-id": "k3", "priority": "high"})
+    error = bad.error(timeout=10)
+    assert error is not None and error.headers["message"] == "invalid priority header"
+    other = clients.connect(text=True)
+    other.send("/queue/refused", "good", receipt=True, **{"correlation-id": "k4"})
+    (record,) = read_records(kafka_bootstrap, topics["refused"], 1, settle=1.0)
+    assert (record.key(), record.value()) == (b"k4", b"good")
 
 
 def test_soft_failure_is_dead_lettered_and_receipted(

@@ -17,6 +17,7 @@ from gateway.connectors.stomp_mapping import forward_parts, send_frame_parts
 from gateway.errors import StompProtocolError
 from gateway.message.convert import PROTOCOL_HEADERS, frame_to_message
 from gateway.stomp.frame import Frame
+from tests.support.send_frames import send_bodies
 
 NOW = 1_790_000_000_123
 
@@ -44,13 +45,7 @@ def sends(draw: Any) -> tuple[Frame, bool]:
     properties = draw(st.dictionaries(st.text(min_size=1, max_size=10), st.text(max_size=10), max_size=4))
     for name, value in properties.items():
         headers.setdefault(name, value)
-    if draw(st.booleans()):  # a BytesMessage
-        body = draw(st.binary(max_size=40))
-        headers["content-length"] = str(len(body))
-    elif draw(st.booleans()):
-        body = draw(st.text(max_size=20).filter(lambda text: "\x00" not in text)).encode("utf-8")
-    else:  # maybe not UTF-8
-        body = draw(st.binary(max_size=20).filter(lambda data: b"\x00" not in data))
+    body = draw(send_bodies(headers, nul=False))
     return Frame("SEND", headers, body), draw(st.booleans())
 
 
