@@ -90,10 +90,13 @@ class GatewayService(service.MultiService):
     def _listen(self) -> None:
         tune_garbage_collector()
         for spec in self.gateway.config.listen:
-            endpoint = endpoints.serverFromString(self.reactor, spec)
-            listener = internet.StreamServerEndpointService(endpoint, self.gateway.factory)
-            listener._raiseSynchronously = True
-            listener.setServiceParent(self)
+            try:
+                endpoint = endpoints.serverFromString(self.reactor, spec)
+                listener = internet.StreamServerEndpointService(endpoint, self.gateway.factory)
+                listener._raiseSynchronously = True
+                listener.setServiceParent(self)
+            except Exception as error:  # a bad endpoint string, a TLS file, a port in use ...
+                raise GatewayError(f"cannot listen on {spec!r}: {error}") from error
             self.listeners.append(listener)
             self.log.info("jmsgateway listening for STOMP on {endpoint}", endpoint=spec)
 

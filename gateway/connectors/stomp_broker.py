@@ -1,7 +1,7 @@
 """The JMS broker connector: ActiveMQ (or any STOMP-speaking JMS broker) over STOMP.
 
-URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS with the
-system's trust store).  Options (``[connectors.NAME]``):
+URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
+(``[connectors.NAME]``):
 
 ``login`` / ``passcode``
     credentials sent on CONNECT.
@@ -28,6 +28,11 @@ system's trust store).  Options (``[connectors.NAME]``):
     messages (default ``jms-json``; ``""`` for brokers without it).
 ``amq_msg_type``
     the broker understands ``amq-msg-type`` (default true: ActiveMQ).
+``tls_ca`` / ``tls_cert`` / ``tls_key`` / ``tls_hostname`` (``stomp+ssl`` only)
+    PEM file of the CA certificates to trust (default: the system's trust
+    store), a client certificate and its key for brokers that ask for one, and
+    the name the broker's certificate must carry (default: the URI's host);
+    paths are relative to the config file (:mod:`gateway.tls`).
 
 Features: sends wait for the broker's RECEIPT (persistent messages are then
 durable there) and are pipelined; :meth:`StompBrokerConnector.send_batch` is
@@ -47,6 +52,7 @@ come again (marked redelivered).  Settings and metrics:
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -201,7 +207,8 @@ class StompBrokerConnector:
     ) -> StompBrokerConnector:
         """Build the connector ``[connectors.<name>]`` describes."""
         try:
-            settings = StompBrokerSettings.from_config(name, options, gateway_id=gateway_id)
+            settings = StompBrokerSettings.from_config(name, options, gateway_id=gateway_id,
+                                                       base_dir=os.path.dirname(os.path.abspath(path)) if path else "")
         except ConfigError as error:
             raise ConfigError(error.problem, path=path, key=error.key) from None
         return cls(name, settings, reactor=reactor, registry=registry)
@@ -210,15 +217,9 @@ class StompBrokerConnector:
         settings = self.settings
         timeout = settings.connect_timeout / 1000.0
         endpoint: IStreamClientEndpoint = TCP4ClientEndpoint(self.reactor, settings.address, settings.port, timeout)
-        if settings.scheme == "stomp+ssl":
-            try:
-                from twisted.internet.ssl import optionsForClientTLS
-            except ImportError as error:  # pyOpenSSL / service_identity missing
-                raise ConfigError(
-                    f"stomp+ssl needs Twisted's TLS extra (pip install 'twisted[tls]'): {error}",
-                    key=f"connectors.{self.name}.uri",
-                ) from None
-            endpoint = wrapClientTLS(optionsForClientTLS(settings.address), endpoint)
+        if settings.tls is not None:
+            endpoint = wrapClientTLS(settings.tls.creator(lambda option: f"connectors.{self.name}.{option}"),
+                                     endpoint)
         return endpoint
 
     # -- lifecycle -----------------------------------------------------------

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.errors import ConfigError, did_you_mean
+from gateway.tls import TLS_OPTIONS, ClientTls
 
 DEFAULT_PORTS = {"stomp": 61613, "stomp+ssl": 61614}
 
@@ -33,6 +34,7 @@ _OPTIONS = (
     "max_waiting_sends",
     "transformation",
     "amq_msg_type",
+    *TLS_OPTIONS,
 )
 
 
@@ -56,10 +58,14 @@ class StompBrokerSettings:
     max_waiting_sends: int = 10000
     transformation: str = "jms-json"
     amq_msg_type: bool = True
+    tls: ClientTls | None = None
+    """TLS options of a ``stomp+ssl://`` connection (None for ``stomp://``)."""
 
     @classmethod
-    def from_config(cls, name: str, options: dict[str, Any], *, gateway_id: str = "jmsgateway") -> StompBrokerSettings:
-        """Check ``options``; ConfigError names the key and the problem."""
+    def from_config(cls, name: str, options: dict[str, Any], *, gateway_id: str = "jmsgateway",
+                    base_dir: str = "") -> StompBrokerSettings:
+        """Check ``options``; ConfigError names the key and the problem.  Relative
+        TLS file paths are relative to ``base_dir`` (the config file's directory)."""
 
         def key(option: str) -> str:
             return f"connectors.{name}.{option}"
@@ -100,6 +106,13 @@ class StompBrokerSettings:
         amq_msg_type = options.get("amq_msg_type", True)
         if not isinstance(amq_msg_type, bool):
             raise ConfigError(f"must be true or false, not {amq_msg_type!r}", key=key("amq_msg_type"))
+        tls = None
+        if parts.scheme == "stomp+ssl":
+            tls = ClientTls.from_options(options, hostname=parts.hostname, base_dir=base_dir, key=key)
+        else:
+            for option in TLS_OPTIONS:
+                if option in options:
+                    raise ConfigError(f"TLS options need a stomp+ssl:// uri, not {uri!r}", key=key(option))
         return cls(
             uri=uri,
             scheme=parts.scheme,
@@ -117,6 +130,7 @@ class StompBrokerSettings:
             max_waiting_sends=integer("max_waiting_sends", 10000, 0),
             transformation=text("transformation", "jms-json") or "",
             amq_msg_type=amq_msg_type,
+            tls=tls,
         )
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.ports import free_port
+from tests.support.tls import KEYSTORE_PASSWORD, TlsFiles, make_tls_files
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 ACTIVEMQ_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"
@@ -57,13 +58,26 @@ _ACTIVEMQ_XML = """\
         <tempUsage><tempUsage limit="1 gb"/></tempUsage>
       </systemUsage>
     </systemUsage>
+{ssl_context}
     <transportConnectors>
       <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire_port}"/>
       <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp_port}{stomp_options}"/>
+{ssl_connectors}
     </transportConnectors>
   </broker>
 </beans>
 """
+
+_SSL_CONTEXT_XML = """\
+    <sslContext>
+      <sslContext keyStore="{keystore}" keyStorePassword="{password}" keyStoreType="PKCS12"
+                  trustStore="{truststore}" trustStorePassword="{password}" trustStoreType="PKCS12"/>
+    </sslContext>"""
+
+_SSL_CONNECTORS_XML = """\
+      <transportConnector name="stomp+ssl" uri="stomp+ssl://127.0.0.1:{ssl_port}?transport.tcpNoDelay=true"/>
+      <transportConnector name="stomp+ssl-auth"
+                          uri="stomp+ssl://127.0.0.1:{auth_port}?needClientAuth=true&amp;transport.tcpNoDelay=true"/>"""
 
 _KAHADB_XML = """\
     <persistenceAdapter>
@@ -129,6 +143,10 @@ class ActiveMQBroker:
     :param stomp_no_delay: ``transport.tcpNoDelay=true`` on the STOMP
         connector; ActiveMQ's default leaves Nagle's algorithm on there, which
         holds back small frames such as receipts (docs/jms.md).
+    :param tls: certificates (:func:`tests.support.tls.make_tls_files`) for two
+        more connectors: ``stomp+ssl`` (:attr:`stomp_ssl_uri`) and ``stomp+ssl``
+        requiring a client certificate signed by the same CA
+        (:attr:`stomp_ssl_auth_uri`).
     """
 
     def __init__(
@@ -140,9 +158,11 @@ class ActiveMQBroker:
         start_timeout: float = 30.0,
         broker_name: str = "jmsgw-test",
         stomp_no_delay: bool = False,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.stomp_no_delay = stomp_no_delay
+        self.tls = tls
         self.kahadb = kahadb
         self.heap = heap
         self.start_timeout = start_timeout
@@ -151,6 +171,11 @@ class ActiveMQBroker:
         self.openwire_port = free_port()
         while self.openwire_port == self.stomp_port:
             self.openwire_port = free_port()
+        self.ssl_ports = (0, 0)
+        if tls is not None:
+            taken = {self.stomp_port, self.openwire_port}
+            ports = [port for port in (free_port() for _ in range(6)) if port not in taken]
+            self.ssl_ports = (ports[0], next(port for port in ports if port != ports[0]))
         self.conf_dir = self.workdir / "conf"
         self.data_dir = self.workdir / "data"
         self.tmp_dir = self.workdir / "tmp"
@@ -175,6 +200,16 @@ class ActiveMQBroker:
         return f"stomp://127.0.0.1:{self.stomp_port}"
 
     @property
+    def stomp_ssl_uri(self) -> str:
+        """``stomp+ssl://localhost:PORT`` (the name its certificate carries); needs ``tls``."""
+        return f"stomp+ssl://localhost:{self.ssl_ports[0]}"
+
+    @property
+    def stomp_ssl_auth_uri(self) -> str:
+        """The ``stomp+ssl`` connector that requires a client certificate; needs ``tls``."""
+        return f"stomp+ssl://localhost:{self.ssl_ports[1]}"
+
+    @property
     def pid(self) -> int | None:
         """The JVM's process id while it runs."""
         process = self._process
@@ -194,6 +229,16 @@ class ActiveMQBroker:
             if jar.exists() and not link.exists():
                 link.symlink_to(jar)
         persistence = _KAHADB_XML.format(data_dir=self.data_dir) if self.kahadb else ""
+        ssl_context = ssl_connectors = ""
+        if self.tls is not None:
+            truststore = self.conf_dir / "trust.p12"
+            truststore.unlink(missing_ok=True)
+            subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "ca", "-file", str(self.tls.ca_cert),
+                            "-keystore", str(truststore), "-storetype", "PKCS12", "-storepass", KEYSTORE_PASSWORD],
+                           check=True, capture_output=True)
+            ssl_context = _SSL_CONTEXT_XML.format(keystore=self.tls.server_keystore, truststore=truststore,
+                                                  password=KEYSTORE_PASSWORD)
+            ssl_connectors = _SSL_CONNECTORS_XML.format(ssl_port=self.ssl_ports[0], auth_port=self.ssl_ports[1])
         self.config_file.write_text(
             _ACTIVEMQ_XML.format(
                 broker_name=self.broker_name,
@@ -203,6 +248,8 @@ class ActiveMQBroker:
                 openwire_port=self.openwire_port,
                 stomp_port=self.stomp_port,
                 stomp_options="?transport.tcpNoDelay=true" if self.stomp_no_delay else "",
+                ssl_context=ssl_context,
+                ssl_connectors=ssl_connectors,
             )
         )
         (self.conf_dir / "log4j.properties").write_text(_LOG4J_PROPERTIES.format(log_file=self.log_file))
@@ -264,7 +311,7 @@ class ActiveMQBroker:
         import socket
 
         deadline = time.monotonic() + self.start_timeout
-        pending = [self.stomp_port, self.openwire_port]
+        pending = [self.stomp_port, self.openwire_port, *(port for port in self.ssl_ports if port)]
         while pending:
             process = self._process
             assert process is not None
@@ -351,11 +398,12 @@ def shared_broker(workdir: Path) -> ActiveMQBroker:
     """The one session-wide broker, started on first use (later calls reuse it).
 
     Memoized here rather than by pytest, so importing the fixture into several
-    test modules still starts a single JVM; it stops at interpreter exit.
+    test modules still starts a single JVM; it stops at interpreter exit.  It
+    has the ``stomp+ssl`` connectors too (certificates in ``workdir/tls``).
     """
     global _session_broker
     if _session_broker is None:
-        _session_broker = ActiveMQBroker(workdir)
+        _session_broker = ActiveMQBroker(workdir, tls=make_tls_files(workdir / "tls"))
     return _session_broker.start()
 
 

@@ -55,12 +55,15 @@ class Client:
     """One connected stomp.py client."""
 
     def __init__(self, address: tuple[str, int], version: str = "1.2", *, text: bool = False,
-                 heartbeats: tuple[int, int] = (0, 0), **connect_headers: Any) -> None:
+                 heartbeats: tuple[int, int] = (0, 0), ca_certs: str | None = None,
+                 **connect_headers: Any) -> None:
         kwargs: dict[str, Any] = {"auto_decode": False, "auto_content_length": not text}
         if version != "1.0":
             kwargs["heartbeats"] = heartbeats
         self.version = version
         self.connection = CONNECTIONS[version]([address], **kwargs)
+        if ca_certs is not None:  # TLS, verifying the server against this CA
+            self.connection.set_ssl(for_hosts=[address], ca_certs=ca_certs)
         self.listener = Collector()
         self.connection.set_listener("collector", self.listener)
         login = connect_headers.pop("login", None)
