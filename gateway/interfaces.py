@@ -168,6 +168,17 @@ class IPostingConnector(IConnector):
         ones, e.g. under one broker receipt for a burst of SENDs."""
 
 
+class IFlowControlled(IConnector):
+    """A connector that tells when its target does not keep up (:mod:`gateway.flow`).
+
+    After handing it a SEND, the STOMP session pauses reading from its client
+    while ``congestion.congested`` is true and reads again when
+    ``congestion.when_ready`` calls back.
+    """
+
+    congestion = Attribute("the connector's :class:`gateway.flow.Congestion`")
+
+
 class IFrameForwarder(IPostingConnector):
     """A posting connector that can take a client's SEND frame as it is.
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from gateway.config import DestinationRule
 from gateway.errors import ConfigError
-from gateway.interfaces import IConnector, IFrameForwarder, IPostingConnector
+from gateway.flow import Congestion
+from gateway.interfaces import IConnector, IFlowControlled, IFrameForwarder, IPostingConnector
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,18 +28,23 @@ class Resolved:
         :class:`IPostingConnector` (looked up once per destination), else None.
     :ivar forward: the connector's ``forward`` when it provides
         :class:`IFrameForwarder`, else None.
+    :ivar congestion: the connector's :class:`~gateway.flow.Congestion` when it
+        provides :class:`IFlowControlled`, else None.
     """
 
     connector: IConnector
     destination: str
     post: Callable[..., None] | None = field(init=False)
     forward: Callable[..., bool] | None = field(init=False)
+    congestion: Congestion | None = field(init=False)
 
     def __post_init__(self) -> None:
         post = self.connector.post if IPostingConnector.providedBy(self.connector) else None
         object.__setattr__(self, "post", post)
         forward = self.connector.forward if IFrameForwarder.providedBy(self.connector) else None
         object.__setattr__(self, "forward", forward)
+        congestion = self.connector.congestion if IFlowControlled.providedBy(self.connector) else None
+        object.__setattr__(self, "congestion", congestion)
 
 
 class DestinationMap:

@@ -60,7 +60,8 @@ from zope.interface import implementer
 from gateway.connectors.kafka_records import Header, message_to_record
 from gateway.connectors.kafka_subscription import KafkaSubscription
 from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
-from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
+from gateway.flow import Congestion
+from gateway.interfaces import IConsumer, IFlowControlled, SubscriptionSpec
 from gateway.message.model import Message
 
 HARD_ERROR_CODES = frozenset(
@@ -95,6 +96,8 @@ RESEND_CODES = (PRODUCER_RESET_CODES - {"_FATAL"}) | {"_PURGE_QUEUE"}
 """Errors that mean the broker did not store the record (refused, or never sent and
 purged from a retired producer's queue): it is sent once more through the new producer."""
 
+QUEUE_LIMIT = 100_000
+"""librdkafka's default ``queue.buffering.max.messages``."""
 POLL_INTERVAL = 0.001
 """Seconds between polls for delivery reports while records are in flight and none came last time."""
 DRAIN_INTERVAL = 0.01
@@ -226,7 +229,7 @@ def topic_for_destination(destination: str, topics: dict[str, str] | None = None
     return name
 
 
-@implementer(IConnector)
+@implementer(IFlowControlled)
 class KafkaConnector:
     """Sends to and subscribes from Kafka (see the module docstring).
 
@@ -253,6 +256,12 @@ class KafkaConnector:
         self._subscriptions: set[KafkaSubscription] = set()
         self._in_flight = 0
         """Records produced whose delivery report has not been served yet."""
+        queue_limit = int(self.producer_config().get("queue.buffering.max.messages", QUEUE_LIMIT))
+        self._congested_at = max(1, queue_limit // 2)
+        self._caught_up_at = queue_limit // 4
+        self.congestion = Congestion(f"kafka connector {name}")
+        """Congested while half of librdkafka's queue (``queue.buffering.max.messages``) is in
+        flight, until a quarter is: senders wait instead of meeting a full queue (:mod:`gateway.flow`)."""
         self._poll_call: Any = None
         self._retiring: set[Any] = set()
         """Replaced producers still holding records; polled until empty."""
@@ -336,6 +345,7 @@ class KafkaConnector:
 
             def purge(left: int) -> Deferred[int] | None:
                 self._producer = None
+                self.congestion.resumeProducing()  # nobody keeps waiting for a stopped connector
                 if not left:
                     return None
                 # still undelivered: fail them rather than leave their senders waiting
@@ -380,6 +390,8 @@ class KafkaConnector:
             served += retiring.poll(0)
             if len(retiring) == 0:
                 self._retiring.discard(retiring)
+        if self.congestion.congested and (self._in_flight <= self._caught_up_at or producer is None):
+            self.congestion.resumeProducing()
         if (self._in_flight > 0 and producer is not None) or self._retiring:
             self._poll_call = self.reactor.callLater(0 if served else POLL_INTERVAL, self._poll_reports)
 
@@ -510,6 +522,8 @@ class KafkaConnector:
             settled(KafkaDeliveryError(f"kafka refused a record for {topic}: {exc}", code=code, topic=topic), None)
             return
         self._in_flight += 1
+        if self._in_flight >= self._congested_at:
+            self.congestion.pauseProducing()
         if self._poll_call is None:
             self._wake_poller()
 

@@ -70,7 +70,8 @@ from gateway.connectors.stomp_mapping import forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
 from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, SelectorError
-from gateway.interfaces import ACK_MODES, IConsumer, IFrameForwarder, ISubscription, SubscriptionSpec
+from gateway.flow import Congestion
+from gateway.interfaces import ACK_MODES, IConsumer, IFlowControlled, IFrameForwarder, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, now_millis
 from gateway.stomp.client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 
@@ -149,7 +150,7 @@ class _BrokerSessionEndpoint:
         return attempt.addCallback(handshake).addErrback(failed)
 
 
-@implementer(IFrameForwarder)
+@implementer(IFrameForwarder, IFlowControlled)
 class StompBrokerConnector:
     """:class:`~gateway.interfaces.IConnector` for a JMS broker spoken to over STOMP.
 
@@ -193,6 +194,9 @@ class StompBrokerConnector:
         # Label lookups cost more than the increments: resolve the per-send counters once.
         self._sent_ok = self.metrics.sends.labels(name, "ok")
         self._sent_failed = self.metrics.sends.labels(name, "failed")
+        self.congestion = Congestion(f"connector {name}")
+        """Paused by the broker connection's transport while its write buffer is full
+        (the broker reads slower than clients send): senders then wait (:mod:`gateway.flow`)."""
 
     @classmethod
     def from_config(
@@ -281,6 +285,7 @@ class StompBrokerConnector:
             subscription.closed = True
         self._subscriptions.clear()
         protocol, self._protocol = self._protocol, None
+        self.congestion.resumeProducing()
         self.metrics.up.labels(self.name).set(0)
         if service is None:
             return succeed(None)
@@ -363,6 +368,8 @@ class StompBrokerConnector:
         self.generation += 1
         self._protocol = protocol
         protocol.on_unconfirmed = self._count_unconfirmed
+        if protocol.transport is not None:
+            protocol.transport.registerProducer(self.congestion, True)  # type: ignore[attr-defined]
         self.state = "connected"
         self.failed_attempts = 0
         self.last_error = ""
@@ -393,6 +400,7 @@ class StompBrokerConnector:
         if self._protocol is not protocol:
             return
         self._protocol = None
+        self.congestion.resumeProducing()  # sends now wait for the reconnection (send_timeout, max_waiting_sends)
         self.metrics.up.labels(self.name).set(0)
         self.last_error = str(protocol.error) if protocol.error else reason.getErrorMessage()
         if self.state == "stopped":

@@ -31,7 +31,7 @@ from zope.interface import implementer
 from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, Settled
 from gateway.connectors.kafka_records import Header
 from gateway.errors import ConfigError, ConnectorError, DestinationError
-from gateway.interfaces import IConsumer, IFrameForwarder, SubscriptionSpec
+from gateway.interfaces import IConsumer, IFlowControlled, IFrameForwarder, SubscriptionSpec
 from gateway.message.model import Message, new_message_id, now_millis
 from gateway.routing.config import Route, RoutingConfig, parse_routing_config
 from gateway.routing.frame_records import frame_record
@@ -67,7 +67,7 @@ class RoutingResult:
 _UNDECIDED = object()
 
 
-@implementer(IFrameForwarder)
+@implementer(IFrameForwarder, IFlowControlled)
 class KafkaRouter:
     """Routes messages to Kafka by a :class:`RoutingConfig`.
 
@@ -95,6 +95,8 @@ class KafkaRouter:
         self.clock = clock
         self.name = name
         self.metrics = RoutingMetrics(registry)
+        self.congestion = connector.congestion
+        """The Kafka connector's: routed SENDs wait while librdkafka's queue is half full."""
         self._forward_routes: dict[str, Any] = {}
         """Destination -> :meth:`forward_route`'s answer (cached)."""
         self.stopped: str | None = None

@@ -10,7 +10,9 @@ Input is handled at most :data:`INPUT_SLICE` bytes per reactor turn: a client
 whose burst fills a 64 KB read does not hold the reactor for the whole of it.
 The rest waits (reading from that client paused meanwhile) while the reactor
 writes what the slice produced - a forwarded SEND reaches its broker while
-the burst is still being read - and serves the other connections.
+the burst is still being read - and serves the other connections.  The
+session may also hold reading while a target it sends to is congested
+(:meth:`StompServerProtocol.hold_input`, :mod:`gateway.flow`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class StompServerProtocol(Protocol):
         self._closing = False
         self._unread: list[bytes] = []  # input beyond this turn's slice, oldest first
         self._next_slice: Any = None  # the DelayedCall handling the next slice
+        self._holds = 0  # congested targets the session waits for (reading paused while > 0)
+        self._lost = False
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -94,12 +98,13 @@ class StompServerProtocol(Protocol):
             del self._unread[0]
         if self._unread:
             self._next_slice = self.factory.clock.callLater(0, self._handle_unread)
-        elif not self._closing:
+        elif not self._closing and not self._holds:
             self.transport.resumeProducing()  # type: ignore[union-attr]
         if not self._closing:
             self._handle(data)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._lost = True
         if self._next_slice is not None:  # what the client sent before it went is still handled
             self._next_slice.cancel()
             self._next_slice = None
@@ -124,6 +129,18 @@ class StompServerProtocol(Protocol):
     def set_version(self, version: str) -> None:
         self.version = version
         self.decoder.version = version
+
+    def hold_input(self) -> None:
+        """Stop reading from the client until as many :meth:`release_input` calls came."""
+        self._holds += 1
+        if self._holds == 1 and not self._lost:
+            self.transport.pauseProducing()  # type: ignore[union-attr]
+
+    def release_input(self) -> None:
+        """One reason to hold reading is gone; read again when none is left."""
+        self._holds -= 1
+        if not self._holds and not self._unread and not self._closing and not self._lost:
+            self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def close(self) -> None:
         if not self._closing:

@@ -34,6 +34,7 @@ from gateway.config import BrokerSettings, StompSettings
 from gateway.connectors.destination_map import DestinationMap
 from gateway.deferreds import gather
 from gateway.errors import GatewayError, SelectorError, StompProtocolError
+from gateway.flow import Congestion
 from gateway.interfaces import ACK_MODES, IConnector, IConsumer, IStompUser, ISubscription, SubscriptionSpec
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, Message, TextMessage
@@ -55,6 +56,14 @@ class FrameSink(Protocol):
     def set_version(self, version: str) -> None: ...
 
     def close(self) -> None: ...
+
+    def hold_input(self) -> None:
+        """Stop reading from the client (a target is congested)."""
+        ...
+
+    def release_input(self) -> None:
+        """Read again once every hold was released."""
+        ...
 
 
 class InboundTransformer(Protocol):
@@ -161,6 +170,8 @@ class StompSession:
         self._posts_drained: list[Deferred[None]] = []
         """Fired when ``_posted`` drops to zero (DISCONNECT waits for them)."""
         self._paused = False
+        self._held_by: set[Congestion] = set()
+        """Congested targets this session stopped reading for (:mod:`gateway.flow`)."""
         self.last_received = clock.seconds()
         self.last_sent = clock.seconds()
         self._heartbeat_out: IDelayedCall | None = None
@@ -422,6 +433,8 @@ class StompSession:
                 and (self.transformer is None or self.transformer.passes_through(frame))
                 and self._forward(resolved.forward, resolved.destination, frame)
             ):
+                if resolved.congestion is not None and resolved.congestion.congested:
+                    self._hold_for(resolved.congestion)
                 return
         message = frame_to_message(frame, default_persistent=self.default_persistent)
         message.destination = self._server_destination(destination, create=True)
@@ -443,8 +456,23 @@ class StompSession:
                 self._post(resolved.post, sending, frame)
             else:
                 self._track(resolved.connector.send(sending), frame)
+            if resolved.congestion is not None and resolved.congestion.congested:
+                self._hold_for(resolved.congestion)
             return
         self._track(self._routed_send(sending, frame, transaction), frame)
+
+    def _hold_for(self, congestion: Congestion) -> None:
+        """Stop reading from the client until ``congestion`` clears (once per target)."""
+        if congestion in self._held_by:
+            return
+        self._held_by.add(congestion)
+        self.sink.hold_input()
+
+        def ready() -> None:
+            self._held_by.discard(congestion)
+            self.sink.release_input()
+
+        congestion.when_ready(ready)
 
     def _forward(self, forward: Callable[..., bool], destination: str, frame: Frame) -> bool:
         """Offer the SEND to a connector that takes frames as they are (no message

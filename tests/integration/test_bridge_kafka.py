@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,18 @@ import pytest
 
 from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain, wait_until
 from tests.support.gateway import GatewayProcess
-from tests.support.kafka import TansuBroker, create_topics, group_settings, kafka_bootstrap, produce, read_records
-from tests.support.ports import free_port
+from tests.support.kafka import (
+    TansuBroker,
+    create_topics,
+    group_settings,
+    kafka_bootstrap,
+    produce,
+    proxied_kafka,
+    read_records,
+)
 from tests.support.tcp_proxy import TcpProxy
 
-__all__ = ["kafka_bootstrap"]
+__all__ = ["kafka_bootstrap", "proxied_kafka"]
 
 pytestmark = pytest.mark.kafka
 
@@ -155,19 +161,6 @@ def test_kafka_to_embedded_across_gateway_crashes(tmp_path: Path, kafka_bootstra
             assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
     finally:
         gateway.stop()
-
-
-@pytest.fixture
-def proxied_kafka() -> Iterator[tuple[TansuBroker, TcpProxy]]:
-    """A Tansu broker reachable only through a TCP proxy (it advertises the proxy)."""
-    port = free_port()
-    proxy = TcpProxy("127.0.0.1", port)
-    broker = TansuBroker(port=port, advertised=proxy.address).start()
-    try:
-        yield broker, proxy
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 @pytest.mark.parametrize("qos", ["DUPLICATES_OK", "ONCE_AND_ONLY_ONCE"])

@@ -20,15 +20,15 @@ from tests.support.kafka import (
     TansuBroker,
     create_topics,
     kafka_bootstrap,
+    proxied_kafka,
     read_records,
     unique_topic,
 )
-from tests.support.ports import free_port
 from tests.support.reactor_thread import reactor, run_in_reactor
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.kafka
-__all__ = ["kafka_bootstrap"]
+__all__ = ["kafka_bootstrap", "proxied_kafka"]
 
 
 def start_connector(bootstrap: str, **producer: Any) -> KafkaConnector:
@@ -110,29 +110,15 @@ def test_unknown_topic_stops_routing(router: KafkaRouter) -> None:
         run_in_reactor(router.send, message("/queue/orders", "x", correlation="k"))
 
 
-@pytest.fixture
-def proxied_broker() -> Iterator[tuple[TansuBroker, TcpProxy]]:
-    """A Tansu broker reachable only through a proxy (its advertised address).
-
-    Always a broker of its own: an external Kafka advertises itself, not the proxy.
-    """
-    port = free_port()
-    proxy = TcpProxy("127.0.0.1", port)
-    broker = TansuBroker(port=port, advertised=proxy.address).start()
-    yield broker, proxy
-    broker.stop()
-    proxy.close()
-
-
 @pytest.mark.parametrize(
     ("message_timeout_ms", "outage", "expect"),
     [(6000, 0.0, "delayed"), (1500, 2.5, "errors")],
     ids=["short-cut-delays-receipts", "long-cut-gives-errors"],
 )
 def test_connection_cut_mid_stream_loses_no_receipted_message(
-    proxied_broker: tuple[TansuBroker, TcpProxy], message_timeout_ms: int, outage: float, expect: str
+    proxied_kafka: tuple[TansuBroker, TcpProxy], message_timeout_ms: int, outage: float, expect: str
 ) -> None:
-    broker, proxy = proxied_broker
+    broker, proxy = proxied_kafka
     topic = unique_topic("cut")
     create_topics(broker.bootstrap, topic)
     connector = start_connector(
@@ -192,14 +178,14 @@ def test_connection_cut_mid_stream_loses_no_receipted_message(
 
 
 def test_stop_delivers_what_it_can_and_fails_the_rest(
-    proxied_broker: tuple[TansuBroker, TcpProxy], monkeypatch: pytest.MonkeyPatch
+    proxied_kafka: tuple[TansuBroker, TcpProxy], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """stop() polls the producer from the reactor until its records are reported; what Kafka cannot take
     within the stop timeout is purged and its senders get an error - nobody waits forever."""
     import gateway.connectors.kafka as kafka_module
 
     monkeypatch.setattr(kafka_module, "STOP_TIMEOUT", 1.5)
-    broker, proxy = proxied_broker
+    broker, proxy = proxied_kafka
     topic = unique_topic("stop")
     create_topics(broker.bootstrap, topic)
     connector = start_connector(broker.bootstrap, **{"message.timeout.ms": 60000})

@@ -21,15 +21,15 @@ from tests.support.kafka import (
     group_settings,
     kafka_bootstrap,
     produce,
+    proxied_kafka,
     read_records,
     unique_topic,
 )
-from tests.support.ports import free_port
 from tests.support.stomp_clients import StompClients
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.kafka
-__all__ = ["kafka_bootstrap"]
+__all__ = ["kafka_bootstrap", "proxied_kafka"]
 
 
 def kafka_config(bootstrap: str) -> str:
@@ -139,17 +139,6 @@ def test_round_trip_through_kafka_keeps_headers_and_type(clients: StompClients, 
     subscriber.ack(text_frame)
     subscriber.ack(bytes_frame)
     subscriber.unsubscribe("r1")
-
-
-@pytest.fixture
-def proxied_kafka() -> Iterator[tuple[TansuBroker, TcpProxy]]:
-    """A Tansu broker of its own, reachable only through a fault-injecting proxy."""
-    port = free_port()
-    proxy = TcpProxy("127.0.0.1", port)
-    broker = TansuBroker(port=port, advertised=proxy.address).start()
-    yield broker, proxy
-    broker.stop()
-    proxy.close()
 
 
 @pytest.mark.parametrize(("message_timeout_ms", "outage"), [(8000, 0.0), (1500, 2.5)],

@@ -22,6 +22,7 @@ from typing import IO, Any
 import pytest
 
 from tests.support.ports import free_port, wait_for_port
+from tests.support.tcp_proxy import TcpProxy
 
 BOOTSTRAP_ENV = "JMSGATEWAY_KAFKA_BOOTSTRAP"
 
@@ -231,3 +232,18 @@ def kafka_bootstrap() -> Iterator[str]:
     finally:
         broker.stop()
 
+
+
+@pytest.fixture
+def proxied_kafka() -> Iterator[tuple[TansuBroker, TcpProxy]]:
+    """A Tansu broker of its own, reachable only through a fault-injecting proxy (it
+    advertises the proxy's address, so every connection goes through it).  Always Tansu:
+    an external Kafka advertises itself, not the proxy."""
+    port = free_port()
+    proxy = TcpProxy("127.0.0.1", port)
+    broker = TansuBroker(port=port, advertised=proxy.address).start()
+    try:
+        yield broker, proxy
+    finally:
+        proxy.close()
+        broker.stop()

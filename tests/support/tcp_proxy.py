@@ -3,7 +3,11 @@
 ``TcpProxy(target_host, target_port)`` listens on a free port of 127.0.0.1 and
 forwards every connection to the target.  :meth:`TcpProxy.cut` drops every
 open connection and refuses new ones (they are accepted and closed at once,
-as a broker that went away); :meth:`TcpProxy.restore` forwards again.  It runs
+as a broker that went away); :meth:`TcpProxy.restore` forwards again.
+:meth:`TcpProxy.stall` stops reading what clients send (connections stay open,
+the other direction flows: a broker that does not keep up) until
+:meth:`TcpProxy.flow`; ``client_buffer`` sets the proxy's receive buffer on
+the client side, so a stall backs up into the client sooner.  It runs
 on plain threads (one acceptor, one pump thread per connection), needs no
 Twisted reactor and no event loop, so any test (or benchmark) can use it.
 """
@@ -19,10 +23,14 @@ import threading
 class TcpProxy:
     """Forward ``127.0.0.1:<port>`` to ``target_host:target_port`` until cut."""
 
-    def __init__(self, target_host: str, target_port: int, port: int = 0) -> None:
+    def __init__(self, target_host: str, target_port: int, port: int = 0, *, client_buffer: int = 0) -> None:
         self.target = (target_host, target_port)
+        self.client_buffer = client_buffer
+        self._stalled = threading.Event()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if client_buffer:  # inherited by accepted sockets
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, client_buffer)
         self._listener.bind(("127.0.0.1", port))
         self._listener.listen(64)
         self.port: int = self._listener.getsockname()[1]
@@ -48,6 +56,14 @@ class TcpProxy:
         for client, upstream in pairs:
             _close(client)
             _close(upstream)
+
+    def stall(self) -> None:
+        """Stop reading from clients (what they send waits in TCP buffers, then in them)."""
+        self._stalled.set()
+
+    def flow(self) -> None:
+        """Read from clients again after :meth:`stall`."""
+        self._stalled.clear()
 
     def restore(self) -> None:
         """Forward new connections again."""
@@ -99,10 +115,16 @@ class TcpProxy:
         peer = {client: upstream, upstream: client}
         selector = selectors.DefaultSelector()
         try:
-            selector.register(client, selectors.EVENT_READ)
             selector.register(upstream, selectors.EVENT_READ)
+            reading_client = False
             while True:
-                for key, _ in selector.select(timeout=0.5):
+                if reading_client == self._stalled.is_set():
+                    if reading_client:
+                        selector.unregister(client)
+                    else:
+                        selector.register(client, selectors.EVENT_READ)
+                    reading_client = not reading_client
+                for key, _ in selector.select(timeout=0.1):
                     source: socket.socket = key.fileobj  # type: ignore[assignment]
                     data = source.recv(65536)
                     if not data:
