@@ -389,6 +389,8 @@ class StompSession:
         if self.state != "connected":
             return
         limit = self.in_interval * self.settings.heartbeat_grace
+        if self._held_by:  # not reading from the client (a target is congested): its silence says nothing
+            self.last_received = self.clock.seconds()
         silent = self.clock.seconds() - self.last_received
         if silent >= limit:
             self.log.info("no heart-beat from {peer} for {silent:.1f}s (limit {limit:.1f}s): closing",
@@ -470,6 +472,7 @@ class StompSession:
 
         def ready() -> None:
             self._held_by.discard(congestion)
+            self.last_received = self.clock.seconds()  # heart-beats were not read meanwhile
             self.sink.release_input()
 
         congestion.when_ready(ready)

@@ -83,6 +83,28 @@ def test_a_lost_broker_connection_releases_the_senders() -> None:
     assert reading(setup.peer)  # its next sends wait for the reconnection (send_timeout) as before
 
 
+def test_a_held_client_is_not_closed_for_heart_beats_the_gateway_did_not_read() -> None:
+    setup = Setup()
+    beating = Peer(setup.peer.protocol.factory)
+    connected = connect(beating, **{"heart-beat": "1000,0"})
+    assert connected.headers["heart-beat"].split(",")[1] != "0"  # the gateway expects the client's beats
+    assert setup.broker.transport is not None
+    setup.broker.transport.producer.pauseProducing()
+    beating.send("SEND", {"destination": "/queue/jms.a"}, b"1")
+    assert not reading(beating)
+    (sent,) = setup.sent()
+    setup.broker.answer("RECEIPT", {"receipt-id": sent.headers["receipt"]})  # nothing left to time out
+    for _ in range(30):  # 30 s without a byte read from it
+        setup.clock.advance(1)
+    assert not beating.closed
+    setup.broker.transport.producer.resumeProducing()
+    assert reading(beating)
+    for _ in range(30):  # reading again, the client stays silent: now that counts
+        setup.clock.advance(1)
+    assert beating.closed
+    assert beating.received() == []  # closed for its silence, not for an error
+
+
 def test_a_client_that_leaves_while_held_is_no_trouble() -> None:
     setup = Setup()
     assert setup.broker.transport is not None
