@@ -339,11 +339,7 @@ class StompClientProtocol(Protocol):
         # The id travels with the Deferred so cancelling needs no closure per frame.
         waiting.receipt_id = receipt_id  # type: ignore[attr-defined]
         self._receipts[receipt_id] = (waiting, context, self.clock.seconds())
-        held = self._held
-        if held is not None:  # goes first, and this frame's receipt confirms it
-            self._held = None
-            self.transport.write(encode_frame(held[0], self.version, add_content_length=held[1]))
-            self._uncovered.append(held[2])
+        self._release_held()  # goes first, and this frame's receipt confirms it
         if self._uncovered:
             self._covering[receipt_id], self._uncovered = self._uncovered, []
         self.write_frame(frame, content_length=content_length)
@@ -477,14 +473,19 @@ class StompClientProtocol(Protocol):
         except ConnectorError as error:
             settled(error, None)
             return
-        held = self._held
-        if held is not None:
-            self.transport.write(encode_frame(held[0], self.version, add_content_length=held[1]))
-            self._uncovered.append(held[2])
+        self._release_held()
         self._held = (frame, not text, settled)
         self._wrote = True
         if self._cover_call is None:
             self._cover_call = self.clock.callLater(0, self._cover)
+
+    def _release_held(self) -> None:
+        """Write the held unconfirmed SEND, if any, without a receipt: the next receipt covers it."""
+        held, self._held = self._held, None
+        if held is not None:
+            assert self.transport is not None  # (a frame is held only while connected)
+            self.transport.write(encode_frame(held[0], self.version, add_content_length=held[1]))
+            self._uncovered.append(held[2])
 
     def _cover(self) -> None:
         """Write the held SEND with a receipt that confirms every unconfirmed SEND up to it."""
