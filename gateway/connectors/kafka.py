@@ -149,6 +149,11 @@ class DeliveryReport:
     partition: int
     offset: int
 
+    @classmethod
+    def of(cls, record: Any) -> DeliveryReport:
+        """The report of a record confluent-kafka delivered."""
+        return cls(record.topic(), record.partition(), record.offset())
+
 
 @dataclass(slots=True)
 class KafkaSettings:
@@ -481,7 +486,7 @@ class KafkaConnector:
 
         def settled(error: Exception | None, record: Any) -> None:
             if error is None:
-                done.callback(DeliveryReport(record.topic(), record.partition(), record.offset()))
+                done.callback(DeliveryReport.of(record))
             else:
                 done.errback(error)
 

@@ -77,10 +77,6 @@ class RoutingMetrics:
             stats = self.routes[route] = RouteStats()
         return stats
 
-    def delivered(self, route: str, seconds: float) -> None:
-        """Count a message ``route`` published and Kafka acknowledged after ``seconds``."""
-        self.stats(route).delivered(seconds)
-
     def collect(self) -> Iterator[Metric]:
         """Prometheus collector protocol: the per-route success counters and latency histograms."""
         successes = CounterMetricFamily(

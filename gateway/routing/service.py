@@ -148,8 +148,7 @@ class KafkaRouter:
             if error is not None:
                 done.errback(error)
             else:
-                report = DeliveryReport(record.topic(), record.partition(), record.offset())
-                done.callback(RoutingResult(ROUTED, route, topic, report))
+                done.callback(RoutingResult(ROUTED, route, topic, DeliveryReport.of(record)))
 
         self._publish(message.message_id, route, topic, decision.key, decision.value, list(decision.headers),
                       published)
