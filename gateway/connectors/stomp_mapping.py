@@ -98,11 +98,9 @@ def forward_parts(
     """
     if "amq-msg-type" in headers:
         return None
-    text = "content-length" not in headers
-    if text:
-        convert.text_body(body)
-        if b"\x00" in body:  # (not from the wire: a frame without content-length ends at its NUL)
-            return None
+    text, persistent, priority, expiration = convert.plain_send_fields(headers, body, default_persistent)
+    if text and b"\x00" in body:  # (not from the wire: a frame without content-length ends at its NUL)
+        return None
     out: dict[str, str] = {}
     value = headers.get("correlation-id")
     if value is not None:
@@ -113,11 +111,9 @@ def forward_parts(
     value = headers.get("type")
     if value is not None:
         out["type"] = value
-    if convert.persistent_header(headers, default_persistent):
+    if persistent:
         out["persistent"] = "true"
-    priority = convert.priority_header(headers)
     out["priority"] = str(DEFAULT_PRIORITY if priority is None else priority)
-    expiration = convert.expires_header(headers)
     if expiration:
         out["expires"] = str(expiration)
     out["timestamp"] = str(now_ms)

@@ -130,6 +130,18 @@ def expires_header(headers: dict[str, str]) -> int:
     return int(expires)
 
 
+def plain_send_fields(
+    headers: dict[str, str], body: bytes, default_persistent: bool
+) -> tuple[bool, bool, int | None, int]:
+    """``(text, persistent, priority, expiration)`` of a SEND without ``amq-msg-type``, checked
+    as :func:`frame_to_message` checks them and in its order (the same StompProtocolError for
+    the first bad one): the shortcuts that map a SEND without building its message use this."""
+    text = "content-length" not in headers
+    if text:
+        text_body(body)
+    return text, persistent_header(headers, default_persistent), priority_header(headers), expires_header(headers)
+
+
 def property_to_header(value: PropertyValue) -> str:
     """A property value as STOMP header text."""
     if isinstance(value, bool):
@@ -202,6 +214,7 @@ __all__ = [
     "message_headers",
     "message_to_frame",
     "persistent_header",
+    "plain_send_fields",
     "priority_header",
     "property_to_header",
     "text_body",

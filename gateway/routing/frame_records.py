@@ -90,12 +90,7 @@ def frame_record(
     """
     if "amq-msg-type" in headers or ORIGIN_HEADER in headers:
         return None
-    text = "content-length" not in headers
-    if text:
-        convert.text_body(body)
-    persistent = convert.persistent_header(headers, default_persistent)
-    priority = convert.priority_header(headers)
-    expiration = convert.expires_header(headers)
+    text, persistent, priority, expiration = convert.plain_send_fields(headers, body, default_persistent)
     key = frame_key(headers, key_name, message_id)
     if key is None:
         return None
