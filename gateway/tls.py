@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.errors import ConfigError
@@ -25,12 +25,15 @@ _PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFIC
 
 @dataclass(frozen=True, slots=True)
 class ClientTls:
-    """A connector's checked TLS options (absolute paths)."""
+    """A connector's checked TLS options (absolute paths) and the Twisted client TLS
+    options built from them (``creator``, read once when the configuration loads)."""
 
     hostname: str
     ca: str | None = None
     cert: str | None = None
     key: str | None = None
+    creator: Any = field(default=None, compare=False, repr=False)
+    """Twisted's client TLS options (an ``IOpenSSLClientConnectionCreator``)."""
 
     @classmethod
     def from_options(cls, options: dict[str, Any], *, hostname: str, base_dir: str, key: Any) -> ClientTls:
@@ -51,11 +54,11 @@ class ClientTls:
         tls = cls(hostname=name, ca=path("tls_ca"), cert=path("tls_cert"), key=path("tls_key"))
         if tls.key is not None and tls.cert is None:
             raise ConfigError("a client key needs its certificate (tls_cert)", key=key("tls_key"))
-        tls.creator(key)  # read and check every file now: a bad one is a startup error
-        return tls
+        # read and check every file now: a bad one is a startup error
+        return replace(tls, creator=tls._build_creator(key))
 
-    def creator(self, key: Any = lambda option: option) -> Any:
-        """Twisted's client TLS options (an ``IOpenSSLClientConnectionCreator``)."""
+    def _build_creator(self, key: Any) -> Any:
+        """Twisted's client TLS options from the files; ``key(option)`` names an option in errors."""
         try:
             from twisted.internet import ssl
         except ImportError as error:  # pyOpenSSL / service_identity missing

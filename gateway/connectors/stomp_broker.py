@@ -222,8 +222,7 @@ class StompBrokerConnector:
         timeout = settings.connect_timeout / 1000.0
         endpoint: IStreamClientEndpoint = TCP4ClientEndpoint(self.reactor, settings.address, settings.port, timeout)
         if settings.tls is not None:
-            endpoint = wrapClientTLS(settings.tls.creator(lambda option: f"connectors.{self.name}.{option}"),
-                                     endpoint)
+            endpoint = wrapClientTLS(settings.tls.creator, endpoint)
         return endpoint
 
     # -- lifecycle -----------------------------------------------------------
