@@ -35,7 +35,15 @@ from gateway.connectors.destination_map import DestinationMap
 from gateway.deferreds import gather
 from gateway.errors import GatewayError, SelectorError, StompProtocolError
 from gateway.flow import Congestion
-from gateway.interfaces import ACK_MODES, IConnector, IConsumer, IStompUser, ISubscription, SubscriptionSpec
+from gateway.interfaces import (
+    ACK_MODES,
+    IConnector,
+    IConsumer,
+    IFlowControlled,
+    IStompUser,
+    ISubscription,
+    SubscriptionSpec,
+)
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, Message, TextMessage
 from gateway.stomp.frame import VERSIONS, Frame
@@ -764,6 +772,8 @@ class StompSession:
             batches.setdefault(id(connector), (connector, []))[1].append(message)
         for connector, messages in batches.values():
             work.append(connector.send_batch(messages))
+            if IFlowControlled.providedBy(connector) and connector.congestion.congested:
+                self._hold_for(connector.congestion)  # (the transaction's SENDs go out only now)
         for subscription, tags in transaction.acks:
             work.append(self._apply(subscription, tags, "ack"))
         for subscription, tags in transaction.nacks:

@@ -135,3 +135,17 @@ def test_embedded_destinations_are_never_held() -> None:
     for index in range(3):
         setup.peer.send("SEND", {"destination": "/queue/local"}, str(index).encode())
     assert reading(setup.peer)
+
+
+def test_a_commit_to_a_congested_broker_holds_its_sender() -> None:
+    setup = Setup()
+    assert setup.broker.transport is not None
+    setup.peer.send("BEGIN", {"transaction": "t1"})
+    setup.peer.send("SEND", {"destination": "/queue/jms.a", "transaction": "t1"}, b"1")
+    setup.broker.transport.producer.pauseProducing()  # full before the COMMIT sends anything
+    assert reading(setup.peer), "a SEND inside a transaction goes nowhere before COMMIT"
+    setup.peer.send("COMMIT", {"transaction": "t1"})
+    assert not reading(setup.peer)
+    assert [frame.body for frame in setup.sent() if frame.command == "SEND"] == [b"1"]
+    setup.broker.transport.producer.resumeProducing()
+    assert reading(setup.peer)
