@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
+from gateway.admin.settings import parse_admin_settings
 from gateway.auth import build_portal
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.store import MemoryStore
@@ -53,8 +54,13 @@ class Gateway:
         if router is not None:
             # The router takes the Kafka connector's place: sends are routed, subscriptions reach Kafka.
             self.connectors[router.config.connector] = router
+        self.router = router
+        """The Kafka router when ``[routing]`` is configured (also in :attr:`connectors`)."""
         self.destinations = DestinationMap(self.connectors, config.destinations)
         self.portal = build_portal(config.auth, config.path)
+        self.admin = parse_admin_settings(config.admin, config.path, has_users=self.portal is not None)
+        self.started_at: float | None = None
+        """When :meth:`start` brought the connectors up (reactor seconds)."""
         self.transform_config = parse_transform_config(config.transform, config.path)
         self.plugin_manager = plugin_manager_for(self.transform_config)
         self.chains = TransformChains(self.plugin_manager, self.transform_config, registry=self.registry,
@@ -76,6 +82,7 @@ class Gateway:
         started = gather(c.start() for c in self.connectors.values())
 
         def start_bridges(result: Any) -> Any:
+            self.started_at = self.reactor.seconds()
             self.bridges.startService()
             return result
 

@@ -146,6 +146,29 @@ class IConnector(Interface):
         Returns a Deferred."""
 
 
+@dataclass(slots=True, frozen=True)
+class Health:
+    """Whether a part of the gateway does its job, and why not (the admin endpoint's ``/health``).
+
+    :ivar up: False when messages do not move through this part (a broker not
+        connected, routing stopped, a failed bridge) until something changes.
+    :ivar detail: one line for an operator.
+    """
+
+    up: bool
+    detail: str
+
+
+class IStatusReporting(Interface):
+    """A connector that reports on itself to the admin endpoint (``/health``, ``/status``)."""
+
+    def health() -> Health:
+        """How it is now; cheap (called on every health probe)."""
+
+    def status() -> dict[str, Any]:
+        """A JSON-serialisable summary for operators."""
+
+
 class IPostingConnector(IConnector):
     """A connector that can also send without a Deferred per message.
 

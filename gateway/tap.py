@@ -85,6 +85,7 @@ class GatewayService(service.MultiService):
         service.Service.startService(self)
         d: Deferred[Any] = self.gateway.start()
         d.addCallback(lambda _: self._listen())
+        d.addCallback(lambda _: self._listen_admin())
         d.addErrback(self._failed)
 
     def _listen(self) -> None:
@@ -99,6 +100,26 @@ class GatewayService(service.MultiService):
                 raise GatewayError(f"cannot listen on {spec!r}: {error}") from error
             self.listeners.append(listener)
             self.log.info("jmsgateway listening for STOMP on {endpoint}", endpoint=spec)
+
+    def _listen_admin(self) -> None:
+        """Open the admin endpoint's listeners (``[admin] listen``), if any."""
+        settings = self.gateway.admin
+        if not settings.listen:
+            return
+        from gateway.admin import admin_site
+
+        site = admin_site(self.gateway, settings)
+        for spec in settings.listen:
+            try:
+                endpoint = endpoints.serverFromString(self.reactor, spec)
+                listener = internet.StreamServerEndpointService(endpoint, site)
+                listener._raiseSynchronously = True
+                listener.setServiceParent(self)
+            except Exception as error:
+                raise GatewayError(f"cannot listen on {spec!r} (admin): {error}") from error
+            self.listeners.append(listener)
+            guarded = "HTTP Basic authentication" if self.gateway.portal is not None else "NO authentication"
+            self.log.info("jmsgateway admin endpoint on {endpoint} ({guarded})", endpoint=spec, guarded=guarded)
 
     def _failed(self, failure: Any) -> None:
         error = failure.value

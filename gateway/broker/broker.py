@@ -32,7 +32,15 @@ from gateway.broker.store import DurableRecord, MemoryStore, Snapshot, durable_k
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, GatewayError
-from gateway.interfaces import IConnector, IConsumer, IMessageStore, ISubscription, SubscriptionSpec
+from gateway.interfaces import (
+    Health,
+    IConnector,
+    IConsumer,
+    IMessageStore,
+    IStatusReporting,
+    ISubscription,
+    SubscriptionSpec,
+)
 from gateway.message.model import Message
 
 QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
@@ -95,7 +103,7 @@ class BrokerMetrics:
             yield family
 
 
-@implementer(IConnector)
+@implementer(IConnector, IStatusReporting)
 class EmbeddedBroker:
     """Queues, topics and durable subscriptions in this process (IConnector)."""
 
@@ -447,6 +455,11 @@ class EmbeddedBroker:
 
     def _store_failed(self, failure: Any) -> None:
         self.log.failure("message store write failed", failure)
+
+    def health(self) -> Health:
+        """:class:`IStatusReporting`: the embedded broker is up while the gateway runs."""
+        pending = sum(len(queue) for queue in self.queues.values())
+        return Health(True, f"{len(self.queues)} queues, {pending} messages pending")
 
     def status(self) -> dict[str, Any]:
         """Queue depths and consumer counts (admin and tests)."""

@@ -61,7 +61,7 @@ from gateway.connectors.kafka_records import Header, message_to_record
 from gateway.connectors.kafka_subscription import KafkaSubscription
 from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
-from gateway.interfaces import IConsumer, IFlowControlled, SubscriptionSpec
+from gateway.interfaces import Health, IConsumer, IFlowControlled, IStatusReporting, SubscriptionSpec
 from gateway.message.model import Message
 
 HARD_ERROR_CODES = frozenset(
@@ -234,7 +234,7 @@ def topic_for_destination(destination: str, topics: dict[str, str] | None = None
     return name
 
 
-@implementer(IFlowControlled)
+@implementer(IFlowControlled, IStatusReporting)
 class KafkaConnector:
     """Sends to and subscribes from Kafka (see the module docstring).
 
@@ -368,6 +368,25 @@ class KafkaConnector:
             d.addCallback(lambda _: deferToThreadPool(self.reactor, self._pool(), transactional.flush, 10))
         d.addCallback(lambda _: None)
         return d
+
+    def health(self) -> Health:
+        """:class:`IStatusReporting`: up while the producer runs (started, not stopped)."""
+        if self._producer is None or not self._running:
+            return Health(False, f"not started (bootstrap {self.settings.bootstrap})")
+        congested = ", senders held (queue half full)" if self.congestion.congested else ""
+        return Health(True, f"producing to {self.settings.bootstrap}, {self._in_flight} records in flight{congested}")
+
+    def status(self) -> dict[str, Any]:
+        """State for the admin page."""
+        return {
+            "connector": self.name,
+            "bootstrap": self.settings.bootstrap,
+            "state": "running" if self._producer is not None and self._running else "stopped",
+            "in_flight": self._in_flight,
+            "congested": self.congestion.congested,
+            "subscriptions": len(self._subscriptions),
+            "transactional": self.settings.transactional_id is not None,
+        }
 
     # ----------------------------------------------------------- producing
 

@@ -71,7 +71,16 @@ from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSet
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
 from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, SelectorError
 from gateway.flow import Congestion
-from gateway.interfaces import ACK_MODES, IConsumer, IFlowControlled, IFrameForwarder, ISubscription, SubscriptionSpec
+from gateway.interfaces import (
+    ACK_MODES,
+    Health,
+    IConsumer,
+    IFlowControlled,
+    IFrameForwarder,
+    IStatusReporting,
+    ISubscription,
+    SubscriptionSpec,
+)
 from gateway.message.model import Message, now_millis
 from gateway.stomp.client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 
@@ -150,7 +159,7 @@ class _BrokerSessionEndpoint:
         return attempt.addCallback(handshake).addErrback(failed)
 
 
-@implementer(IFrameForwarder, IFlowControlled)
+@implementer(IFrameForwarder, IFlowControlled, IStatusReporting)
 class StompBrokerConnector:
     """:class:`~gateway.interfaces.IConnector` for a JMS broker spoken to over STOMP.
 
@@ -293,6 +302,13 @@ class StompBrokerConnector:
             done.addBoth(lambda _: service.stopService())
             return done.addCallback(lambda _: None)
         return service.stopService()
+
+    def health(self) -> Health:
+        """:class:`IStatusReporting`: up while connected to the broker."""
+        if self.state == "connected":
+            return Health(True, f"connected to {self.settings.uri}")
+        reason = f": {self.last_error}" if self.last_error else ""
+        return Health(False, f"{self.state}, not connected to {self.settings.uri}{reason}")
 
     def status(self) -> dict[str, Any]:
         """State for logs and the admin page."""

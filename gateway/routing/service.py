@@ -31,7 +31,7 @@ from zope.interface import implementer
 from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, Settled
 from gateway.connectors.kafka_records import Header
 from gateway.errors import ConfigError, ConnectorError, DestinationError
-from gateway.interfaces import IConsumer, IFlowControlled, IFrameForwarder, SubscriptionSpec
+from gateway.interfaces import Health, IConsumer, IFlowControlled, IFrameForwarder, IStatusReporting, SubscriptionSpec
 from gateway.message.model import Message, new_message_id, now_millis
 from gateway.routing.config import Route, RoutingConfig, parse_routing_config
 from gateway.routing.frame_records import frame_record
@@ -67,7 +67,7 @@ class RoutingResult:
 _UNDECIDED = object()
 
 
-@implementer(IFrameForwarder, IFlowControlled)
+@implementer(IFrameForwarder, IFlowControlled, IStatusReporting)
 class KafkaRouter:
     """Routes messages to Kafka by a :class:`RoutingConfig`.
 
@@ -121,7 +121,17 @@ class KafkaRouter:
             "stopped": self.stopped,
             "stopped_routes": dict(self.stopped_routes),
             "routes": [r.name for r in self.config.routes],
+            "kafka": self.connector.status(),
         }
+
+    def health(self) -> Health:
+        """:class:`IStatusReporting`: down while routing or a route is stopped, or the connector is down."""
+        if self.stopped is not None:
+            return Health(False, f"routing stopped: {self.stopped}")
+        if self.stopped_routes:
+            stopped = "; ".join(f"{route}: {why}" for route, why in self.stopped_routes.items())
+            return Health(False, f"route(s) stopped: {stopped}")
+        return self.connector.health()
 
     def route(self, message: Message) -> Deferred[RoutingResult]:
         """Route one message; fires when Kafka acknowledged it (or it was

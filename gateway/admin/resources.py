@@ -1,0 +1,239 @@
+"""The admin endpoint's HTTP resources (``twisted.web``): JSON pages and control actions.
+
+=====================================  =====================================================
+``GET /``                              what is here (id, version, the paths below)
+``GET /health``                        200 ``{"status": "UP"}`` or 503 ``"DOWN"``, per part
+``GET /metrics``                       the gateway's Prometheus registry (text format)
+``GET /status``                        uptime, STOMP connections, connectors, bridges
+``GET /bridges``, ``/bridges/NAME``    bridge status
+``POST /bridges/NAME/ACTION``          ``start``, ``stop``, ``pause``, ``resume``; answers
+                                       with the bridge's status once the action is done
+``GET /routing``                       Kafka routing: stopped routes, the producer
+``POST /routing/restart[?route=R]``    clear a hard stop (all routing) or one route's stop
+=====================================  =====================================================
+
+Errors are JSON too: ``{"error": "..."}`` with 404 (unknown bridge, route or
+path), 405 (an action asked for with GET) or 500 (the action failed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request
+
+from gateway.admin.health import DOWN, gateway_health, gateway_status
+
+BRIDGE_ACTIONS = ("start", "stop", "pause", "resume")
+
+log = Logger()
+
+
+def json_body(request: Request, code: int, document: Any) -> bytes:
+    """Set ``code`` and the JSON content type on ``request``; the encoded ``document``."""
+    request.setResponseCode(code)
+    request.setHeader(b"content-type", b"application/json; charset=utf-8")
+    request.setHeader(b"cache-control", b"no-store")
+    return json.dumps(document, indent=1, sort_keys=True, default=str).encode("utf-8") + b"\n"
+
+
+class ErrorPage(Resource):
+    """A JSON error for any method."""
+
+    isLeaf = True
+
+    def __init__(self, code: int, message: str, allow: bytes | None = None) -> None:
+        super().__init__()
+        self.code = code
+        self.message = message
+        self.allow = allow
+
+    def render(self, request: Request) -> bytes:
+        if self.allow is not None:
+            request.setHeader(b"allow", self.allow)
+        return json_body(request, self.code, {"error": self.message})
+
+
+class JsonPage(Resource):
+    """``GET``: ``(code, document) = produce()`` as JSON."""
+
+    isLeaf = True
+
+    def __init__(self, produce: Callable[[], tuple[int, Any]]) -> None:
+        super().__init__()
+        self.produce = produce
+
+    def render_GET(self, request: Request) -> bytes:
+        code, document = self.produce()
+        return json_body(request, code, document)
+
+    def render_HEAD(self, request: Request) -> bytes:
+        return self.render_GET(request)
+
+
+class ActionPage(Resource):
+    """``POST``: run ``act(request)`` (a Deferred or a value); answer with ``describe()`` once it is done."""
+
+    isLeaf = True
+
+    def __init__(self, what: str, act: Callable[[Request], Any], describe: Callable[[], Any]) -> None:
+        super().__init__()
+        self.what = what
+        self.act = act
+        self.describe = describe
+
+    def render_GET(self, request: Request) -> bytes:
+        request.setHeader(b"allow", b"POST")
+        return json_body(request, 405, {"error": f"{self.what} is an action: use POST"})
+
+    def render_POST(self, request: Request) -> Any:
+        gone: list[bool] = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def done(_: object) -> None:
+            if not gone:
+                request.write(json_body(request, 200, self.describe()))
+                request.finish()
+
+        def failed(failure: Failure) -> None:
+            if failure.check(KeyError):  # an unknown name in the request
+                error = failure.value
+                code, message = 404, str(error.args[0] if error is not None and error.args else error)
+            else:
+                code, message = 500, f"{self.what} failed: {failure.getErrorMessage()}"
+                log.warn("admin: {what} failed: {error}", what=self.what, error=failure.getErrorMessage())
+            if not gone:
+                request.write(json_body(request, code, {"error": message}))
+                request.finish()
+
+        d: Deferred[Any] = maybeDeferred(self.act, request)
+        d.addCallbacks(done, failed)
+        return NOT_DONE_YET
+
+
+class BridgesPage(Resource):
+    """``/bridges``: every bridge; ``/bridges/NAME`` one; ``/bridges/NAME/ACTION`` control."""
+
+    def __init__(self, service: Any) -> None:
+        super().__init__()
+        self.service = service
+
+    def render_GET(self, request: Request) -> bytes:
+        return json_body(request, 200, self.service.status())
+
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        name = path.decode("utf-8", "replace")
+        try:
+            bridge = self.service.bridge(name)
+        except KeyError as error:
+            return ErrorPage(404, str(error.args[0]))
+        return BridgePage(bridge)
+
+
+class BridgePage(Resource):
+    """One bridge: its status, and its actions as children."""
+
+    def __init__(self, bridge: Any) -> None:
+        super().__init__()
+        self.bridge = bridge
+
+    def render_GET(self, request: Request) -> bytes:
+        return json_body(request, 200, self.bridge.status())
+
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        action = path.decode("utf-8", "replace")
+        if action not in BRIDGE_ACTIONS:
+            return ErrorPage(404, f"no bridge action {action!r}; actions: {', '.join(BRIDGE_ACTIONS)}")
+        return ActionPage(f"bridge {self.bridge.name}: {action}", lambda _: getattr(self.bridge, action)(),
+                          self.bridge.status)
+
+
+class RoutingPage(Resource):
+    """``/routing``: the Kafka router's status; ``/routing/restart`` clears stops."""
+
+    def __init__(self, router: Any) -> None:
+        super().__init__()
+        self.router = router
+        self.putChild(b"restart", ActionPage("routing restart", self._restart, router.status))
+
+    def render_GET(self, request: Request) -> bytes:
+        return json_body(request, 200, self.router.status())
+
+    def _restart(self, request: Request) -> None:
+        routes = request.args.get(b"route") if request.args else None
+        if not routes:
+            self.router.restart()
+            return
+        for raw in routes:
+            route = raw.decode("utf-8", "replace")
+            if route not in {r.name for r in self.router.config.routes}:
+                raise KeyError(f"no route {route!r} (routes: {', '.join(r.name for r in self.router.config.routes)})")
+            self.router.restart(route)
+
+
+class MetricsPage(Resource):
+    """``GET /metrics``: ``registry`` in the Prometheus text format (OpenMetrics when the
+    scraper asks for it), collected on the reactor thread that owns the numbers."""
+
+    isLeaf = True
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def render_GET(self, request: Request) -> bytes:
+        accept = request.getHeader(b"accept")
+        encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
+        request.setHeader(b"content-type", content_type.encode("ascii"))
+        body: bytes = encoder(self.registry)
+        return body
+
+
+class AdminRoot(Resource):
+    """``/``: the index, with the pages above as children."""
+
+    def __init__(self, gateway: Any) -> None:
+        super().__init__()
+        self.gateway = gateway
+        clock = gateway.reactor
+
+        def health() -> tuple[int, Any]:
+            document = gateway_health(gateway.config.id, gateway.connectors, gateway.bridges.status())
+            return (503 if document["status"] == DOWN else 200), document
+
+        self.putChild(b"health", JsonPage(health))
+        self.putChild(b"status", JsonPage(lambda: (200, gateway_status(gateway, clock.seconds()))))
+        self.putChild(b"metrics", MetricsPage(gateway.registry))
+        self.putChild(b"bridges", BridgesPage(gateway.bridges))
+        if gateway.router is not None:
+            self.putChild(b"routing", RoutingPage(gateway.router))
+        else:
+            self.putChild(b"routing", ErrorPage(404, "no Kafka routing is configured ([routing])"))
+
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        if path == b"":
+            return self
+        return ErrorPage(404, f"no such page: /{path.decode('utf-8', 'replace')} (see /)")
+
+    def render_GET(self, request: Request) -> bytes:
+        from gateway import __version__
+
+        return json_body(request, 200, {
+            "id": self.gateway.config.id,
+            "version": __version__,
+            "pages": {
+                "/health": "UP/DOWN per connector and bridge (503 when DOWN)",
+                "/metrics": "Prometheus metrics",
+                "/status": "uptime, STOMP connections, connectors, bridges",
+                "/bridges": "bridges; POST /bridges/NAME/{start,stop,pause,resume}",
+                "/routing": "Kafka routing; POST /routing/restart[?route=NAME]",
+            },
+        })
