@@ -189,7 +189,6 @@ def test_stomp_clients_over_tls_end_to_end(
 
 def test_a_tls_listener_without_its_key_is_a_clear_startup_error(tmp_path: Path) -> None:
     listen = f"ssl:{free_port()}:interface=127.0.0.1:privateKey={tmp_path}/no-key.pem:certKey={tmp_path}/no-cert.pem"
-    with pytest.raises(RuntimeError) as caught:
-        GatewayProcess(tmp_path / "gateway", args=["--listen", listen]).start()
-    assert f"jmsgateway cannot start: cannot listen on '{listen}'" in str(caught.value)
-    assert "no-cert.pem" in str(caught.value)
+    output = GatewayProcess(tmp_path / "gateway", args=["--listen", listen]).start_fails()
+    assert f"jmsgateway cannot start: cannot listen on '{listen}'" in output
+    assert "no-cert.pem" in output

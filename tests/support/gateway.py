@@ -65,6 +65,23 @@ class GatewayProcess:
                     self.kill()
                     raise RuntimeError(f"gateway did not listen on {self.port}:\n{self.log()}") from None
 
+    def start_fails(self, timeout: float = 30.0) -> str:
+        """Start a gateway that must refuse to start; its output and log (AssertionError if it runs on).
+
+        Waits for the process to end, not for a port: a listener that fails may
+        come after one that already accepts."""
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.process = subprocess.Popen(
+            self.command(), cwd=str(self.workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        try:
+            output, _ = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the gateway kept running:\n{self.log()}") from None
+        assert self.process.returncode != 0, f"the gateway ended with status 0:\n{self.log()}"
+        return output.decode(errors="replace") + "\n" + self.log()
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
