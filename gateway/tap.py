@@ -24,6 +24,7 @@ from twisted.python import usage
 from gateway.app import Gateway, build_gateway
 from gateway.config import DEFAULT_CONFIG, load_config
 from gateway.errors import ConfigError, GatewayError
+from gateway.stomp.listeners import listener_for
 
 
 class Options(usage.Options):
@@ -91,15 +92,9 @@ class GatewayService(service.MultiService):
     def _listen(self) -> None:
         tune_garbage_collector()
         for spec in self.gateway.config.listen:
-            try:
-                endpoint = endpoints.serverFromString(self.reactor, spec)
-                listener = internet.StreamServerEndpointService(endpoint, self.gateway.factory)
-                listener._raiseSynchronously = True
-                listener.setServiceParent(self)
-            except Exception as error:  # a bad endpoint string, a TLS file, a port in use ...
-                raise GatewayError(f"cannot listen on {spec!r}: {error}") from error
-            self.listeners.append(listener)
-            self.log.info("jmsgateway listening for STOMP on {endpoint}", endpoint=spec)
+            chosen = listener_for(spec, self.gateway.factory, self.reactor)  # plain or ws:<endpoint>
+            self._serve(spec, chosen.endpoint, chosen.factory)
+            self.log.info("jmsgateway listening for {what} on {endpoint}", what=chosen.description, endpoint=spec)
 
     def _listen_admin(self) -> None:
         """Open the admin endpoint's listeners (``[admin] listen``), if any."""
@@ -109,17 +104,21 @@ class GatewayService(service.MultiService):
         from gateway.admin import admin_site
 
         site = admin_site(self.gateway, settings)
+        guarded = "HTTP Basic authentication" if self.gateway.portal is not None else "NO authentication"
         for spec in settings.listen:
-            try:
-                endpoint = endpoints.serverFromString(self.reactor, spec)
-                listener = internet.StreamServerEndpointService(endpoint, site)
-                listener._raiseSynchronously = True
-                listener.setServiceParent(self)
-            except Exception as error:
-                raise GatewayError(f"cannot listen on {spec!r} (admin): {error}") from error
-            self.listeners.append(listener)
-            guarded = "HTTP Basic authentication" if self.gateway.portal is not None else "NO authentication"
+            self._serve(spec, spec, site, " (admin)")
             self.log.info("jmsgateway admin endpoint on {endpoint} ({guarded})", endpoint=spec, guarded=guarded)
+
+    def _serve(self, spec: str, endpoint_spec: str, factory: Any, what: str = "") -> None:
+        """Listen on ``endpoint_spec`` with ``factory``; GatewayError naming ``spec`` if it cannot."""
+        try:
+            endpoint = endpoints.serverFromString(self.reactor, endpoint_spec)
+            listener = internet.StreamServerEndpointService(endpoint, factory)
+            listener._raiseSynchronously = True
+            listener.setServiceParent(self)
+        except Exception as error:  # a bad endpoint string, a TLS file, a port in use ...
+            raise GatewayError(f"cannot listen on {spec!r}{what}: {error}") from error
+        self.listeners.append(listener)
 
     def _failed(self, failure: Any) -> None:
         error = failure.value

@@ -3,6 +3,8 @@
 :class:`Client` wraps one stomp.py connection of a chosen version and
 collects what the server sends (MESSAGE, RECEIPT, ERROR, disconnects) in
 thread-safe queues, so a test can say ``client.message(timeout=5)``.
+Given ``ws_path`` it speaks STOMP over WebSocket (stomp.py's WebSocket
+transport) instead of TCP.
 """
 
 from __future__ import annotations
@@ -14,9 +16,27 @@ import uuid
 from typing import Any
 
 import stomp
+from stomp.adapter.ws import WSTransport
+from stomp.connect import BaseConnection
+from stomp.protocol import Protocol11
 from stomp.utils import Frame as StompPyFrame
 
 CONNECTIONS = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}
+
+
+class WSConnection11(stomp.Connection11):
+    """STOMP 1.1 over WebSocket: stomp.py's 1.1 connection on its WebSocket transport
+    (stomp.py ships a WebSocket connection for 1.2 only, built the same way)."""
+
+    def __init__(self, host_and_ports: list[tuple[str, int]], *, ws_path: str | None = None,
+                 heartbeats: tuple[int, int] = (0, 0), auto_decode: bool = True,
+                 auto_content_length: bool = True) -> None:
+        transport = WSTransport(host_and_ports, auto_decode=auto_decode, ws_path=ws_path)
+        BaseConnection.__init__(self, transport)
+        Protocol11.__init__(self, transport, heartbeats, auto_content_length)
+
+
+WS_CONNECTIONS: dict[str, Any] = {"1.1": WSConnection11, "1.2": stomp.WSStompConnection}
 
 
 class Collector(stomp.ConnectionListener):
@@ -29,6 +49,7 @@ class Collector(stomp.ConnectionListener):
         self.receipt_lock = threading.Lock()
         self.disconnected = threading.Event()
         self.heartbeat_timeouts = 0
+        self.heartbeats = 0
 
     def on_message(self, frame: StompPyFrame) -> None:
         self.messages.put(frame)
@@ -46,6 +67,9 @@ class Collector(stomp.ConnectionListener):
     def on_heartbeat_timeout(self) -> None:
         self.heartbeat_timeouts += 1
 
+    def on_heartbeat(self) -> None:
+        self.heartbeats += 1
+
     def receipt_event(self, receipt: str) -> threading.Event:
         with self.receipt_lock:
             return self.receipts.setdefault(receipt, threading.Event())
@@ -56,12 +80,15 @@ class Client:
 
     def __init__(self, address: tuple[str, int], version: str = "1.2", *, text: bool = False,
                  heartbeats: tuple[int, int] = (0, 0), ca_certs: str | None = None,
-                 **connect_headers: Any) -> None:
+                 ws_path: str | None = None, **connect_headers: Any) -> None:
         kwargs: dict[str, Any] = {"auto_decode": False, "auto_content_length": not text}
         if version != "1.0":
             kwargs["heartbeats"] = heartbeats
         self.version = version
-        self.connection = CONNECTIONS[version]([address], **kwargs)
+        if ws_path is None:
+            self.connection = CONNECTIONS[version]([address], **kwargs)
+        else:  # STOMP over WebSocket at that URL path
+            self.connection = WS_CONNECTIONS[version]([address], ws_path=ws_path, **kwargs)
         if ca_certs is not None:  # TLS, verifying the server against this CA
             self.connection.set_ssl(for_hosts=[address], ca_certs=ca_certs)
         self.listener = Collector()
