@@ -101,7 +101,7 @@ class GatewayService(service.MultiService):
         settings = self.gateway.admin
         if not settings.listen:
             return
-        from gateway.admin import admin_site
+        from gateway.admin.site import admin_site
 
         site = admin_site(self.gateway, settings)
         guarded = "HTTP Basic authentication" if self.gateway.portal is not None else "NO authentication"

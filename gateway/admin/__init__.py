@@ -7,9 +7,7 @@ default).  :mod:`~gateway.admin.settings` validates the table,
 Prometheus text format) and :mod:`~gateway.admin.site` assembles the site,
 behind HTTP Basic authentication (``twisted.cred``, the ``[auth]`` users)
 when the gateway has users.
+
+Nothing is imported here: the gateway reads ``[admin]`` at every start, and
+only a gateway with an admin listener should pay for ``twisted.web``.
 """
-
-from gateway.admin.settings import AdminSettings, parse_admin_settings
-from gateway.admin.site import admin_site
-
-__all__ = ["AdminSettings", "admin_site", "parse_admin_settings"]

@@ -18,8 +18,8 @@ from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 
-from gateway.admin import parse_admin_settings
 from gateway.admin.health import bridge_health, gateway_health
+from gateway.admin.settings import parse_admin_settings
 from gateway.admin.site import admin_resource
 from gateway.app import build_gateway
 from gateway.config import parse_config
