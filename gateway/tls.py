@@ -66,7 +66,7 @@ class ClientTls:
                               key=key("uri")) from None
         trust: Any = None
         if self.ca is not None:
-            blocks = _PEM_CERTIFICATE.findall(_read(self.ca, key("tls_ca")))
+            blocks = pem_certificates(_read(self.ca, key("tls_ca")))
             if not blocks:
                 raise ConfigError(f"{self.ca} holds no PEM certificate", key=key("tls_ca"))
             trust = ssl.trustRootFromCertificates([_loaded(ssl.Certificate, block, self.ca, key("tls_ca"))
@@ -78,6 +78,12 @@ class ClientTls:
                 pem += b"\n" + _read(self.key, key("tls_key"))
             client = _loaded(ssl.PrivateCertificate, pem, self.cert, key("tls_key" if self.key else "tls_cert"))
         return ssl.optionsForClientTLS(self.hostname, trustRoot=trust, clientCertificate=client)
+
+
+def pem_certificates(data: bytes) -> list[bytes]:
+    """The PEM certificate blocks in ``data`` (a CA bundle, a chain), in order."""
+    found: list[bytes] = _PEM_CERTIFICATE.findall(data)
+    return found
 
 
 def _read(path: str, option: str) -> bytes:

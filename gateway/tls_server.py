@@ -18,7 +18,6 @@ the listener is made: a missing or bad one stops start-up naming it.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from twisted.internet.interfaces import IStreamServerEndpointStringParser
 from twisted.plugin import IPlugin
 from zope.interface import implementer
 
-_PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+from gateway.tls import pem_certificates
 
 
 def _read(path: str, what: str) -> bytes:
@@ -40,7 +39,7 @@ def _read(path: str, what: str) -> bytes:
 def _certificates(path: str, what: str) -> list[Any]:
     from twisted.internet.ssl import Certificate
 
-    found = _PEM_CERTIFICATE.findall(_read(path, what))
+    found = pem_certificates(_read(path, what))
     if not found:
         raise ValueError(f"{what} {path} holds no PEM certificate")
     return [Certificate.loadPEM(pem) for pem in found]
