@@ -66,7 +66,7 @@ name = "copy"
 source = {{ connector = "embedded", destination = "{source}" }}
 target = {{ connector = "embedded", destination = "{target}" }}
 """, args=[USERS])
-    assert "admin endpoint on tcp:" in gateway.log() and "(HTTP Basic authentication)" in gateway.log()
+    assert "(HTTP Basic authentication)" in gateway.wait_for_log("admin endpoint on tcp:")
     alice = ("alice", "secret")
 
     # health is public; everything else needs an admin login
@@ -126,7 +126,7 @@ listen = "tcp:{admin}:interface=127.0.0.1"
 uri = "stomp://127.0.0.1:{proxy.port}"
 failure_retry_interval = 200
 """)
-        assert "(NO authentication)" in gateway.log()
+        assert "(NO authentication)" in gateway.wait_for_log("admin endpoint on tcp:")
 
         def health() -> tuple[int, Any]:
             status, document, _ = http(admin, "GET", "/health")

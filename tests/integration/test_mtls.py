@@ -69,7 +69,7 @@ def mtls_gateway(tls: TlsFiles, tmp_path: Path) -> Iterator[int]:
               f":caCerts={tls.ca_cert}")
     process = GatewayProcess(tmp_path / "gateway", args=["--listen", listen]).start()
     wait_for_port(port, timeout=10)
-    assert "listening for STOMP on mtls:" in process.log()
+    process.wait_for_log("listening for STOMP on mtls:")
     yield port
     process.stop()
 

@@ -88,6 +88,18 @@ class GatewayProcess:
         except OSError:
             return ""
 
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
+        """The log once it contains ``text`` (AssertionError with the log after ``timeout``).
+
+        :meth:`start` returns when the first listener accepts; what the
+        gateway logs about the listeners after it may not be written yet."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not logged within {timeout} s:\n{log}")
+            time.sleep(0.05)
+        return log
+
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM and wait; returns the exit code."""
         if self.process is None or self.process.poll() is not None:
