@@ -13,6 +13,8 @@ from typing import Any
 
 from twisted.internet.interfaces import IProtocolFactory
 
+from gateway.errors import GatewayError
+
 WEBSOCKET_PREFIX = "ws:"
 """A listener spec starting with this serves STOMP over WebSocket on the endpoint after it."""
 
@@ -28,10 +30,15 @@ class Listener:
 
 
 def listener_for(spec: str, stomp_factory: Any, reactor: Any) -> Listener:
-    """The endpoint and factory for ``spec``: plain STOMP, or STOMP over WebSocket for ``ws:<endpoint>``."""
+    """The endpoint and factory for ``spec``: plain STOMP, or STOMP over WebSocket for ``ws:<endpoint>``
+    (GatewayError naming the spec when WebSocket support cannot load)."""
     if spec[: len(WEBSOCKET_PREFIX)].lower() != WEBSOCKET_PREFIX:
         return Listener(spec, stomp_factory, "STOMP")
-    from gateway.stomp.websocket import StompWebSocketFactory
+    try:
+        from gateway.stomp.websocket import StompWebSocketFactory
+    except ImportError as error:
+        raise GatewayError(f"cannot listen on {spec!r}: STOMP over WebSocket needs autobahn "
+                           f"(pip install 'autobahn>=26.10'): {error}") from error
 
     factory = StompWebSocketFactory(stomp_factory, reactor)
     return Listener(spec[len(WEBSOCKET_PREFIX):], factory, "STOMP over WebSocket")

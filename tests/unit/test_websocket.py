@@ -9,6 +9,7 @@ read by websocket-client's framing classes, and a ``Clock`` for STOMP timing.
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -23,7 +24,7 @@ from websocket import ABNF, continuous_frame, frame_buffer
 from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.errors import StompProtocolError
+from gateway.errors import GatewayError, StompProtocolError
 from gateway.stomp.codec import FrameDecoder, encode_frame
 from gateway.stomp.frame import Frame
 from gateway.stomp.listeners import listener_for
@@ -149,6 +150,14 @@ def test_listener_specs() -> None:
     assert ws.endpoint == "ssl:15673:privateKey=k.pem"
     assert isinstance(ws.factory, StompWebSocketFactory) and ws.factory.stomp_factory is stomp_factory
     assert ws.description == "STOMP over WebSocket"
+
+
+def test_a_ws_listener_without_autobahn_is_a_startup_error_naming_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gateway.stomp.websocket", None)  # what a missing autobahn looks like
+    stomp_factory = make_factory(Clock(), EmbeddedBroker(Clock()))
+    assert listener_for("tcp:61613", stomp_factory, Clock()).factory is stomp_factory  # plain listeners need none
+    with pytest.raises(GatewayError, match=r"cannot listen on 'ws:tcp:15674': STOMP over WebSocket needs autobahn"):
+        listener_for("ws:tcp:15674", stomp_factory, Clock())
 
 
 # -- the autobahn protocol, through a real handshake --------------------------
