@@ -11,9 +11,7 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.stomp.codec import encode_frame
 from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import INPUT_SLICE
-from tests.unit.test_session import Peer, broker, clock, connect, make_factory
-
-__all__ = ["broker", "clock"]  # fixtures
+from tests.unit.test_session import Peer, connect, make_factory
 
 BODY = b"b" * 100
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from zope.interface.verify import verifyObject
@@ -52,19 +49,6 @@ class Peer:
     @property
     def closed(self) -> bool:
         return self.transport.disconnecting
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def broker(clock: Clock) -> Iterator[EmbeddedBroker]:
-    broker = EmbeddedBroker(clock)
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def make_factory(clock: Clock, broker: EmbeddedBroker, **settings: object) -> StompServerFactory:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from autobahn.websocket.types import ConnectionDeny
@@ -245,19 +245,6 @@ class WebSocketPeer:
         self.protocol.connectionLost(connectionDone)
 
 
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def broker(clock: Clock) -> Iterator[EmbeddedBroker]:
-    broker = EmbeddedBroker(clock)
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def make_ws_factory(clock: Clock, broker: EmbeddedBroker, **settings: object) -> StompWebSocketFactory:
