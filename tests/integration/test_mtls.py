@@ -42,6 +42,18 @@ def certified_client(port: int, ca: Path, cert: Path, key: Path) -> tuple[stomp.
     return connection, inbox
 
 
+def assert_round_trip(port: int, tls: TlsFiles, queue: str, body: bytes) -> None:
+    """stomp.py with the client certificate sends ``body`` to ``queue`` and receives it back."""
+    connection, inbox = certified_client(port, tls.ca_cert, tls.client_cert, tls.client_key)
+    try:
+        connection.subscribe(queue, id="1")
+        connection.send(queue, body, receipt="r1")
+        assert inbox.arrived.wait(10)
+        assert inbox.bodies == [body]
+    finally:
+        connection.disconnect()
+
+
 def handshake_answer(port: int, ca: Path, cert: Path | None = None, key: Path | None = None) -> bytes:
     """What a raw TLS client (with ``cert`` if given) gets back for a CONNECT; b"" or an SSL error text when refused."""
     context = ssl.create_default_context(cafile=str(ca))
@@ -75,14 +87,7 @@ def mtls_gateway(tls: TlsFiles, tmp_path: Path) -> Iterator[int]:
 
 
 def test_a_client_with_a_certificate_from_the_ca_is_served(mtls_gateway: int, tls: TlsFiles) -> None:
-    connection, inbox = certified_client(mtls_gateway, tls.ca_cert, tls.client_cert, tls.client_key)
-    try:
-        connection.subscribe("/queue/mtls", id="1")
-        connection.send("/queue/mtls", b"certified", receipt="r1")
-        assert inbox.arrived.wait(10)
-        assert inbox.bodies == [b"certified"]
-    finally:
-        connection.disconnect()
+    assert_round_trip(mtls_gateway, tls, "/queue/mtls", b"certified")
 
 
 def test_clients_without_a_trusted_certificate_are_refused_and_others_go_on(
@@ -92,14 +97,7 @@ def test_clients_without_a_trusted_certificate_are_refused_and_others_go_on(
     assert handshake_answer(mtls_gateway, tls.ca_cert, tls.client_cert, tls.client_key).startswith(b"CONNECTED")
     assert b"alert certificate required" in handshake_answer(mtls_gateway, tls.ca_cert)
     assert b"alert unknown ca" in handshake_answer(mtls_gateway, tls.ca_cert, other.client_cert, other.client_key)
-    connection, inbox = certified_client(mtls_gateway, tls.ca_cert, tls.client_cert, tls.client_key)
-    try:
-        connection.subscribe("/queue/mtls.after", id="1")
-        connection.send("/queue/mtls.after", b"still served", receipt="r1")
-        assert inbox.arrived.wait(10)
-        assert inbox.bodies == [b"still served"]
-    finally:
-        connection.disconnect()
+    assert_round_trip(mtls_gateway, tls, "/queue/mtls.after", b"still served")
 
 
 @pytest.mark.parametrize("problem", ["no caCerts", "unreadable caCerts"])
