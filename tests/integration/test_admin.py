@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -25,6 +24,7 @@ from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.stomp_clients import Client
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 USERS = '--set=auth.users={alice = "secret", bob = "hunter2"}'
 
@@ -43,14 +43,6 @@ def http(port: int, method: str, path: str, login: tuple[str, str] | None = None
     if headers.get("Content-Type", "").startswith("application/json"):
         return status, json.loads(raw), headers
     return status, raw.decode("utf-8"), headers
-
-
-def eventually(check: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.1)
 
 
 def test_bridge_control_status_metrics_and_logins(make_gateway: Callable[..., GatewayProcess]) -> None:
@@ -132,16 +124,16 @@ failure_retry_interval = 200
             status, document, _ = http(admin, "GET", "/health")
             return status, document["components"]["connectors"]["amq"]
 
-        eventually(lambda: health()[0] == 200, what="UP")
+        wait_until(lambda: health()[0] == 200, what="UP")
         assert health()[1]["detail"] == f"connected to stomp://127.0.0.1:{proxy.port}"
         proxy.cut()
-        eventually(lambda: health()[0] == 503, what="DOWN after the cut")
+        wait_until(lambda: health()[0] == 503, what="DOWN after the cut")
         assert health()[1]["status"] == "DOWN"
         assert "not connected to" in health()[1]["detail"]
         document = http(admin, "GET", "/status")[1]
         assert document["connectors"]["amq"]["state"] in ("retrying", "connecting")
         proxy.restore()
-        eventually(lambda: health()[0] == 200, what="UP again after the restore")
+        wait_until(lambda: health()[0] == 200, what="UP again after the restore")
 
 
 def test_an_admin_port_in_use_stops_the_gateway_with_a_clear_message(tmp_path: Path) -> None:

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain, wait_until
+from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain
 from tests.support.activemq import ActiveMQBroker, activemq
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import Client
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 __all__ = ["activemq"]
 

@@ -26,6 +26,7 @@ import pytest
 
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import Client
+from tests.support.waiting import wait_until
 
 SQLITE = ["--set", 'broker.persistence="sqlite"']
 
@@ -111,14 +112,6 @@ class Producer(threading.Thread):
     def count(self) -> int:
         with self.tally.lock:
             return len(self.tally.receipted)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def drain(server: GatewayProcess | tuple[str, int], destination: str, tally: Tally, expected: set[str],

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain, wait_until
+from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import (
     TansuBroker,
@@ -26,6 +26,7 @@ from tests.support.kafka import (
     read_records,
 )
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 __all__ = ["kafka_bootstrap", "proxied_kafka"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -89,14 +89,6 @@ def bytes_message(destination: str, body: bytes, **fields: Any) -> BytesMessage:
     for name, value in fields.items():
         setattr(message, name, value)
     return message
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
 
 
 class ConnectorHarness:

@@ -23,9 +23,10 @@ from gateway.connectors.stomp_broker import StompBrokerConnector
 from gateway.errors import ConnectorUnavailable
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage, new_message_id, now_millis
-from tests.integration.test_jms_connector import ConnectorHarness, wait_until
+from tests.integration.test_jms_connector import ConnectorHarness
 from tests.support.activemq import ActiveMQBroker, fresh_activemq  # noqa: F401
 from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.activemq
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from tests.support.ports import free_port, wait_for_port
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TWISTD = str(Path(sys.executable).with_name("twistd"))
@@ -93,12 +94,11 @@ class GatewayProcess:
 
         :meth:`start` returns when the first listener accepts; what the
         gateway logs about the listeners after it may not be written yet."""
-        deadline = time.monotonic() + timeout
-        while text not in (log := self.log()):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} not logged within {timeout} s:\n{log}")
-            time.sleep(0.05)
-        return log
+        try:
+            wait_until(lambda: text in self.log(), timeout, f"{text!r} in the gateway's log")
+        except AssertionError as error:
+            raise AssertionError(f"{error}:\n{self.log()}") from None
+        return self.log()
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM and wait; returns the exit code."""
