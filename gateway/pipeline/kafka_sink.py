@@ -120,6 +120,12 @@ def discard_producer(config: dict[str, Any]) -> None:
     _producers.pop(_config_key(config), None)
 
 
+def discard_producers() -> None:
+    """Forget every cached producer: for a process done with Kafka (each one was
+    flushed by the batch that used it last, so nothing is dropped)."""
+    _producers.clear()
+
+
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """The streaming sink (see the module docstring)."""
 

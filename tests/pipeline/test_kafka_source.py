@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from gateway.errors import ConnectorError
-from gateway.pipeline.kafka_sink import write_batches
+from gateway.pipeline.kafka_sink import discard_producers, write_batches
 from gateway.pipeline.kafka_source import KafkaBatchReader, KafkaOffsets, KafkaRange, read_range
 from tests.support.kafka import create_topics, produce, read_records
 
@@ -70,8 +70,11 @@ def test_the_sink_fails_on_records_kafka_refuses(kafka_bootstrap: str) -> None:
     create_topics(kafka_bootstrap, topic)
     good = pa.RecordBatch.from_pylist([{"topic": topic, "key": b"k", "value": b"v",
                                         "headers": [{"key": "a", "value": None}]}] * 5)
-    assert write_batches({"bootstrap": kafka_bootstrap}, iter([good])).records == 5
-    assert len(read_records(kafka_bootstrap, topic, 5, timeout=20)) == 5
-    bad = pa.RecordBatch.from_pylist([{"topic": "", "key": b"k", "value": b"v", "headers": []}])
-    with pytest.raises(ConnectorError):
-        write_batches({"bootstrap": kafka_bootstrap, "kafka.message.timeout.ms": "3000"}, iter([bad]))
+    try:
+        assert write_batches({"bootstrap": kafka_bootstrap}, iter([good])).records == 5
+        assert len(read_records(kafka_bootstrap, topic, 5, timeout=20)) == 5
+        bad = pa.RecordBatch.from_pylist([{"topic": "", "key": b"k", "value": b"v", "headers": []}])
+        with pytest.raises(ConnectorError):
+            write_batches({"bootstrap": kafka_bootstrap, "kafka.message.timeout.ms": "3000"}, iter([bad]))
+    finally:
+        discard_producers()  # the sink caches its producer per process; this one must end before the broker
