@@ -179,13 +179,23 @@ def build_protocol(factory: StompWebSocketFactory) -> StompWebSocketProtocol:
     return protocol
 
 
+class TcpLikeTransport(StringTransport):
+    """A ``StringTransport`` whose ``unregisterProducer`` is as lenient as a TCP
+    connection's: autobahn unregisters when it drops a connection whether or not
+    a producer was registered (a refused handshake has none)."""
+
+    def unregisterProducer(self) -> None:
+        self.producer = None
+        self.streaming = None
+
+
 class WebSocketPeer:
     """A WebSocket client end: masked frames into the server protocol, messages out of it."""
 
     def __init__(self, factory: StompWebSocketFactory, protocols: Sequence[str] = ("v12.stomp",),
                  path: str = "/ws") -> None:
         self.protocol = build_protocol(factory)
-        self.transport = StringTransport(hostAddress=SERVER, peerAddress=CLIENT)
+        self.transport = TcpLikeTransport(hostAddress=SERVER, peerAddress=CLIENT)
         self.protocol.makeConnection(self.transport)
         self.protocol.dataReceived(handshake_request(protocols, path))
         head, _, rest = self.transport.value().partition(b"\r\n\r\n")
@@ -278,6 +288,7 @@ def test_a_handshake_offering_only_other_subprotocols_is_refused(clock: Clock, b
     peer = WebSocketPeer(make_ws_factory(clock, broker), ["mqtt"])
     assert peer.response.startswith("HTTP/1.1 400"), peer.response
     assert peer.protocol.stomp is None
+    assert peer.transport.disconnecting  # and the connection is closed
 
 
 def test_a_frame_split_over_two_messages_is_one_frame(clock: Clock, broker: EmbeddedBroker) -> None:
