@@ -4,7 +4,9 @@ Without ``[auth]`` users anyone who can reach the port may use it (bind it to
 127.0.0.1, the default example).  With users, every page needs HTTP Basic
 authentication checked by the same ``twisted.cred`` checkers as STOMP logins
 (``twisted.web.guard``), restricted to ``[admin] users`` when that is set;
-``/health`` stays open while ``public_health`` is true.
+``/health`` stays open while ``public_health`` is true.  Before either, every
+request passes :class:`~gateway.admin.requests.AdminRequest`'s checks (a
+bounded body, no cross-site state change).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 from zope.interface import implementer
 
+from gateway.admin.requests import AdminRequest
 from gateway.admin.resources import AdminRoot
 from gateway.admin.settings import AdminSettings
 
@@ -82,7 +85,7 @@ class AdminSite(Site):
 
 def admin_site(gateway: Any, settings: AdminSettings) -> Site:
     """The ``twisted.web`` site the admin listeners serve."""
-    site = AdminSite(admin_resource(gateway, settings))
+    site = AdminSite(admin_resource(gateway, settings), requestFactory=AdminRequest)
     site.displayTracebacks = False
     site.noisy = False
     return site

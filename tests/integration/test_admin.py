@@ -33,6 +33,8 @@ def http(port: int, method: str, path: str, login: tuple[str, str] | None = None
     """``method path`` on the admin port: (status, JSON or text body, headers)."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
                                      data=b"" if method == "POST" else None)
+    if method == "POST":
+        request.add_header("Content-Type", "application/json")  # an action must not look like a web form
     if login is not None:
         request.add_header("Authorization", "Basic " + base64.b64encode(":".join(login).encode()).decode())
     try:
