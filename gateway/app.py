@@ -72,6 +72,7 @@ class Gateway:
             broker_settings=config.broker,
             portal=self.portal,
             transformer=SessionTransforms(self.chains),
+            registry=self.registry,
         )
         from gateway.bridges.service import bridges_for_gateway
 

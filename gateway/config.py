@@ -33,6 +33,10 @@ class StompSettings:
     heartbeat_grace: float = 1.5
     default_prefetch: int = 1000
     max_subscriptions: int = 1000
+    connect_timeout_ms: int = 10_000
+    close_timeout_ms: int = 5_000
+    max_connections: int = 0
+    max_connections_per_address: int = 0
 
 
 @dataclass(slots=True)
@@ -74,6 +78,7 @@ class GatewayConfig:
     path: str = ""
     id: str = "jmsgateway"
     listen: list[str] = field(default_factory=lambda: ["tcp:61613:interface=127.0.0.1"])
+    listen_backlog: int = 4096
     data_dir: str = "var"
     stomp: StompSettings = field(default_factory=StompSettings)
     broker: BrokerSettings = field(default_factory=BrokerSettings)
@@ -91,7 +96,7 @@ class GatewayConfig:
         return name if os.path.isabs(name) else os.path.join(self.data_dir, name)
 
 
-_GATEWAY_KEYS = {"id": str, "listen": list, "data_dir": str}
+_GATEWAY_KEYS = {"id": str, "listen": list, "listen_backlog": int, "data_dir": str}
 _RAW_TABLES = ("connectors", "transform", "routing", "pipeline", "admin")
 _SECTIONS: dict[str, type] = {"stomp": StompSettings, "broker": BrokerSettings, "auth": AuthSettings}
 _TOP_LEVEL = ("gateway", "destinations", "bridges", *_SECTIONS, *_RAW_TABLES)
@@ -219,6 +224,7 @@ def _validate_limits(config: GatewayConfig, path: str) -> None:
         "stomp.default_prefetch": config.stomp.default_prefetch,
         "stomp.max_subscriptions": config.stomp.max_subscriptions,
         "broker.expiry_check_interval_ms": config.broker.expiry_check_interval_ms,
+        "gateway.listen_backlog": config.listen_backlog,
     }
     for key, value in positive.items():
         if value < 1:
@@ -227,6 +233,10 @@ def _validate_limits(config: GatewayConfig, path: str) -> None:
         "stomp.heartbeat_send_ms": config.stomp.heartbeat_send_ms,
         "stomp.heartbeat_receive_ms": config.stomp.heartbeat_receive_ms,
         "broker.max_redeliveries": config.broker.max_redeliveries,
+        "stomp.connect_timeout_ms": config.stomp.connect_timeout_ms,
+        "stomp.close_timeout_ms": config.stomp.close_timeout_ms,
+        "stomp.max_connections": config.stomp.max_connections,
+        "stomp.max_connections_per_address": config.stomp.max_connections_per_address,
     }.items():
         if value < 0:
             raise ConfigError(f"must not be negative, got {value}", path=path, key=key)

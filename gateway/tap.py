@@ -5,13 +5,16 @@ configured listeners), ``--data-dir`` and ``--set dotted.key=value``
 (repeatable); :func:`makeService` loads the configuration (a bad one stops
 start-up with one message naming file, key and problem) and returns the
 :class:`GatewayService`, which starts the connectors (recovering stored
-messages) before it opens any listener.
+messages) before it opens any listener.  At start-up the process raises its
+open-file limit to the hard limit (one descriptor per connection), and every
+listener gets the configured listen backlog unless its spec names one.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import resource
 import sys
 from typing import Any
 
@@ -24,7 +27,9 @@ from twisted.python import usage
 from gateway.app import Gateway, build_gateway
 from gateway.config import DEFAULT_CONFIG, load_config
 from gateway.errors import ConfigError, GatewayError
-from gateway.stomp.listeners import listener_for
+from gateway.stomp.listeners import listen_backlog, listener_for, os_backlog_limit, with_backlog
+
+log = Logger()
 
 
 class Options(usage.Options):
@@ -64,6 +69,23 @@ frees; at 700 the collector ran every ~100 messages and took a quarter of the
 reactor thread's time while Kafka records were in flight (docs/kafka.md)."""
 
 
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise this process's soft limit on open files to its hard limit (every connection is a
+    descriptor; shells often start at 1024); logs and returns ``(before, after)``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        log.info("open-file limit: {limit} (the hard limit)", limit=soft)
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as error:
+        log.warn("open-file limit stays {soft}: cannot raise it to {hard}: {error}", soft=soft, hard=hard,
+                 error=error)
+        return soft, soft
+    log.info("open-file limit raised from {soft} to {hard} (the hard limit)", soft=soft, hard=hard)
+    return soft, hard
+
+
 def tune_garbage_collector() -> None:
     """Freeze what start-up allocated (never scanned again) and collect less often."""
     gc.collect()
@@ -81,6 +103,7 @@ class GatewayService(service.MultiService):
         self.gateway = gateway
         self.reactor = reactor
         self.listeners: list[internet.StreamServerEndpointService] = []
+        self.backlog = gateway.config.listen_backlog
 
     def startService(self) -> None:
         service.Service.startService(self)
@@ -89,12 +112,24 @@ class GatewayService(service.MultiService):
         d.addCallback(lambda _: self._listen_admin())
         d.addErrback(self._failed)
 
+    def _backlog(self) -> int:
+        """The listen backlog: ``[gateway] listen_backlog`` capped at the OS limit (logged when capped)."""
+        configured = self.gateway.config.listen_backlog
+        limit = os_backlog_limit()
+        backlog = listen_backlog(configured, limit)
+        if backlog < configured:
+            self.log.info("listen backlog {backlog}: the OS limit (net.core.somaxconn) is below the configured "
+                          "{configured}", backlog=backlog, configured=configured)
+        return backlog
+
     def _listen(self) -> None:
         tune_garbage_collector()
+        self.backlog = self._backlog()
         for spec in self.gateway.config.listen:
             chosen = listener_for(spec, self.gateway.factory, self.reactor)  # plain or ws:<endpoint>
-            self._serve(spec, chosen.endpoint, chosen.factory)
-            self.log.info("jmsgateway listening for {what} on {endpoint}", what=chosen.description, endpoint=spec)
+            self._serve(spec, with_backlog(chosen.endpoint, self.backlog), chosen.factory)
+            self.log.info("jmsgateway listening for {what} on {endpoint} (listen backlog {backlog})",
+                          what=chosen.description, endpoint=spec, backlog=self.backlog)
 
     def _listen_admin(self) -> None:
         """Open the admin endpoint's listeners (``[admin] listen``), if any."""
@@ -106,7 +141,7 @@ class GatewayService(service.MultiService):
         site = admin_site(self.gateway, settings)
         guarded = "HTTP Basic authentication" if self.gateway.portal is not None else "NO authentication"
         for spec in settings.listen:
-            self._serve(spec, spec, site, " (admin)")
+            self._serve(spec, with_backlog(spec, self.backlog), site, " (admin)")
             self.log.info("jmsgateway admin endpoint on {endpoint} ({guarded})", endpoint=spec, guarded=guarded)
 
     def _serve(self, spec: str, endpoint_spec: str, factory: Any, what: str = "") -> None:
@@ -144,6 +179,7 @@ def makeService(options: Options) -> GatewayService:
     from twisted.internet import reactor
 
     overrides = list(options["set"])
+    raise_open_file_limit()
     try:
         config = load_config(options["config"], overrides)
         if options["listen"]:

@@ -13,13 +13,22 @@ writes what the slice produced - a forwarded SEND reaches its broker while
 the burst is still being read - and serves the other connections.  The
 session may also hold reading while a target it sends to is congested
 (:meth:`StompServerProtocol.hold_input`, :mod:`gateway.flow`).
+
+The protocol also owns the connection's lifecycle at the edge: a connection
+past a ``max_connections`` cap (:mod:`gateway.stomp.admission`) gets an ERROR
+and is closed at once; one that has not completed CONNECT within
+``[stomp] connect_timeout_ms`` gets an ERROR and is closed; and a closing
+connection (after ERROR, DISCONNECT, a missed heart-beat) whose peer does not
+take what is still buffered is aborted after ``[stomp] close_timeout_ms``, so
+the messages it held go back to their queues.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from prometheus_client import CollectorRegistry
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -28,9 +37,10 @@ from zope.interface import implementer
 from gateway.config import BrokerSettings, StompSettings
 from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import StompProtocolError
+from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.frame import Frame
-from gateway.stomp.session import InboundTransformer, StompSession
+from gateway.stomp.session import InboundTransformer, StompError, StompSession
 
 INPUT_SLICE = 8192
 """Bytes of one client's input handled per reactor turn (a 64 KB read is ~8 turns)."""
@@ -52,6 +62,10 @@ class StompServerProtocol(Protocol):
         self._next_slice: Any = None  # the DelayedCall handling the next slice
         self._holds = 0  # congested targets the session waits for (reading paused while > 0)
         self._lost = False
+        self.peer = "?"  # the client's host:port
+        self._address: str | None = None  # the client address, once admitted
+        self._connect_deadline: IDelayedCall | None = None
+        self._abort_deadline: IDelayedCall | None = None
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -59,8 +73,31 @@ class StompServerProtocol(Protocol):
         if set_no_delay is not None:
             set_no_delay(True)
         peer = self.transport.getPeer()  # type: ignore[union-attr]
-        self.session = self.factory.new_session(self, f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}")
+        address = str(getattr(peer, "host", "?"))
+        self.peer = f"{address}:{getattr(peer, 'port', '?')}"
+        refusal = self.factory.admission.admit(address)
+        if refusal is not None:
+            self.transport.write(encode_frame(Frame(  # type: ignore[union-attr]
+                "ERROR", {"message": "too many connections", "content-type": "text/plain"}, f"{refusal}\n".encode()
+            ), self.version))
+            self.close()
+            return
+        self._address = address
+        self.factory.connections.add(self)
+        self.session = self.factory.new_session(self, self.peer)
         self.transport.registerProducer(self, True)  # type: ignore[union-attr]
+        timeout = self.factory.settings.connect_timeout_ms
+        if timeout:
+            self._connect_deadline = self.factory.clock.callLater(timeout / 1000, self._connect_timed_out)
+
+    def _connect_timed_out(self) -> None:
+        """No CONNECT completed in time: ERROR and close (a socket must not hold a descriptor for ever)."""
+        self._connect_deadline = None
+        session = self.session
+        if session is not None and session.state in ("new", "connecting"):
+            seconds = self.factory.settings.connect_timeout_ms / 1000
+            session.fail(StompError("connect timeout", f"no CONNECT completed within {seconds:g}s "
+                                                       "([stomp] connect_timeout_ms)"))
 
     def dataReceived(self, data: bytes) -> None:
         session = self.session
@@ -105,6 +142,10 @@ class StompServerProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._lost = True
+        for call in (self._connect_deadline, self._abort_deadline):
+            if call is not None and call.active():
+                call.cancel()
+        self._connect_deadline = self._abort_deadline = None
         if self._next_slice is not None:  # what the client sent before it went is still handled
             self._next_slice.cancel()
             self._next_slice = None
@@ -114,7 +155,9 @@ class StompServerProtocol(Protocol):
                     self._handle(data)
         if self.session is not None:
             self.session.connection_lost()
-        self.factory.connection_closed(self)
+        if self._address is not None:
+            self.factory.connection_closed(self, self._address)
+            self._address = None
 
     # -- FrameSink ---------------------------------------------------------
 
@@ -143,9 +186,22 @@ class StompServerProtocol(Protocol):
             self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def close(self) -> None:
+        """Close after what is buffered is written; abort if the peer has not taken it within
+        ``close_timeout_ms`` (a dead peer's socket never drains)."""
         if not self._closing:
             self._closing = True
             self.transport.loseConnection()  # type: ignore[union-attr]
+            if not self._lost:
+                grace = self.factory.settings.close_timeout_ms / 1000
+                self._abort_deadline = self.factory.clock.callLater(grace, self._abort)
+
+    def _abort(self) -> None:
+        self._abort_deadline = None
+        if not self._lost:
+            self.log.info("aborting the connection of {peer}: it did not take what was written within "
+                          "{grace:g}s of closing ([stomp] close_timeout_ms)", peer=self.peer,
+                          grace=self.factory.settings.close_timeout_ms / 1000)
+            self.transport.abortConnection()  # type: ignore[union-attr]
 
     # -- IPushProducer: transport back-pressure ------------------------------
 
@@ -176,6 +232,7 @@ class StompServerFactory(Factory):
         broker_settings: BrokerSettings | None = None,
         portal: Any = None,
         transformer: InboundTransformer | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.clock = clock
         self.destinations = destinations
@@ -189,11 +246,12 @@ class StompServerFactory(Factory):
             max_header_length=self.settings.max_header_length,
         )
         self.connections: set[StompServerProtocol] = set()
+        """The admitted connections."""
+        self.admission = ConnectionAdmission(self.settings.max_connections,
+                                             self.settings.max_connections_per_address, registry)
 
     def buildProtocol(self, addr: Any) -> StompServerProtocol:
-        protocol = StompServerProtocol(self)
-        self.connections.add(protocol)
-        return protocol
+        return StompServerProtocol(self)
 
     def new_session(self, protocol: StompServerProtocol, peer: str) -> StompSession:
         return StompSession(
@@ -207,5 +265,6 @@ class StompServerFactory(Factory):
             peer=peer,
         )
 
-    def connection_closed(self, protocol: StompServerProtocol) -> None:
+    def connection_closed(self, protocol: StompServerProtocol, address: str) -> None:
         self.connections.discard(protocol)
+        self.admission.release(address)
