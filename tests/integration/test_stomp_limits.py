@@ -152,11 +152,11 @@ def test_sockets_that_never_connect_are_closed_while_others_are_served(
         return opened, closed, served_at
 
     opened, closed, served_at = asyncio.run(scenario())
-    assert served_at - opened < 1.5, "the client was served only after the silent sockets went"
     assert all(b"connect timeout" in data for data, _ in closed), {data[:60] for data, _ in closed}
     times = sorted(at - opened for _, at in closed)
     assert times[0] >= 1.4, f"a socket was closed {times[0]:.2f}s after it opened, before the timeout"
     assert times[-1] < 8, f"the last socket was closed {times[-1]:.2f}s after it opened"
+    assert served_at - opened < times[0], "the client was served only once the silent sockets were closed"
 
 
 def metric(port: int, name: str) -> str:
