@@ -43,7 +43,7 @@ class StompSettings:
 class BrokerSettings:
     """``[broker]``: the embedded broker."""
 
-    persistence: str = "memory"
+    persistence: str = "sqlite"  # persistent messages survive kill -9 out of the box ("memory": they do not)
     database: str = "broker.sqlite"
     default_persistent: bool = False
     max_redeliveries: int = 6

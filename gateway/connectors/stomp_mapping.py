@@ -28,12 +28,11 @@ they reach the other side as strings.
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
 from gateway.errors import ConnectorError, StompProtocolError
-from gateway.message import convert
+from gateway.message import convert, xstream
 from gateway.message.model import DEFAULT_PRIORITY, BytesMessage, MapMessage, Message, ObjectMessage, TextMessage
 from gateway.stomp.frame import Frame
 
@@ -191,56 +190,9 @@ def _with_fields(source: Message, target: Message) -> Message:
 # {"string": key, "<java type>": value}; one entry is not wrapped in a list
 # and an empty map is {"map": ""}.
 
-_NUMBER_TYPES = {"int": int, "long": int, "short": int, "byte": int, "double": float, "float": float}
-
-
 def decode_map(body: bytes) -> dict[str, Any]:
-    """The map an XStream JSON body holds; ValueError if it is not one."""
-    try:
-        document = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"not JSON ({error})") from None
-    if not isinstance(document, dict) or "map" not in document:
-        raise ValueError("no 'map' object")
-    content = document["map"]
-    if content in ("", None) or content == {}:
-        return {}
-    if not isinstance(content, dict):
-        raise ValueError("'map' is not an object")
-    entries = content.get("entry", [])
-    if isinstance(entries, dict):
-        entries = [entries]
-    result: dict[str, Any] = {}
-    for entry in entries:
-        key, value = _decode_entry(entry)
-        result[key] = value
-    return result
-
-
-def _decode_entry(entry: Any) -> tuple[str, Any]:
-    if not isinstance(entry, dict) or "string" not in entry:
-        raise ValueError(f"map entry {entry!r} has no string key")
-    strings = entry["string"]
-    if isinstance(strings, list):
-        if len(strings) != 2:
-            raise ValueError(f"map entry {entry!r} is not a key and a value")
-        return str(strings[0]), str(strings[1])
-    key = str(strings)
-    others = [(kind, value) for kind, value in entry.items() if kind != "string"]
-    if len(others) != 1:
-        raise ValueError(f"map entry {key!r} has no single value")
-    kind, value = others[0]
-    if kind in _NUMBER_TYPES:
-        return key, _NUMBER_TYPES[kind](value)
-    if kind == "boolean":
-        return key, value if isinstance(value, bool) else str(value).lower() == "true"
-    if kind == "char":
-        return key, str(value)
-    if kind == "byte-array":
-        return key, base64.b64decode(str(value))
-    if kind == "null":
-        return key, None
-    raise ValueError(f"map entry {key!r} has unsupported type {kind!r}")
+    """The map an XStream JSON body holds; ValueError if it is not one (:func:`xstream.decode_json`)."""
+    return xstream.decode_json(body)
 
 
 def encode_map(entries: dict[str, Any], message_id: str = "") -> str:

@@ -2,10 +2,11 @@
 
 :class:`FrameDecoder` is a plain object with :meth:`FrameDecoder.feed`; it
 buffers bytes across arbitrary chunk boundaries, skips heart-beat EOLs
-between frames, accepts LF and CRLF line endings, honours ``content-length``
-(bodies may then contain NUL), unescapes headers as the negotiated version
-says, keeps the first of repeated headers and enforces the configured
-limits.  :func:`encode_frame` writes a frame for a given version.
+and stray NULs between frames (padding, as RabbitMQ takes it), accepts LF
+and CRLF line endings, honours ``content-length`` (bodies may then contain
+NUL), unescapes headers as the negotiated version says, keeps the first of
+repeated headers and enforces the configured limits.  :func:`encode_frame`
+writes a frame for a given version.
 
 This module must not import Twisted or touch a socket.
 """
@@ -113,7 +114,10 @@ class FrameDecoder:
     however it is chunked.  Limits are checked as bytes arrive: an oversized
     frame or header is refused before it is buffered whole.  The frame size
     counts command, headers and body (not the NUL, nor heart-beats before
-    the frame).  A NUL before the blank line is a malformed frame.
+    the frame).  Between frames, EOLs (heart-beats) and NULs are skipped:
+    some clients, and RabbitMQ's own tests, pad frames with an EOL and a NUL.
+    A NUL after a command has begun, before the blank line, is a malformed
+    frame.
 
     :ivar version: protocol version used to unescape headers; the session
         sets it once CONNECT negotiated one.
@@ -192,11 +196,11 @@ class FrameDecoder:
         buf = self._buf
         end = len(buf)
         if self._body_start < 0 and self._lines == 0:
-            # Skip heart-beats (EOLs) before the command.
+            # Skip heart-beats (EOLs) and NUL padding before the command.
             pos = self._pos
             while pos < end:
                 byte = buf[pos]
-                if byte == 10:
+                if byte == 10 or byte == 0:
                     pos += 1
                 elif byte == 13:
                     if pos + 1 == end:

@@ -45,7 +45,7 @@ from gateway.interfaces import (
     SubscriptionSpec,
 )
 from gateway.message.convert import frame_to_message, message_to_frame
-from gateway.message.model import BytesMessage, Message, TextMessage
+from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.stomp.frame import VERSIONS, Frame
 
 SERVER_NAME = f"jmsgateway/{__version__}"
@@ -668,10 +668,12 @@ class StompSession:
             return True
         if not isinstance(message, TextMessage | BytesMessage):
             # The GlassFish rule: only Text and Bytes messages reach STOMP clients.
+            hint = ("; SUBSCRIBE with transformation:jms-map-json or jms-map-xml to receive a map"
+                    if isinstance(message, MapMessage) else "")
             self.fail(StompError(
                 "message type not supported",
                 f"message {message.message_id} on {subscription.destination} is a {type(message).__name__} after "
-                "the outbound transformers; only TextMessage and BytesMessage can be sent over STOMP",
+                f"the outbound transformers; only TextMessage and BytesMessage can be sent over STOMP{hint}",
             ))
             return False
         ack: str | None = None

@@ -2,9 +2,10 @@
 
 Owns :func:`retype` (a new message of another type, same JMS headers and
 properties), :func:`body_text` / :func:`body_bytes` (read a Text or Bytes
-body either way) and the JSON ↔ MapMessage mapping used by the built-in
-``jms-map-json`` transformation and the shipped ``json-map`` plugin.  It
-never mutates the message it is given.
+body either way) and the plain JSON object ↔ MapMessage mapping used by the
+shipped ``json-map`` plugin (the built-in ``jms-map-json`` uses ActiveMQ's
+XStream form, :mod:`gateway.message.xstream`).  It never mutates the message
+it is given.
 """
 
 from __future__ import annotations

@@ -165,6 +165,29 @@ def test_only_persistent_messages_are_kept_by_default(gateway: GatewayProcess) -
     consumer.disconnect()
 
 
+def test_the_default_configuration_keeps_receipted_persistent_messages_across_kill(tmp_path: Path) -> None:
+    """No ``persistence`` key anywhere: ``kill -9`` loses no receipted persistent SEND (issue 24)."""
+    gateway = GatewayProcess(tmp_path / "gateway")
+    shipped = [line.split("#")[0] for line in gateway.config_path.read_text().splitlines()]
+    assert not any(line.strip().startswith("persistence") for line in shipped), "the test needs the default"
+    destination = queue_name()
+    try:
+        gateway.start()
+        producers = [Client(gateway.address, text=True) for _ in range(3)]
+        for i in range(60):
+            producers[i % 3].send(destination, f"m{i}", receipt=True, persistent="true")
+        producers[0].send(destination, "not-persistent", receipt=True)  # stays in memory, as on ActiveMQ
+        gateway.kill()
+        gateway.start()
+        consumer = Client(gateway.address)
+        consumer.subscribe(destination)
+        assert sorted(drain(consumer)) == sorted(f"m{i}" for i in range(60))
+        consumer.disconnect()
+        assert (gateway.data_dir / "broker.sqlite").exists()
+    finally:
+        gateway.kill()
+
+
 def test_default_persistence_can_be_switched_on(tmp_path: Path) -> None:
     gateway = GatewayProcess(tmp_path / "gateway", args=[*SQLITE, "--set", "broker.default_persistent=true"])
     try:

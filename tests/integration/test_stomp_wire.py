@@ -139,3 +139,27 @@ def test_frames_split_at_every_byte_are_understood(gateway: GatewayProcess, stom
     assert first.body == b"ab\x00cd" and first.headers["k"] == "a:b"
     assert second.body == b"text"
     sock.close()
+
+
+def test_nul_and_eol_padding_between_frames_is_accepted(gateway: GatewayProcess) -> None:
+    """RabbitMQ's STOMP tests pad frames with an EOL and a NUL (``\\n\\x00SUBSCRIBE…\\x00\\n\\x00SEND…``):
+    padding, not a malformed frame (issue 24).  A real malformed frame after it is still refused."""
+    queue = f"/queue/wire.{uuid.uuid4().hex}"
+    sock = socket.create_connection(gateway.address, timeout=10)
+    sock.sendall(b"\x00\nCONNECT\naccept-version:1.2\nhost:x\n\n\x00")
+    assert read_frame(sock).startswith(b"CONNECTED\n")
+    sock.sendall(
+        f"\n\x00SUBSCRIBE\ndestination:{queue}\nid:s\nreceipt:sub\n\n\x00"
+        f"\n\x00SEND\ndestination:{queue}\nreceipt:sent\n\npadded\x00\x00\x00\r\n\x00".encode()
+    )
+    data = b""
+    deadline = time.monotonic() + 10
+    while not all(part in data for part in (b"receipt-id:sub", b"receipt-id:sent", b"padded")):
+        assert time.monotonic() < deadline, data
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    assert b"ERROR" not in data
+    sock.sendall(b"\n\x00SEND\ndestination:/queue/a\nbroken header line\n\nx\x00")
+    reply = read_until_closed(sock)
+    assert reply.startswith(b"ERROR\n") and b"message:malformed header" in reply, reply[:200]

@@ -79,6 +79,26 @@ def test_frame_without_headers_and_blank_line_directly_after_command() -> None:
     assert decode(b"DISCONNECT\n\n\x00DISCONNECT\r\n\r\n\x00") == [Frame("DISCONNECT"), Frame("DISCONNECT")]
 
 
+@CHUNKINGS
+def test_nul_padding_between_frames_is_skipped(chunk: int) -> None:
+    # RabbitMQ's STOMP tests send "\n\x00" before frames; RabbitMQ takes it as padding.
+    wire = (b"\x00\n\x00SUBSCRIBE\ndestination:/queue/a\nid:1\n\n\x00\n\x00"
+            b"SEND\ndestination:/queue/a\n\nhi\x00\x00\x00\r\n\x00")
+    decoder = FrameDecoder(version="1.2")
+    assert feed_in(decoder, wire, chunk) == [
+        Frame("SUBSCRIBE", {"destination": "/queue/a", "id": "1"}),
+        Frame("SEND", {"destination": "/queue/a"}, b"hi"),
+    ]
+    assert decoder.buffered == 0
+
+
+@CHUNKINGS
+def test_malformed_frame_after_nul_padding_is_still_refused(chunk: int) -> None:
+    error = only_error(decode(b"\n\x00SEND\nh:a\x00b\n\n\x00", chunk=chunk))
+    assert isinstance(error, MalformedFrame)
+    assert "NUL before the blank line" in error.detail
+
+
 def test_heartbeat_only_feeds_return_nothing_and_buffer_nothing() -> None:
     decoder = FrameDecoder()
     for beat in (HEARTBEAT, b"\r\n", b"\n\n\n"):

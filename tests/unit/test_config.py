@@ -21,7 +21,7 @@ def write(tmp_path: Path, text: str) -> str:
 def test_shipped_default_config_is_valid() -> None:
     config = load_config(str(REPO / "etc" / "jmsgateway.toml"))
     assert config.listen == ["tcp:61613:interface=127.0.0.1"]
-    assert config.broker.persistence == "memory"
+    assert config.broker.persistence == "sqlite"
     assert config.stomp.max_frame_size >= 32 * 1024 * 1024
 
 

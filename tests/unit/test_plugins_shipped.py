@@ -33,7 +33,7 @@ from gateway.transform.manager import FOLDER_MODULE_PREFIX, plugin_records
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 SHIPPED = {"header-map", "json-map", "compress", "enrich", "route"}
-BUILTIN = {"jms-byte", "jms-map-json"}
+BUILTIN = {"jms-byte", "jms-map-json", "jms-map-xml", "jms-json", "jms-xml", "jms-object-json", "jms-object-xml"}
 
 
 @pytest.fixture
@@ -311,12 +311,49 @@ def test_jms_byte(catalog: TransformerCatalog) -> None:
 
 
 def test_jms_map_json(catalog: TransformerCatalog) -> None:
-    result = run(catalog, "jms-map-json", text('{"a": [1, 2]}'), ctx())
-    assert isinstance(result, MapMessage) and result.map == {"a": [1, 2]}
+    xstream = '{"map":{"entry":[{"string":["a","x"]},{"string":"n","int":3}]}}'
+    result = run(catalog, "jms-map-json", text(xstream, k="v"), ctx())
+    assert isinstance(result, MapMessage) and result.map == {"a": "x", "n": 3}
+    assert result.properties == {"k": "v"}
     back = run(catalog, "jms-map-json", result, ctx("outbound"))
-    assert isinstance(back, TextMessage) and back.text == '{"a": [1, 2]}'
-    with pytest.raises(TransformError):
+    assert isinstance(back, TextMessage) and back.text == xstream
+    assert back.properties == {"k": "v", "transformation": "jms-map-json"}
+    plain = run(catalog, "jms-map-json", text('{"a": 1, "b": "x"}'), ctx())  # still taken
+    assert isinstance(plain, MapMessage) and plain.map == {"a": 1, "b": "x"}
+    with pytest.raises(TransformError, match="jms-map-json: the body is not a map"):
         run(catalog, "jms-map-json", text("3"), ctx())
+
+
+def test_jms_map_xml(catalog: TransformerCatalog) -> None:
+    body = ("<map><entry><string>a</string><string>x</string></entry>"
+            "<entry><string>n</string><long>3</long></entry></map>")
+    result = run(catalog, "jms-map-xml", BytesMessage(body=body.encode()), ctx())
+    assert isinstance(result, MapMessage) and result.map == {"a": "x", "n": 3}
+    back = run(catalog, "jms-map-xml", result, ctx("outbound"))
+    assert isinstance(back, TextMessage) and back.properties["transformation"] == "jms-map-xml"
+    assert back.text == ("<map>\n  <entry>\n    <string>a</string>\n    <string>x</string>\n  </entry>\n"
+                         "  <entry>\n    <string>n</string>\n    <int>3</int>\n  </entry>\n</map>")
+    with pytest.raises(TransformError, match="jms-map-xml: the body is not a map: not XML"):
+        run(catalog, "jms-map-xml", text("not xml"), ctx())
+    plain = text("hello")
+    assert run(catalog, "jms-map-xml", plain, ctx("outbound")) is plain
+
+
+def test_jms_xml_and_jms_json_are_subscriber_formats(catalog: TransformerCatalog) -> None:
+    mapped = MapMessage(map={"a": "x"})
+    as_json = run(catalog, "jms-json", mapped, ctx("outbound"))
+    assert as_json.text == '{"map":{"entry":{"string":["a","x"]}}}'
+    assert as_json.properties["transformation"] == "jms-map-json"
+    as_xml = run(catalog, "jms-xml", mapped, ctx("outbound"))
+    assert as_xml.properties["transformation"] == "jms-map-xml" and as_xml.text.startswith("<map>")
+    plain = text("hello")
+    assert run(catalog, "jms-json", plain, ctx()) is plain
+
+
+@pytest.mark.parametrize("name", ["jms-object-xml", "jms-object-json"])
+def test_jms_object_transformations_are_refused(catalog: TransformerCatalog, name: str) -> None:
+    with pytest.raises(TransformError, match=f"{name}: object messages are not supported"):
+        run(catalog, name, text("<string>s</string>"), ctx())
 
 
 def result_of(d: Deferred[Any]) -> Any:

@@ -68,7 +68,9 @@ def test_builtins_register_through_the_hook() -> None:
     assert pm.get_plugin("builtin") is builtin
     assert records_by_name(pm)["builtin"] == PluginRecord("builtin", "built-in", "gateway.transform.builtin")
     catalog = collect_transformers(pm)
-    assert catalog.names() == ["jms-byte", "jms-map-json"]
+    assert catalog.names() == [
+        "jms-byte", "jms-json", "jms-map-json", "jms-map-xml", "jms-object-json", "jms-object-xml", "jms-xml",
+    ]
     assert {entry.plugin for entry in catalog.entries.values()} == {"builtin"}
 
 
@@ -128,7 +130,8 @@ def test_broken_plugins_are_reported_not_fatal(tmp_path: Path) -> None:
     assert "unknown hook 'jmsgateway_transformer'" in records["unknownhook"].error
     assert not pm.has_plugin("unknownhook")
     pm.check_pending()  # passes now
-    assert collect_transformers(pm).names() == ["good", "jms-byte", "jms-map-json"]
+    assert collect_transformers(pm).names() == ["good", "jms-byte", "jms-json", "jms-map-json", "jms-map-xml",
+                                                "jms-object-json", "jms-object-xml", "jms-xml"]
 
 
 def test_blocked_plugins_are_never_imported(tmp_path: Path) -> None:
@@ -265,7 +268,7 @@ def test_describe_plugins_lists_sources_transformers_and_failures(tmp_path: Path
     assert "FAILED: import failed: ModuleNotFoundError: No module named 'not_a_module_anywhere'" in report
     assert "blocked by configuration" in report
     assert "not found" in report
-    assert "3 transformer(s) from 2 plugin(s); 1 failed to load" in report
+    assert "8 transformer(s) from 2 plugin(s); 1 failed to load" in report
     assert "never" not in report
 
 
