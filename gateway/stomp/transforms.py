@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 
 from gateway.message.model import Message
 from gateway.transform import DeadLettered, Deliver, Dropped, Outcome, Rejected, TransformChains, TransformContext
+from gateway.transform.builtin import sent_form
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.stomp.frame import Frame
@@ -62,9 +63,13 @@ class SessionTransforms:
 
     def outbound(self, message: Message, session: StompSession,
                  subscription: StompSubscription) -> Message | Deferred[Any] | None:
+        # A map sent with jms-map-xml / jms-map-json goes to a subscriber that asked for no
+        # transformation in the form it was sent, labelled (ActiveMQ does the same); any other
+        # map still meets the GlassFish rule in the session.
+        transformation = subscription.transformation or sent_form(message)
         context = TransformContext(
             "outbound", message.destination, subscription.destination, session.login,
-            transformation=subscription.transformation,
+            transformation=transformation,
         )
         outcome = self.chains.run_now(message, context)
         if isinstance(outcome, Deferred):

@@ -57,6 +57,20 @@ class JmsByteTransformer:
         return message
 
 
+SENT_FORM = "transformation"
+"""The property a MapMessage built by ``jms-map-xml`` / ``jms-map-json`` keeps its form in."""
+
+MAP_FORMS = ("jms-map-xml", "jms-map-json")
+
+
+def sent_form(message: Message) -> str | None:
+    """The map form a MapMessage was sent in through a ``transformation`` header, if any."""
+    if not isinstance(message, MapMessage):
+        return None
+    form = message.properties.get(SENT_FORM)
+    return form if form in MAP_FORMS else None
+
+
 def _map_to_text(message: MapMessage, transformation: str) -> TextMessage:
     """The XStream ``transformation`` text of a MapMessage, labelled as ActiveMQ labels it."""
     encode = xstream.encode_xml if transformation == "jms-map-xml" else xstream.encode_json
@@ -102,7 +116,11 @@ class JmsMapTransformer:
             entries = xstream.decode_xml(text) if self.name == "jms-map-xml" else _decode_json_map(text)
         except (ValueError, TransformError) as error:
             raise TransformError(f"{self.name}: the body is not a map: {error}", transformer=self.name) from None
-        return retype(message, MapMessage, map=entries)
+        result = retype(message, MapMessage, map=entries)
+        # Remembered so a subscriber that asks for no transformation gets the map in the
+        # form it was sent, labelled, as ActiveMQ hands it back (SessionTransforms.outbound).
+        result.properties[SENT_FORM] = self.name
+        return result
 
 
 @implementer(IMessageTransformer)

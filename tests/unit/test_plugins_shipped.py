@@ -314,7 +314,7 @@ def test_jms_map_json(catalog: TransformerCatalog) -> None:
     xstream = '{"map":{"entry":[{"string":["a","x"]},{"string":"n","int":3}]}}'
     result = run(catalog, "jms-map-json", text(xstream, k="v"), ctx())
     assert isinstance(result, MapMessage) and result.map == {"a": "x", "n": 3}
-    assert result.properties == {"k": "v"}
+    assert result.properties == {"k": "v", "transformation": "jms-map-json"}  # the form it was sent in
     back = run(catalog, "jms-map-json", result, ctx("outbound"))
     assert isinstance(back, TextMessage) and back.text == xstream
     assert back.properties == {"k": "v", "transformation": "jms-map-json"}
