@@ -41,7 +41,9 @@ thread (:mod:`gateway.connectors.kafka_subscription`).  Groups: a durable
 subscription uses ``<prefix>.<client id>.<durable name>``, a queue
 destination the shared ``<prefix>.queue.<topic>`` (competing consumers,
 earliest offset for a new group), any other subscription a group of its own
-starting at the latest offset.
+starting at the latest offset.  A selector is refused on a shared queue group
+(SelectorError): the group commits one offset per partition, so a record one
+member's selector skips could never stay for the others.
 """
 
 from __future__ import annotations
@@ -642,21 +644,37 @@ class KafkaConnector:
 
     # ----------------------------------------------------------- consuming
 
+    @staticmethod
+    def shares_group(spec: SubscriptionSpec) -> bool:
+        """Whether ``spec`` joins the queue's shared group (competing consumers)."""
+        return not spec.durable_name and spec.destination.startswith("/queue/")
+
     def group_for(self, spec: SubscriptionSpec, topic: str) -> tuple[str, bool]:
         """The consumer group of a subscription, and whether a new group starts at the earliest offset."""
         prefix = self.settings.group_prefix
         if spec.durable_name:
             owner = f"{spec.client_id}." if spec.client_id else ""
             return f"{prefix}.{owner}{spec.durable_name}", True
-        if spec.destination.startswith("/queue/"):
+        if self.shares_group(spec):
             return f"{prefix}.queue.{topic}", True
         return f"{prefix}.{self.gateway_id}.{uuid.uuid4().hex}", False
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[KafkaSubscription]:
-        """Start a consumer-group member for ``spec``; fires once it has its partitions."""
+        """Start a consumer-group member for ``spec``; fires once it has its partitions.
+
+        A selector on a queue destination fails with SelectorError (see the module docstring).
+        """
         try:
             topic = self.topic_of(spec.destination)
             matches = None
+            if spec.selector and self.shares_group(spec):
+                raise SelectorError(
+                    f"selectors are not supported on Kafka queue {spec.destination}: its consumers share one "
+                    "consumer group, which commits one offset per partition, so the records a selector skips "
+                    "could not stay for the other consumers; subscribe without a selector, or filter in a "
+                    f"topic or durable subscription to Kafka topic {topic!r} (each reads the topic on its own)",
+                    selector=spec.selector,
+                )
             if spec.selector:
                 from gateway.selector import compile_selector
 

@@ -7,6 +7,14 @@ the last record in delivery order before the first unacknowledged one.  It
 never commits the consumer's position.  Offsets may have gaps (transaction
 markers, compaction), so contiguity is over deliveries, not over numbers.
 
+A partition taken away by a rebalance keeps its state (:meth:`OffsetTracker.revoke`):
+the client still holds its deliveries, they still count against ``prefetch``, and
+acknowledging them is remembered.  When the partition comes back and the group's
+committed offset is still the one this subscription committed last, nobody else
+consumed it meanwhile and the state is resumed: the deliveries the client holds stay
+valid and are not handed out again.  Otherwise it starts afresh, and the offsets
+delivered before are still known, so what comes again is flagged as a redelivery.
+
 Pure bookkeeping: no threads, no Kafka client; the polling thread owns one
 :class:`OffsetTracker` per subscription.
 """
@@ -81,6 +89,11 @@ class PartitionOffsets:
         self.generation += 1
         return unacked
 
+    def holds(self, offset: int) -> bool:
+        """Whether ``offset`` was delivered in this generation and is outstanding or
+        acknowledged: fetched again (after a resumed assignment), it is not handed out."""
+        return offset in self.generations or (self.commit_point is not None and offset < self.commit_point)
+
     def pending_commit(self) -> int | None:
         """The offset to commit now, or None when nothing new is acknowledged."""
         if self.commit_point is None or self.commit_point == self.committed:
@@ -88,27 +101,60 @@ class PartitionOffsets:
         return self.commit_point
 
 
+def _known(offset: int | None) -> int:
+    """A committed offset, with "none" (None, or Kafka's negative logical offsets) as -1."""
+    return -1 if offset is None or offset < 0 else offset
+
+
 class OffsetTracker:
-    """Per-partition bookkeeping of one subscription."""
+    """Per-partition bookkeeping of one subscription.
+
+    :ivar partitions: the partitions assigned now.
+    :ivar revoked: partitions a rebalance took away, kept until they come back.
+    """
 
     def __init__(self) -> None:
         self.partitions: dict[int, PartitionOffsets] = {}
+        self.revoked: dict[int, PartitionOffsets] = {}
         self._generations: dict[int, int] = {}
 
     @property
     def unacked(self) -> int:
-        """Outstanding deliveries over all partitions."""
-        return sum(p.unacked for p in self.partitions.values())
+        """Outstanding deliveries over all partitions, revoked ones included (the client still holds them)."""
+        return sum(p.unacked for p in self.partitions.values()) + sum(p.unacked for p in self.revoked.values())
 
-    def assign(self, partition: int) -> None:
-        """Start tracking ``partition`` (after a rebalance gave it to us)."""
+    def assign(self, partition: int, committed: int | None = None) -> bool:
+        """Track ``partition`` (a rebalance gave it to us); ``committed`` is the group's
+        committed offset for it (None or negative: none).
+
+        Returns True when the state it had before a revocation is resumed (the group
+        committed nothing since this subscription's last commit): its outstanding
+        deliveries stay valid.  Otherwise the partition starts afresh in a new generation
+        (earlier tags become stale) that still knows which offsets were delivered before.
+        """
+        previous = self.revoked.pop(partition, None)
+        if previous is not None and _known(previous.committed) == _known(committed):
+            self.partitions[partition] = previous
+            return True
         generation = self._generations.get(partition, -1) + 1
         self._generations[partition] = generation
-        self.partitions[partition] = PartitionOffsets(generation=generation)
+        state = PartitionOffsets(generation=generation)
+        if _known(committed) >= 0:
+            state.committed = committed
+        if previous is not None:
+            state.highest_delivered = previous.highest_delivered
+        self.partitions[partition] = state
+        return False
 
     def revoke(self, partition: int) -> None:
-        """Stop tracking ``partition``: its outstanding tags become stale."""
-        self.partitions.pop(partition, None)
+        """``partition`` was taken away: keep its state until it comes back (see :meth:`assign`)."""
+        state = self.partitions.pop(partition, None)
+        if state is not None:
+            self.revoked[partition] = state
+
+    def _state(self, partition: int) -> PartitionOffsets | None:
+        state = self.partitions.get(partition)
+        return state if state is not None else self.revoked.get(partition)
 
     def deliver(self, partition: int, offset: int) -> DeliveryTag:
         """Record a delivery; returns its tag."""
@@ -119,18 +165,24 @@ class OffsetTracker:
         return DeliveryTag(partition, offset, state.deliver(offset))
 
     def is_redelivery(self, partition: int, offset: int) -> bool:
-        """Whether ``offset`` was handed out before in this assignment."""
+        """Whether ``offset`` was handed out before by this subscription."""
         state = self.partitions.get(partition)
         return state is not None and offset <= state.highest_delivered
 
+    def holds(self, partition: int, offset: int) -> bool:
+        """Whether the client already holds (or acknowledged) the delivery of ``offset``
+        in the current generation: fetched again, it is skipped."""
+        state = self.partitions.get(partition)
+        return state is not None and state.holds(offset)
+
     def ack(self, tag: DeliveryTag) -> bool:
         """Acknowledge one delivery; False for a stale or repeated tag."""
-        state = self.partitions.get(tag.partition)
+        state = self._state(tag.partition)
         return state is not None and state.ack(tag.offset, tag.generation)
 
     def rewind(self, partition: int, offset: int) -> int:
         """Forget deliveries from ``offset`` on; returns how many were outstanding."""
-        state = self.partitions.get(partition)
+        state = self._state(partition)
         if state is None:
             return 0
         dropped = state.rewind(offset)
@@ -139,11 +191,11 @@ class OffsetTracker:
 
     def current(self, tag: DeliveryTag) -> bool:
         """Whether ``tag`` is an outstanding delivery of the current generation."""
-        state = self.partitions.get(tag.partition)
+        state = self._state(tag.partition)
         return state is not None and state.outstanding(tag.offset, tag.generation)
 
     def to_commit(self) -> dict[int, int]:
-        """Partition -> offset to commit, for partitions with new acknowledgements."""
+        """Partition -> offset to commit, for assigned partitions with new acknowledgements."""
         result: dict[int, int] = {}
         for partition, state in self.partitions.items():
             point = state.pending_commit()

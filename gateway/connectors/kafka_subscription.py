@@ -10,12 +10,18 @@ and the consumer is never touched by two threads.
 * ``ack``: commits up to the highest contiguous acknowledged offset per
   partition (never the consumer's position); the Deferred fires after the
   commit round that followed it.  ``auto`` subscriptions ack each delivery
-  once it was handed to the consumer.
+  the consumer took (not one it refused, e.g. while its connection closes).
 * ``nack``: seeks the partition back to the rejected offset; everything
   delivered from there on is delivered again, marked redelivered.
 * ``prefetch``: deliveries stall while that many are unacknowledged, and on
   ``pause()`` (transport back-pressure) until ``resume()``; a long stall
   pauses the partitions (see :meth:`KafkaSubscription._fetch`).
+* Rebalances: a revoked partition's deliveries stay with the client (they count
+  against ``prefetch``; their acks are kept).  When it comes back unconsumed by
+  anyone else they are not handed out again; otherwise what comes again is
+  marked redelivered with its count (:class:`OffsetTracker`).  A subscription
+  starting at the latest offset commits that start on its first assignment, so
+  a later assignment goes on from there instead of the end at that time.
 """
 
 from __future__ import annotations
@@ -153,15 +159,21 @@ class KafkaSubscription:
     def _deliver(self, batch: list[tuple[Message, DeliveryTag]]) -> None:
         if self._closed:
             return
+        taken: list[DeliveryTag] = []
         for message, tag in batch:
             try:
-                self.consumer.deliver(message, tag)
+                accepted = self.consumer.deliver(message, tag)
             except Exception:
                 self.log.failure("consumer of {topic} failed on delivery {tag}", topic=self.topic, tag=tag)
-        if self.spec.ack_mode == "auto":
+                accepted = False
+            if accepted is not False:
+                taken.append(tag)
+        if self.spec.ack_mode == "auto" and taken:
+            # a refused delivery (the connection closing) stays unacknowledged: the group
+            # delivers it again, instead of committing a record nobody received
             with self._accept_lock:  # no Deferred: auto acks are committed on the next commit tick
                 if self._accepting:
-                    self._commands.put(_Command("ack", [tag for _, tag in batch]))
+                    self._commands.put(_Command("ack", taken))
 
     def _fire(self, done: Deferred[Any] | None, result: Any) -> None:
         if done is not None and not done.called:
@@ -323,6 +335,8 @@ class KafkaSubscription:
         while self._backlog and not self._blocked():
             record = self._backlog.popleft()
             partition, offset = record.partition(), record.offset()
+            if self._tracker.holds(partition, offset):
+                continue  # fetched again after a resumed assignment: the client has it already
             redelivered = self._tracker.is_redelivery(partition, offset)
             tag = self._tracker.deliver(partition, offset)
             timestamp_type, timestamp = record.timestamp()
@@ -356,6 +370,8 @@ class KafkaSubscription:
                 lowest[tag.partition] = min(tag.offset, lowest.get(tag.partition, tag.offset))
         for partition, offset in lowest.items():
             self._tracker.rewind(partition, offset)
+            if partition not in self._tracker.partitions:
+                continue  # revoked: whoever has it now fetches it; if it comes back, it comes again
             self._backlog = deque(
                 r for r in self._backlog if r.partition() != partition or r.offset() < offset
             )
@@ -377,24 +393,37 @@ class KafkaSubscription:
             }
 
     def _on_assign(self, kafka_consumer: Any, partitions: list[Any]) -> None:
-        if self._start_at_latest and partitions:
-            partitions = self._pin_latest(kafka_consumer, partitions)
+        committed: list[Any] = []
+        if partitions:
+            committed = kafka_consumer.committed(partitions, timeout=10)
+            if self._start_at_latest:
+                committed = self._pin_latest(kafka_consumer, committed)
+        starts = {tp.partition: tp.offset for tp in committed}
         self._assignment = list(partitions)
         self._fetch_paused = False
-        for tp in partitions:
-            self._tracker.assign(tp.partition)
-        self.log.debug("group {group} assigned {partitions}", group=self.group, partitions=partitions)
+        resumed = [tp.partition for tp in partitions if self._tracker.assign(tp.partition, starts.get(tp.partition))]
+        self.log.debug("group {group} assigned {partitions} (resumed: {resumed})", group=self.group,
+                       partitions=partitions, resumed=resumed)
         self.reactor.callFromThread(self._assigned_first)
 
-    def _pin_latest(self, kafka_consumer: Any, partitions: list[Any]) -> list[Any]:
+    def _pin_latest(self, kafka_consumer: Any, committed: list[Any]) -> list[Any]:
         """Fix the start of partitions without a committed offset at their end *now*,
         so a record produced right after the subscription fired is not skipped
-        (``auto.offset.reset=latest`` would resolve the end later)."""
-        committed = kafka_consumer.committed(partitions, timeout=10)
+        (``auto.offset.reset=latest`` would resolve the end later), and commit it: a
+        later assignment (a rebalance) goes on from there, not from the end at that time."""
+        from confluent_kafka import TopicPartition
+
+        pinned = []
         for tp in committed:
             if tp.offset < 0:
                 _, high = kafka_consumer.get_watermark_offsets(tp, timeout=10, cached=False)
                 tp.offset = high
+                pinned.append(TopicPartition(tp.topic, tp.partition, high))
+        if pinned:
+            try:
+                kafka_consumer.commit(offsets=pinned, asynchronous=False)
+            except Exception:
+                self.log.failure("committing the start of {group} failed", group=self.group)
         kafka_consumer.assign(committed)
         return list(committed)
 
@@ -406,6 +435,7 @@ class KafkaSubscription:
         self._on_lost(kafka_consumer, partitions)
 
     def _on_lost(self, kafka_consumer: Any, partitions: list[Any]) -> None:
+        """Partitions revoked or lost: their deliveries stay with the client (see OffsetTracker)."""
         gone = {tp.partition for tp in partitions}
         for partition in gone:
             self._tracker.revoke(partition)

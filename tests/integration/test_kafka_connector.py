@@ -16,13 +16,14 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, KafkaSettings
-from gateway.errors import DestinationError
+from gateway.errors import DestinationError, SelectorError
 from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import BytesMessage, Message, TextMessage
 from tests.support.kafka import (
     committed_offsets,
     create_topics,
     group_settings,
+    join_and_leave,
     kafka_bootstrap,
     produce,
     read_records,
@@ -254,11 +255,82 @@ def test_selector_filters_deliveries(connector: KafkaConnector, kafka_bootstrap:
     create_topics(kafka_bootstrap, topic)
     for colour in ("red", "blue", "red"):
         run_in_reactor(connector.send, text(f"/topic/{topic}", colour, colour=colour))
-    spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto", selector="colour = 'red'")
+    spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="auto", selector="colour = 'red'",
+                            durable_name="reds", client_id="c1")  # a group of its own, from the earliest
     subscription, consumer = subscribe(connector, spec)
     assert [m.text for m, _ in consumer.take(2) if isinstance(m, TextMessage)] == ["red", "red"]
     assert consumer.nothing_more(0.5)
     run_in_reactor(subscription.close)
+
+
+def test_selector_on_a_queue_is_refused(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+    topic = prepared_topic(kafka_bootstrap, 2)
+    spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto", selector="colour = 'red'")
+    with pytest.raises(SelectorError) as info:
+        run_in_reactor(connector.subscribe, spec, CollectingConsumer())
+    assert "not supported on Kafka queue" in str(info.value)
+    assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [-1001]
+
+
+@implementer(IConsumer)
+class RefusingConsumer(CollectingConsumer):
+    """Takes nothing, as a session does while its connection closes."""
+
+    def deliver(self, message: Message, tag: Any) -> bool:
+        super().deliver(message, tag)
+        return False
+
+
+def test_auto_ack_does_not_commit_refused_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+    topic = prepared_topic(kafka_bootstrap, 3)
+    spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto")
+    consumer = RefusingConsumer()
+    subscription = run_in_reactor(connector.subscribe, spec, consumer)
+    consumer.take(3)
+    time.sleep(0.5)  # several commit ticks
+    run_in_reactor(subscription.close)
+    assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [-1001]
+    again, taker = subscribe(connector, spec)
+    assert [m.text for m, _ in taker.take(3) if isinstance(m, TextMessage)] == ["r0", "r1", "r2"]
+    run_in_reactor(again.close)
+
+
+def test_topic_subscriber_goes_on_where_it_was_after_a_rebalance(
+    connector: KafkaConnector, kafka_bootstrap: str
+) -> None:
+    topic = unique_topic()
+    create_topics(kafka_bootstrap, topic)
+    spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="client-individual", prefetch=2)
+    subscription, consumer = subscribe(connector, spec)
+    produce(kafka_bootstrap, topic, [{"value": f"r{i}".encode()} for i in range(4)])
+    first = consumer.take(2)
+    join_and_leave(kafka_bootstrap, subscription.group, topic)  # its own group: the partition comes back
+    assert consumer.nothing_more(2.0)  # still holding the prefetch: nothing again, nothing new
+    run_in_reactor(subscription.ack, [tag for _, tag in first])
+    second = consumer.take(2)  # not skipped by a start pinned at the end of the partition again
+    texts = [m.text for m, _ in first + second if isinstance(m, TextMessage)]
+    assert texts == ["r0", "r1", "r2", "r3"]
+    assert not any(m.redelivered for m, _ in first + second)
+    run_in_reactor(subscription.close)
+
+
+def test_redelivery_after_a_rebalance_is_flagged_and_counted(
+    connector: KafkaConnector, kafka_bootstrap: str
+) -> None:
+    topic = prepared_topic(kafka_bootstrap, 4, partitions=2)  # r0, r2 on partition 0; r1, r3 on 1
+    spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="client-individual", prefetch=10)
+    subscription, consumer = subscribe(connector, spec)
+    held = consumer.take(4)
+    commits = join_and_leave(kafka_bootstrap, subscription.group, topic, commit_first=True)
+    assert len(commits) == 1, commits
+    moved, _ = commits[0]
+    [(again, tag)] = consumer.take(1, timeout=20)
+    assert isinstance(again, TextMessage) and again.text == f"r{moved + 2}"
+    assert again.redelivered and again.redelivery_count == 1
+    assert consumer.nothing_more(1.0)
+    run_in_reactor(subscription.ack, [t for _, t in held] + [tag])
+    run_in_reactor(subscription.close)
+    assert committed_offsets(kafka_bootstrap, subscription.group, topic, partitions=2) == [2, 2]
 
 
 def test_bad_destination_fails_subscribe(connector: KafkaConnector) -> None:

@@ -219,6 +219,41 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 
         consumer.close()
 
 
+def join_and_leave(bootstrap: str, group: str, topic: str, *, commit_first: bool = False,
+                   stay: float = 2.0) -> list[tuple[int, int]]:
+    """A plain consumer joins ``group`` (a rebalance), stays ``stay`` s once it is in, leaves
+    (another rebalance).  A member whose deliveries are stalled serves the rebalance once its
+    partitions pause (``pause_after``, 5 s), so joining may take that long.
+
+    With ``commit_first`` it commits the first record it reads on each partition it
+    gets (as a competing consumer acknowledging one message).  Returns the
+    ``(partition, offset)`` commits it made; fails if it never took part in a rebalance.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    assignments: list[list[int]] = []
+    commits: list[tuple[int, int]] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", **group_settings()})
+    consumer.subscribe([topic], on_assign=lambda _c, parts: assignments.append([p.partition for p in parts]))
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if assignments:
+                deadline = min(deadline, time.monotonic() + stay)
+            record = consumer.poll(0.1)
+            if record is None or record.error() is not None:
+                continue
+            if commit_first and record.partition() not in {p for p, _ in commits}:
+                offset = record.offset() + 1
+                consumer.commit(offsets=[TopicPartition(topic, record.partition(), offset)], asynchronous=False)
+                commits.append((record.partition(), offset))
+    finally:
+        consumer.close()
+    assert assignments, "the second consumer never joined the group: no rebalance happened"
+    return commits
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """Bootstrap address of a Kafka-protocol broker for the whole session."""

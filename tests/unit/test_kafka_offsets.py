@@ -58,14 +58,49 @@ def test_rewind_drops_outstanding_and_stale_tags_are_ignored() -> None:
     assert tracker.to_commit() == {0: 3}
 
 
-def test_revoked_partition_forgets_its_tags() -> None:
+def test_revoked_partition_resumes_when_the_group_committed_nothing_meanwhile() -> None:
+    tracker = OffsetTracker()
+    tracker.assign(0, -1001)
+    tags = [tracker.deliver(0, offset) for offset in range(3)]
+    tracker.revoke(0)
+    assert tracker.unacked == 3  # the client still holds them: they count against prefetch
+    assert tracker.ack(tags[0])  # an ack while revoked is kept ...
+    assert tracker.to_commit() == {}  # ... but not committed: the partition is not ours
+    assert tracker.assign(0, -1001)  # back, nobody committed: resumed
+    assert tracker.to_commit() == {0: 1}
+    assert all(tracker.holds(0, offset) for offset in range(3))  # fetched again: skipped
+    assert not tracker.holds(0, 3)
+    assert tracker.ack(tags[1]) and tracker.ack(tags[2])
+    assert tracker.to_commit() == {0: 3}
+    assert tracker.unacked == 0
+
+
+def test_revoked_partition_starts_afresh_when_the_group_moved_on() -> None:
+    tracker = OffsetTracker()
+    tracker.assign(0, 5)
+    tags = [tracker.deliver(0, offset) for offset in range(5, 9)]
+    tracker.revoke(0)
+    assert not tracker.assign(0, 6)  # another member committed offset 5 meanwhile
+    assert tracker.unacked == 0
+    assert not tracker.ack(tags[2])  # stale: what is fetched again brings new tags
+    assert not tracker.holds(0, 7)
+    assert tracker.is_redelivery(0, 8) and not tracker.is_redelivery(0, 9)
+    again = tracker.deliver(0, 6)
+    assert tracker.ack(again)
+    assert tracker.to_commit() == {0: 7}
+
+
+def test_nack_of_a_revoked_delivery_makes_it_come_again() -> None:
     tracker = OffsetTracker()
     tracker.assign(0)
-    tag = tracker.deliver(0, 0)
+    tags = [tracker.deliver(0, offset) for offset in range(3)]
     tracker.revoke(0)
-    tracker.assign(0)
-    assert not tracker.ack(tag)
-    assert tracker.unacked == 0
+    assert tracker.current(tags[1])
+    assert tracker.rewind(0, 1) == 2
+    assert tracker.assign(0)  # resumed: offset 0 is still held, 1 and 2 are not
+    assert tracker.holds(0, 0) and not tracker.holds(0, 1)
+    assert tracker.is_redelivery(0, 1)
+    assert tracker.ack(tags[0]) and not tracker.ack(tags[2])
 
 
 def test_repeated_ack_is_harmless() -> None:
