@@ -10,9 +10,9 @@ markers, compaction), so contiguity is over deliveries, not over numbers.
 A partition taken away by a rebalance keeps its state (:meth:`OffsetTracker.revoke`):
 the client still holds its deliveries, they still count against ``prefetch``, and
 acknowledging them is remembered.  When the partition comes back and the group's
-committed offset is still the one this subscription committed last, nobody else
-consumed it meanwhile and the state is resumed: the deliveries the client holds stay
-valid and are not handed out again.  Otherwise it starts afresh, and the offsets
+committed offset has not moved past what this subscription's client acknowledged,
+nobody else consumed further and the state is resumed: the deliveries the client
+holds stay valid and are not handed out again.  Otherwise it starts afresh, and the offsets
 delivered before are still known, so what comes again is flagged as a redelivery.
 
 Pure bookkeeping: no threads, no Kafka client; the polling thread owns one
@@ -123,19 +123,25 @@ class OffsetTracker:
         """Outstanding deliveries over all partitions, revoked ones included (the client still holds them)."""
         return sum(p.unacked for p in self.partitions.values()) + sum(p.unacked for p in self.revoked.values())
 
-    def assign(self, partition: int, committed: int | None = None) -> bool:
+    def assign(self, partition: int, committed: int | None = None, *, resume: bool = True) -> bool:
         """Track ``partition`` (a rebalance gave it to us); ``committed`` is the group's
-        committed offset for it (None or negative: none).
+        committed offset for it (None or negative: none); ``resume=False`` when it is unknown.
 
-        Returns True when the state it had before a revocation is resumed (the group
-        committed nothing since this subscription's last commit): its outstanding
+        Returns True when the state it had before a revocation is resumed: the group's
+        committed offset is between this subscription's last commit and its acknowledged
+        point (nobody consumed past what its client acknowledged), so its outstanding
         deliveries stay valid.  Otherwise the partition starts afresh in a new generation
         (earlier tags become stale) that still knows which offsets were delivered before.
         """
         previous = self.revoked.pop(partition, None)
-        if previous is not None and _known(previous.committed) == _known(committed):
-            self.partitions[partition] = previous
-            return True
+        if resume and previous is not None:
+            last = _known(previous.committed)
+            acked = previous.commit_point if previous.commit_point is not None else last
+            if last <= _known(committed) <= acked:
+                if _known(committed) > last:
+                    previous.committed = committed
+                self.partitions[partition] = previous
+                return True
         generation = self._generations.get(partition, -1) + 1
         self._generations[partition] = generation
         state = PartitionOffsets(generation=generation)

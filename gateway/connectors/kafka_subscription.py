@@ -394,14 +394,24 @@ class KafkaSubscription:
 
     def _on_assign(self, kafka_consumer: Any, partitions: list[Any]) -> None:
         committed: list[Any] = []
+        known = True
         if partitions:
-            committed = kafka_consumer.committed(partitions, timeout=10)
+            try:
+                committed = kafka_consumer.committed(partitions, timeout=10)
+            except Exception as exc:
+                if self._start_at_latest:
+                    raise  # no start to pin: the subscription fails rather than skip records
+                # the group goes on from its committed offsets anyway; only resuming needs them
+                self.log.warn("group {group}: cannot read committed offsets ({error}); held deliveries "
+                              "of re-assigned partitions come again", group=self.group, error=exc)
+                known = False
             if self._start_at_latest:
                 committed = self._pin_latest(kafka_consumer, committed)
         starts = {tp.partition: tp.offset for tp in committed}
         self._assignment = list(partitions)
         self._fetch_paused = False
-        resumed = [tp.partition for tp in partitions if self._tracker.assign(tp.partition, starts.get(tp.partition))]
+        resumed = [tp.partition for tp in partitions
+                   if self._tracker.assign(tp.partition, starts.get(tp.partition), resume=known)]
         self.log.debug("group {group} assigned {partitions} (resumed: {resumed})", group=self.group,
                        partitions=partitions, resumed=resumed)
         self.reactor.callFromThread(self._assigned_first)

@@ -124,3 +124,28 @@ def test_commit_point_is_first_unacked(order: list[int], how_many: int) -> None:
     expected = {} if first_unacked == 0 else {0: (first_unacked - 1) * 2 + 1}
     assert tracker.to_commit() == expected
     assert tracker.unacked == 12 - how_many
+
+
+def test_unknown_committed_offset_never_resumes() -> None:
+    tracker = OffsetTracker()
+    tracker.assign(0)
+    tag = tracker.deliver(0, 0)
+    tracker.revoke(0)
+    assert not tracker.assign(0, None, resume=False)  # cannot tell whether someone consumed it
+    assert not tracker.ack(tag) and tracker.is_redelivery(0, 0)
+
+
+def test_resumes_when_the_group_committed_no_further_than_the_client_acknowledged() -> None:
+    tracker = OffsetTracker()
+    tracker.assign(0)
+    tags = [tracker.deliver(0, offset) for offset in range(4)]
+    tracker.revoke(0)
+    tracker.ack(tags[0])
+    tracker.ack(tags[1])  # acknowledged up to offset 2 while the partition was elsewhere
+    assert tracker.assign(0, 1)  # another member committed 1: within what our client acknowledged
+    assert tracker.to_commit() == {0: 2}
+    assert tracker.ack(tags[2]) and tracker.to_commit() == {0: 3}
+    tracker.committed({0: 3})
+    tracker.revoke(0)
+    assert not tracker.assign(0, 4)  # committed past the outstanding offset 3: start afresh
+    assert not tracker.ack(tags[3])
