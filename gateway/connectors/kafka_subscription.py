@@ -410,10 +410,15 @@ class KafkaSubscription:
         starts = {tp.partition: tp.offset for tp in committed}
         self._assignment = list(partitions)
         self._fetch_paused = False
+        again = sorted(tp.partition for tp in partitions if tp.partition in self._tracker.revoked)
         resumed = [tp.partition for tp in partitions
                    if self._tracker.assign(tp.partition, starts.get(tp.partition), resume=known)]
-        self.log.debug("group {group} assigned {partitions} (resumed: {resumed})", group=self.group,
-                       partitions=partitions, resumed=resumed)
+        if again:
+            self.log.info("kafka group {group}: partitions {again} of {topic} assigned again after a rebalance; "
+                          "deliveries resumed on {resumed}, the others come again as redeliveries",
+                          group=self.group, again=again, topic=self.topic, resumed=resumed)
+        else:
+            self.log.debug("kafka group {group} assigned {partitions}", group=self.group, partitions=partitions)
         self.reactor.callFromThread(self._assigned_first)
 
     def _pin_latest(self, kafka_consumer: Any, committed: list[Any]) -> list[Any]:

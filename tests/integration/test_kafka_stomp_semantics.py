@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,17 +18,20 @@ import pytest
 from tests.integration.test_kafka_stomp import kafka_config
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import (
+    TansuBroker,
     committed_offsets,
     create_topics,
     join_and_leave,
     kafka_bootstrap,
     produce,
+    proxied_kafka,
     unique_topic,
 )
 from tests.support.stomp_clients import Client, StompClients
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.kafka
-__all__ = ["kafka_bootstrap"]
+__all__ = ["kafka_bootstrap", "proxied_kafka"]
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +147,36 @@ def test_rebalance_flags_what_comes_again_as_redelivered(clients: StompClients, 
     for frame in [*held, again]:
         client.ack(frame)  # the stale copy of p<moved>-1 is ignored, its new delivery commits
     wait_committed(kafka_bootstrap, group, topic, [2, 2], partitions=2)
+
+
+def test_session_timeout_keeps_held_deliveries(proxied_kafka: tuple[TansuBroker, TcpProxy], tmp_path: Path) -> None:
+    broker, proxy = proxied_kafka
+    topic = unique_topic("lost")
+    create_topics(broker.bootstrap, topic)
+    produce(broker.bootstrap, topic, [{"value": f"r{i}".encode()} for i in range(4)])
+    gateway = GatewayProcess(tmp_path / "gw", kafka_config(broker.bootstrap)).start()
+    clients = StompClients(gateway.address)
+    try:
+        client = clients.connect()
+        client.subscribe(f"/queue/kafka.{topic}", sub_id="q1", ack="client-individual",
+                         **{"activemq.prefetchSize": "2"})
+        held = client.messages(2, timeout=20)
+        assert bodies(held) == [b"r0", b"r1"]
+        proxy.cut()  # no heartbeats for four session timeouts: the group drops the member
+        time.sleep(4.0)
+        proxy.restore()  # it rejoins and gets the partition again, at the committed offset 0
+        gateway.wait_for_log("assigned again after a rebalance; deliveries resumed on [0]", timeout=20)
+        assert client.no_message(8.0), f"got {bodies([client.message()])} while holding the prefetch"
+        for frame in held:
+            client.ack(frame)
+        rest = client.messages(2, timeout=20)
+        assert bodies(rest) == [b"r2", b"r3"]
+        for frame in rest:
+            client.ack(frame)
+        wait_committed(broker.bootstrap, f"jmsgateway.queue.{topic}", topic, [4])
+    finally:
+        clients.close()
+        gateway.stop()
 
 
 # ------------------------------------------------------------------ one jms.MessageId, two records (defect 9)
