@@ -205,6 +205,8 @@ def message_to_frame(message: Message, subscription: str, ack: str | None, desti
     headers["amq-msg-type"] = "bytes" if isinstance(message, BytesMessage) else "text"
     if message.redelivery_count > 0:
         headers["JMSXDeliveryCount"] = str(message.redelivery_count + 1)
+    elif message.properties:
+        headers.pop("JMSXDeliveryCount", None)  # (a property a client copied from an earlier MESSAGE)
     headers["subscription"] = subscription
     if destination is not None:
         headers["destination"] = destination

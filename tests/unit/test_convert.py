@@ -87,6 +87,8 @@ def test_message_frames_say_text_or_bytes_and_count_redeliveries() -> None:
     again = message_to_frame(TextMessage(destination="/queue/a", text="t", redelivered=True, redelivery_count=2),
                              "s", None)
     assert again.headers["redelivered"] == "true" and again.headers["JMSXDeliveryCount"] == "3"
+    copied = TextMessage(destination="/queue/a", text="t", properties={"JMSXDeliveryCount": "3"})
+    assert "JMSXDeliveryCount" not in message_to_frame(copied, "s", None).headers
     # a client resending a MESSAGE as it came keeps the type
     for frame, kind in ((text, TextMessage), (raw, BytesMessage)):
         resent = Frame("SEND", {**frame.headers, "content-length": str(len(frame.body))}, frame.body)
