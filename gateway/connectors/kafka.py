@@ -453,6 +453,13 @@ class KafkaConnector:
         d.addCallback(remember)
         return d
 
+    def missing_topics(self, topics: Iterable[str]) -> list[str]:
+        """Those of ``topics`` the cluster did not list at start-up (or the last topic check);
+        none when ``require_existing_topics`` is off (the broker may create them)."""
+        if not self.settings.require_existing_topics:
+            return []
+        return [topic for topic in topics if topic not in self._known_topics]
+
     def check_topic(self, topic: str) -> Deferred[None]:
         """Fire if ``topic`` exists (or existence is not required); else fail hard."""
         if not self.settings.require_existing_topics or topic in self._known_topics:

@@ -25,7 +25,12 @@ URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
     sends allowed to wait for a reconnection at once (default 10000); more fail at once.
 ``transformation``
     the SUBSCRIBE ``transformation`` that makes the broker label Map/Object
-    messages (default ``jms-json``; ``""`` for brokers without it).
+    messages (``jms-json``; default ``""``: none, which every broker accepts;
+    ActiveMQ then sends Map/Object messages as empty texts).  ActiveMQ needs
+    XStream and Jettison on its classpath for it: a broker without them
+    closes the connection at such a SUBSCRIBE, without an ERROR frame; the
+    connector then logs one warning naming the cause and the fix, says so in
+    its health, and subscribes without the transformation from then on.
 ``amq_msg_type``
     the broker understands ``amq-msg-type`` (default true: ActiveMQ).
 ``tls_ca`` / ``tls_cert`` / ``tls_key`` / ``tls_hostname`` (``stomp+ssl`` only)
@@ -203,6 +208,10 @@ class StompBrokerConnector:
         # Label lookups cost more than the increments: resolve the per-send counters once.
         self._sent_ok = self.metrics.sends.labels(name, "ok")
         self._sent_failed = self.metrics.sends.labels(name, "failed")
+        self.transformation_refused = ""
+        """Why SUBSCRIBEs go without the configured ``transformation`` (the broker
+        closed the connection at one), or empty."""
+        self._reconnect_at_once = False
         self.congestion = Congestion(f"connector {name}")
         """Paused by the broker connection's transport while its write buffer is full
         (the broker reads slower than clients send): senders then wait (:mod:`gateway.flow`)."""
@@ -306,7 +315,8 @@ class StompBrokerConnector:
     def health(self) -> Health:
         """:class:`IStatusReporting`: up while connected to the broker."""
         if self.state == "connected":
-            return Health(True, f"connected to {self.settings.uri}")
+            note = f"; {self.transformation_refused}" if self.transformation_refused else ""
+            return Health(True, f"connected to {self.settings.uri}{note}")
         reason = f": {self.last_error}" if self.last_error else ""
         return Health(False, f"{self.state}, not connected to {self.settings.uri}{reason}")
 
@@ -323,7 +333,46 @@ class StompBrokerConnector:
             "server": protocol.server if protocol else None,
             "subscriptions": len(self._subscriptions),
             "waiting_sends": len(self._waiters),
+            "transformation": self.subscribe_transformation,
+            "transformation_refused": self.transformation_refused,
         }
+
+    # -- the SUBSCRIBE transformation ----------------------------------------
+
+    @property
+    def subscribe_transformation(self) -> str:
+        """The ``transformation`` SUBSCRIBEs carry: the configured one, unless the broker refused it."""
+        return "" if self.transformation_refused else self.settings.transformation
+
+    def transformation_closed(self, protocol: StompClientProtocol, transformation: str, failure: Failure) -> bool:
+        """Whether ``failure`` of a SUBSCRIBE with ``transformation`` is the broker closing the
+        connection without an ERROR frame, which is how an ActiveMQ without XStream/Jettison
+        refuses it.  If so, SUBSCRIBEs go without the transformation from now on: one warning
+        names the cause and the fix, the connection-lost line and :meth:`health` say it too, and
+        the connector reconnects at once."""
+        if not (protocol.closed and protocol.error is None and failure.check(ConnectorUnavailable)):
+            return False
+        if not self.transformation_refused:
+            self.transformation_refused = (
+                f"the broker closed the connection at a SUBSCRIBE with transformation:{transformation} "
+                "(ActiveMQ does that without the XStream and Jettison jars in its lib directory); "
+                "subscribing without it: Map and Object messages arrive as empty texts"
+            )
+            self.log.warn(
+                "connector {name}: {uri} closed the connection, without an ERROR frame, at a SUBSCRIBE with "
+                "transformation:{transformation}: ActiveMQ does that when XStream and Jettison are not on its "
+                "classpath. Subscribing without the transformation from now on (Map and Object messages then "
+                "arrive as empty texts). Fix: link xstream.jar and jettison.jar into the broker's lib directory "
+                "and restart the gateway, or set transformation = \"\" on connectors.{name} (docs/jms.md)",
+                name=self.name,
+                uri=self.settings.uri,
+                transformation=transformation,
+            )
+        protocol.error = ConnectorUnavailable(
+            f"closed by the broker at a SUBSCRIBE with transformation:{transformation} (no XStream/Jettison?)"
+        )
+        self._reconnect_at_once = True
+        return True
 
     # -- connection management ----------------------------------------------
 
@@ -331,6 +380,9 @@ class StompBrokerConnector:
         """ClientService's retry policy: the fixed interval, until max_retries is spent."""
         self.failed_attempts = attempt
         interval = self.settings.failure_retry_interval / 1000.0
+        if self._reconnect_at_once:  # the broker refused a transformation: reconnect without it now
+            self._reconnect_at_once = False
+            interval = 0.0
         max_retries = self.settings.max_retries
         if max_retries >= 0 and attempt > max_retries:
             self.clock.callLater(0, self._give_up, attempt - 1)
@@ -432,7 +484,7 @@ class StompBrokerConnector:
 
     def _when_ready(self) -> Deferred[StompClientProtocol]:
         """The connected protocol now, or once reconnected (bounded by the caller)."""
-        if self._protocol is not None:
+        if self._protocol is not None and not self._protocol.closed:
             return succeed(self._protocol)
         if self._service is None:
             reason = "gave up reconnecting" if self.state == "failed" else "is not started"

@@ -56,7 +56,7 @@ class StompBrokerSettings:
     connect_timeout: int = 10000
     heartbeat: tuple[int, int] = (10000, 10000)
     max_waiting_sends: int = 10000
-    transformation: str = "jms-json"
+    transformation: str = ""
     amq_msg_type: bool = True
     tls: ClientTls | None = None
     """TLS options of a ``stomp+ssl://`` connection (None for ``stomp://``)."""
@@ -128,7 +128,7 @@ class StompBrokerSettings:
             connect_timeout=integer("connect_timeout", 10000, 1),
             heartbeat=(heartbeat[0], heartbeat[1]),
             max_waiting_sends=integer("max_waiting_sends", 10000, 0),
-            transformation=text("transformation", "jms-json") or "",
+            transformation=text("transformation", "") or "",
             amq_msg_type=amq_msg_type,
             tls=tls,
         )

@@ -81,8 +81,9 @@ class BrokerSubscription:
             headers["selector"] = spec.selector
         if spec.durable_name and spec.destination.startswith("/topic/"):
             headers["activemq.subscriptionName"] = durable_subscription_name(spec.client_id, spec.durable_name)
-        if self.connector.settings.transformation:
-            headers["transformation"] = self.connector.settings.transformation
+        transformation = self.connector.subscribe_transformation
+        if transformation:
+            headers["transformation"] = transformation
         return headers
 
     def establish(self, protocol: StompClientProtocol) -> Deferred[None]:
@@ -90,15 +91,22 @@ class BrokerSubscription:
         generation = self.connector.generation
         self._generation = generation
         self._backlog.clear()
+        headers = self.headers()
         subscribed = protocol.subscribe(
             self.spec.destination,
             self.id,
             lambda frame: self._received(frame, generation),
             ack="client-individual",
-            headers=self.headers(),
+            headers=headers,
         )
 
-        def failed(failure: Failure) -> Failure:
+        def failed(failure: Failure) -> Failure | Deferred[None]:
+            transformation = headers.get("transformation")
+            if transformation and self.connector.transformation_closed(protocol, transformation, failure):
+                if self.id in self.connector._subscriptions:
+                    return failure  # restored without the transformation on the next connection
+                # a new subscription: made again on the next connection (send_timeout bounds the wait)
+                return self.connector._when_ready().addCallback(self.establish)
             if self.id in self.connector._subscriptions:
                 self.log.warn(
                     "connector {name}: cannot restore subscription to {destination}: {error}",

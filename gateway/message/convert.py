@@ -8,7 +8,12 @@ The STOMP headers that are JMS header fields (``correlation-id``,
 fields; every other non-protocol header becomes a string property.
 
 message -> MESSAGE: headers are UTF-8 text, the body is the stored bytes
-(text encoded as UTF-8).  Only Text and Bytes messages can become frames:
+(text encoded as UTF-8).  Every MESSAGE carries ``content-length`` (the codec
+adds it), so ``amq-msg-type: text|bytes`` tells a subscriber which message it
+is (the header ActiveMQ reads on a SEND: a client that resends a MESSAGE as
+it came keeps the type).  A redelivered message carries
+``JMSXDeliveryCount`` (the JMS property: 2 on the first redelivery) next to
+``redelivered: true``.  Only Text and Bytes messages can become frames:
 :func:`message_to_frame` refuses the others, the caller applies the rule.
 """
 
@@ -197,6 +202,11 @@ def message_to_frame(message: Message, subscription: str, ack: str | None, desti
     """
     body = message_body(message)
     headers = message_headers(message)
+    headers["amq-msg-type"] = "bytes" if isinstance(message, BytesMessage) else "text"
+    if message.redelivery_count > 0:
+        headers["JMSXDeliveryCount"] = str(message.redelivery_count + 1)
+    elif message.properties:
+        headers.pop("JMSXDeliveryCount", None)  # (a property a client copied from an earlier MESSAGE)
     headers["subscription"] = subscription
     if destination is not None:
         headers["destination"] = destination

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -66,6 +66,9 @@ class RoutingResult:
 
 _UNDECIDED = object()
 
+DEAD_LETTER_ROUTE = "*dead-letter*"
+"""The name :attr:`KafkaRouter.missing_topics` gives the dead-letter topic."""
+
 
 @implementer(IFrameForwarder, IFlowControlled, IStatusReporting)
 class KafkaRouter:
@@ -103,6 +106,9 @@ class KafkaRouter:
         """Why all routing stopped (a hard failure), or None."""
         self.stopped_routes: dict[str, str] = {}
         """Route name -> why it stopped (a soft failure under ``stop``)."""
+        self.missing_topics: dict[str, str] = {}
+        """Route name (``*dead-letter*`` for the dead-letter topic) -> its topic, which the
+        cluster did not list at start-up (or at the last :meth:`restart`)."""
 
     # ------------------------------------------------------------ routing
 
@@ -114,12 +120,29 @@ class KafkaRouter:
         else:
             self.stopped_routes.pop(route, None)
         self.log.info("routing restarted ({route})", route=route or "all routes")
+        if self.missing_topics:  # created meanwhile? (check_topic reads the cluster's metadata again)
+            checks = [self.connector.check_topic(topic) for topic in set(self.missing_topics.values())]
+            DeferredList(checks, consumeErrors=True).addCallback(self._check_topics)
+
+    def _check_topics(self, _: object = None) -> None:
+        """Warn about (and remember) every route whose topic the cluster does not list, so a
+        missing topic shows at start-up in the log and ``/health``, not at the first SEND."""
+        wanted = {route.name: route.topic for route in self.config.routes}
+        if self.config.dead_letter_topic:
+            wanted[DEAD_LETTER_ROUTE] = self.config.dead_letter_topic
+        missing = set(self.connector.missing_topics(set(wanted.values())))
+        self.missing_topics = {name: topic for name, topic in wanted.items() if topic in missing}
+        for name, topic in self.missing_topics.items():
+            self.log.warn("route {route}: kafka topic {topic!r} does not exist at {bootstrap}: its messages will "
+                          "stop routing until it is created (then POST /routing/restart)", route=name, topic=topic,
+                          bootstrap=self.connector.settings.bootstrap)
 
     def status(self) -> dict[str, Any]:
         """A summary for the admin page."""
         return {
             "stopped": self.stopped,
             "stopped_routes": dict(self.stopped_routes),
+            "missing_topics": dict(self.missing_topics),
             "routes": [r.name for r in self.config.routes],
             "kafka": self.connector.status(),
         }
@@ -131,6 +154,9 @@ class KafkaRouter:
         if self.stopped_routes:
             stopped = "; ".join(f"{route}: {why}" for route, why in self.stopped_routes.items())
             return Health(False, f"route(s) stopped: {stopped}")
+        if self.missing_topics:
+            missing = "; ".join(f"{route}: {topic}" for route, topic in self.missing_topics.items())
+            return Health(False, f"kafka topic(s) of route(s) do not exist: {missing}")
         return self.connector.health()
 
     def route(self, message: Message) -> Deferred[RoutingResult]:
@@ -174,6 +200,8 @@ class KafkaRouter:
         def reported(error: Exception | None, record: Any) -> None:
             if error is None:
                 stats.delivered(max(0.0, clock.seconds() - started))
+                if self.missing_topics:  # (created after start-up)
+                    self.missing_topics.pop(route, None)
             else:
                 self._publish_failed(message_id, route, topic, error)
             settled(error, record)
@@ -302,9 +330,9 @@ class KafkaRouter:
     # ------------------------------------------------------- IConnector
 
     def start(self) -> Deferred[Any]:
-        """Start the Kafka connector."""
+        """Start the Kafka connector, then check that every route's topic exists."""
         result: Deferred[Any] = self.connector.start()
-        return result
+        return result.addCallback(self._check_topics)
 
     def stop(self) -> Deferred[Any]:
         """Stop the Kafka connector."""

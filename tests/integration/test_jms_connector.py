@@ -272,7 +272,7 @@ def test_batch_with_an_unsendable_message_sends_nothing(harness: ConnectorHarnes
 
 
 def test_jms_text_bytes_map_object_messages_reach_the_consumer_typed(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+    connector = harness.started(transformation="jms-json")  # Map/Object fidelity (the broker has XStream)
     queue_name = "/queue/" + unique("sub.types")
     subscription, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name))
     verifyObject(ISubscription, subscription)

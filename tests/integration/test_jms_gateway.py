@@ -35,6 +35,7 @@ login = "gateway"
 passcode = "secret"
 failure_retry_interval = 200
 send_timeout = 10000
+transformation = "jms-json"   # Map/Object messages keep their type (this broker has XStream/Jettison)
 
 [[destinations]]
 pattern = "/queue/jms.*"

@@ -5,7 +5,8 @@ into a work directory (own data directory, free ports, a STOMP and an OpenWire
 transport connector; no web console, no JMX connector, no scheduler), runs the
 broker JVM as a child process and waits until both ports accept connections.
 It works outside pytest (benchmarks use it); the pytest fixtures at the bottom
-are :func:`activemq` (one broker per test session, KahaDB) and
+are :func:`activemq` (one broker per test session, KahaDB),
+:func:`stock_activemq` (one more, without the XStream/Jettison jars) and
 :func:`fresh_activemq` (a new broker per test, for kill/restart tests).
 
 The JVM is always cleaned up: :meth:`ActiveMQBroker.stop` on teardown, an
@@ -147,6 +148,9 @@ class ActiveMQBroker:
         more connectors: ``stomp+ssl`` (:attr:`stomp_ssl_uri`) and ``stomp+ssl``
         requiring a client certificate signed by the same CA
         (:attr:`stomp_ssl_auth_uri`).
+    :param xstream: link XStream and Jettison (:data:`EXTRA_JARS`) into the
+        broker's lib directory, which ActiveMQ's STOMP ``transformation``
+        header needs; ``False`` runs a stock broker as Debian installs it.
     """
 
     def __init__(
@@ -159,8 +163,10 @@ class ActiveMQBroker:
         broker_name: str = "jmsgw-test",
         stomp_no_delay: bool = False,
         tls: TlsFiles | None = None,
+        xstream: bool = True,
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        self.xstream = xstream
         self.stomp_no_delay = stomp_no_delay
         self.tls = tls
         self.kahadb = kahadb
@@ -226,7 +232,9 @@ class ActiveMQBroker:
             directory.mkdir(parents=True, exist_ok=True)
         for jar in EXTRA_JARS:
             link = self.lib_dir / jar.name
-            if jar.exists() and not link.exists():
+            if not self.xstream:
+                link.unlink(missing_ok=True)
+            elif jar.exists() and not link.exists():
                 link.symlink_to(jar)
         persistence = _KAHADB_XML.format(data_dir=self.data_dir) if self.kahadb else ""
         ssl_context = ssl_connectors = ""
@@ -419,6 +427,19 @@ def activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveMQBroke
     yield broker
     broker.stop()
     _session_broker = None
+
+
+@pytest.fixture(scope="session")
+def stock_activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveMQBroker]:
+    """A running ActiveMQ as Debian installs it: without XStream/Jettison, so it
+    closes the connection of a SUBSCRIBE that asks for a ``transformation``.
+    Its own data directory and ports; shared by the session."""
+    broker = ActiveMQBroker(tmp_path_factory.mktemp("stock-activemq"), xstream=False,
+                            broker_name="jmsgw-stock").start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
 
 
 @pytest.fixture

@@ -76,3 +76,20 @@ def test_message_to_frame() -> None:
     assert "ack" not in message_to_frame(message, "s", None).headers
     with pytest.raises(TypeError, match="MapMessage"):
         message_to_frame(MapMessage(map={"a": 1}), "s", None)
+
+
+def test_message_frames_say_text_or_bytes_and_count_redeliveries() -> None:
+    # every MESSAGE has content-length, so the type travels as ActiveMQ's amq-msg-type
+    text = message_to_frame(TextMessage(destination="/queue/a", text="t"), "s", None)
+    raw = message_to_frame(BytesMessage(destination="/queue/a", body=b"t"), "s", None)
+    assert (text.headers["amq-msg-type"], raw.headers["amq-msg-type"]) == ("text", "bytes")
+    assert "JMSXDeliveryCount" not in text.headers and "redelivered" not in text.headers
+    again = message_to_frame(TextMessage(destination="/queue/a", text="t", redelivered=True, redelivery_count=2),
+                             "s", None)
+    assert again.headers["redelivered"] == "true" and again.headers["JMSXDeliveryCount"] == "3"
+    copied = TextMessage(destination="/queue/a", text="t", properties={"JMSXDeliveryCount": "3"})
+    assert "JMSXDeliveryCount" not in message_to_frame(copied, "s", None).headers
+    # a client resending a MESSAGE as it came keeps the type
+    for frame, kind in ((text, TextMessage), (raw, BytesMessage)):
+        resent = Frame("SEND", {**frame.headers, "content-length": str(len(frame.body))}, frame.body)
+        assert type(frame_to_message(resent)) is kind

@@ -137,7 +137,7 @@ def test_settings_defaults_and_uri_credentials() -> None:
     assert (settings.address, settings.port, settings.login, settings.passcode) == ("h", 61613, "me", "pw")
     assert settings.client_id == "g-amq"
     assert (settings.failure_retry_interval, settings.max_retries, settings.send_timeout) == (5000, -1, 30000)
-    assert settings.transformation == "jms-json"
+    assert settings.transformation == ""  # a stock ActiveMQ (no XStream) closes the connection at one
 
 
 @pytest.mark.parametrize(
@@ -255,7 +255,7 @@ def test_start_fails_at_once_without_retries(broker: FakeBroker, clock: Clock) -
 
 
 def test_subscription_headers_and_restoration_after_reconnect(broker: FakeBroker, clock: Clock) -> None:
-    connector = started(broker, clock, failure_retry_interval=500)
+    connector = started(broker, clock, failure_retry_interval=500, transformation="jms-json")
     spec = SubscriptionSpec(
         "/topic/prices", selector="sym = 'X'", prefetch=10, durable_name="d1", client_id="app", ack_mode="client"
     )
@@ -367,3 +367,27 @@ def test_stop_disconnects_and_fails_waiting_sends(broker: FakeBroker, clock: Clo
     with pytest.raises(ConnectorUnavailable):
         result_of(connector.send(TextMessage(destination="/queue/a", text="x", message_id="m")))
     assert not clock.getDelayedCalls()
+
+
+def test_a_broker_closing_at_a_transformed_subscribe_gets_subscribes_without_it(
+    broker: FakeBroker, clock: Clock
+) -> None:
+    connector = started(broker, clock, failure_retry_interval=5000, transformation="jms-json")
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/orders"), consumer)
+    (subscribe,) = broker.frames()
+    assert subscribe.headers["transformation"] == "jms-json"
+    broker.drop()  # what ActiveMQ without XStream does: no ERROR frame, no RECEIPT
+    clock.advance(0)  # reconnects at once, not after failure_retry_interval
+    broker.accept()
+    (again,) = broker.receipt_all()
+    assert again.command == "SUBSCRIBE" and "transformation" not in again.headers
+    assert result_of(subscribing) is not None and consumer.failures == []
+    health = connector.health()
+    assert health.up and "transformation:jms-json" in health.detail and "XStream" in health.detail
+    assert connector.status()["transformation"] == ""
+    broker.drop()  # a later loss is an ordinary one: restored as it is, no second fallback
+    clock.advance(5)
+    broker.accept()
+    (restored,) = broker.receipt_all()
+    assert restored.command == "SUBSCRIBE" and "transformation" not in restored.headers
