@@ -258,6 +258,25 @@ class IMessageStore(Interface):
         """Forget a durable subscription and its backlog."""
 
 
+Permission = Literal["read", "write", "admin"]
+"""What a user may do on a destination: ``read`` (SUBSCRIBE, browse), ``write``
+(SEND), ``admin`` (create temporary/durable, purge, the console's actions)."""
+
+
+class IAuthorizer(Interface):
+    """Per-destination permissions (ActiveMQ's authorization entries,
+    RabbitMQ's configure/write/read patterns).
+
+    The STOMP session asks before every SEND and SUBSCRIBE, the admin
+    console before every action.  Pure and fast: no I/O, called on the
+    reactor thread.
+    """
+
+    def permits(login: str | None, permission: Permission, destination: str) -> bool:
+        """Whether ``login`` (None: anonymous) holds ``permission`` on
+        ``destination`` (a STOMP-side name such as ``/queue/orders``)."""
+
+
 class IStompUser(Interface):
     """The avatar a STOMP login asks the ``twisted.cred`` portal for."""
 
