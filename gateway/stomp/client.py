@@ -186,7 +186,7 @@ class StompClientProtocol(Protocol):
         self._last_received = self.clock.seconds()
         if self._quick_ack is not None:
             self._quick_ack()
-        for item in self.decoder.feed(data):
+        for item in self.decoder.frames(data):  # CONNECTED sets the version of what follows
             if isinstance(item, StompProtocolError):
                 self.log.warn(
                     "unreadable frame from broker {peer}: {message}: {detail}",

@@ -14,6 +14,7 @@ This module must not import Twisted or touch a socket.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gateway.errors import FrameTooLarge, MalformedFrame, StompProtocolError
@@ -72,29 +73,82 @@ def unescape_header(text: str, version: str) -> str:
     return _ESCAPE_SEQUENCE.sub(replace, text)
 
 
-def encode_frame(frame: Frame, version: str, *, add_content_length: bool = True) -> bytes:
+_UNSAFE_NAME_10 = re.compile("[:\n\x00]")
+_SPECIAL = re.compile("[\\\\:\n\r\x00]")
+
+
+def unrepresentable(name: str, value: str, version: str, *, escaped: bool = True) -> bool:
+    """Whether the header ``name:value`` cannot be written for ``version`` so that
+    every reader parses it back as it is.
+
+    A NUL anywhere ends the frame; in 1.0, and in the frames whose headers are
+    never escaped (``escaped`` false: CONNECT, CONNECTED), a LF starts another
+    header and a ``:`` in the name ends the name; before 1.2 a CR that ends the
+    value is read as part of a CRLF line end (there is no escape for it); text
+    that is not Unicode (a lone surrogate) cannot be UTF-8.
+    """
+    if "\x00" in name or "\x00" in value:
+        return True
+    if not escaped or version == "1.0":
+        if _UNSAFE_NAME_10.search(name) or "\n" in value:
+            return True
+    if version != "1.2" and value.endswith("\r"):
+        return True
+    try:
+        name.encode("utf-8")
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def encode_frame(
+    frame: Frame, version: str, *, add_content_length: bool = True, dropped: list[str] | None = None
+) -> bytes:
     """Serialise ``frame`` for a peer speaking ``version``.
 
     ``content-length`` is added when the frame lacks it and either has a body
     or is a MESSAGE, unless ``add_content_length`` is false (a client sending
     a TextMessage to a broker that types messages by that header).
+
+    Headers are escaped as ``version`` says (1.1, 1.2).  A header that no
+    escape of the version can carry (:func:`unrepresentable`: a NUL, a CR in
+    1.1, a line break in 1.0) is left out rather than written in a form a
+    reader would split into other headers or frames; its name is appended to
+    ``dropped`` when given.
     """
     headers = frame.headers
     body = frame.body
-    if version == "1.0" or frame.command in UNESCAPED_COMMANDS:
+    escaped = version != "1.0" and frame.command not in UNESCAPED_COMMANDS
+    # Special characters are rare: one test over all names and values first, then per header only if needed.
+    probe = "".join(headers) + "".join(headers.values())
+    if _SPECIAL.search(probe) is None:
         lines = [f"{name}:{value}" for name, value in headers.items()]
     else:
-        # Escaping is rare: one test over all names and values first, then per header only if needed.
-        probe = "".join(headers) + "".join(headers.values())
-        if "\\" in probe or ":" in probe or "\n" in probe or "\r" in probe:
-            table = _ESCAPE_12 if version == "1.2" else _ESCAPE_11
-            lines = [f"{name.translate(table)}:{value.translate(table)}" for name, value in headers.items()]
-        else:
-            lines = [f"{name}:{value}" for name, value in headers.items()]
+        table = _ESCAPE_12 if version == "1.2" else _ESCAPE_11
+        lines = []
+        for name, value in headers.items():
+            if unrepresentable(name, value, version, escaped=escaped):
+                if dropped is not None:
+                    dropped.append(name)
+                continue
+            lines.append(f"{name.translate(table)}:{value.translate(table)}" if escaped else f"{name}:{value}")
     if add_content_length and "content-length" not in headers and (body or frame.command == "MESSAGE"):
         lines.append(f"content-length:{len(body)}")
     head = f"{frame.command}\n" + "\n".join(lines) + "\n\n" if lines else f"{frame.command}\n\n"
-    return b"".join((head.encode("utf-8"), body, b"\x00"))
+    try:
+        encoded = head.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (text from Java): leave out the headers holding one
+        kept = {}
+        for name, value in headers.items():
+            if unrepresentable(name, value, version, escaped=escaped):
+                if dropped is not None and name not in dropped:
+                    dropped.append(name)
+            else:
+                kept[name] = value
+        return encode_frame(Frame(frame.command, kept, body), version, add_content_length=add_content_length,
+                            dropped=dropped)
+    return b"".join((encoded, body, b"\x00"))
 
 
 HEARTBEAT = b"\n"
@@ -164,24 +218,44 @@ class FrameDecoder:
         return len(self._buf) - self._pos
 
     def feed(self, data: bytes) -> list[Frame | StompProtocolError]:
-        """Add ``data`` and return the frames it completed (and an error last, if any)."""
+        """Add ``data`` and return the frames it completed (and an error last, if any).
+
+        Every frame is decoded under :attr:`version` as it was when ``feed``
+        was called; a caller that changes the version on a frame (a server on
+        CONNECT) iterates :meth:`frames` instead.
+        """
+        return list(self.frames(data))
+
+    def frames(self, data: bytes) -> Iterator[Frame | StompProtocolError]:
+        """Add ``data`` and yield the frames it completed one by one (an error last, if any).
+
+        Each frame is decoded only when the caller asks for it, so a
+        :attr:`version` set while handling one frame applies to the frames
+        after it, even those that came in the same read (CONNECT and the
+        frames a client pipelined behind it).  A caller may stop iterating
+        early; the rest stays buffered for the next call.
+        """
         if self._failed:
-            return []
+            return
+        self._compact()
         self._buf += data
-        out: list[Frame | StompProtocolError] = []
         try:
             while True:
                 frame = self._next_frame()
                 if frame is None:
                     break
-                out.append(frame)
+                yield frame
         except StompProtocolError as error:
             self._failed = True
             self._buf.clear()
             self._pos = 0
             self._reset_frame()
-            out.append(error)
-            return out
+            yield error
+            return
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drop the bytes of the frames already returned."""
         pos = self._pos
         if pos:
             del self._buf[:pos]
@@ -190,7 +264,6 @@ class FrameDecoder:
             if self._body_start >= 0:
                 self._body_start -= pos
             self._pos = 0
-        return out
 
     def _next_frame(self) -> Frame | None:
         buf = self._buf

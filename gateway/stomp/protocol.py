@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
@@ -66,6 +66,7 @@ class StompServerProtocol(Protocol):
         self._address: str | None = None  # the client address, once admitted
         self._connect_deadline: IDelayedCall | None = None
         self._abort_deadline: IDelayedCall | None = None
+        self._dropped: list[str] = []  # headers the last frame could not carry (encode_frame fills it)
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -117,7 +118,8 @@ class StompServerProtocol(Protocol):
     def _handle(self, data: bytes) -> None:
         session = self.session
         assert session is not None
-        for item in self.decoder.feed(data):
+        # One frame at a time: CONNECT sets the version the frames behind it are decoded with.
+        for item in self.decoder.frames(data):
             if isinstance(item, StompProtocolError):
                 session.protocol_error(item)
                 return
@@ -163,7 +165,11 @@ class StompServerProtocol(Protocol):
 
     def send_frame(self, frame: Frame) -> None:
         if not self._closing:
-            self.transport.write(encode_frame(frame, self.version))  # type: ignore[union-attr]
+            dropped = self._dropped
+            self.transport.write(encode_frame(frame, self.version, dropped=dropped))  # type: ignore[union-attr]
+            if dropped:
+                self.factory.headers_dropped(frame, self.version, dropped)
+                dropped.clear()
 
     def send_heartbeat(self) -> None:
         if not self._closing:
@@ -222,6 +228,7 @@ class StompServerFactory(Factory):
 
     protocol = StompServerProtocol
     noisy = False
+    log = Logger()
 
     def __init__(
         self,
@@ -249,6 +256,22 @@ class StompServerFactory(Factory):
         """The admitted connections."""
         self.admission = ConnectionAdmission(self.settings.max_connections,
                                              self.settings.max_connections_per_address, registry)
+        self.dropped_headers = Counter(
+            "jmsgateway_stomp_headers_dropped",
+            "Message headers left out of MESSAGE frames because the client's STOMP version cannot carry them",
+            ["version"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
+
+    def headers_dropped(self, frame: Frame, version: str, names: list[str]) -> None:
+        """Count and log headers :func:`encode_frame` left out of ``frame``."""
+        self.dropped_headers.labels(version).inc(len(names))
+        self.log.warn(
+            "{command} {id}: header(s) {names} left out: STOMP {version} cannot carry their value "
+            "(a NUL, or a line break without escapes)",
+            command=frame.command, id=frame.headers.get("message-id", "-"), names=", ".join(map(repr, names)),
+            version=version,
+        )
 
     def buildProtocol(self, addr: Any) -> StompServerProtocol:
         return StompServerProtocol(self)

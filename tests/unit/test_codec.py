@@ -651,9 +651,29 @@ def test_encode_keeps_an_existing_content_length() -> None:
 def test_encode_escapes_names_and_values_per_version() -> None:
     frame = Frame("SEND", {"k:\\\n\r": "v:\\\n\r"})
     assert encode_frame(frame, "1.2") == b"SEND\nk\\c\\\\\\n\\r:v\\c\\\\\\n\\r\n\n\x00"
-    assert encode_frame(frame, "1.1") == b"SEND\nk\\c\\\\\\n\r:v\\c\\\\\\n\r\n\n\x00"
+    inner_cr = Frame("SEND", {"k:\\\n\r": "v:\\\n\rx"})
+    assert encode_frame(inner_cr, "1.1") == b"SEND\nk\\c\\\\\\n\r:v\\c\\\\\\n\rx\n\n\x00"
     plain = Frame("SEND", {"k\\": "v:\\"})
     assert encode_frame(plain, "1.0") == b"SEND\nk\\:v:\\\n\n\x00"
+
+
+@pytest.mark.parametrize(
+    ("version", "headers"),
+    [
+        ("1.0", {"x-h": "a\nsubscription:EVIL"}),
+        ("1.0", {"a:b": "v"}),
+        ("1.0", {"x": "a\r"}),
+        ("1.1", {"x": "a\r"}),
+        ("1.1", {"x": "a\x00MESSAGE"}),
+        ("1.2", {"x\x00": "v"}),
+        ("1.2", {"x": "\ud800"}),
+    ],
+)
+def test_encode_leaves_out_what_the_version_cannot_carry(version: str, headers: dict[str, str]) -> None:
+    dropped: list[str] = []
+    frame = Frame("MESSAGE", {"subscription": "s", **headers}, b"body")
+    assert encode_frame(frame, version, dropped=dropped) == b"MESSAGE\nsubscription:s\ncontent-length:4\n\nbody\x00"
+    assert dropped == list(headers)
 
 
 def test_encode_writes_utf8() -> None:
