@@ -301,7 +301,10 @@ def _typed(raw: bytes | None, kind: str | None) -> PropertyValue:
         return None
     if kind == "bytes":
         return raw
-    text = raw.decode("utf-8", "replace")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw  # not text: the bytes as they are, as for a Kafka header without the prefix
     try:
         if kind == "long":
             return int(text)

@@ -95,7 +95,7 @@ def forward_parts(
     way.  None when the SEND needs the message path (an ``amq-msg-type``
     header).  ``tests/unit/test_stomp_forward.py`` holds the two paths equal.
     """
-    if "amq-msg-type" in headers:
+    if "amq-msg-type" in headers or convert.foreign_charset(headers):  # (a charset to decode)
         return None
     text, persistent, priority, expiration = convert.plain_send_fields(headers, body, default_persistent)
     if text and b"\x00" in body:  # (not from the wire: a frame without content-length ends at its NUL)

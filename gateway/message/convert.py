@@ -1,7 +1,8 @@
 """STOMP frame <-> JMS message, by the GlassFish STOMP bridge's rules.
 
 SEND -> message: a ``content-length`` header makes a :class:`BytesMessage`,
-otherwise the body is decoded as UTF-8 into a :class:`TextMessage`; an
+otherwise the body is decoded (UTF-8, or the charset its ``content-type``
+declares) into a :class:`TextMessage`; an
 ``amq-msg-type: text|bytes`` header overrides the rule (as ActiveMQ allows).
 The STOMP headers that are JMS header fields (``correlation-id``,
 ``reply-to``, ``type``, ``persistent``, ``priority``, ``expires``) fill those
@@ -18,6 +19,9 @@ it came keeps the type).  A redelivered message carries
 """
 
 from __future__ import annotations
+
+import codecs
+import re
 
 from gateway.errors import StompProtocolError
 from gateway.message.model import (
@@ -73,7 +77,8 @@ def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: 
     elif msg_type not in (None, "text"):
         raise _bad("amq-msg-type", msg_type, "'text' or 'bytes'")
     else:
-        message = TextMessage(text=text_body(frame.body))
+        charset = declared_charset(headers)
+        message = TextMessage(text=text_body(frame.body, charset))
     message.destination = headers.get("destination", "")
     message.message_id = new_message_id()
     message.timestamp = now_millis() if now_ms is None else now_ms
@@ -89,18 +94,63 @@ def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: 
     for name, value in headers.items():
         if name not in PROTOCOL_HEADERS:
             properties[name] = value
+    if isinstance(message, TextMessage) and charset is not None and charset != "utf-8":
+        # The text is stored (and delivered) as UTF-8 now: say so.
+        properties["content-type"] = _CHARSET_PARAM.sub(r"\g<1>utf-8", headers["content-type"])
     return message
 
 
-def text_body(body: bytes) -> str:
-    """The text of a SEND without ``content-length`` (a TextMessage): UTF-8 or a protocol error."""
+_CHARSET_PARAM = re.compile(r"""(;\s*charset\s*=\s*)("[^"]*"|[^;\s]*)""", re.IGNORECASE)
+
+
+def declared_charset(headers: dict[str, str]) -> str | None:
+    """The ``charset`` parameter of a SEND's ``content-type``, normalised (``latin-1`` for
+    ``ISO-8859-1``); None without one.  A charset Python does not know is a protocol error."""
+    content_type = headers.get("content-type")
+    if content_type is None or "charset" not in content_type.lower():
+        return None
+    match = _CHARSET_PARAM.search(content_type)
+    if match is None:
+        return None
+    name = match.group(2).strip('"')
     try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError as exc:
+        return codecs.lookup(name).name
+    except LookupError:
         raise StompProtocolError(
-            "invalid UTF-8 body",
-            f"a SEND without content-length is a TextMessage and its body must be UTF-8; "
-            f"byte {exc.start} is not ({exc.reason}). Add a content-length header to send bytes.",
+            "unknown charset",
+            f"content-type {content_type!r} declares charset {name!r}, which the gateway does not know",
+        ) from None
+
+
+def foreign_charset(headers: dict[str, str]) -> bool:
+    """Whether a text SEND declares a charset other than UTF-8 (its body must be decoded: the
+    shortcuts that pass a SEND's bytes on unchanged decline it)."""
+    content_type = headers.get("content-type")
+    if content_type is None or "charset" not in content_type.lower() or "content-length" in headers:
+        return False
+    try:
+        return declared_charset(headers) not in (None, "utf-8")
+    except StompProtocolError:
+        return True  # the message path reports it
+
+
+def text_body(body: bytes, charset: str | None = None) -> str:
+    """The text of a SEND without ``content-length`` (a TextMessage): decoded with the charset
+    its ``content-type`` declares (UTF-8 without one), or a protocol error."""
+    encoding = charset or "utf-8"
+    try:
+        return body.decode(encoding)
+    except UnicodeDecodeError as exc:
+        if encoding == "utf-8":
+            raise StompProtocolError(
+                "invalid UTF-8 body",
+                f"a SEND without content-length is a TextMessage and its body must be UTF-8; "
+                f"byte {exc.start} is not ({exc.reason}). Add a content-length header to send bytes.",
+            ) from None
+        raise StompProtocolError(
+            "invalid body",
+            f"the body is not valid {encoding} (the charset its content-type declares): "
+            f"byte {exc.start}: {exc.reason}",
         ) from None
 
 
@@ -218,7 +268,9 @@ def message_to_frame(message: Message, subscription: str, ack: str | None, desti
 __all__ = [
     "DEFAULT_PRIORITY",
     "PROTOCOL_HEADERS",
+    "declared_charset",
     "expires_header",
+    "foreign_charset",
     "frame_to_message",
     "message_body",
     "message_headers",

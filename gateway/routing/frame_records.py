@@ -88,7 +88,7 @@ def frame_record(
     Raises :class:`StompProtocolError` as :func:`frame_to_message` would;
     None when the message path must run (see the module docstring).
     """
-    if "amq-msg-type" in headers or ORIGIN_HEADER in headers:
+    if "amq-msg-type" in headers or ORIGIN_HEADER in headers or convert.foreign_charset(headers):
         return None
     text, persistent, priority, expiration = convert.plain_send_fields(headers, body, default_persistent)
     key = frame_key(headers, key_name, message_id)

@@ -114,6 +114,13 @@ class StompSubscription:
         self.transformation = transformation
         self.subscription: ISubscription | None = None
         self.unacked: dict[str, Any] = {}
+        """Delivery key -> connector tag of each unacknowledged delivery, oldest first.  Every
+        delivery has its own key, even when two carry one message id (a redelivery, two Kafka
+        records with one ``jms.MessageId``)."""
+        self.message_ids: dict[str, str] = {}
+        """STOMP 1.0/1.1: delivery key -> the ``message-id`` the client acknowledges it by."""
+        self.by_message_id: dict[str, list[str]] = {}
+        """STOMP 1.0/1.1: ``message-id`` -> its unacknowledged delivery keys, oldest first."""
         self.closed = False
         self.backlog: list[tuple[Message, Any]] | None = None
 
@@ -195,7 +202,7 @@ class StompSession:
 
     def frame_received(self, frame: Frame) -> None:
         """Handle one complete frame from the client."""
-        if self.state in ("closing", "closed"):
+        if self.state in ("closing", "closed", "disconnecting"):
             return
         if self.state == "connecting":
             self._backlog.append(frame)
@@ -286,7 +293,7 @@ class StompSession:
 
         def done(result: object) -> None:
             self._pending.discard(d)
-            if self.state == "connected":
+            if self.state in ("connected", "disconnecting"):  # (a DISCONNECT waits for this receipt)
                 self._receipt(frame)
 
         def failed(failure: Failure) -> None:
@@ -509,7 +516,7 @@ class StompSession:
         def settled(error: Exception | None, _ack: object) -> None:
             self._posted -= 1
             if error is None:
-                if self.state == "connected":
+                if self.state in ("connected", "disconnecting"):
                     self._receipt(frame)
             else:
                 self._failure(Failure(error), frame)
@@ -630,6 +637,8 @@ class StompSession:
         for key in subscription.unacked:
             self._ack_ids.pop(key, None)
         subscription.unacked.clear()
+        subscription.message_ids.clear()
+        subscription.by_message_id.clear()
         live = subscription.subscription
         if live is None:
             return succeed(None)
@@ -676,16 +685,17 @@ class StompSession:
                 f"the outbound transformers; only TextMessage and BytesMessage can be sent over STOMP{hint}",
             ))
             return False
-        ack: str | None = None
+        ack: str | None = None  # (no ``ack`` header on an auto delivery: there is nothing to acknowledge)
         if subscription.ack_mode != "auto":
-            if self.version == "1.2":
-                key = ack = f"{self.session_id}-{next(self._ack_seq)}"
-                self._ack_ids[key] = subscription
-            else:
-                key = message.message_id
+            key = f"{self.session_id}-{next(self._ack_seq)}"
             subscription.unacked[key] = tag
-        elif self.version == "1.2":
-            ack = f"{self.session_id}-{next(self._ack_seq)}"
+            if self.version == "1.2":
+                ack = key
+                self._ack_ids[key] = subscription
+            else:  # acknowledged by message-id: the oldest delivery of that id answers
+                message_id = message.message_id
+                subscription.message_ids[key] = message_id
+                subscription.by_message_id.setdefault(message_id, []).append(key)
         self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
         return True
 
@@ -703,15 +713,18 @@ class StompSession:
             key = self._required(frame, "id")
             subscription = self._ack_ids.get(key)
         else:
-            key = self._required(frame, "message-id")
+            message_id = self._required(frame, "message-id")
             sub_id = headers.get("subscription")
             if sub_id is not None:
                 subscription = self.subscriptions.get(sub_id)
             else:
-                subscription = next((s for s in self.subscriptions.values() if key in s.unacked), None)
+                subscription = next((s for s in self.subscriptions.values() if message_id in s.by_message_id), None)
+            deliveries = subscription.by_message_id.get(message_id) if subscription is not None else None
+            key = deliveries[0] if deliveries else message_id
         if subscription is None or key not in subscription.unacked:
+            shown = key if self.version == "1.2" else message_id
             raise StompError(f"unknown {frame.command.lower()} id",
-                             f"{key!r} names no unacknowledged message of this connection")
+                             f"{shown!r} names no unacknowledged message of this connection")
         unacked = subscription.unacked
         if subscription.ack_mode == "client":
             keys = []
@@ -722,9 +735,16 @@ class StompSession:
         else:
             keys = [key]
         tags = []
+        message_ids = subscription.message_ids
         for pending in keys:
             tags.append(unacked.pop(pending))
             self._ack_ids.pop(pending, None)
+            message_id = message_ids.pop(pending, None)
+            if message_id is not None:
+                same = subscription.by_message_id[message_id]
+                same.remove(pending)
+                if not same:
+                    del subscription.by_message_id[message_id]
         return subscription, tags
 
     def _on_ack(self, frame: Frame) -> None:
@@ -801,7 +821,9 @@ class StompSession:
     # -- DISCONNECT ----------------------------------------------------------
 
     def _on_disconnect(self, frame: Frame) -> None:
-        self.state = "closing"
+        # Frames after DISCONNECT are ignored; the work before it still answers (RECEIPT or ERROR),
+        # and only when all of it succeeded does the DISCONNECT's own receipt go out.
+        self.state = "disconnecting"
         pending: list[Deferred[Any]] = list(self._pending)
         if self._posted:
             drained: Deferred[None] = Deferred()
@@ -809,6 +831,9 @@ class StompSession:
             pending.append(drained)
 
         def finish(_: object) -> None:
+            if self.state != "disconnecting":  # an earlier frame failed (ERROR sent), or the peer left
+                return
+            self.state = "closing"
             receipt = frame.headers.get("receipt")
             if receipt is not None:
                 self._write(Frame("RECEIPT", {"receipt-id": receipt}))
