@@ -117,3 +117,65 @@ def test_disconnect_receipt_follows_the_receipts_and_errors_of_the_sends_before_
     error = items[1]
     assert isinstance(error, Frame) and error.headers.get("receipt-id") == "s2"
     assert "full" in error.body.decode()
+
+
+# -- issue 26 defect 8: headers no client may read differently --------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_a_header_value_cannot_forge_headers_of_a_message(gateway: GatewayProcess, version: str) -> None:
+    queue = unique()
+    consumer = subscriber(gateway.address, queue, version)
+    producer = RawStomp(gateway.address)
+    producer.connect("1.2")
+    # Valid 1.2 escapes: the value holds two line breaks.
+    producer.send(f"SEND\ndestination:{queue}\nx-h:a\\nsubscription:EVIL\\ncontent-length:0\nreceipt:r1\n\npayload\x00")
+    assert producer.frame().command == "RECEIPT"
+    message = consumer.frame()
+    assert message.command == "MESSAGE"
+    assert message.headers["subscription"] == "s1"
+    assert message.body == b"payload"
+    if version == "1.0":  # no escapes in 1.0: the header is left out (docs/stomp.md)
+        assert "x-h" not in message.headers
+    else:
+        assert message.headers["x-h"] == "a\nsubscription:EVIL\ncontent-length:0"
+    assert consumer.item(timeout=0.3) is None  # nothing else: no second (forged) frame
+
+
+# -- lower priority items of issue 26 ----------------------------------------------------------------
+
+
+def test_auto_deliveries_carry_no_ack_header(gateway: GatewayProcess) -> None:
+    queue = unique()
+    consumer = subscriber(gateway.address, queue, "1.2", ack="auto")
+    producer = RawStomp(gateway.address)
+    producer.connect("1.2")
+    producer.send(f"SEND\ndestination:{queue}\nreceipt:r1\n\nhello\x00")
+    message = consumer.frame()
+    assert message.body == b"hello"
+    assert "ack" not in message.headers
+
+
+def test_a_text_body_is_decoded_with_its_declared_charset(gateway: GatewayProcess) -> None:
+    queue = unique()
+    consumer = subscriber(gateway.address, queue)
+    producer = RawStomp(gateway.address)
+    producer.connect("1.2")
+    producer.send(f"SEND\ndestination:{queue}\ncontent-type:text/plain; charset=ISO-8859-1\nreceipt:r1\n\n".encode()
+                  + "café".encode("latin-1") + b"\x00")
+    receipt = producer.frame()
+    assert receipt.command == "RECEIPT", receipt
+    message = consumer.frame()
+    assert message.body == "café".encode()  # a TextMessage: delivered as UTF-8, and says so
+    assert message.headers["content-type"] == "text/plain; charset=utf-8"
+
+
+def test_an_unknown_charset_is_refused_by_name(gateway: GatewayProcess) -> None:
+    producer = RawStomp(gateway.address)
+    producer.connect("1.2")
+    producer.send(f"SEND\ndestination:{unique()}\ncontent-type:text/plain;charset=klingon\nreceipt:r1\n\nx\x00")
+    items = producer.until_closed()
+    assert commands(items) == ["ERROR"], items
+    error = items[0]
+    assert isinstance(error, Frame) and error.headers["message"] == "unknown charset"
+    assert b"klingon" in error.body
