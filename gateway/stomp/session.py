@@ -46,6 +46,7 @@ from gateway.interfaces import (
 )
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
+from gateway.stomp.codec import unrepresentable
 from gateway.stomp.frame import VERSIONS, Frame
 
 SERVER_NAME = f"jmsgateway/{__version__}"
@@ -213,6 +214,11 @@ class StompSession:
                 raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")
             if self.state == "new" and frame.command not in ("CONNECT", "STOMP"):
                 raise StompError("not connected", f"expected CONNECT or STOMP, got {frame.command}")
+            receipt = frame.headers.get("receipt")
+            if receipt is not None and unrepresentable("receipt-id", receipt, self.version):
+                frame.headers.pop("receipt")  # (the ERROR cannot carry it either)
+                raise StompError("invalid receipt header",
+                                 f"receipt {receipt!r} cannot be sent back in a STOMP {self.version} RECEIPT")
             handler(self, frame)
         except (StompError, StompProtocolError) as error:
             self.fail(error, frame)
