@@ -89,9 +89,8 @@ def unrepresentable(name: str, value: str, version: str, *, escaped: bool = True
     """
     if "\x00" in name or "\x00" in value:
         return True
-    if not escaped or version == "1.0":
-        if _UNSAFE_NAME_10.search(name) or "\n" in value:
-            return True
+    if (not escaped or version == "1.0") and (_UNSAFE_NAME_10.search(name) or "\n" in value):
+        return True
     if version != "1.2" and value.endswith("\r"):
         return True
     try:

@@ -745,12 +745,12 @@ class StompSession:
         for pending in keys:
             tags.append(unacked.pop(pending))
             self._ack_ids.pop(pending, None)
-            message_id = message_ids.pop(pending, None)
-            if message_id is not None:
-                same = subscription.by_message_id[message_id]
+            delivered_id = message_ids.pop(pending, None)
+            if delivered_id is not None:
+                same = subscription.by_message_id[delivered_id]
                 same.remove(pending)
                 if not same:
-                    del subscription.by_message_id[message_id]
+                    del subscription.by_message_id[delivered_id]
         return subscription, tags
 
     def _on_ack(self, frame: Frame) -> None:

@@ -65,7 +65,8 @@ kafka_names = st.text(min_size=1, max_size=8).map(lambda name: "x-" + name)
 
 
 @SETTINGS
-@given(st.sampled_from(VERSIONS), st.lists(st.tuples(kafka_names, st.binary(max_size=12)), max_size=5, unique_by=lambda h: h[0]),
+@given(st.sampled_from(VERSIONS),
+       st.lists(st.tuples(kafka_names, st.binary(max_size=12)), max_size=5, unique_by=lambda h: h[0]),
        st.booleans(), st.binary(max_size=20))
 def test_a_kafka_record_reaches_a_client_of_any_version_as_one_message(
     version: str, headers: list[tuple[str, bytes]], prefixed: bool, value: bytes
