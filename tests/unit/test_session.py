@@ -232,3 +232,19 @@ def test_connection_lost_releases_everything(clock: Clock, broker: EmbeddedBroke
     assert temporaries[0] not in broker.queues
     assert broker.status()["queues"]["/queue/q"]["consumers"] == 0
     assert factory.connections == set()
+
+
+def test_headers_a_version_cannot_carry_are_left_out_and_counted(clock: Clock, broker: EmbeddedBroker) -> None:
+    factory = make_factory(clock, broker)
+    old = Peer(factory)
+    old.send("CONNECT", {"host": "localhost"}, version="1.0")  # no accept-version: STOMP 1.0
+    assert old.received()[0].headers["version"] == "1.0"
+    old.decoder.version = "1.0"
+    old.send("SUBSCRIBE", {"id": "s1", "destination": "/queue/a"}, version="1.0")
+    sender = Peer(factory)
+    connect(sender)
+    sender.send("SEND", {"destination": "/queue/a", "x-h": "a\nsubscription:EVIL", "ok": "yes"}, b"payload")
+    (message,) = old.received()
+    assert message.headers["subscription"] == "s1" and message.headers["ok"] == "yes"
+    assert "x-h" not in message.headers
+    assert factory.dropped_headers.labels("1.0")._value.get() == 1
