@@ -74,7 +74,7 @@ def unescape_header(text: str, version: str) -> str:
 
 
 _UNSAFE_NAME_10 = re.compile("[:\n\x00]")
-_SPECIAL = re.compile("[\\\\:\n\r\x00]")
+_NEEDS_ESCAPE = re.compile("[\\\\:\n\r]")
 
 
 def unrepresentable(name: str, value: str, version: str, *, escaped: bool = True) -> bool:
@@ -87,11 +87,7 @@ def unrepresentable(name: str, value: str, version: str, *, escaped: bool = True
     value is read as part of a CRLF line end (there is no escape for it); text
     that is not Unicode (a lone surrogate) cannot be UTF-8.
     """
-    if "\x00" in name or "\x00" in value:
-        return True
-    if (not escaped or version == "1.0") and (_UNSAFE_NAME_10.search(name) or "\n" in value):
-        return True
-    if version != "1.2" and value.endswith("\r"):
+    if _unsafe(name, value, version, escaped):
         return True
     try:
         name.encode("utf-8")
@@ -99,6 +95,15 @@ def unrepresentable(name: str, value: str, version: str, *, escaped: bool = True
     except UnicodeEncodeError:
         return True
     return False
+
+
+def _unsafe(name: str, value: str, version: str, escaped: bool) -> bool:
+    """:func:`unrepresentable` but for lone surrogates (the encoder finds those when it encodes)."""
+    if "\x00" in name or "\x00" in value:
+        return True
+    if (not escaped or version == "1.0") and (_UNSAFE_NAME_10.search(name) or "\n" in value):
+        return True
+    return version != "1.2" and value.endswith("\r")
 
 
 def encode_frame(
@@ -119,34 +124,45 @@ def encode_frame(
     headers = frame.headers
     body = frame.body
     escaped = version != "1.0" and frame.command not in UNESCAPED_COMMANDS
+    mark = len(dropped) if dropped is not None else 0
     # Special characters are rare: one test over all names and values first, then per header only if needed.
-    probe = "".join(headers) + "".join(headers.values())
-    if _SPECIAL.search(probe) is None:
+    names = "".join(headers)
+    probe = names + "".join(headers.values())
+    if escaped:
+        special = "\\" in probe or ":" in probe or "\n" in probe or "\r" in probe or "\x00" in probe
+        # Only a NUL, or a CR before 1.2, can make a header unwritable.
+        check = special and ("\x00" in probe or (version != "1.2" and "\r" in probe))
+    else:  # nothing is escaped: only what would break the line or the frame matters (a ':' in a value is fine)
+        special = check = "\n" in probe or "\r" in probe or "\x00" in probe or ":" in names
+    if not special:
         lines = [f"{name}:{value}" for name, value in headers.items()]
     else:
         table = _ESCAPE_12 if version == "1.2" else _ESCAPE_11
+        needs_escape = _NEEDS_ESCAPE.search
         lines = []
         for name, value in headers.items():
-            if unrepresentable(name, value, version, escaped=escaped):
+            if check and _unsafe(name, value, version, escaped):
                 if dropped is not None:
                     dropped.append(name)
                 continue
-            lines.append(f"{name.translate(table)}:{value.translate(table)}" if escaped else f"{name}:{value}")
+            if escaped:  # (translate only what needs it: most values, e.g. numbers, do not)
+                if needs_escape(name):
+                    name = name.translate(table)
+                if needs_escape(value):
+                    value = value.translate(table)
+            lines.append(f"{name}:{value}")
     if add_content_length and "content-length" not in headers and (body or frame.command == "MESSAGE"):
         lines.append(f"content-length:{len(body)}")
     head = f"{frame.command}\n" + "\n".join(lines) + "\n\n" if lines else f"{frame.command}\n\n"
     try:
         encoded = head.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (text from Java): leave out the headers holding one
-        kept = {}
-        for name, value in headers.items():
-            if unrepresentable(name, value, version, escaped=escaped):
-                if dropped is not None and name not in dropped:
-                    dropped.append(name)
-            else:
-                kept[name] = value
-        return encode_frame(Frame(frame.command, kept, body), version, add_content_length=add_content_length,
-                            dropped=dropped)
+        kept = {name: value for name, value in headers.items()
+                if not unrepresentable(name, value, version, escaped=escaped)}
+        if dropped is not None:
+            del dropped[mark:]
+            dropped.extend(name for name in headers if name not in kept)
+        return encode_frame(Frame(frame.command, kept, body), version, add_content_length=add_content_length)
     return b"".join((encoded, body, b"\x00"))
 
 
