@@ -54,6 +54,10 @@ TEMP_PREFIXES = {"/temp-queue/": "/remote-temp-queue/", "/temp-topic/": "/remote
 
 _session_ids = itertools.count(1)
 
+COVERED_IDS = 4096
+"""Message ids a STOMP 1.0/1.1 ``client`` subscription remembers as acknowledged (see
+:attr:`StompSubscription.covered_ids`)."""
+
 
 class FrameSink(Protocol):
     """What the session writes to: the protocol glue."""
@@ -121,7 +125,12 @@ class StompSubscription:
         self.message_ids: dict[str, str] = {}
         """STOMP 1.0/1.1: delivery key -> the ``message-id`` the client acknowledges it by."""
         self.by_message_id: dict[str, list[str]] = {}
-        """STOMP 1.0/1.1: ``message-id`` -> its unacknowledged delivery keys, oldest first."""
+        """STOMP 1.0/1.1: ``message-id`` -> its unacknowledged delivery keys, oldest first (an ACK
+        by message-id takes the last)."""
+        self.covered_ids: dict[str, None] = {}
+        """STOMP 1.0/1.1 ``client`` mode: the last :data:`COVERED_IDS` message ids a cumulative ACK
+        acknowledged; an ACK naming one of them again is answered, not refused (the client acks
+        each MESSAGE it received, an earlier ACK covered this one)."""
         self.closed = False
         self.backlog: list[tuple[Message, Any]] | None = None
 
@@ -645,6 +654,7 @@ class StompSession:
         subscription.unacked.clear()
         subscription.message_ids.clear()
         subscription.by_message_id.clear()
+        subscription.covered_ids.clear()
         live = subscription.subscription
         if live is None:
             return succeed(None)
@@ -698,7 +708,7 @@ class StompSession:
             if self.version == "1.2":
                 ack = key
                 self._ack_ids[key] = subscription
-            else:  # acknowledged by message-id: the oldest delivery of that id answers
+            else:  # acknowledged by message-id: the latest delivery of that id answers
                 message_id = message.message_id
                 subscription.message_ids[key] = message_id
                 subscription.by_message_id.setdefault(message_id, []).append(key)
@@ -724,10 +734,16 @@ class StompSession:
             if sub_id is not None:
                 subscription = self.subscriptions.get(sub_id)
             else:
-                subscription = next((s for s in self.subscriptions.values() if message_id in s.by_message_id), None)
+                subscription = next((s for s in self.subscriptions.values()
+                                     if message_id in s.by_message_id or message_id in s.covered_ids), None)
             deliveries = subscription.by_message_id.get(message_id) if subscription is not None else None
-            key = deliveries[0] if deliveries else message_id
+            # The latest delivery of that id: a redelivered copy supersedes an earlier one (Kafka
+            # redelivers from a NACKed offset on, records still unacknowledged included).
+            key = deliveries[-1] if deliveries else message_id
         if subscription is None or key not in subscription.unacked:
+            if self.version != "1.2" and subscription is not None and frame.command == "ACK" \
+                    and message_id in subscription.covered_ids:
+                return subscription, []  # a cumulative ACK covered every delivery of that id already
             shown = key if self.version == "1.2" else message_id
             raise StompError(f"unknown {frame.command.lower()} id",
                              f"{shown!r} names no unacknowledged message of this connection")
@@ -742,6 +758,7 @@ class StompSession:
             keys = [key]
         tags = []
         message_ids = subscription.message_ids
+        covered = subscription.covered_ids if subscription.ack_mode == "client" and frame.command == "ACK" else None
         for pending in keys:
             tags.append(unacked.pop(pending))
             self._ack_ids.pop(pending, None)
@@ -751,6 +768,10 @@ class StompSession:
                 same.remove(pending)
                 if not same:
                     del subscription.by_message_id[delivered_id]
+                if covered is not None:
+                    covered[delivered_id] = None
+                    if len(covered) > COVERED_IDS:
+                        del covered[next(iter(covered))]
         return subscription, tags
 
     def _on_ack(self, frame: Frame) -> None:
@@ -775,7 +796,7 @@ class StompSession:
 
     def _apply(self, subscription: StompSubscription, tags: list[Any], what: str) -> Deferred[Any]:
         live = subscription.subscription
-        if live is None:
+        if live is None or not tags:
             return succeed(None)
         result: Deferred[Any] = live.ack(tags) if what == "ack" else live.nack(tags)
         return result

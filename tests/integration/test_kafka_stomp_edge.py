@@ -108,3 +108,36 @@ def test_acking_each_record_of_one_message_id_never_fails(
         receipt = consumer.frame()
         assert receipt.command == "RECEIPT" and receipt.headers["receipt-id"] == f"a{index}", receipt
     assert wait_committed(kafka_bootstrap, topic, 3) == [3]
+
+
+@pytest.mark.parametrize("acks", ["each", "latest"])
+@pytest.mark.parametrize("ack", ["client", "client-individual"])
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_after_a_nack_acking_what_was_received_never_fails_and_commits(
+    kafka_gateway: GatewayProcess, kafka_bootstrap: str, version: str, ack: str, acks: str
+) -> None:
+    """A NACK makes Kafka deliver again from that offset on: records still unacknowledged come a
+    second time.  Acking every MESSAGE received, or only the latest copies, both work."""
+    topic = unique_topic("nack")
+    create_topics(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, [{"value": f"r{index}".encode()} for index in range(3)])
+    consumer = subscribe(kafka_gateway, topic, version, ack)
+    first = [consumer.frame(timeout=20) for _ in range(3)]
+    assert [m.body for m in first] == [b"r0", b"r1", b"r2"]
+    nack = ack_frame(version, first[0], "n0").replace("ACK\n", "NACK\n", 1)
+    consumer.send(nack)
+    received: list[Frame] = []
+    while len(received) < 3:  # the RECEIPT and the three redelivered records, in any order
+        frame = consumer.frame(timeout=20)
+        if frame.command == "RECEIPT":
+            assert frame.headers["receipt-id"] == "n0"
+            continue
+        assert frame.command == "MESSAGE", frame
+        received.append(frame)
+    assert [m.body for m in received] == [b"r0", b"r1", b"r2"]
+    to_ack = first[1:] + received if acks == "each" else received
+    for index, message in enumerate(to_ack):
+        consumer.send(ack_frame(version, message, f"a{index}"))
+        receipt = consumer.frame()
+        assert receipt.command == "RECEIPT" and receipt.headers["receipt-id"] == f"a{index}", receipt
+    assert wait_committed(kafka_bootstrap, topic, 3) == [3]
