@@ -93,3 +93,39 @@ def test_message_frames_say_text_or_bytes_and_count_redeliveries() -> None:
     for frame, kind in ((text, TextMessage), (raw, BytesMessage)):
         resent = Frame("SEND", {**frame.headers, "content-length": str(len(frame.body))}, frame.body)
         assert type(frame_to_message(resent)) is kind
+
+
+def test_a_declared_charset_decodes_the_text() -> None:
+    frame = Frame("SEND", {"destination": "/queue/a", "content-type": 'text/plain;charset="windows-1252"'},
+                  "€ café".encode("cp1252"))
+    message = frame_to_message(frame)
+    assert isinstance(message, TextMessage) and message.text == "€ café"
+    assert message.properties["content-type"] == "text/plain;charset=utf-8"
+    utf8 = frame_to_message(Frame("SEND", {"content-type": "text/plain; charset=UTF-8"}, "é".encode()))
+    assert isinstance(utf8, TextMessage) and utf8.text == "é"
+    assert utf8.properties["content-type"] == "text/plain; charset=UTF-8"  # already true: unchanged
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "message"),
+    [("text/plain; charset=klingon", b"x", "unknown charset"), ("text/plain; charset=ascii", b"\xe9", "invalid body")],
+)
+def test_a_charset_that_cannot_decode_the_body_is_refused(content_type: str, body: bytes, message: str) -> None:
+    with pytest.raises(StompProtocolError) as error:
+        frame_to_message(Frame("SEND", {"content-type": content_type}, body))
+    assert error.value.message == message
+    assert content_type.rsplit("=", 1)[1] in error.value.detail
+
+
+def test_the_send_shortcuts_leave_a_foreign_charset_to_the_message_path() -> None:
+    from gateway.connectors.stomp_mapping import forward_parts
+    from gateway.message.convert import foreign_charset
+
+    latin = {"destination": "/queue/a", "content-type": "text/plain; charset=iso-8859-1"}
+    assert foreign_charset(latin) and not foreign_charset({**latin, "content-length": "1"})
+    assert not foreign_charset({"content-type": "text/plain; charset=utf-8"})
+    assert forward_parts(latin, b"\xe9", default_persistent=False, now_ms=0) is None
+    from gateway.routing.frame_records import frame_record
+
+    assert frame_record(latin, b"\xe9", "/queue/a", default_persistent=False, message_id="ID:1", now_ms=0,
+                        key_name=None, origin="gw") is None
