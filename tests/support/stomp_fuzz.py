@@ -5,7 +5,8 @@ A *case* is one client connection: a CONNECT (for 1.0, 1.1 or 1.2; sent alone an
 pipelined with what follows), then frames: valid SENDs with headers full of escapes, valid ones
 with a byte mutated, malformed ones of every kind the codec must refuse (undefined escapes, a
 header line without ``:``, a NUL or invalid UTF-8 in the header block, a lying or non-numeric
-``content-length``, a CR without LF between frames), and a final ``DISCONNECT`` with a receipt.
+``content-length``, a CR without LF between frames), NUL padding and heart-beats between frames,
+and a final ``DISCONNECT`` with a receipt.
 The bytes are cut into writes at random points.
 
 :func:`reference_frames` is a plain, non-incremental reading of the STOMP spec (written apart
@@ -75,7 +76,7 @@ def reference_frames(data: bytes, version: str) -> Reading:
     pos = 0
     end = len(data)
     while True:
-        while pos < end and data[pos] in (10, 13):  # heart-beats: LF or CRLF
+        while pos < end and data[pos] in (0, 10, 13):  # heart-beats (LF or CRLF) and NUL padding
             if data[pos] == 13:
                 if pos + 1 == end:
                     reading.incomplete = True
@@ -242,7 +243,7 @@ def make_case(rng: random.Random, destination: str, frames: int = 8) -> Case:
             part = mutate(rng, valid_send(rng, version, destination, index))
         else:
             part = rng.choice(malformed)(destination, index)
-        parts.append(part + (b"\n" if rng.random() < 0.1 else b""))
+        parts.append(part + rng.choice([b"", b"", b"", b"", b"\n", b"\x00", b"\r\n\x00"]))
     parts.append(b"DISCONNECT\nreceipt:bye\n\n\x00")
     return Case(version, destination, connect, b"".join(parts), rng.random() < 0.5, frames)
 
