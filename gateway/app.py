@@ -15,6 +15,7 @@ from twisted.logger import Logger
 
 from gateway.admin.settings import parse_admin_settings
 from gateway.auth import build_portal
+from gateway.authorization import build_authorizer
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.store import MemoryStore
 from gateway.config import GatewayConfig
@@ -23,6 +24,7 @@ from gateway.connectors.registry import create_connector
 from gateway.deferreds import gather
 from gateway.errors import ConfigError
 from gateway.interfaces import IConnector, IMessageStore
+from gateway.login_throttle import build_login_throttle
 from gateway.routing.service import build_kafka_router
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.transforms import SessionTransforms
@@ -57,7 +59,11 @@ class Gateway:
         self.router = router
         """The Kafka router when ``[routing]`` is configured (also in :attr:`connectors`)."""
         self.destinations = DestinationMap(self.connectors, config.destinations)
-        self.portal = build_portal(config.auth, config.path)
+        self.portal = build_portal(config.auth, config.path, reactor)
+        self.authorizer = build_authorizer(config.auth, config.authorization, config.path,
+                                           has_users=self.portal is not None, registry=self.registry)
+        """Per-destination permissions (:class:`~gateway.interfaces.IAuthorizer`; allows all without entries)."""
+        self.login_throttle = build_login_throttle(config.auth, reactor, config.path, self.registry)
         self.admin = parse_admin_settings(config.admin, config.path, has_users=self.portal is not None)
         self.started_at: float | None = None
         """When :meth:`start` brought the connectors up (reactor seconds)."""
@@ -73,6 +79,8 @@ class Gateway:
             portal=self.portal,
             transformer=SessionTransforms(self.chains),
             registry=self.registry,
+            authorizer=self.authorizer,
+            throttle=self.login_throttle if self.portal is not None else None,
         )
         from gateway.bridges.service import bridges_for_gateway
 

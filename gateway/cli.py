@@ -45,6 +45,30 @@ def list_plugins(path: str, overrides: list[str]) -> int:
     return 0
 
 
+def hash_password_command(rounds: int) -> int:
+    """Read a password (prompted twice on a terminal, else one line of stdin) and print its bcrypt hash."""
+    import getpass
+
+    from gateway.passwords import hash_password
+
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            print("the passwords differ", file=sys.stderr)
+            return 1
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("an empty password cannot be hashed", file=sys.stderr)
+        return 1
+    try:
+        print(hash_password(password, rounds))
+    except ValueError as error:
+        print(f"{error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pipeline"]:
@@ -66,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     bridge.add_argument("--config", default=DEFAULT_CONFIG)
     bridge.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     bridge.add_argument("--only", action="append", default=None, metavar="NAME", help="run only this bridge")
+    hashing = commands.add_parser(
+        "hash-password", help="print a bcrypt hash of a password (read from the terminal or stdin) for [auth] users")
+    hashing.add_argument("--rounds", type=int, default=12, choices=range(4, 32), metavar="4..31",
+                         help="bcrypt cost factor (default 12)")
     args = parser.parse_args(argv)
+    if args.command == "hash-password":
+        return hash_password_command(args.rounds)
     if args.command == "bridge":
         from gateway.bridges.service import run_standalone
 

@@ -56,10 +56,19 @@ class BrokerSettings:
 
 @dataclass(slots=True)
 class AuthSettings:
-    """``[auth]``: who may connect.  No users and no file: anonymous access."""
+    """``[auth]``: who may connect.  No users and no file: anonymous access.
+
+    Passwords, groups, certificate identities and the failed-login limit are
+    checked by :mod:`gateway.auth` and :mod:`gateway.authorization`."""
 
     users: dict[str, str] = field(default_factory=dict)
     password_file: str = ""
+    allow_plaintext: bool = True
+    groups: dict[str, Any] = field(default_factory=dict)
+    certificates: dict[str, Any] = field(default_factory=dict)
+    max_failed_logins: int = 5
+    failed_login_window_ms: int = 60_000
+    lockout_ms: int = 10_000
 
 
 @dataclass(slots=True)
@@ -90,6 +99,8 @@ class GatewayConfig:
     bridges: list[dict[str, Any]] = field(default_factory=list)
     pipeline: dict[str, Any] = field(default_factory=dict)
     admin: dict[str, Any] = field(default_factory=dict)
+    authorization: list[dict[str, Any]] = field(default_factory=list)
+    """``[[authorization]]`` entries, validated by :mod:`gateway.authorization`."""
 
     def data_path(self, name: str) -> str:
         """``name`` resolved against :attr:`data_dir` (absolute paths kept)."""
@@ -99,7 +110,7 @@ class GatewayConfig:
 _GATEWAY_KEYS = {"id": str, "listen": list, "listen_backlog": int, "data_dir": str}
 _RAW_TABLES = ("connectors", "transform", "routing", "pipeline", "admin")
 _SECTIONS: dict[str, type] = {"stomp": StompSettings, "broker": BrokerSettings, "auth": AuthSettings}
-_TOP_LEVEL = ("gateway", "destinations", "bridges", *_SECTIONS, *_RAW_TABLES)
+_TOP_LEVEL = ("gateway", "destinations", "bridges", "authorization", *_SECTIONS, *_RAW_TABLES)
 
 
 
@@ -205,6 +216,7 @@ def parse_config(raw: dict[str, Any], path: str = "") -> GatewayConfig:
         setattr(config, name, _check_type(value, dict, path, name))
     bridges = raw.get("bridges", [])
     config.bridges = _check_type(bridges, list, path, "bridges")
+    config.authorization = _check_type(raw.get("authorization", []), list, path, "authorization")
     for rule in config.destinations:
         if rule.connector != "embedded" and rule.connector not in config.connectors:
             raise ConfigError(

@@ -277,6 +277,13 @@ class IAuthorizer(Interface):
         ``destination`` (a STOMP-side name such as ``/queue/orders``)."""
 
 
+class ICertificateIdentity(Interface):
+    """``twisted.cred`` credentials of a client that proved a certificate on an ``mtls:`` listener."""
+
+    common_name = Attribute("The subject CN of the verified client certificate.")
+    login = Attribute("The login the CONNECT named, or None (the certificate's user is meant).")
+
+
 class IStompUser(Interface):
     """The avatar a STOMP login asks the ``twisted.cred`` portal for."""
 

@@ -72,12 +72,18 @@ class DestinationMap:
         resolved = Resolved(self.embedded, destination)
         if not destination.startswith(("/temp-", "/remote-temp-")):
             for rule in self.rules:
-                if fnmatch.fnmatchcase(destination, rule.pattern):
+                if destination_matches(destination, rule.pattern):
                     resolved = Resolved(self.connectors[rule.connector], _rename(destination, rule))
                     break
         if len(self._cache) < 10_000:
             self._cache[destination] = resolved
         return resolved
+
+
+def destination_matches(destination: str, pattern: str) -> bool:
+    """Whether ``destination`` matches the glob ``pattern`` (``*``, ``?``, ``[...]``; case-sensitive),
+    as ``[[destinations]]`` and ``[[authorization]]`` patterns are read."""
+    return fnmatch.fnmatchcase(destination, pattern)
 
 
 def _rename(destination: str, rule: DestinationRule) -> str:

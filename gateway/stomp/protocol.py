@@ -28,15 +28,17 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
-from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime, ISSLTransport
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
 from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import StompProtocolError
+from gateway.login_throttle import LoginThrottle
 from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.frame import Frame
@@ -161,6 +163,18 @@ class StompServerProtocol(Protocol):
             self.factory.connection_closed(self, self._address)
             self._address = None
 
+    def peer_certificate_name(self) -> str | None:
+        """The subject CN of the client's verified certificate (``mtls:``, also under ``ws:``), or None."""
+        transport = self.transport
+        tls = getattr(transport, "tcp", transport)  # (a WebSocket transport adapts the TCP/TLS one beneath)
+        if not ISSLTransport.providedBy(tls):
+            return None
+        certificate: Any = tls.getPeerCertificate()
+        if certificate is None:
+            return None
+        name = certificate.get_subject().commonName
+        return str(name) if name else None
+
     # -- FrameSink ---------------------------------------------------------
 
     def send_frame(self, frame: Frame) -> None:
@@ -240,6 +254,8 @@ class StompServerFactory(Factory):
         portal: Any = None,
         transformer: InboundTransformer | None = None,
         registry: CollectorRegistry | None = None,
+        authorizer: DestinationAuthorizer | None = None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.clock = clock
         self.destinations = destinations
@@ -247,6 +263,8 @@ class StompServerFactory(Factory):
         self.broker_settings = broker_settings or BrokerSettings()
         self.portal = portal
         self.transformer = transformer
+        self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
+        self.throttle = throttle
         self.limits = Limits(
             max_frame_size=self.settings.max_frame_size,
             max_headers=self.settings.max_headers,
@@ -286,6 +304,9 @@ class StompServerFactory(Factory):
             portal=self.portal,
             transformer=self.transformer,
             peer=peer,
+            authorizer=self.authorizer,
+            throttle=self.throttle,
+            certificate_name=protocol.peer_certificate_name,
         )
 
     def connection_closed(self, protocol: StompServerProtocol, address: str) -> None:

@@ -7,7 +7,11 @@ SEND routed to a connector (RECEIPT only once the connector confirmed),
 SUBSCRIBE/UNSUBSCRIBE, ACK/NACK in the three ack modes, transactions,
 temporary queues and DISCONNECT.  Every failure becomes an ERROR frame
 (``message`` header, a body saying what and where, ``receipt-id`` when the
-frame asked for a receipt) followed by closing this connection only.
+frame asked for a receipt) followed by closing this connection only - except
+a SEND or SUBSCRIBE that ``[[authorization]]`` refuses: its ERROR leaves the
+connection open for what the login may do (as ActiveMQ does).  A CONNECT from
+an address with too many failed logins is refused unchecked
+(:mod:`gateway.login_throttle`).
 
 The session never touches a socket and takes its clock, connectors and
 portal as arguments.
@@ -30,6 +34,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway import __version__
+from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
 from gateway.connectors.destination_map import DestinationMap
 from gateway.deferreds import gather
@@ -42,8 +47,10 @@ from gateway.interfaces import (
     IFlowControlled,
     IStompUser,
     ISubscription,
+    Permission,
     SubscriptionSpec,
 )
+from gateway.login_throttle import LoginThrottle
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.stomp.codec import unrepresentable
@@ -169,6 +176,9 @@ class StompSession:
         portal: Portal | None = None,
         transformer: InboundTransformer | None = None,
         peer: str = "",
+        authorizer: DestinationAuthorizer | None = None,
+        throttle: LoginThrottle | None = None,
+        certificate_name: Callable[[], str | None] | None = None,
     ) -> None:
         self.sink = sink
         self.clock = clock
@@ -178,6 +188,11 @@ class StompSession:
         self.portal = portal
         self.transformer = transformer
         self.peer = peer
+        self.authorizer = authorizer
+        """Asked before every SEND and SUBSCRIBE (None: everything allowed)."""
+        self.throttle = throttle
+        self.certificate_name = certificate_name
+        """The verified client certificate's subject CN (``mtls:`` listeners), for certificate logins."""
         self.session_id = f"jmsgw-{next(_session_ids)}"
         self.state = "new"
         self.version = "1.0"
@@ -355,16 +370,30 @@ class StompSession:
             self.login = login
             self._connected(frame, heartbeat)
             return
-        credentials = UsernamePassword(login.encode(), passcode.encode()) if login is not None else Anonymous()
+        address = self.peer.rsplit(":", 1)[0]
+        locked_out = self.throttle.refusal(address) if self.throttle is not None else None
+        if locked_out is not None:
+            self.state = "new"
+            raise StompError("too many failed logins", locked_out)
+        credentials: Any = UsernamePassword(login.encode(), passcode.encode()) if login is not None else Anonymous()
+        common_name = self.certificate_name() if self.certificate_name is not None else None
+        if common_name is not None and "passcode" not in headers:
+            from gateway.auth import CertificateIdentity
+
+            credentials = CertificateIdentity(common_name, login)
         d = self.portal.login(credentials, None, IStompUser)
 
         def logged_in(result: tuple[Any, Any, Callable[[], None]]) -> None:
-            self.login = login
+            self.login = result[1].login
+            if self.throttle is not None:
+                self.throttle.login_succeeded(address)
             self._connected(frame, heartbeat)
 
         def refused(failure: Failure) -> None:
             self.state = "new"
             if failure.check(UnauthorizedLogin, LoginFailed):
+                if self.throttle is not None:
+                    self.throttle.login_failed(address)
                 who = f"login {login!r}" if login is not None else "an anonymous login"
                 self.fail(StompError("authentication failed", f"{who} was refused"), frame)
             else:
@@ -455,6 +484,8 @@ class StompSession:
 
     def _on_send(self, frame: Frame) -> None:
         destination = self._required(frame, "destination")
+        if self.authorizer is not None and not self._authorized(frame, destination, "write"):
+            return
         transaction = self._transaction(frame)
         headers = frame.headers
         if transaction is None and "receipt" not in headers and not destination.startswith("/temp-"):
@@ -566,6 +597,23 @@ class StompSession:
                 return name
         return destination
 
+    def _authorized(self, frame: Frame, destination: str, permission: Permission) -> bool:
+        """Whether this login holds ``permission`` on ``destination``; if not, an ERROR that
+        leaves the connection open (ActiveMQ's answer to a security exception)."""
+        assert self.authorizer is not None
+        if destination.startswith(tuple(TEMP_PREFIXES)):  # the connection's own temporary destination
+            return True
+        if self.authorizer.check(self.login, permission, destination, self.peer):  # (logs and counts a refusal)
+            return True
+        who = f"login {self.login!r}" if self.login is not None else "an anonymous connection"
+        headers = {"message": f"not authorized to {permission} {destination}", "content-type": "text/plain"}
+        if "receipt" in frame.headers:
+            headers["receipt-id"] = frame.headers["receipt"]
+        body = (f"{frame.command} frame: {who} does not hold the {permission!r} permission on {destination} "
+                "([[authorization]]); nothing was done and the connection stays open\n")
+        self._write(Frame("ERROR", headers, body.encode()))
+        return False
+
     # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------
 
     def _on_subscribe(self, frame: Frame) -> None:
@@ -592,6 +640,11 @@ class StompSession:
         if transformation is not None and self.transformer is not None:
             self.transformer.check_transformation(transformation)
         durable = headers.get("activemq.subscriptionName") or headers.get("durable-subscription-name")
+        if self.authorizer is not None:  # durable subscriptions need admin too (as ActiveMQ's creation does)
+            if not self._authorized(frame, destination, "read"):
+                return
+            if durable and not self._authorized(frame, destination, "admin"):
+                return
         server_destination = self._server_destination(destination, create=True)
         if server_destination.startswith(tuple(TEMP_PREFIXES.values())) and server_destination not in self.temporaries:
             raise StompError("temporary destination is private",

@@ -1,0 +1,210 @@
+"""Per-destination permissions: ``[[authorization]]`` entries and ``[auth] groups``.
+
+Like ActiveMQ's ``authorizationEntry`` (and RabbitMQ's read/write/configure
+patterns), each entry grants ``read`` (SUBSCRIBE, browse), ``write`` (SEND) and
+``admin`` (durable subscriptions, purge, the admin console's actions) on the
+destinations its glob ``destination`` pattern matches (the matcher of
+``[[destinations]]``, :func:`~gateway.connectors.destination_map.destination_matches`)::
+
+    [auth.groups]
+    ops = ["alice"]
+
+    [[authorization]]
+    destination = "/queue/orders.*"
+    read = ["group:ops", "bob"]     # "group:NAME", a login ("NAME" or "user:NAME"), "*" = any login
+    write = ["group:ops"]
+    admin = []
+
+Rules:
+
+- No entries: everything is allowed to every authenticated login (and to
+  anonymous connections when ``[auth]`` has no users) - the behaviour before
+  authorization existed.
+- With entries, deny by default: a login holds a permission on a destination
+  when at least one matching entry grants it (entries add up, their order does
+  not matter).  Anonymous (``login`` None) holds nothing.
+- Names are the STOMP-side destination as the client wrote it, checked before
+  routing, so one set of entries covers the embedded broker and every connector.
+- Temporary destinations: a connection's own ``/temp-queue/...`` and
+  ``/temp-topic/...`` are always its own to use (the session does not ask).
+  Another connection's (``/remote-temp-queue/...``, where replies go) is open
+  to every login unless an entry's pattern starts with ``/remote-temp-``; then
+  the entries decide, as ActiveMQ's ``tempDestinationAuthorizationEntry`` does.
+
+:class:`DestinationAuthorizer` answers :class:`~gateway.interfaces.IAuthorizer`
+(pure, cached) and, for the STOMP session, :meth:`DestinationAuthorizer.check`
+logs and counts a refusal (``jmsgateway_authorization_denied_total{permission}``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from gateway.connectors.destination_map import destination_matches
+from gateway.errors import ConfigError, did_you_mean
+from gateway.interfaces import IAuthorizer, Permission
+
+PERMISSIONS: tuple[Permission, ...] = ("read", "write", "admin")
+EVERYONE = "*"
+"""A principal that stands for every authenticated login."""
+
+REMOTE_TEMP_PREFIX = "/remote-temp-"
+"""How another connection's temporary destination is named (where replies go)."""
+
+_CACHE_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationEntry:
+    """One ``[[authorization]]`` entry: who holds which permission on ``destination`` (a glob)."""
+
+    destination: str
+    read: frozenset[str] = frozenset()
+    write: frozenset[str] = frozenset()
+    admin: frozenset[str] = frozenset()
+
+    def grants(self, permission: Permission, principals: frozenset[str]) -> bool:
+        allowed: frozenset[str] = getattr(self, permission)
+        return EVERYONE in allowed or not allowed.isdisjoint(principals)
+
+
+def parse_groups(raw: dict[str, Any], path: str = "") -> dict[str, frozenset[str]]:
+    """``[auth] groups`` (group name → list of logins), validated."""
+    groups: dict[str, frozenset[str]] = {}
+    for name, members in raw.items():
+        key = f"auth.groups.{name}"
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise ConfigError("expected a list of logins", path=path, key=key)
+        groups[name] = frozenset(members)
+    return groups
+
+
+def _principal(value: Any, groups: dict[str, frozenset[str]], path: str, key: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"expected a login, 'group:NAME' or '*', got {value!r}", path=path, key=key)
+    if value == EVERYONE:
+        return value
+    kind, sep, name = value.partition(":")
+    if not sep:
+        return f"user:{value}"
+    if kind == "user" and name:
+        return value
+    if kind == "group" and name:
+        if name not in groups:
+            raise ConfigError(f"group {name!r} is not defined under [auth.groups]{did_you_mean(name, groups)}",
+                              path=path, key=key)
+        return value
+    raise ConfigError(f"{value!r}: expected a login, 'user:LOGIN', 'group:NAME' or '*'", path=path, key=key)
+
+
+def parse_authorization(raw: list[Any], groups: dict[str, frozenset[str]], path: str = "") -> list[AuthorizationEntry]:
+    """``[[authorization]]`` entries, validated (ConfigError naming the key)."""
+    entries = []
+    known = ("destination", *PERMISSIONS)
+    for index, item in enumerate(raw):
+        where = f"authorization[{index}]"
+        if not isinstance(item, dict):
+            raise ConfigError("expected a table ([[authorization]])", path=path, key=where)
+        for name in item:
+            if name not in known:
+                raise ConfigError(f"unknown key{did_you_mean(name, known)}", path=path, key=f"{where}.{name}")
+        pattern = item.get("destination")
+        if not isinstance(pattern, str) or not pattern.startswith("/"):
+            raise ConfigError("expected a destination pattern such as \"/queue/orders.*\"", path=path,
+                              key=f"{where}.destination")
+        granted: dict[str, frozenset[str]] = {}
+        for permission in PERMISSIONS:
+            value = item.get(permission, [])
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list):
+                raise ConfigError("expected a list of logins, 'group:NAME' or '*'", path=path,
+                                  key=f"{where}.{permission}")
+            granted[permission] = frozenset(
+                _principal(v, groups, path, f"{where}.{permission}[{i}]") for i, v in enumerate(value)
+            )
+        entries.append(AuthorizationEntry(pattern, **granted))
+    return entries
+
+
+@implementer(IAuthorizer)
+class DestinationAuthorizer:
+    """Answers whether a login holds a permission on a destination (see the module docstring).
+
+    :param entries: the ``[[authorization]]`` entries (none: everything allowed).
+    :param groups: group name → logins.
+    """
+
+    log = Logger()
+
+    def __init__(self, entries: list[AuthorizationEntry], groups: dict[str, frozenset[str]] | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.entries = list(entries)
+        self.groups = dict(groups or {})
+        self.guards_replies = any(e.destination.startswith(REMOTE_TEMP_PREFIX) for e in self.entries)
+        self._principals: dict[str, frozenset[str]] = {}
+        self._cache: dict[tuple[str, Permission, str], bool] = {}
+        self.denied = Counter("jmsgateway_authorization_denied", "SENDs, SUBSCRIBEs and admin actions refused "
+                              "by [[authorization]]", ["permission"], registry=registry or CollectorRegistry())
+        for permission in PERMISSIONS:
+            self.denied.labels(permission)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any entry restricts access (else :meth:`permits` is always True)."""
+        return bool(self.entries)
+
+    def principals(self, login: str) -> frozenset[str]:
+        """``user:LOGIN`` and the ``group:NAME`` of every group listing ``login``."""
+        found = self._principals.get(login)
+        if found is None:
+            found = frozenset([f"user:{login}", *(f"group:{g}" for g, members in self.groups.items()
+                                                  if login in members)])
+            self._principals[login] = found
+        return found
+
+    def permits(self, login: str | None, permission: Permission, destination: str) -> bool:
+        if not self.entries:
+            return True
+        if login is None:
+            return False
+        key = (login, permission, destination)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if destination.startswith(REMOTE_TEMP_PREFIX) and not self.guards_replies:
+            allowed = True
+        else:
+            principals = self.principals(login)
+            allowed = any(entry.grants(permission, principals) for entry in self.entries
+                          if destination_matches(destination, entry.destination))
+        if len(self._cache) < _CACHE_LIMIT:
+            self._cache[key] = allowed
+        return allowed
+
+    def check(self, login: str | None, permission: Permission, destination: str, peer: str = "") -> bool:
+        """:meth:`permits`, logging and counting a refusal."""
+        if self.permits(login, permission, destination):
+            return True
+        self.denied.labels(permission).inc()
+        who = f"login {login!r}" if login is not None else "an anonymous connection"
+        self.log.warn("authorization denied: {who} from {peer} may not {permission} {destination}",
+                      who=who, peer=peer or "?", permission=permission, destination=destination)
+        return False
+
+
+def build_authorizer(auth: Any, raw_entries: list[Any], path: str = "", *, has_users: bool = True,
+                     registry: CollectorRegistry | None = None) -> DestinationAuthorizer:
+    """The authorizer for ``[auth]`` (its ``groups``) and ``[[authorization]]``; ConfigError on a bad entry,
+    or on entries without ``[auth]`` logins (an unverified login cannot be authorized)."""
+    groups = parse_groups(auth.groups, path)
+    entries = parse_authorization(raw_entries, groups, path)
+    if entries and not has_users:
+        raise ConfigError("[[authorization]] entries need logins: define [auth] users or password_file",
+                          path=path, key="authorization")
+    return DestinationAuthorizer(entries, groups, registry)
