@@ -1,0 +1,329 @@
+"""Per-destination authorization, password hashes, certificate logins and the failed-login
+lockout, against real gateway processes with stomp.py over TCP and over WebSocket.
+
+The matrix gateway has users with bcrypt hashes (and one with a plain-text
+password, which its log warns about), groups, ``[[authorization]]`` entries on
+embedded queues and topics and on a queue another gateway process serves
+through the ``stomp://`` connector.  Every cell (user x SEND/SUBSCRIBE x
+destination x TCP/WebSocket) is checked: an allowed SEND is stored and read
+back, a refused one gets an ERROR naming destination and permission and
+stores nothing (root reads the destination: only its own marker is there); an
+allowed SUBSCRIBE receives, a refused one receives nothing (the message stays
+for root).  Refused clients keep their connection for the next cells.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gateway.passwords import hash_password
+from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port, wait_for_port
+from tests.support.stomp_clients import Client
+from tests.support.tls import TlsFiles, make_tls_files
+
+PASSWORDS = {"root": "r00t!", "alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
+USERS = ("alice", "bob", "carol", "root")
+DESTINATIONS = ("/queue/orders.us", "/topic/prices.x", "/queue/remote.jobs", "/queue/secret")
+ALLOWED = {  # (login, permission) -> destinations, as the entries below grant
+    ("alice", "read"): {"/queue/orders.us", "/topic/prices.x", "/queue/remote.jobs"},
+    ("alice", "write"): {"/queue/orders.us"},
+    ("bob", "read"): {"/queue/orders.us", "/topic/prices.x"},
+    ("bob", "write"): {"/queue/remote.jobs"},
+    ("carol", "read"): {"/topic/prices.x"},
+    ("carol", "write"): {"/topic/prices.x"},
+    ("root", "read"): set(DESTINATIONS),
+    ("root", "write"): set(DESTINATIONS),
+}
+ENTRIES = """
+[connectors.remote]
+uri = "stomp://127.0.0.1:{remote_port}"
+
+[[destinations]]
+pattern = "/queue/remote.*"
+connector = "remote"
+
+[[authorization]]
+destination = "/*"
+read = ["root"]
+write = ["root"]
+admin = ["root"]
+
+[[authorization]]
+destination = "/queue/orders.*"
+read = ["group:ops", "group:audit"]
+write = ["group:ops"]
+
+[[authorization]]
+destination = "/topic/prices.*"
+read = ["*"]
+write = ["user:carol"]
+
+[[authorization]]
+destination = "/queue/remote.*"
+read = ["group:ops"]
+write = ["bob"]
+"""
+
+
+def users_option(plain: tuple[str, ...] = ("carol",)) -> str:
+    users = ", ".join(f'{login} = "{password if login in plain else hash_password(password, rounds=4)}"'
+                      for login, password in PASSWORDS.items())
+    return f"auth.users={{ {users} }}"
+
+
+@dataclass
+class Secured:
+    process: GatewayProcess
+    ws_port: int
+
+    def address(self, transport: str) -> tuple[str, int]:
+        return ("127.0.0.1", self.ws_port if transport == "ws" else self.process.port)
+
+    def client(self, transport: str, login: str) -> Client:
+        return Client(self.address(transport), "1.2", ws_path="/" if transport == "ws" else None,
+                      login=login, passcode=PASSWORDS[login])
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    workdir = tmp_path_factory.mktemp("authz")
+    remote = GatewayProcess(workdir / "remote", args=["--set", 'broker.persistence="memory"']).start()
+    ws_port = free_port()
+    process = GatewayProcess(workdir / "gateway", ENTRIES.format(remote_port=remote.port), args=[
+        "--listen", f"ws:tcp:{ws_port}:interface=127.0.0.1",
+        "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
+        "--set", "auth.max_failed_logins=0",
+    ]).start()
+    wait_for_port(ws_port, timeout=10)
+    yield Secured(process, ws_port)
+    process.stop()
+    remote.stop()
+
+
+def test_plain_text_passwords_are_warned_about_naming_the_login(secured: Secured) -> None:
+    log = secured.process.wait_for_log("the password of login 'carol' is stored in plain text")
+    assert "login 'alice'" not in log
+
+
+def denied(client: Client, receipt: str) -> str | None:
+    """The ERROR answering the frame with ``receipt``: its message header (None if none came)."""
+    error = client.error(timeout=10)
+    if error is None:
+        return None
+    assert error.headers.get("receipt-id") == receipt, error.headers
+    return str(error.headers["message"])
+
+
+def drain(root: Client, count: int) -> dict[str, list[bytes]]:
+    """The next ``count`` MESSAGEs root receives, bodies by destination."""
+    got: dict[str, list[bytes]] = {}
+    for frame in root.messages(count):
+        got.setdefault(frame.headers["destination"], []).append(frame.body)
+    return got
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_matrix(secured: Secured, transport: str) -> None:
+    clients = {login: secured.client(transport, login) for login in USERS}
+    root = secured.client(transport, "root")
+    violations: list[str] = []
+    checked = 0
+    try:
+        # -- SEND: root is the only consumer of every destination and sees what was stored
+        for index, destination in enumerate(DESTINATIONS):
+            root.subscribe(destination, f"root-{index}")
+        for login in USERS:
+            client = clients[login]
+            for destination in DESTINATIONS:
+                token = f"{transport}-{login}-send-{destination}-{uuid.uuid4().hex[:6]}".encode()
+                allowed = destination in ALLOWED[(login, "write")]
+                receipt = uuid.uuid4().hex
+                client.connection.send(destination, token, headers={"receipt": receipt})
+                if allowed:
+                    client.wait_receipt(receipt)
+                else:
+                    message = denied(client, receipt)
+                    if message != f"not authorized to write {destination}":
+                        violations.append(f"{login} SEND {destination}: ERROR {message!r}")
+                marker = f"marker-{uuid.uuid4().hex[:6]}".encode()
+                root.send(destination, marker, receipt=True)
+                got = drain(root, 2 if allowed else 1)
+                expected = [token, marker] if allowed else [marker]
+                if got != {destination: expected}:
+                    violations.append(f"{login} SEND {destination} (allowed={allowed}): root read {got}")
+                checked += 1
+        for index in range(len(DESTINATIONS)):
+            root.unsubscribe(f"root-{index}")
+        # -- SUBSCRIBE: the user is the only consumer; root sends, and takes back what was refused
+        for login in USERS:
+            client = clients[login]
+            for number, destination in enumerate(DESTINATIONS):
+                allowed = destination in ALLOWED[(login, "read")]
+                receipt = uuid.uuid4().hex
+                sub_id = f"{login}-{number}"
+                client.connection.subscribe(destination, sub_id, headers={"receipt": receipt})
+                if allowed:
+                    client.wait_receipt(receipt)
+                else:
+                    message = denied(client, receipt)
+                    if message != f"not authorized to read {destination}":
+                        violations.append(f"{login} SUBSCRIBE {destination}: ERROR {message!r}")
+                token = f"{transport}-{login}-sub-{destination}-{uuid.uuid4().hex[:6]}".encode()
+                root.send(destination, token, receipt=True)
+                if allowed:
+                    frame = client.message()
+                    if frame.body != token:
+                        violations.append(f"{login} SUBSCRIBE {destination}: received {frame.body!r}")
+                    client.unsubscribe(sub_id)
+                else:
+                    if not client.no_message(0.3):
+                        violations.append(f"{login} SUBSCRIBE {destination} (refused) received "
+                                          f"{client.message().body!r}")
+                    if destination.startswith("/queue/"):  # still stored: root takes it
+                        root.subscribe(destination, "root-check")
+                        body = root.message().body
+                        root.unsubscribe("root-check")
+                        if body != token:
+                            violations.append(f"{login} SUBSCRIBE {destination}: root found {body!r}")
+                checked += 1
+        for login, client in clients.items():  # nothing else ever arrived, and every connection is still open
+            if not client.no_message(0.1):
+                violations.append(f"{login} received an unexpected {client.message().body!r}")
+            if not client.connection.is_connected():
+                violations.append(f"{login}'s connection was closed")
+    finally:
+        for client in [*clients.values(), root]:
+            client.disconnect()
+    assert violations == []
+    assert checked == 2 * len(USERS) * len(DESTINATIONS)
+
+
+def test_denials_are_logged_and_counted(secured: Secured) -> None:
+    log = secured.process.wait_for_log("authorization denied: login 'carol'")
+    assert "may not write /queue/secret" in log
+
+
+# -- wrong passwords and brute force ------------------------------------------------------
+
+
+def raw_connect(port: int, login: str, passcode: str) -> bytes:
+    """CONNECT over a raw socket; what the gateway answers before it closes (or the CONNECTED frame)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:{login}\npasscode:{passcode}\n\n\x00"
+                     .encode())
+        data = b""
+        while b"\x00" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+@pytest.fixture
+def lockout_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(tmp_path / "gateway", args=[
+        "--set", users_option(), "--set", "auth.max_failed_logins=3", "--set", "auth.lockout_ms=1500",
+    ]).start()
+    yield process
+    process.stop()
+
+
+def test_wrong_passwords_then_lockout_per_address(lockout_gateway: GatewayProcess) -> None:
+    port = lockout_gateway.port
+    assert raw_connect(port, "alice", PASSWORDS["alice"]).startswith(b"CONNECTED")  # a hashed password
+    assert raw_connect(port, "carol", PASSWORDS["carol"]).startswith(b"CONNECTED")  # a plain-text one
+    for login in ("alice", "nobody", "carol"):
+        answer = raw_connect(port, login, "wrong")
+        assert answer.startswith(b"ERROR") and b"message:authentication failed" in answer, answer
+    started = time.monotonic()
+    locked = raw_connect(port, "alice", PASSWORDS["alice"])  # even the right password
+    assert locked.startswith(b"ERROR") and b"message:too many failed logins" in locked, locked
+    assert raw_connect(port, "bob", PASSWORDS["bob"]).startswith(b"ERROR")
+    time.sleep(max(0.0, 1.6 - (time.monotonic() - started)))
+    assert raw_connect(port, "alice", PASSWORDS["alice"]).startswith(b"CONNECTED")
+    log = lockout_gateway.wait_for_log("accepting STOMP CONNECTs from 127.0.0.1 again")
+    assert log.count("refusing STOMP CONNECTs from 127.0.0.1") == 1  # once per episode
+    assert "(2 refused during the lockout)" in log
+
+
+def test_plain_text_refused_when_allow_plaintext_is_false(tmp_path: Path) -> None:
+    output = GatewayProcess(tmp_path / "gateway", args=[
+        "--set", users_option(), "--set", "auth.allow_plaintext=false"]).start_fails()
+    assert "auth.users.carol" in output and "allow_plaintext is false" in output
+
+
+def test_hash_password_command() -> None:
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "hash-password", "--rounds", "4"],
+                          input="correct horse\n", capture_output=True, text=True, check=True,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    import bcrypt
+
+    hashed = done.stdout.strip()
+    assert hashed.startswith("$2b$04$")
+    assert bcrypt.checkpw(b"correct horse", hashed.encode())
+
+
+# -- certificate identities on the mtls: listener ---------------------------------------
+
+
+@pytest.fixture
+def mtls_gateway(tmp_path: Path) -> Iterator[tuple[int, TlsFiles]]:
+    tls = make_tls_files(tmp_path / "tls")
+    port = free_port()
+    listen = (f"mtls:{port}:interface=127.0.0.1:privateKey={tls.server_key}:certKey={tls.server_cert}"
+              f":caCerts={tls.ca_cert}")
+    process = GatewayProcess(tmp_path / "gateway", ENTRIES.format(remote_port=free_port()), args=[
+        "--listen", listen, "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
+        "--set", 'auth.certificates={ "jmsgateway client" = "alice" }',
+    ]).start()
+    wait_for_port(port, timeout=10)
+    yield port, tls
+    process.stop()
+
+
+def tls_exchange(port: int, tls: TlsFiles, frames: bytes, answers: int) -> list[bytes]:
+    context = ssl.create_default_context(cafile=str(tls.ca_cert))
+    context.check_hostname = False
+    context.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="localhost") as sock:
+        sock.sendall(frames)
+        data = b""
+        while data.count(b"\x00") < answers:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    return [frame.lstrip(b"\n") for frame in data.split(b"\x00") if frame.strip(b"\n")]
+
+
+def test_a_certificate_logs_in_as_its_mapped_user(mtls_gateway: tuple[int, TlsFiles]) -> None:
+    port, tls = mtls_gateway
+    frames = (b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00"
+              b"SEND\ndestination:/queue/orders.us\nreceipt:r1\n\nhello\x00"
+              b"SEND\ndestination:/queue/secret\nreceipt:r2\n\nhello\x00"
+              b"DISCONNECT\nreceipt:r3\n\n\x00")
+    connected, sent, refused, bye = tls_exchange(port, tls, frames, 4)
+    assert connected.startswith(b"CONNECTED")
+    assert sent.startswith(b"RECEIPT") and b"receipt-id:r1" in sent
+    assert refused.startswith(b"ERROR") and b"message:not authorized to write /queue/secret" in refused
+    assert b"login 'alice'" in refused
+    assert bye.startswith(b"RECEIPT")
+    # naming another login without its passcode is refused; with the passcode the password decides
+    [other] = tls_exchange(port, tls, b"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:bob\n\n\x00", 1)
+    assert b"message:authentication failed" in other
+    [bob] = tls_exchange(port, tls, f"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:bob\npasscode:"
+                         f"{PASSWORDS['bob']}\n\n\x00".encode(), 1)
+    assert bob.startswith(b"CONNECTED")
