@@ -327,3 +327,62 @@ def test_a_certificate_logs_in_as_its_mapped_user(mtls_gateway: tuple[int, TlsFi
     [bob] = tls_exchange(port, tls, f"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:bob\npasscode:"
                          f"{PASSWORDS['bob']}\n\n\x00".encode(), 1)
     assert bob.startswith(b"CONNECTED")
+
+
+# -- what ActiveMQ does, which the gateway follows -------------------------------------------
+
+ACTIVEMQ_SECURITY = """    <plugins>
+      <simpleAuthenticationPlugin>
+        <users>
+          <authenticationUser username="carol" password="carol-pw" groups="others"/>
+        </users>
+      </simpleAuthenticationPlugin>
+      <authorizationPlugin>
+        <map>
+          <authorizationMap>
+            <authorizationEntries>
+              <authorizationEntry queue="secret" read="admins" write="admins" admin="admins"/>
+              <authorizationEntry topic="prices.>" read="others" write="others" admin="others"/>
+              <authorizationEntry topic="ActiveMQ.Advisory.>" read="others" write="others" admin="others"/>
+            </authorizationEntries>
+          </authorizationMap>
+        </map>
+      </authorizationPlugin>
+    </plugins>
+"""
+
+
+def refusals_keep_the_connection(address: tuple[str, int], forbidden: str, allowed: str) -> list[str]:
+    """carol's SEND and SUBSCRIBE to ``forbidden``: an ERROR with the receipt-id each, and the
+    connection still sends to ``allowed`` afterwards.  What differs from that (empty: nothing)."""
+    problems = []
+    carol = Client(address, "1.2", login="carol", passcode="carol-pw")
+    try:
+        for command in ("SEND", "SUBSCRIBE"):
+            receipt = uuid.uuid4().hex
+            if command == "SEND":
+                carol.connection.send(forbidden, b"no", headers={"receipt": receipt})
+            else:
+                carol.connection.subscribe(forbidden, "1", headers={"receipt": receipt})
+            error = carol.error(timeout=10)
+            if error is None or error.headers.get("receipt-id") != receipt:
+                problems.append(f"{command}: {error and error.headers}")
+            try:
+                carol.send(allowed, b"yes", receipt=True)
+            except AssertionError as failure:
+                problems.append(f"after the refused {command}: {failure}")
+    finally:
+        carol.disconnect()
+    return problems
+
+
+def test_refusals_keep_the_connection_as_at_activemq(secured: Secured, tmp_path: Path) -> None:
+    from tests.support.activemq import ActiveMQBroker
+
+    broker = ActiveMQBroker(tmp_path / "activemq", kahadb=False)
+    config = broker.config_file.read_text()
+    broker.config_file.write_text(config.replace("    <transportConnectors>",
+                                                 ACTIVEMQ_SECURITY + "    <transportConnectors>"))
+    with broker:
+        assert refusals_keep_the_connection(("127.0.0.1", broker.stomp_port), "/queue/secret", "/topic/prices.x") == []
+    assert refusals_keep_the_connection(secured.address("tcp"), "/queue/secret", "/topic/prices.x") == []

@@ -22,7 +22,8 @@ from tests.unit.test_session import Peer, connect
 
 GROUPS = {"ops": ["alice", "olga"], "audit": ["bob"]}
 ENTRIES = [
-    {"destination": "/queue/orders.*", "read": ["group:ops", "group:audit"], "write": ["group:ops"], "admin": ["alice"]},
+    {"destination": "/queue/orders.*", "read": ["group:ops", "group:audit"], "write": ["group:ops"],
+     "admin": ["alice"]},
     {"destination": "/topic/prices.*", "read": ["*"], "write": ["user:carol"]},
     {"destination": "/queue/orders.eu", "write": ["bob"]},
 ]
