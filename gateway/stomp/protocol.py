@@ -38,6 +38,7 @@ from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
 from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import StompProtocolError
+from gateway.interfaces import ICertificateIdentity
 from gateway.login_throttle import LoginThrottle
 from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
@@ -265,6 +266,8 @@ class StompServerFactory(Factory):
         self.transformer = transformer
         self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.throttle = throttle
+        self.certificate_logins = portal is not None and ICertificateIdentity in portal.checkers
+        """Whether ``[auth] certificates`` map client certificates to logins."""
         self.limits = Limits(
             max_frame_size=self.settings.max_frame_size,
             max_headers=self.settings.max_headers,
@@ -306,7 +309,7 @@ class StompServerFactory(Factory):
             peer=peer,
             authorizer=self.authorizer,
             throttle=self.throttle,
-            certificate_name=protocol.peer_certificate_name,
+            certificate_name=protocol.peer_certificate_name if self.certificate_logins else None,
         )
 
     def connection_closed(self, protocol: StompServerProtocol, address: str) -> None:

@@ -34,6 +34,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway import __version__
+from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
 from gateway.connectors.destination_map import DestinationMap
@@ -378,8 +379,6 @@ class StompSession:
         credentials: Any = UsernamePassword(login.encode(), passcode.encode()) if login is not None else Anonymous()
         common_name = self.certificate_name() if self.certificate_name is not None else None
         if common_name is not None and "passcode" not in headers:
-            from gateway.auth import CertificateIdentity
-
             credentials = CertificateIdentity(common_name, login)
         d = self.portal.login(credentials, None, IStompUser)
 

@@ -233,11 +233,34 @@ def raw_connect(port: int, login: str, passcode: str) -> bytes:
 
 @pytest.fixture
 def lockout_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    admin_port = free_port()
     process = GatewayProcess(tmp_path / "gateway", args=[
         "--set", users_option(), "--set", "auth.max_failed_logins=3", "--set", "auth.lockout_ms=1500",
+        "--set", f'admin.listen="tcp:{admin_port}:interface=127.0.0.1"',
     ]).start()
+    wait_for_port(admin_port, timeout=10)
+    process.admin_port = admin_port  # type: ignore[attr-defined]
     yield process
     process.stop()
+
+
+def test_the_admin_endpoint_checks_hashed_passwords(lockout_gateway: GatewayProcess) -> None:
+    import base64
+    import urllib.error
+    import urllib.request
+
+    def status(login: str, password: str) -> int:
+        request = urllib.request.Request(f"http://127.0.0.1:{lockout_gateway.admin_port}/status")  # type: ignore[attr-defined]
+        token = base64.b64encode(f"{login}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    assert status("alice", PASSWORDS["alice"]) == 200
+    assert status("alice", "wrong") == 401
 
 
 def test_wrong_passwords_then_lockout_per_address(lockout_gateway: GatewayProcess) -> None:

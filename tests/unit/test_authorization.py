@@ -245,3 +245,21 @@ def test_lockout_refuses_even_the_right_password(clock: Clock, broker: EmbeddedB
     assert locked.closed
     clock.advance(5)
     assert connect(Peer(factory), login="alice", passcode="a").command == "CONNECTED"
+
+
+def test_users_and_password_file_are_both_checked(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from twisted.cred.credentials import UsernamePassword
+
+    from gateway.interfaces import IStompUser
+
+    password_file = Path(str(tmp_path)) / "passwords"
+    password_file.write_text("# comment\nbob:from-file\n\n")
+    portal = build_portal(AuthSettings(users={"alice": "from-config"}, password_file=str(password_file)))
+    assert portal is not None
+    outcomes: list[object] = []
+    for login, password in (("alice", "from-config"), ("bob", "from-file"), ("bob", "nope")):
+        d = portal.login(UsernamePassword(login.encode(), password.encode()), None, IStompUser)
+        d.addCallbacks(lambda result: outcomes.append(result[1].login), lambda failure: outcomes.append(None))
+    assert outcomes == ["alice", "bob", None]
