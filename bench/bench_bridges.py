@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred, DeferredList
 
 from bench.common import activemq_server, report
+from bench.reactor_thread import reactor, run_in_reactor
 from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import parse_bridge
 from gateway.bridges.dedup import DuplicateStore
@@ -35,7 +36,6 @@ from gateway.connectors.kafka import KafkaConnector, KafkaSettings
 from gateway.connectors.stomp_broker import StompBrokerConnector
 from gateway.message.model import TextMessage
 from tests.support.kafka import TansuBroker, create_topics, group_settings
-from tests.support.reactor_thread import reactor, run_in_reactor
 from tests.support.stomp_clients import Client
 
 BODY = "x" * 100

@@ -1,27 +1,24 @@
 """The stomp:// JMS broker connector against the real ActiveMQ.
 
 Connector -> ActiveMQ -> JMS consumer, and JMS producer -> ActiveMQ ->
-connector subscription.  The connector runs on the shared reactor thread
-(:mod:`tests.support.reactor_thread`); JMS-side assertions use the real
-ActiveMQ JMS client (JPype) on the test thread.
+connector subscription.  The tests run on pytest-twisted's reactor and await
+the connector; JMS-side assertions use the real ActiveMQ JMS client (JPype).
 """
 
 from __future__ import annotations
 
-import queue
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from zope.interface import implementer
+import pytest_twisted
 from zope.interface.verify import verifyObject
 
 from gateway.connectors.stomp_broker import BrokerSubscription, StompBrokerConnector
 from gateway.connectors.stomp_mapping import XSTREAM_JSON
 from gateway.errors import ConnectorError, SelectorError
-from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
+from gateway.interfaces import IConnector, ISubscription, SubscriptionSpec
 from gateway.message.model import (
     BytesMessage,
     MapMessage,
@@ -33,48 +30,15 @@ from gateway.message.model import (
     now_millis,
 )
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401
+from tests.support.consumers import CollectingConsumer
 from tests.support.jms_client import JmsClient
-from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.reactor_waits import reactor, sleep, wait_for
 
 pytestmark = pytest.mark.activemq
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:10]}"
-
-
-@implementer(IConsumer)
-class CollectingConsumer:
-    """Puts every delivery on a thread-safe queue the test reads."""
-
-    def __init__(self) -> None:
-        self.deliveries: queue.Queue[tuple[Message, Any]] = queue.Queue()
-        self.failures: list[Exception] = []
-
-    def deliver(self, message: Message, tag: Any) -> None:
-        self.deliveries.put((message, tag))
-
-    def subscription_failed(self, reason: Exception) -> None:
-        self.failures.append(reason)
-
-    def take(self, count: int, timeout: float = 10.0) -> list[tuple[Message, Any]]:
-        taken: list[tuple[Message, Any]] = []
-        deadline = time.monotonic() + timeout
-        while len(taken) < count:
-            remaining = deadline - time.monotonic()
-            try:
-                taken.append(self.deliveries.get(timeout=max(remaining, 0.001)))
-            except queue.Empty:
-                break
-        assert len(taken) == count, f"expected {count} deliveries, got {len(taken)}"
-        return taken
-
-    def nothing_more(self, wait: float = 0.5) -> bool:
-        try:
-            self.deliveries.get(timeout=wait)
-        except queue.Empty:
-            return True
-        return False
 
 
 def text(destination: str, body: str, **fields: Any) -> TextMessage:
@@ -105,9 +69,9 @@ class ConnectorHarness:
         self.connectors.append(connector)
         return connector
 
-    def started(self, **options: Any) -> StompBrokerConnector:
+    async def started(self, **options: Any) -> StompBrokerConnector:
         connector = self.connector(**options)
-        run_in_reactor(connector.start)
+        await connector.start()
         return connector
 
     def jms(self, client_id: str | None = None) -> JmsClient:
@@ -115,16 +79,16 @@ class ConnectorHarness:
         self.clients.append(client)
         return client
 
-    def subscribe(
+    async def subscribe(
         self, connector: StompBrokerConnector, spec: SubscriptionSpec
     ) -> tuple[BrokerSubscription, CollectingConsumer]:
         consumer = CollectingConsumer()
-        subscription = run_in_reactor(connector.subscribe, spec, consumer)
+        subscription = await connector.subscribe(spec, consumer)
         return subscription, consumer
 
     def close(self) -> None:
         for connector in self.connectors:
-            run_in_reactor(connector.stop)
+            wait_for(connector.stop)
         for client in self.clients:
             client.close()
 
@@ -139,8 +103,9 @@ def harness(activemq: ActiveMQBroker) -> Iterator[ConnectorHarness]:  # noqa: F8
 # -- sending ------------------------------------------------------------------
 
 
-def test_connector_provides_the_interface_and_reports_status(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_connector_provides_the_interface_and_reports_status(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     verifyObject(IConnector, connector)
     status = connector.status()
     assert status["state"] == "connected"
@@ -148,8 +113,9 @@ def test_connector_provides_the_interface_and_reports_status(harness: ConnectorH
     assert status["server"].startswith("ActiveMQ")
 
 
-def test_text_message_arrives_as_jms_text_message_with_headers_and_properties(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_text_message_arrives_as_jms_text_message_with_headers_and_properties(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.text")
     expiration = now_millis() + 600_000
     message = text(
@@ -163,7 +129,7 @@ def test_text_message_arrives_as_jms_text_message_with_headers_and_properties(ha
         expiration=expiration,
         properties={"region": "emea", "count": 3, "urgent": True},
     )
-    run_in_reactor(connector.send, message)
+    await connector.send(message)
     received = harness.jms().receive(queue_name, 5)
     assert received is not None
     assert received.jms_type == "text"
@@ -178,11 +144,12 @@ def test_text_message_arrives_as_jms_text_message_with_headers_and_properties(ha
     assert received.properties == {"region": "emea", "count": "3", "urgent": "true"}
 
 
-def test_bytes_message_arrives_as_jms_bytes_message(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_bytes_message_arrives_as_jms_bytes_message(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.bytes")
-    run_in_reactor(
-        connector.send, bytes_message(queue_name, b"\x00\x01\x02binary\xff", persistent=False, correlation_id="b1")
+    await connector.send(
+        bytes_message(queue_name, b"\x00\x01\x02binary\xff", persistent=False, correlation_id="b1")
     )
     received = harness.jms().receive(queue_name, 5)
     assert received is not None
@@ -192,18 +159,20 @@ def test_bytes_message_arrives_as_jms_bytes_message(harness: ConnectorHarness) -
     assert received.correlation_id == "b1"
 
 
-def test_text_with_nul_still_arrives_as_text_message(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_text_with_nul_still_arrives_as_text_message(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.nul")
-    run_in_reactor(connector.send, text(queue_name, "before\x00after"))
+    await connector.send(text(queue_name, "before\x00after"))
     received = harness.jms().receive(queue_name, 5)
     assert received is not None
     assert received.jms_type == "text"
     assert received.body == "before\x00after"
 
 
-def test_map_message_arrives_as_jms_map_message(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_map_message_arrives_as_jms_map_message(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.map")
     message = MapMessage(
         destination=queue_name,
@@ -211,7 +180,7 @@ def test_map_message_arrives_as_jms_map_message(harness: ConnectorHarness) -> No
         map={"name": "widget", "count": 3, "big": 2**40, "price": 9.5, "ok": True},
         correlation_id="m1",
     )
-    run_in_reactor(connector.send, message)
+    await connector.send(message)
     received = harness.jms().receive(queue_name, 5)
     assert received is not None
     assert received.jms_type == "map"
@@ -219,8 +188,9 @@ def test_map_message_arrives_as_jms_map_message(harness: ConnectorHarness) -> No
     assert received.correlation_id == "m1"
 
 
-def test_types_the_broker_cannot_take_fail_with_connector_error(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_types_the_broker_cannot_take_fail_with_connector_error(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.refused")
     for message in (
         StreamMessage(destination=queue_name, message_id=new_message_id(), items=[1, 2]),
@@ -228,53 +198,54 @@ def test_types_the_broker_cannot_take_fail_with_connector_error(harness: Connect
         MapMessage(destination=queue_name, message_id=new_message_id(), map={"raw": b"\x01"}),
     ):
         with pytest.raises(ConnectorError):
-            run_in_reactor(connector.send, message)
+            await connector.send(message)
     assert harness.jms().receive(queue_name, 0.5) is None
 
 
-def test_many_sends_are_pipelined_and_all_confirmed(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_many_sends_are_pipelined_and_all_confirmed(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.pipeline")
     outstanding: list[int] = []
 
-    def send_all() -> Any:
-        from twisted.internet.defer import gatherResults
+    from twisted.internet.defer import gatherResults
 
-        sends = [connector.send(text(queue_name, f"m{i}", persistent=True)) for i in range(200)]
-        assert connector._protocol is not None
-        outstanding.append(connector._protocol.outstanding_receipts)
-        return gatherResults(sends)
-
-    run_in_reactor(send_all)
+    sends = [connector.send(text(queue_name, f"m{i}", persistent=True)) for i in range(200)]
+    assert connector._protocol is not None
+    outstanding.append(connector._protocol.outstanding_receipts)
+    await gatherResults(sends)
     assert outstanding[0] > 1  # not one round trip at a time
     received = harness.jms().receive_all(queue_name, 200, 20)
     assert sorted(int(m.body[1:]) for m in received) == list(range(200))
 
 
-def test_send_batch_is_one_broker_transaction(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_send_batch_is_one_broker_transaction(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.batch")
-    run_in_reactor(connector.send_batch, [text(queue_name, f"b{i}", persistent=True) for i in range(5)])
+    await connector.send_batch([text(queue_name, f"b{i}", persistent=True) for i in range(5)])
     received = harness.jms().receive_all(queue_name, 5, 5)
     assert [m.body for m in received] == [f"b{i}" for i in range(5)]
 
 
-def test_batch_with_an_unsendable_message_sends_nothing(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_batch_with_an_unsendable_message_sends_nothing(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("jms.batch-refused")
     batch: list[Message] = [text(queue_name, "ok"), StreamMessage(destination=queue_name, message_id="x", items=[1])]
     with pytest.raises(ConnectorError):
-        run_in_reactor(connector.send_batch, batch)
+        await connector.send_batch(batch)
     assert harness.jms().receive(queue_name, 0.5) is None
 
 
 # -- subscriptions ------------------------------------------------------------
 
 
-def test_jms_text_bytes_map_object_messages_reach_the_consumer_typed(harness: ConnectorHarness) -> None:
-    connector = harness.started(transformation="jms-json")  # Map/Object fidelity (the broker has XStream)
+@pytest_twisted.ensureDeferred
+async def test_jms_text_bytes_map_object_messages_reach_the_consumer_typed(harness: ConnectorHarness) -> None:
+    connector = await harness.started(transformation="jms-json")  # Map/Object fidelity (the broker has XStream)
     queue_name = "/queue/" + unique("sub.types")
-    subscription, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name))
+    subscription, consumer = await harness.subscribe(connector, SubscriptionSpec(queue_name))
     verifyObject(ISubscription, subscription)
     jms = harness.jms()
     jms.send_text(
@@ -289,7 +260,7 @@ def test_jms_text_bytes_map_object_messages_reach_the_consumer_typed(harness: Co
     jms.send_bytes(queue_name, b"\x00\x01", persistent=False)
     jms.send_map(queue_name, {"name": "w", "n": 3, "d": 1.5, "b": True})
     jms.send_object(queue_name, "a java string")
-    by_kind = {message.kind: message for message, _ in consumer.take(4)}
+    by_kind = {message.kind: message for message, _ in await consumer.take(4)}
     assert sorted(by_kind) == ["bytes", "map", "object", "text"]
     hello = by_kind["text"]
     assert isinstance(hello, TextMessage) and hello.text == "hello"
@@ -313,133 +284,144 @@ def test_jms_text_bytes_map_object_messages_reach_the_consumer_typed(harness: Co
     assert obj.payload == b'{"string":"a java string"}'
 
 
-def test_selector_is_applied_by_the_broker(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_selector_is_applied_by_the_broker(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("sub.selector")
-    _, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name, selector="color = 'blue' AND n > 1"))
+    _, consumer = await harness.subscribe(connector, SubscriptionSpec(queue_name, selector="color = 'blue' AND n > 1"))
     jms = harness.jms()
     jms.send_text(queue_name, "red", properties={"color": "red", "n": 5})
     jms.send_text(queue_name, "blue-1", properties={"color": "blue", "n": 1})
     jms.send_text(queue_name, "blue-2", properties={"color": "blue", "n": 2})
-    (delivery,) = consumer.take(1)
+    (delivery,) = await consumer.take(1)
     assert isinstance(delivery[0], TextMessage) and delivery[0].text == "blue-2"
-    assert consumer.nothing_more()
+    assert await consumer.nothing_more()
 
 
-def test_bad_selector_fails_with_selector_error(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_bad_selector_fails_with_selector_error(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     with pytest.raises(SelectorError):
-        harness.subscribe(connector, SubscriptionSpec("/queue/" + unique("sub.bad"), selector="a = = 1"))
+        await harness.subscribe(connector, SubscriptionSpec("/queue/" + unique("sub.bad"), selector="a = = 1"))
 
 
-def test_client_mode_unacked_messages_are_redelivered_and_acked_ones_are_not(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_client_mode_unacked_messages_are_redelivered_and_acked_ones_are_not(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("sub.ack")
-    subscription, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client"))
+    subscription, consumer = await harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client"))
     jms = harness.jms()
     for body in ("m0", "m1", "m2"):
         jms.send_text(queue_name, body)
-    deliveries = consumer.take(3)
-    run_in_reactor(subscription.ack, [deliveries[0][1], deliveries[2][1]])
-    run_in_reactor(subscription.close)
-    _, again = harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client-individual"))
-    (redelivered,) = again.take(1)
+    deliveries = await consumer.take(3)
+    await subscription.ack([deliveries[0][1], deliveries[2][1]])
+    await subscription.close()
+    _, again = await harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client-individual"))
+    (redelivered,) = await again.take(1)
     assert isinstance(redelivered[0], TextMessage) and redelivered[0].text == "m1"
     assert redelivered[0].redelivered is True
-    assert again.nothing_more()
+    assert await again.nothing_more()
 
 
-def test_nack_is_relayed_and_activemq_dead_letters_the_message(harness: ConnectorHarness) -> None:
+@pytest_twisted.ensureDeferred
+async def test_nack_is_relayed_and_activemq_dead_letters_the_message(harness: ConnectorHarness) -> None:
     # ActiveMQ treats a STOMP NACK as a poison ack: the message goes to its DLQ at once.
-    connector = harness.started()
+    connector = await harness.started()
     queue_name = "/queue/" + unique("sub.nack")
-    subscription, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client-individual"))
+    spec = SubscriptionSpec(queue_name, ack_mode="client-individual")
+    subscription, consumer = await harness.subscribe(connector, spec)
     jms = harness.jms()
     jms.send_text(queue_name, "poison", correlation_id=queue_name)
-    (first,) = consumer.take(1)
-    run_in_reactor(subscription.nack, [first[1]])
-    assert consumer.nothing_more()
+    (first,) = await consumer.take(1)
+    await subscription.nack([first[1]])
+    assert await consumer.nothing_more()
     dead = jms.receive("/queue/ActiveMQ.DLQ", 5, selector=f"JMSCorrelationID = '{queue_name}'")
     assert dead is not None and dead.body == "poison"
 
 
-def test_auto_mode_acknowledges_after_delivery(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_auto_mode_acknowledges_after_delivery(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("sub.auto")
-    subscription, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="auto"))
+    subscription, consumer = await harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="auto"))
     harness.jms().send_text(queue_name, "once")
-    consumer.take(1)
-    time.sleep(0.2)
-    run_in_reactor(subscription.close)
-    _, again = harness.subscribe(connector, SubscriptionSpec(queue_name))
-    assert again.nothing_more()
+    await consumer.take(1)
+    await sleep(0.2)
+    await subscription.close()
+    _, again = await harness.subscribe(connector, SubscriptionSpec(queue_name))
+    assert await again.nothing_more()
 
 
-def test_prefetch_limits_unacknowledged_deliveries(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_prefetch_limits_unacknowledged_deliveries(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("sub.prefetch")
-    subscription, consumer = harness.subscribe(
+    subscription, consumer = await harness.subscribe(
         connector, SubscriptionSpec(queue_name, ack_mode="client-individual", prefetch=1)
     )
     jms = harness.jms()
     for body in ("p0", "p1", "p2"):
         jms.send_text(queue_name, body)
-    (first,) = consumer.take(1)
-    assert consumer.nothing_more()
-    run_in_reactor(subscription.ack, [first[1]])
-    consumer.take(1)
+    (first,) = await consumer.take(1)
+    assert await consumer.nothing_more()
+    await subscription.ack([first[1]])
+    await consumer.take(1)
 
 
-def test_pause_holds_deliveries_until_resume(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_pause_holds_deliveries_until_resume(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     queue_name = "/queue/" + unique("sub.pause")
-    subscription, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name))
-    run_in_reactor(subscription.pause)
+    subscription, consumer = await harness.subscribe(connector, SubscriptionSpec(queue_name))
+    subscription.pause()
     jms = harness.jms()
     jms.send_text(queue_name, "q0")
     jms.send_text(queue_name, "q1")
-    assert consumer.nothing_more()
-    run_in_reactor(subscription.resume)
-    assert [m.text for m, _ in consumer.take(2)] == ["q0", "q1"]  # type: ignore[attr-defined]
+    assert await consumer.nothing_more()
+    subscription.resume()
+    assert [m.text for m, _ in await consumer.take(2)] == ["q0", "q1"]  # type: ignore[attr-defined]
 
 
-def test_durable_topic_subscription_keeps_messages_while_away(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_durable_topic_subscription_keeps_messages_while_away(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     topic = "/topic/" + unique("sub.durable")
     spec = SubscriptionSpec(topic, durable_name="audit", client_id="client-a", ack_mode="client-individual")
-    subscription, _ = harness.subscribe(connector, spec)
-    run_in_reactor(subscription.close)
+    subscription, _ = await harness.subscribe(connector, spec)
+    await subscription.close()
     harness.jms().send_text(topic, "while away")
-    back, consumer = harness.subscribe(connector, spec)
-    (delivery,) = consumer.take(1)
+    back, consumer = await harness.subscribe(connector, spec)
+    (delivery,) = await consumer.take(1)
     assert isinstance(delivery[0], TextMessage) and delivery[0].text == "while away"
-    run_in_reactor(back.ack, [delivery[1]])
-    run_in_reactor(back.unsubscribe)
+    await back.ack([delivery[1]])
+    await back.unsubscribe()
     harness.jms().send_text(topic, "after removal")
-    fresh, consumer = harness.subscribe(connector, spec)
-    assert consumer.nothing_more()  # a new durable subscription starts empty
-    run_in_reactor(fresh.unsubscribe)
+    fresh, consumer = await harness.subscribe(connector, spec)
+    assert await consumer.nothing_more()  # a new durable subscription starts empty
+    await fresh.unsubscribe()
 
 
-def test_unsubscribe_durable_removes_an_inactive_subscription(harness: ConnectorHarness) -> None:
-    connector = harness.started()
+@pytest_twisted.ensureDeferred
+async def test_unsubscribe_durable_removes_an_inactive_subscription(harness: ConnectorHarness) -> None:
+    connector = await harness.started()
     topic = "/topic/" + unique("sub.durable-remove")
     spec = SubscriptionSpec(topic, durable_name="gone", client_id="client-b")
-    subscription, _ = harness.subscribe(connector, spec)
-    run_in_reactor(subscription.close)
+    subscription, _ = await harness.subscribe(connector, spec)
+    await subscription.close()
     harness.jms().send_text(topic, "dropped with the subscription")
-    run_in_reactor(connector.unsubscribe_durable, "client-b", "gone")
-    again, consumer = harness.subscribe(connector, spec)
-    assert consumer.nothing_more()
-    run_in_reactor(again.unsubscribe)
+    await connector.unsubscribe_durable("client-b", "gone")
+    again, consumer = await harness.subscribe(connector, spec)
+    assert await consumer.nothing_more()
+    await again.unsubscribe()
 
 
-def test_heartbeats_keep_an_idle_connection_alive(harness: ConnectorHarness) -> None:
-    connector = harness.started(heartbeat=[500, 500])
-    time.sleep(3.0)  # several heart-beat intervals without traffic
+@pytest_twisted.ensureDeferred
+async def test_heartbeats_keep_an_idle_connection_alive(harness: ConnectorHarness) -> None:
+    connector = await harness.started(heartbeat=[500, 500])
+    await sleep(3.0)  # several heart-beat intervals without traffic
     assert connector.state == "connected"
     assert connector.metrics.connects.labels("activemq")._value.get() == 1
     queue_name = "/queue/" + unique("jms.heartbeat")
-    run_in_reactor(connector.send, text(queue_name, "still here"))
+    await connector.send(text(queue_name, "still here"))
     received = harness.jms().receive(queue_name, 5)
     assert received is not None and received.body == "still here"

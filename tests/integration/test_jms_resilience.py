@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_twisted
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -25,8 +26,7 @@ from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage, new_message_id, now_millis
 from tests.integration.test_jms_connector import ConnectorHarness
 from tests.support.activemq import ActiveMQBroker, fresh_activemq  # noqa: F401
-from tests.support.reactor_thread import reactor, run_in_reactor
-from tests.support.waiting import wait_until
+from tests.support.reactor_waits import sleep, until
 
 pytestmark = pytest.mark.activemq
 
@@ -58,7 +58,7 @@ def down_harness(tmp_path: Path) -> Iterator[ConnectorHarness]:
 
 
 class Stream:
-    """Sends persistent texts from the reactor thread and records each outcome."""
+    """Sends persistent texts and records each outcome."""
 
     def __init__(self, connector: StompBrokerConnector, destination: str) -> None:
         self.connector = connector
@@ -66,43 +66,35 @@ class Stream:
         self.sends: list[Deferred[Any]] = []
         self.outcomes: dict[str, str] = {}
 
-    def produce(self, count: int) -> None:
-        run_in_reactor(lambda: defer.ensureDeferred(self._produce(count)))
-
-    async def _produce(self, count: int) -> None:
+    async def produce(self, count: int) -> None:
         for i in range(count):
             body = f"m{len(self.sends)}"
             send = self.connector.send(persistent_text(self.destination, body))
             send.addBoth(self._record, body)
             self.sends.append(send)
             if i % 10 == 9:
-                await deferLater(0.01)
+                await sleep(0.01)
 
     def _record(self, result: Any, body: str) -> None:
         self.outcomes[body] = "failed" if isinstance(result, Failure) else "ok"
 
-    def settle(self) -> None:
-        run_in_reactor(lambda: defer.DeferredList(self.sends, consumeErrors=True))
+    async def settle(self) -> None:
+        await defer.DeferredList(self.sends, consumeErrors=True)
 
 
-def deferLater(seconds: float) -> Deferred[None]:
-    from twisted.internet import task
-
-    return task.deferLater(reactor, seconds, lambda: None)
-
-
-def test_broker_killed_mid_stream_loses_no_receipted_message(harness: ConnectorHarness) -> None:
-    connector = harness.started(failure_retry_interval=200, send_timeout=30_000)
+@pytest_twisted.ensureDeferred
+async def test_broker_killed_mid_stream_loses_no_receipted_message(harness: ConnectorHarness) -> None:
+    connector = await harness.started(failure_retry_interval=200, send_timeout=30_000)
     stream = Stream(connector, "/queue/" + unique("restart.stream"))
-    stream.produce(150)
+    await stream.produce(150)
     harness.broker.kill()  # SIGKILL: KahaDB must hold every receipted message
-    stream.produce(100)  # these find the broker away: they wait, or fail with an error
-    time.sleep(0.5)
+    await stream.produce(100)  # these find the broker away: they wait, or fail with an error
+    await sleep(0.5)
     harness.broker.start()
-    stream.settle()
-    wait_until(lambda: connector.state == "connected")
-    stream.produce(50)
-    stream.settle()
+    await stream.settle()
+    await until(lambda: connector.state == "connected")
+    await stream.produce(50)
+    await stream.settle()
 
     assert len(stream.outcomes) == 300
     confirmed = {body for body, outcome in stream.outcomes.items() if outcome == "ok"}
@@ -115,86 +107,91 @@ def test_broker_killed_mid_stream_loses_no_receipted_message(harness: ConnectorH
     assert connector.metrics.up.labels("activemq")._value.get() == 1
 
 
-def test_subscriptions_are_restored_after_the_broker_restarts(harness: ConnectorHarness) -> None:
-    connector = harness.started(failure_retry_interval=200)
+@pytest_twisted.ensureDeferred
+async def test_subscriptions_are_restored_after_the_broker_restarts(harness: ConnectorHarness) -> None:
+    connector = await harness.started(failure_retry_interval=200)
     queue_name = "/queue/" + unique("restart.sub")
-    _, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client-individual"))
+    _, consumer = await harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client-individual"))
     harness.broker.kill()
-    wait_until(lambda: connector.state == "retrying")
+    await until(lambda: connector.state == "retrying")
     harness.broker.start()
-    wait_until(lambda: connector.state == "connected")
+    await until(lambda: connector.state == "connected")
     harness.jms().send_text(queue_name, "after restart")
-    (delivery,) = consumer.take(1)
+    (delivery,) = await consumer.take(1)
     assert isinstance(delivery[0], TextMessage) and delivery[0].text == "after restart"
     assert consumer.failures == []
 
 
-def test_unacked_delivery_comes_again_after_reconnect_and_old_tag_is_harmless(harness: ConnectorHarness) -> None:
-    connector = harness.started(failure_retry_interval=200)
+@pytest_twisted.ensureDeferred
+async def test_unacked_delivery_comes_again_after_reconnect_and_old_tag_is_harmless(harness: ConnectorHarness) -> None:
+    connector = await harness.started(failure_retry_interval=200)
     queue_name = "/queue/" + unique("restart.unacked")
-    subscription, consumer = harness.subscribe(connector, SubscriptionSpec(queue_name, ack_mode="client-individual"))
+    spec = SubscriptionSpec(queue_name, ack_mode="client-individual")
+    subscription, consumer = await harness.subscribe(connector, spec)
     harness.jms().send_text(queue_name, "pending", persistent=True)
-    (first,) = consumer.take(1)
+    (first,) = await consumer.take(1)
     harness.broker.kill()
-    wait_until(lambda: connector.state == "retrying")
+    await until(lambda: connector.state == "retrying")
     harness.broker.start()
-    (second,) = consumer.take(1, timeout=20)
+    (second,) = await consumer.take(1, timeout=20)
     assert isinstance(second[0], TextMessage) and second[0].text == "pending"
-    run_in_reactor(subscription.ack, [first[1]])  # a tag of the lost connection: ignored
-    run_in_reactor(subscription.ack, [second[1]])
-    assert consumer.nothing_more()
+    await subscription.ack([first[1]])  # a tag of the lost connection: ignored
+    await subscription.ack([second[1]])
+    assert await consumer.nothing_more()
 
 
-def test_send_while_broker_away_fails_after_send_timeout(harness: ConnectorHarness) -> None:
-    connector = harness.started(failure_retry_interval=200, send_timeout=800)
+@pytest_twisted.ensureDeferred
+async def test_send_while_broker_away_fails_after_send_timeout(harness: ConnectorHarness) -> None:
+    connector = await harness.started(failure_retry_interval=200, send_timeout=800)
     harness.broker.kill()
-    wait_until(lambda: connector.state == "retrying")
+    await until(lambda: connector.state == "retrying")
     started = time.monotonic()
     with pytest.raises(ConnectorUnavailable, match="no confirmation"):
-        run_in_reactor(connector.send, persistent_text("/queue/" + unique("restart.timeout"), "late"))
+        await connector.send(persistent_text("/queue/" + unique("restart.timeout"), "late"))
     assert 0.5 < time.monotonic() - started < 5
     assert connector.status()["waiting_sends"] == 0
 
 
-def test_connector_gives_up_after_max_retries(harness: ConnectorHarness) -> None:
-    connector = harness.started(failure_retry_interval=100, max_retries=2)
-    _, consumer = harness.subscribe(connector, SubscriptionSpec("/queue/" + unique("restart.giveup")))
+@pytest_twisted.ensureDeferred
+async def test_connector_gives_up_after_max_retries(harness: ConnectorHarness) -> None:
+    connector = await harness.started(failure_retry_interval=100, max_retries=2)
+    _, consumer = await harness.subscribe(connector, SubscriptionSpec("/queue/" + unique("restart.giveup")))
     harness.broker.kill()
-    wait_until(lambda: connector.state == "failed")
+    await until(lambda: connector.state == "failed")
     assert len(consumer.failures) == 1 and isinstance(consumer.failures[0], ConnectorUnavailable)
     with pytest.raises(ConnectorUnavailable, match="gave up"):
-        run_in_reactor(connector.send, persistent_text("/queue/x", "refused at once"))
+        await connector.send(persistent_text("/queue/x", "refused at once"))
     assert connector.status()["state"] == "failed"
 
 
-def test_waiting_send_fails_when_the_connector_gives_up(harness: ConnectorHarness) -> None:
-    connector = harness.started(failure_retry_interval=300, max_retries=1, send_timeout=30_000)
+@pytest_twisted.ensureDeferred
+async def test_waiting_send_fails_when_the_connector_gives_up(harness: ConnectorHarness) -> None:
+    connector = await harness.started(failure_retry_interval=300, max_retries=1, send_timeout=30_000)
     harness.broker.kill()
-    wait_until(lambda: connector.state == "retrying")
+    await until(lambda: connector.state == "retrying")
     with pytest.raises(ConnectorUnavailable, match="gave up"):
-        run_in_reactor(connector.send, persistent_text("/queue/x", "waits, then fails"))
+        await connector.send(persistent_text("/queue/x", "waits, then fails"))
 
 
-def test_start_fails_when_no_retries_are_allowed(down_harness: ConnectorHarness) -> None:
+@pytest_twisted.ensureDeferred
+async def test_start_fails_when_no_retries_are_allowed(down_harness: ConnectorHarness) -> None:
     connector = down_harness.connector(max_retries=0)
     with pytest.raises(ConnectorUnavailable):
-        run_in_reactor(connector.start)
+        await connector.start()
 
 
-def test_sends_wait_for_a_broker_that_comes_up_later(down_harness: ConnectorHarness) -> None:
-    connector = down_harness.started(failure_retry_interval=200, send_timeout=30_000)
+@pytest_twisted.ensureDeferred
+async def test_sends_wait_for_a_broker_that_comes_up_later(down_harness: ConnectorHarness) -> None:
+    connector = await down_harness.started(failure_retry_interval=200, send_timeout=30_000)
     assert connector.state in ("retrying", "connecting")
     queue_name = "/queue/" + unique("late.start")
     results: list[Any] = []
 
-    def send() -> None:
-        connector.send(persistent_text(queue_name, "waited")).addBoth(results.append)
-
-    run_in_reactor(send)
-    time.sleep(0.3)
+    connector.send(persistent_text(queue_name, "waited")).addBoth(results.append)
+    await sleep(0.3)
     assert results == []
     down_harness.broker.start()
-    wait_until(lambda: bool(results))
+    await until(lambda: bool(results))
     assert results == [None]
     received = down_harness.jms().receive(queue_name, 5)
     assert received is not None and received.body == "waited"

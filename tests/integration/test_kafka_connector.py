@@ -6,12 +6,12 @@ the committed offsets of their group, read by a fresh consumer.
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pytest_twisted
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
@@ -19,6 +19,7 @@ from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDelive
 from gateway.errors import DestinationError, SelectorError
 from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import BytesMessage, Message, TextMessage
+from tests.support.consumers import CollectingConsumer
 from tests.support.kafka import (
     committed_offsets,
     create_topics,
@@ -29,46 +30,10 @@ from tests.support.kafka import (
     read_records,
     unique_topic,
 )
-from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.reactor_waits import in_thread, reactor, sleep, wait_for
 
 pytestmark = pytest.mark.kafka
 __all__ = ["kafka_bootstrap"]
-
-
-@implementer(IConsumer)
-class CollectingConsumer:
-    """Puts every delivery on a thread-safe queue the test reads."""
-
-    def __init__(self) -> None:
-        self.deliveries: queue.Queue[tuple[Message, Any]] = queue.Queue()
-        self.failures: list[Exception] = []
-
-    def deliver(self, message: Message, tag: Any) -> None:
-        self.deliveries.put((message, tag))
-
-    def subscription_failed(self, reason: Exception) -> None:
-        self.failures.append(reason)
-
-    def take(self, count: int, timeout: float = 15.0) -> list[tuple[Message, Any]]:
-        taken = []
-        deadline = time.monotonic() + timeout
-        while len(taken) < count:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                taken.append(self.deliveries.get(timeout=remaining))
-            except queue.Empty:
-                break
-        assert len(taken) == count, f"expected {count} deliveries, got {len(taken)}"
-        return taken
-
-    def nothing_more(self, wait: float = 1.0) -> bool:
-        try:
-            self.deliveries.get(timeout=wait)
-        except queue.Empty:
-            return True
-        return False
 
 
 @pytest.fixture
@@ -81,9 +46,9 @@ def connector(kafka_bootstrap: str) -> Iterator[KafkaConnector]:
         }
     )
     kafka = KafkaConnector(reactor, settings, name="kafka", gateway_id="gw-test")
-    run_in_reactor(kafka.start)
+    wait_for(kafka.start)
     yield kafka
-    run_in_reactor(kafka.stop)
+    wait_for(kafka.stop)
 
 
 def text(destination: str, body: str, **properties: Any) -> TextMessage:
@@ -93,21 +58,23 @@ def text(destination: str, body: str, **properties: Any) -> TextMessage:
                        properties=properties)
 
 
-def test_provides_iconnector(connector: KafkaConnector) -> None:
+@pytest_twisted.ensureDeferred
+async def test_provides_iconnector(connector: KafkaConnector) -> None:
     verifyObject(IConnector, connector)
 
 
-def test_send_fires_on_delivery_report_and_record_carries_jms_headers(
+@pytest_twisted.ensureDeferred
+async def test_send_fires_on_delivery_report_and_record_carries_jms_headers(
     connector: KafkaConnector, kafka_bootstrap: str
 ) -> None:
     topic = unique_topic()
     create_topics(kafka_bootstrap, topic)
     message = text(f"/topic/kafka.{topic}", "grüße", colour="red", weight=3)
     message.correlation_id = "c-1"
-    report = run_in_reactor(connector.send, message)
+    report = await connector.send(message)
     assert isinstance(report, DeliveryReport) and report.topic == topic and report.offset == 0
     binary = BytesMessage(destination=f"/queue/{topic}", message_id="ID:bin-1", body=b"\x00\xff")
-    assert run_in_reactor(connector.send, binary).offset == 1
+    assert (await connector.send(binary)).offset == 1
     first, second = read_records(kafka_bootstrap, topic, 2, settle=0.5)
     headers = dict(first.headers())
     assert first.key() == message.message_id.encode() and first.value() == "grüße".encode()
@@ -118,24 +85,26 @@ def test_send_fires_on_delivery_report_and_record_carries_jms_headers(
     assert second.value() == b"\x00\xff" and dict(second.headers())["jms.MessageType"] == b"bytes"
 
 
-def test_unknown_topic_is_a_hard_error(connector: KafkaConnector) -> None:
+@pytest_twisted.ensureDeferred
+async def test_unknown_topic_is_a_hard_error(connector: KafkaConnector) -> None:
     with pytest.raises(KafkaDeliveryError) as info:
-        run_in_reactor(connector.send, text("/topic/kafka.no-such-topic-here", "x"))
+        await connector.send(text("/topic/kafka.no-such-topic-here", "x"))
     assert info.value.hard and info.value.code == "UNKNOWN_TOPIC_OR_PART"
 
 
-def test_send_batch_is_one_transaction(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_send_batch_is_one_transaction(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = unique_topic()
     create_topics(kafka_bootstrap, topic)
     batch = [text(f"/topic/{topic}", f"m{i}") for i in range(5)]
-    assert run_in_reactor(connector.send_batch, batch) == 5
+    assert await connector.send_batch(batch) == 5
     records = read_records(kafka_bootstrap, topic, 5, settle=0.5, **{"isolation.level": "read_committed"})
     assert [r.value() for r in records] == [f"m{i}".encode() for i in range(5)]
 
 
-def subscribe(connector: KafkaConnector, spec: SubscriptionSpec) -> tuple[Any, CollectingConsumer]:
+async def subscribe(connector: KafkaConnector, spec: SubscriptionSpec) -> tuple[Any, CollectingConsumer]:
     consumer = CollectingConsumer()
-    subscription = run_in_reactor(connector.subscribe, spec, consumer)
+    subscription = await connector.subscribe(spec, consumer)
     verifyObject(ISubscription, subscription)
     return subscription, consumer
 
@@ -147,127 +116,135 @@ def prepared_topic(bootstrap: str, count: int, partitions: int = 1) -> str:
     return topic
 
 
-def test_client_individual_acks_commit_highest_contiguous_offset(
+@pytest_twisted.ensureDeferred
+async def test_client_individual_acks_commit_highest_contiguous_offset(
     connector: KafkaConnector, kafka_bootstrap: str
 ) -> None:
     topic = prepared_topic(kafka_bootstrap, 5)
     spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="client-individual", durable_name="ind",
                             client_id="c1")
-    subscription, consumer = subscribe(connector, spec)
-    deliveries = consumer.take(5)
+    subscription, consumer = await subscribe(connector, spec)
+    deliveries = await consumer.take(5)
     messages = [m for m, _ in deliveries]
     assert [m.text for m in messages if isinstance(m, TextMessage)] == [f"r{i}" for i in range(5)]
     tags = [tag for _, tag in deliveries]
-    run_in_reactor(subscription.ack, [tags[0], tags[1], tags[3]])
+    await subscription.ack([tags[0], tags[1], tags[3]])
     group = "jmsgateway.c1.ind"
     assert committed_offsets(kafka_bootstrap, group, topic) == [2]  # 2 is unacknowledged
-    run_in_reactor(subscription.ack, [tags[2]])
+    await subscription.ack([tags[2]])
     assert committed_offsets(kafka_bootstrap, group, topic) == [4]
-    run_in_reactor(subscription.close)
+    await subscription.close()
     assert committed_offsets(kafka_bootstrap, group, topic) == [4]
     # the same durable subscription again: only the unacknowledged record comes back
-    again, consumer2 = subscribe(connector, spec)
-    (message, _), = consumer2.take(1)
+    again, consumer2 = await subscribe(connector, spec)
+    (message, _), = await consumer2.take(1)
     assert isinstance(message, TextMessage) and message.text == "r4"
-    assert consumer2.nothing_more(0.5)
-    run_in_reactor(again.close)
+    assert await consumer2.nothing_more(0.5)
+    await again.close()
 
 
-def test_client_mode_acks_the_listed_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_client_mode_acks_the_listed_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = prepared_topic(kafka_bootstrap, 4, partitions=2)
     spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="client", durable_name="cum", client_id="c2")
-    subscription, consumer = subscribe(connector, spec)
-    deliveries = consumer.take(4)
+    subscription, consumer = await subscribe(connector, spec)
+    deliveries = await consumer.take(4)
     # a cumulative ACK of the third delivery: the session lists every tag up to it
-    run_in_reactor(subscription.ack, [tag for _, tag in deliveries[:3]])
+    await subscription.ack([tag for _, tag in deliveries[:3]])
     committed = committed_offsets(kafka_bootstrap, "jmsgateway.c2.cum", topic, partitions=2)
     acked = [(tag.partition, tag.offset) for _, tag in deliveries[:3]]
     expected = [max((o + 1 for p, o in acked if p == partition), default=-1001) for partition in range(2)]
     assert committed == expected
-    run_in_reactor(subscription.close)
+    await subscription.close()
 
 
-def test_auto_ack_commits_every_delivery(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_auto_ack_commits_every_delivery(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = prepared_topic(kafka_bootstrap, 3)
-    subscription, consumer = subscribe(connector, SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto"))
-    consumer.take(3)
+    subscription, consumer = await subscribe(connector, SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto"))
+    await consumer.take(3)
     group = f"jmsgateway.queue.{topic}"
     deadline = time.monotonic() + 10
     while committed_offsets(kafka_bootstrap, group, topic) != [3] and time.monotonic() < deadline:
-        time.sleep(0.2)
+        await sleep(0.2)
     assert committed_offsets(kafka_bootstrap, group, topic) == [3]
-    run_in_reactor(subscription.close)
+    await subscription.close()
 
 
-def test_nack_redelivers_marked_redelivered(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_nack_redelivers_marked_redelivered(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = prepared_topic(kafka_bootstrap, 3)
     spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="client-individual")
-    subscription, consumer = subscribe(connector, spec)
-    deliveries = consumer.take(3)
-    run_in_reactor(subscription.ack, [deliveries[0][1]])
-    run_in_reactor(subscription.nack, [deliveries[1][1]])
-    again = consumer.take(2)
+    subscription, consumer = await subscribe(connector, spec)
+    deliveries = await consumer.take(3)
+    await subscription.ack([deliveries[0][1]])
+    await subscription.nack([deliveries[1][1]])
+    again = await consumer.take(2)
     assert [m.text for m, _ in again if isinstance(m, TextMessage)] == ["r1", "r2"]
     assert all(m.redelivered and m.redelivery_count == 1 for m, _ in again)
-    run_in_reactor(subscription.ack, [tag for _, tag in again])
+    await subscription.ack([tag for _, tag in again])
     assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [3]
-    run_in_reactor(subscription.close)
+    await subscription.close()
 
 
-def test_prefetch_limits_unacknowledged_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_prefetch_limits_unacknowledged_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = prepared_topic(kafka_bootstrap, 6)
     spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="client-individual", prefetch=2)
-    subscription, consumer = subscribe(connector, spec)
-    first = consumer.take(2)
-    assert consumer.nothing_more(1.0)
-    run_in_reactor(subscription.ack, [first[0][1]])
-    third = consumer.take(1)
-    assert consumer.nothing_more(0.5)
-    run_in_reactor(subscription.pause)
-    run_in_reactor(subscription.ack, [first[1][1], third[0][1]])
-    assert consumer.nothing_more(1.0)  # paused by the transport
-    run_in_reactor(subscription.resume)
-    rest = consumer.take(2)
+    subscription, consumer = await subscribe(connector, spec)
+    first = await consumer.take(2)
+    assert await consumer.nothing_more(1.0)
+    await subscription.ack([first[0][1]])
+    third = await consumer.take(1)
+    assert await consumer.nothing_more(0.5)
+    subscription.pause()
+    await subscription.ack([first[1][1], third[0][1]])
+    assert await consumer.nothing_more(1.0)  # paused by the transport
+    subscription.resume()
+    rest = await consumer.take(2)
     assert [m.text for m, _ in first + third + rest if isinstance(m, TextMessage)] == [f"r{i}" for i in range(5)]
-    run_in_reactor(subscription.close)
+    await subscription.close()
 
 
-def test_records_from_jms_become_typed_messages_again(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_records_from_jms_become_typed_messages_again(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = unique_topic()
     create_topics(kafka_bootstrap, topic)
     spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="auto")
-    subscription, consumer = subscribe(connector, spec)
+    subscription, consumer = await subscribe(connector, spec)
     sent = text(f"/topic/kafka.{topic}", "typed", count=5, ratio=0.5, flag=True)
-    run_in_reactor(connector.send, sent)
+    await connector.send(sent)
     produce(kafka_bootstrap, topic, [{"value": b"\xff\x00binary", "headers": [("app", b"crm")]}])
-    (first, _), (second, _) = consumer.take(2)
+    (first, _), (second, _) = await consumer.take(2)
     assert isinstance(first, TextMessage) and first.text == "typed"
     assert first.message_id == sent.message_id and first.persistent
     assert first.properties["count"] == 5 and first.properties["ratio"] == 0.5 and first.properties["flag"] is True
     assert first.properties["jmsbridge.origin"] == "gw-test"
     assert isinstance(second, BytesMessage) and second.body == b"\xff\x00binary"
     assert second.properties == {"app": "crm"} and second.message_id.startswith(f"ID:kafka:{topic}:0:")
-    run_in_reactor(subscription.close)
+    await subscription.close()
 
 
-def test_selector_filters_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_selector_filters_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = unique_topic()
     create_topics(kafka_bootstrap, topic)
     for colour in ("red", "blue", "red"):
-        run_in_reactor(connector.send, text(f"/topic/{topic}", colour, colour=colour))
+        await connector.send(text(f"/topic/{topic}", colour, colour=colour))
     spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="auto", selector="colour = 'red'",
                             durable_name="reds", client_id="c1")  # a group of its own, from the earliest
-    subscription, consumer = subscribe(connector, spec)
-    assert [m.text for m, _ in consumer.take(2) if isinstance(m, TextMessage)] == ["red", "red"]
-    assert consumer.nothing_more(0.5)
-    run_in_reactor(subscription.close)
+    subscription, consumer = await subscribe(connector, spec)
+    assert [m.text for m, _ in await consumer.take(2) if isinstance(m, TextMessage)] == ["red", "red"]
+    assert await consumer.nothing_more(0.5)
+    await subscription.close()
 
 
-def test_selector_on_a_queue_is_refused(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_selector_on_a_queue_is_refused(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = prepared_topic(kafka_bootstrap, 2)
     spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto", selector="colour = 'red'")
     with pytest.raises(SelectorError) as info:
-        run_in_reactor(connector.subscribe, spec, CollectingConsumer())
+        await connector.subscribe(spec, CollectingConsumer())
     assert "not supported on Kafka queue" in str(info.value)
     assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [-1001]
 
@@ -281,93 +258,101 @@ class RefusingConsumer(CollectingConsumer):
         return False
 
 
-def test_auto_ack_does_not_commit_refused_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_auto_ack_does_not_commit_refused_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = prepared_topic(kafka_bootstrap, 3)
     spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto")
     consumer = RefusingConsumer()
-    subscription = run_in_reactor(connector.subscribe, spec, consumer)
-    consumer.take(3)
-    time.sleep(0.5)  # several commit ticks
-    run_in_reactor(subscription.close)
+    subscription = await connector.subscribe(spec, consumer)
+    await consumer.take(3)
+    await sleep(0.5)  # several commit ticks
+    await subscription.close()
     assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [-1001]
-    again, taker = subscribe(connector, spec)
-    assert [m.text for m, _ in taker.take(3) if isinstance(m, TextMessage)] == ["r0", "r1", "r2"]
-    run_in_reactor(again.close)
+    again, taker = await subscribe(connector, spec)
+    assert [m.text for m, _ in await taker.take(3) if isinstance(m, TextMessage)] == ["r0", "r1", "r2"]
+    await again.close()
 
 
-def test_topic_subscriber_goes_on_where_it_was_after_a_rebalance(
+@pytest_twisted.ensureDeferred
+async def test_topic_subscriber_goes_on_where_it_was_after_a_rebalance(
     connector: KafkaConnector, kafka_bootstrap: str
 ) -> None:
     topic = unique_topic()
     create_topics(kafka_bootstrap, topic)
     spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="client-individual", prefetch=2)
-    subscription, consumer = subscribe(connector, spec)
+    subscription, consumer = await subscribe(connector, spec)
     produce(kafka_bootstrap, topic, [{"value": f"r{i}".encode()} for i in range(4)])
-    first = consumer.take(2)
-    join_and_leave(kafka_bootstrap, subscription.group, topic)  # its own group: the partition comes back
-    assert consumer.nothing_more(2.0)  # still holding the prefetch: nothing again, nothing new
-    run_in_reactor(subscription.ack, [tag for _, tag in first])
-    second = consumer.take(2)  # not skipped by a start pinned at the end of the partition again
+    first = await consumer.take(2)
+    # its own group: the partition comes back
+    await in_thread(join_and_leave, kafka_bootstrap, subscription.group, topic)
+    assert await consumer.nothing_more(2.0)  # still holding the prefetch: nothing again, nothing new
+    await subscription.ack([tag for _, tag in first])
+    second = await consumer.take(2)  # not skipped by a start pinned at the end of the partition again
     texts = [m.text for m, _ in first + second if isinstance(m, TextMessage)]
     assert texts == ["r0", "r1", "r2", "r3"]
     assert not any(m.redelivered for m, _ in first + second)
-    run_in_reactor(subscription.close)
+    await subscription.close()
 
 
-def test_redelivery_after_a_rebalance_is_flagged_and_counted(
+@pytest_twisted.ensureDeferred
+async def test_redelivery_after_a_rebalance_is_flagged_and_counted(
     connector: KafkaConnector, kafka_bootstrap: str
 ) -> None:
     topic = prepared_topic(kafka_bootstrap, 4, partitions=2)  # r0, r2 on partition 0; r1, r3 on 1
     spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="client-individual", prefetch=10)
-    subscription, consumer = subscribe(connector, spec)
-    held = consumer.take(4)
-    commits = join_and_leave(kafka_bootstrap, subscription.group, topic, commit_first=True)
+    subscription, consumer = await subscribe(connector, spec)
+    held = await consumer.take(4)
+    commits = await in_thread(join_and_leave, kafka_bootstrap, subscription.group, topic, commit_first=True)
     assert len(commits) == 1, commits
     moved, _ = commits[0]
-    [(again, tag)] = consumer.take(1, timeout=20)
+    [(again, tag)] = await consumer.take(1, timeout=20)
     assert isinstance(again, TextMessage) and again.text == f"r{moved + 2}"
     assert again.redelivered and again.redelivery_count == 1
-    assert consumer.nothing_more(1.0)
-    run_in_reactor(subscription.ack, [t for _, t in held] + [tag])
-    run_in_reactor(subscription.close)
+    assert await consumer.nothing_more(1.0)
+    await subscription.ack([t for _, t in held] + [tag])
+    await subscription.close()
     assert committed_offsets(kafka_bootstrap, subscription.group, topic, partitions=2) == [2, 2]
 
 
-def test_bad_destination_fails_subscribe(connector: KafkaConnector) -> None:
+@pytest_twisted.ensureDeferred
+async def test_bad_destination_fails_subscribe(connector: KafkaConnector) -> None:
     with pytest.raises(DestinationError):
-        run_in_reactor(connector.subscribe, SubscriptionSpec("/topic/"), CollectingConsumer())
+        await connector.subscribe(SubscriptionSpec("/topic/"), CollectingConsumer())
 
 
-def test_subscribe_to_missing_topic_fails_clearly(connector: KafkaConnector) -> None:
+@pytest_twisted.ensureDeferred
+async def test_subscribe_to_missing_topic_fails_clearly(connector: KafkaConnector) -> None:
     with pytest.raises(DestinationError) as info:
-        run_in_reactor(connector.subscribe, SubscriptionSpec("/topic/kafka.not-there-at-all"), CollectingConsumer())
+        await connector.subscribe(SubscriptionSpec("/topic/kafka.not-there-at-all"), CollectingConsumer())
     assert "not-there-at-all" in str(info.value) and "does not exist" in str(info.value)
 
 
-def test_long_stall_pauses_partitions_and_resumes(kafka_bootstrap: str) -> None:
+@pytest_twisted.ensureDeferred
+async def test_long_stall_pauses_partitions_and_resumes(kafka_bootstrap: str) -> None:
     settings = KafkaSettings.from_options(
         {"uri": f"kafka://{kafka_bootstrap}", "consumer": group_settings(), "pause_after": 0.2}
     )
     kafka = KafkaConnector(reactor, settings, name="kafka", gateway_id="gw-test")
-    run_in_reactor(kafka.start)
+    await kafka.start()
     try:
         topic = prepared_topic(kafka_bootstrap, 6)
         spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="client-individual", prefetch=2)
-        subscription, consumer = subscribe(kafka, spec)
-        first = consumer.take(2)
-        assert consumer.nothing_more(1.0)  # stalled well past pause_after: partitions paused
-        run_in_reactor(subscription.ack, [tag for _, tag in first])
-        second = consumer.take(2)
-        run_in_reactor(subscription.ack, [tag for _, tag in second])
-        third = consumer.take(2)
+        subscription, consumer = await subscribe(kafka, spec)
+        first = await consumer.take(2)
+        assert await consumer.nothing_more(1.0)  # stalled well past pause_after: partitions paused
+        await subscription.ack([tag for _, tag in first])
+        second = await consumer.take(2)
+        await subscription.ack([tag for _, tag in second])
+        third = await consumer.take(2)
         texts = [m.text for m, _ in first + second + third if isinstance(m, TextMessage)]
         assert texts == [f"r{i}" for i in range(6)]
-        run_in_reactor(subscription.close)
+        await subscription.close()
     finally:
-        run_in_reactor(kafka.stop)
+        await kafka.stop()
 
 
-def test_start_fails_clearly_when_kafka_is_unreachable() -> None:
+@pytest_twisted.ensureDeferred
+async def test_start_fails_clearly_when_kafka_is_unreachable() -> None:
     from gateway.errors import ConnectorUnavailable
     from tests.support.ports import free_port
 
@@ -375,8 +360,8 @@ def test_start_fails_clearly_when_kafka_is_unreachable() -> None:
     settings = KafkaSettings.from_options({"uri": f"kafka://{address}", "metadata_timeout": 1})
     kafka = KafkaConnector(reactor, settings, name="kafka", gateway_id="gw-test")
     with pytest.raises(ConnectorUnavailable) as info:
-        run_in_reactor(kafka.start)
+        await kafka.start()
     assert address in str(info.value)
     with pytest.raises(ConnectorUnavailable):
-        run_in_reactor(kafka.send, text("/topic/kafka.t", "x"))
-    run_in_reactor(kafka.stop)
+        await kafka.send(text("/topic/kafka.t", "x"))
+    await kafka.stop()

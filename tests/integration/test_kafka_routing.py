@@ -3,12 +3,12 @@ and the connection cut mid-stream by a fault-injecting proxy."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pytest_twisted
 from prometheus_client import CollectorRegistry
 from twisted.python.failure import Failure
 
@@ -24,18 +24,17 @@ from tests.support.kafka import (
     read_records,
     unique_topic,
 )
-from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.reactor_waits import reactor, sleep, wait_for
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.kafka
 __all__ = ["kafka_bootstrap", "proxied_kafka"]
 
 
-def start_connector(bootstrap: str, **producer: Any) -> KafkaConnector:
+def kafka_connector(bootstrap: str, **producer: Any) -> KafkaConnector:
+    """A Kafka connector on the test reactor, not started yet."""
     settings = KafkaSettings.from_options({"uri": f"kafka://{bootstrap}", "producer": producer})
-    connector = KafkaConnector(reactor, settings, name="kafka", gateway_id="gw-route")
-    run_in_reactor(connector.start)
-    return connector
+    return KafkaConnector(reactor, settings, name="kafka", gateway_id="gw-route")
 
 
 @pytest.fixture
@@ -59,10 +58,11 @@ routes.missing.in.include=msg.address==missing
 routes.missing.out.topic=no-such-topic-{topics['dlq']}
 """
     config = parse_routing_config({"properties": properties})
-    connector = start_connector(kafka_bootstrap)
+    connector = kafka_connector(kafka_bootstrap)
+    wait_for(connector.start)
     routing = KafkaRouter(config, connector, origin="gw-route", clock=reactor, registry=CollectorRegistry())
     yield routing
-    run_in_reactor(connector.stop)
+    wait_for(connector.stop)
 
 
 def message(destination: str, body: str, correlation: str | None = None, **properties: Any) -> TextMessage:
@@ -70,15 +70,16 @@ def message(destination: str, body: str, correlation: str | None = None, **prope
                        properties=properties)
 
 
-def test_routes_keys_and_dead_letters(router: KafkaRouter, kafka_bootstrap: str, topics: dict[str, str]) -> None:
-    routed = run_in_reactor(router.send, message("/queue/orders", "o1", correlation="cust42"))
+@pytest_twisted.ensureDeferred
+async def test_routes_keys_and_dead_letters(router: KafkaRouter, kafka_bootstrap: str, topics: dict[str, str]) -> None:
+    routed = await router.send(message("/queue/orders", "o1", correlation="cust42"))
     assert routed.outcome == "routed" and routed.topic == topics["orders"]
-    audit = run_in_reactor(router.send, message("/topic/anything", "a1", kind="audit"))
+    audit = await router.send(message("/topic/anything", "a1", kind="audit"))
     assert audit.topic == topics["audit"]
     bad = MapMessage(destination="/queue/orders", message_id="ID:map-1", correlation_id="c", map={"n": 1})
-    assert run_in_reactor(router.send, bad).outcome == "dead-lettered"
+    assert (await router.send(bad)).outcome == "dead-lettered"
     nokey = message("/queue/orders", "no key")
-    assert run_in_reactor(router.send, nokey).outcome == "dead-lettered"
+    assert (await router.send(nokey)).outcome == "dead-lettered"
 
     (order,) = read_records(kafka_bootstrap, topics["orders"], 1, settle=0.5)
     assert order.key() == b"cust42" and order.value() == b"o1"
@@ -96,18 +97,20 @@ def test_routes_keys_and_dead_letters(router: KafkaRouter, kafka_bootstrap: str,
     assert router.metrics.average_latency("orders") > 0
 
 
-def test_own_messages_are_not_routed_back(router: KafkaRouter) -> None:
+@pytest_twisted.ensureDeferred
+async def test_own_messages_are_not_routed_back(router: KafkaRouter) -> None:
     looped = message("/queue/orders", "loop", correlation="c1", **{"jmsbridge.origin": "gw-route"})
-    assert run_in_reactor(router.send, looped).outcome == "cycle"
+    assert (await router.send(looped)).outcome == "cycle"
 
 
-def test_unknown_topic_stops_routing(router: KafkaRouter) -> None:
+@pytest_twisted.ensureDeferred
+async def test_unknown_topic_stops_routing(router: KafkaRouter) -> None:
     with pytest.raises(Exception) as info:
-        run_in_reactor(router.send, message("/queue/missing", "x"))
+        await router.send(message("/queue/missing", "x"))
     assert "UNKNOWN_TOPIC" in str(info.value) or "does not exist" in str(info.value)
     assert router.stopped is not None
     with pytest.raises(RouteStopped):
-        run_in_reactor(router.send, message("/queue/orders", "x", correlation="k"))
+        await router.send(message("/queue/orders", "x", correlation="k"))
 
 
 @pytest.mark.parametrize(
@@ -115,26 +118,26 @@ def test_unknown_topic_stops_routing(router: KafkaRouter) -> None:
     [(6000, 0.0, "delayed"), (1500, 2.5, "errors")],
     ids=["short-cut-delays-receipts", "long-cut-gives-errors"],
 )
-def test_connection_cut_mid_stream_loses_no_receipted_message(
+@pytest_twisted.ensureDeferred
+async def test_connection_cut_mid_stream_loses_no_receipted_message(
     proxied_kafka: tuple[TansuBroker, TcpProxy], message_timeout_ms: int, outage: float, expect: str
 ) -> None:
     broker, proxy = proxied_kafka
     topic = unique_topic("cut")
     create_topics(broker.bootstrap, topic)
-    connector = start_connector(
+    connector = kafka_connector(
         broker.bootstrap,
         **{"message.timeout.ms": message_timeout_ms, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 300,
            "retry.backoff.ms": 50, "socket.connection.setup.timeout.ms": 1000},
     )
+    await connector.start()
     outcomes: dict[str, tuple[str, float]] = {}
     sent_at: dict[str, float] = {}
     order: list[str] = []
-    lock = threading.Lock()
 
     def send(msg: TextMessage) -> None:
         def done(result: Any) -> None:
-            with lock:
-                outcomes[msg.message_id] = ("error" if isinstance(result, Failure) else "ok", time.monotonic())
+            outcomes[msg.message_id] = ("error" if isinstance(result, Failure) else "ok", time.monotonic())
 
         sent_at[msg.message_id] = time.monotonic()
         order.append(msg.message_id)
@@ -146,18 +149,14 @@ def test_connection_cut_mid_stream_loses_no_receipted_message(
             if index == cut_at:
                 proxy.cut()
             if index == restore_at:
-                time.sleep(outage)
+                await sleep(outage)
                 proxy.restore()
-            run_in_reactor(send, message(f"/topic/{topic}", f"m{index}"))
-            time.sleep(0.02)
+            send(message(f"/topic/{topic}", f"m{index}"))
+            await sleep(0.02)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with lock:
-                if len(outcomes) == total:
-                    break
-            time.sleep(0.1)
-        with lock:
-            final = dict(outcomes)
+        while len(outcomes) < total and time.monotonic() < deadline:
+            await sleep(0.1)
+        final = dict(outcomes)
         assert len(final) == total, f"{total - len(final)} sends never answered (silence)"
         receipted = {mid for mid, (kind, _) in final.items() if kind == "ok"}
         records = read_records(broker.bootstrap, topic, len(receipted), timeout=30, settle=1.0)
@@ -174,10 +173,11 @@ def test_connection_cut_mid_stream_loses_no_receipted_message(
             assert not failed and delayed
         assert all(final[mid][0] == "ok" for mid in order[-10:]), "sends after the restore must succeed"
     finally:
-        run_in_reactor(connector.stop)
+        await connector.stop()
 
 
-def test_stop_delivers_what_it_can_and_fails_the_rest(
+@pytest_twisted.ensureDeferred
+async def test_stop_delivers_what_it_can_and_fails_the_rest(
     proxied_kafka: tuple[TansuBroker, TcpProxy], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """stop() polls the producer from the reactor until its records are reported; what Kafka cannot take
@@ -188,7 +188,8 @@ def test_stop_delivers_what_it_can_and_fails_the_rest(
     broker, proxy = proxied_kafka
     topic = unique_topic("stop")
     create_topics(broker.bootstrap, topic)
-    connector = start_connector(broker.bootstrap, **{"message.timeout.ms": 60000})
+    connector = kafka_connector(broker.bootstrap, **{"message.timeout.ms": 60000})
+    await connector.start()
     outcomes: list[str] = []
 
     def send_all(count: int) -> None:
@@ -196,15 +197,15 @@ def test_stop_delivers_what_it_can_and_fails_the_rest(
             d = connector.send(message(f"/topic/{topic}", f"m{index}"))
             d.addCallbacks(lambda _: outcomes.append("ok"), lambda f: outcomes.append(type(f.value).__name__))
 
-    run_in_reactor(send_all, 5)
+    send_all(5)
     deadline = time.monotonic() + 20
     while len(outcomes) < 5 and time.monotonic() < deadline:
-        time.sleep(0.05)
+        await sleep(0.05)
     assert outcomes == ["ok"] * 5  # delivered while the path is up
     proxy.cut()
-    run_in_reactor(send_all, 5)
+    send_all(5)
     started = time.monotonic()
-    run_in_reactor(connector.stop)
+    await connector.stop()
     took = time.monotonic() - started
     assert 1.0 < took < 10, f"stop took {took:.1f}s"
     assert len(outcomes) == 10, f"{10 - len(outcomes)} sends never answered"

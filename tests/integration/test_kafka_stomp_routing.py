@@ -1,7 +1,8 @@
 """End to end with routing: stomp.py -> gateway (in this process) -> routes -> Kafka.
 
-The gateway is built from a config with ``[routing]`` and runs on the test
-reactor thread; the Kafka connector is wrapped by the router
+The gateway is built from a config with ``[routing]`` and runs on
+pytest-twisted's reactor while each test's blocking clients run in a thread
+(:func:`tests.support.reactor_waits.off_reactor`); the Kafka connector is wrapped by the router
 (:func:`build_kafka_router`) the way the gateway wires it.  Checked with
 stomp.py senders and a plain confluent-kafka reader: keys, dead letters,
 ERROR frames for a stopped route and for a hard failure.
@@ -24,7 +25,7 @@ from tests.support.kafka import (
     read_records,
     unique_topic,
 )
-from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.reactor_waits import in_thread, off_reactor, on_reactor, reactor, wait_for
 from tests.support.stomp_clients import StompClients
 
 pytestmark = pytest.mark.kafka
@@ -79,19 +80,20 @@ def routed_gateway(kafka_bootstrap: str, topics: dict[str, str], tmp_path_factor
         d.addCallback(lambda _: (gateway, router, port))
         return d  # type: ignore[no-any-return]
 
-    gateway, router, port = run_in_reactor(build)
+    gateway, router, port = wait_for(build)
     yield gateway, router, port.getHost().port
-    run_in_reactor(port.stopListening)
-    run_in_reactor(gateway.stop)
+    wait_for(port.stopListening)
+    wait_for(gateway.stop)
 
 
 @pytest.fixture
 def clients(routed_gateway: tuple[Any, KafkaRouter, int]) -> Iterator[StompClients]:
     made = StompClients(("127.0.0.1", routed_gateway[2]))
     yield made
-    made.close()
+    wait_for(in_thread, made.close)  # the gateway answers the DISCONNECTs on the reactor
 
 
+@off_reactor
 def test_routed_send_is_keyed_and_receipted_after_kafka(
     clients: StompClients, kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
@@ -102,6 +104,7 @@ def test_routed_send_is_keyed_and_receipted_after_kafka(
     assert dict(record.headers())["jmsbridge.origin"] == b"gw-routing"
 
 
+@off_reactor
 def test_plain_send_is_forwarded_as_the_receipted_one_is_routed(
     clients: StompClients, kafka_bootstrap: str, topics: dict[str, str],
     routed_gateway: tuple[Any, KafkaRouter, int],
@@ -130,6 +133,7 @@ def test_plain_send_is_forwarded_as_the_receipted_one_is_routed(
     assert forwarded["jms.region"] == b"eu" and forwarded["jms.Type"] == b"order"
 
 
+@off_reactor
 def test_forwarded_send_with_a_bad_header_is_an_error_and_reaches_nothing(
     clients: StompClients, kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
@@ -143,6 +147,7 @@ def test_forwarded_send_with_a_bad_header_is_an_error_and_reaches_nothing(
     assert (record.key(), record.value()) == (b"k4", b"good")
 
 
+@off_reactor
 def test_soft_failure_is_dead_lettered_and_receipted(
     clients: StompClients, kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
@@ -153,6 +158,7 @@ def test_soft_failure_is_dead_lettered_and_receipted(
     assert dict(dead.headers())["jmsbridge.error"].startswith(b"no-key")
 
 
+@off_reactor
 def test_soft_failure_under_stop_gives_error_frames(
     clients: StompClients, routed_gateway: tuple[Any, KafkaRouter, int]
 ) -> None:
@@ -166,9 +172,10 @@ def test_soft_failure_under_stop_gives_error_frames(
     assert error is not None and b"route strict is stopped" in error.body
     router = routed_gateway[1]
     assert "strict" in router.stopped_routes
-    run_in_reactor(router.restart, "strict")
+    on_reactor(router.restart, "strict")
 
 
+@off_reactor
 def test_hard_failure_stops_routing_with_error_frames(
     clients: StompClients, routed_gateway: tuple[Any, KafkaRouter, int]
 ) -> None:
@@ -180,4 +187,4 @@ def test_hard_failure_stops_routing_with_error_frames(
     other.connection.send("/queue/orders", "y", headers={"receipt": "r-after", "correlation-id": "k2"})
     error = other.error(timeout=10)
     assert error is not None and b"routing to Kafka is stopped" in error.body
-    run_in_reactor(routed_gateway[1].restart)
+    on_reactor(routed_gateway[1].restart)

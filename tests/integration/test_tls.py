@@ -23,17 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_twisted
 
 from gateway.connectors.stomp_broker import StompBrokerConnector
 from gateway.errors import ConnectorUnavailable
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage, new_message_id, now_millis
-from tests.integration.test_jms_connector import CollectingConsumer
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401
+from tests.support.consumers import CollectingConsumer
 from tests.support.gateway import GatewayProcess
 from tests.support.jms_client import JmsClient
 from tests.support.ports import free_port, wait_for_port
-from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.reactor_waits import reactor, wait_for
 from tests.support.stomp_clients import StompClients
 from tests.support.tls import TlsFiles, make_tls_files
 
@@ -54,7 +55,7 @@ def connectors() -> Iterator[list[StompBrokerConnector]]:
     made: list[StompBrokerConnector] = []
     yield made
     for connector in made:
-        run_in_reactor(connector.stop)
+        wait_for(connector.stop)
 
 
 def connector(made: list[StompBrokerConnector], uri: str, **options: Any) -> StompBrokerConnector:
@@ -68,10 +69,10 @@ def text(destination: str, body: str) -> TextMessage:
     return TextMessage(text=body, destination=destination, message_id=new_message_id(), timestamp=now_millis())
 
 
-def refused(made: list[StompBrokerConnector], uri: str, **options: Any) -> str:
+async def refused(made: list[StompBrokerConnector], uri: str, **options: Any) -> str:
     """Start a connector that must not get through; the reason it gives."""
     with pytest.raises(ConnectorUnavailable) as caught:
-        run_in_reactor(connector(made, uri, **options).start)
+        await connector(made, uri, **options).start()
     return str(caught.value)
 
 
@@ -82,53 +83,57 @@ def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:  # noqa: F811
     client.close()
 
 
-def started(made: list[StompBrokerConnector], uri: str, **options: Any) -> StompBrokerConnector:
+async def started(made: list[StompBrokerConnector], uri: str, **options: Any) -> StompBrokerConnector:
     amq = connector(made, uri, **options)
-    run_in_reactor(amq.start)
+    await amq.start()
     return amq
 
 
-def arrives(amq: StompBrokerConnector, jms: JmsClient, body: str) -> bool:
+async def arrives(amq: StompBrokerConnector, jms: JmsClient, body: str) -> bool:
     """Send ``body`` through the connector; whether the JMS consumer gets it."""
     queue = "/queue/" + unique("tls")
-    run_in_reactor(amq.send, text(queue, body))
+    await amq.send(text(queue, body))
     received = jms.receive(queue, 5)
     return received is not None and received.body == body
 
 
-def test_connector_sends_and_subscribes_over_tls(
+@pytest_twisted.ensureDeferred
+async def test_connector_sends_and_subscribes_over_tls(
     activemq: ActiveMQBroker, connectors: list[StompBrokerConnector], jms: JmsClient  # noqa: F811
 ) -> None:
-    amq = started(connectors, activemq.stomp_ssl_uri, tls_ca=str(tls_of(activemq).ca_cert))
-    assert arrives(amq, jms, "over TLS")
+    amq = await started(connectors, activemq.stomp_ssl_uri, tls_ca=str(tls_of(activemq).ca_cert))
+    assert await arrives(amq, jms, "over TLS")
     inbound = "/queue/" + unique("tls.in")
     consumer = CollectingConsumer()
-    run_in_reactor(amq.subscribe, SubscriptionSpec(destination=inbound), consumer)
+    await amq.subscribe(SubscriptionSpec(destination=inbound), consumer)
     jms.send_text(inbound, "back over TLS")
-    ((message, _tag),) = consumer.take(1)
+    ((message, _tag),) = await consumer.take(1)
     assert isinstance(message, TextMessage) and message.text == "back over TLS"
 
 
-def test_client_certificate_for_a_broker_that_requires_one(
+@pytest_twisted.ensureDeferred
+async def test_client_certificate_for_a_broker_that_requires_one(
     activemq: ActiveMQBroker, connectors: list[StompBrokerConnector], jms: JmsClient  # noqa: F811
 ) -> None:
     tls = tls_of(activemq)
-    amq = started(connectors, activemq.stomp_ssl_auth_uri, tls_ca=str(tls.ca_cert),
+    amq = await started(connectors, activemq.stomp_ssl_auth_uri, tls_ca=str(tls.ca_cert),
                   tls_cert=str(tls.client_cert), tls_key=str(tls.client_key))
-    assert arrives(amq, jms, "with a client certificate")
-    assert "bad certificate" in refused(connectors, activemq.stomp_ssl_auth_uri, tls_ca=str(tls.ca_cert))
+    assert await arrives(amq, jms, "with a client certificate")
+    assert "bad certificate" in await refused(connectors, activemq.stomp_ssl_auth_uri, tls_ca=str(tls.ca_cert))
 
 
-def test_untrusted_certificate_and_wrong_host_name_are_refused(
+@pytest_twisted.ensureDeferred
+async def test_untrusted_certificate_and_wrong_host_name_are_refused(
     activemq: ActiveMQBroker, connectors: list[StompBrokerConnector], tmp_path: Path  # noqa: F811
 ) -> None:
     other = make_tls_files(tmp_path / "other", ca_name="some other CA")
-    assert "certificate verify failed" in refused(connectors, activemq.stomp_ssl_uri, tls_ca=str(other.ca_cert))
+    assert "certificate verify failed" in await refused(connectors, activemq.stomp_ssl_uri, tls_ca=str(other.ca_cert))
     tls = tls_of(activemq)
-    wrong_name = refused(connectors, activemq.stomp_ssl_uri, tls_ca=str(tls.ca_cert), tls_hostname="broker.example")
+    wrong_name = await refused(connectors, activemq.stomp_ssl_uri, tls_ca=str(tls.ca_cert),
+                               tls_hostname="broker.example")
     assert "broker.example" in wrong_name
     # without tls_ca the system's trust store decides, and it does not know the test CA
-    assert "certificate verify failed" in refused(connectors, activemq.stomp_ssl_uri)
+    assert "certificate verify failed" in await refused(connectors, activemq.stomp_ssl_uri)
 
 
 @pytest.fixture

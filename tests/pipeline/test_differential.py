@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+import pytest_twisted
 
 from gateway.pipeline.job import PipelineJob
 from gateway.pipeline.progress import ProgressLogger
@@ -27,7 +28,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 MESSAGES = 10_000
 
 
-def test_pipeline_matches_in_process_router(spark: Any, kafka_bootstrap: str, tmp_path: Any) -> None:
+@pytest_twisted.ensureDeferred
+async def test_pipeline_matches_in_process_router(spark: Any, kafka_bootstrap: str, tmp_path: Any) -> None:
     suffix = uuid.uuid4().hex[:8]
     topics = topic_names(suffix)
     ingest = f"ingest-{suffix}"
@@ -37,7 +39,7 @@ def test_pipeline_matches_in_process_router(spark: Any, kafka_bootstrap: str, tm
     # the in-process gateway, on a broker of its own (same topic names)
     with TansuBroker() as reference:
         create_topics(reference.bootstrap, *topics.values())
-        outcomes, per_topic = run_reference(reference.bootstrap, config, messages)
+        outcomes, per_topic = await run_reference(reference.bootstrap, config, messages)
         expected_counts = {name: per_topic[topic] for name, topic in topics.items()}
         expected = output_records(reference.bootstrap, topics, expected_counts)
 

@@ -34,7 +34,7 @@ from gateway.transform import (
     plugin_manager_for,
 )
 from tests.support.kafka import create_topics, produce, read_records
-from tests.support.reactor_thread import reactor, run_in_reactor
+from tests.support.reactor_waits import reactor
 
 INGEST_ORIGIN = "gw-ingest-1"
 PIPELINE_ORIGIN = "gw-pipeline"
@@ -146,8 +146,8 @@ def produce_ingest(bootstrap: str, topic: str, messages: list[Message], partitio
         produce(bootstrap, topic, records[start : start + 5000], timeout=60)
 
 
-def run_reference(bootstrap: str, config: GatewayConfig,
-                  messages: list[Message]) -> tuple[Counter[str], Counter[str]]:
+async def run_reference(bootstrap: str, config: GatewayConfig,
+                        messages: list[Message]) -> tuple[Counter[str], Counter[str]]:
     """The in-process gateway on ``messages``: inbound chains, then KafkaRouter to ``bootstrap``.
 
     Returns the routing outcomes (``routed``, ``dead-lettered``, ``skipped``,
@@ -158,7 +158,7 @@ def run_reference(bootstrap: str, config: GatewayConfig,
     routing = parse_routing_config(config.routing, config.path)
     settings = KafkaSettings.from_options({"uri": f"kafka://{bootstrap}"})
     connector = KafkaConnector(reactor, settings, name="kafka", gateway_id=PIPELINE_ORIGIN)
-    run_in_reactor(connector.start)
+    await connector.start()
     router = KafkaRouter(routing, connector, origin=PIPELINE_ORIGIN, clock=reactor, registry=CollectorRegistry())
     outcomes: Counter[str] = Counter()
     per_topic: Counter[str] = Counter()
@@ -187,9 +187,9 @@ def run_reference(bootstrap: str, config: GatewayConfig,
         return DeferredList(sends, fireOnOneErrback=True, consumeErrors=True)
 
     try:
-        run_in_reactor(send_all)
+        await send_all()
     finally:
-        run_in_reactor(connector.stop)
+        await connector.stop()
     return outcomes, per_topic
 
 

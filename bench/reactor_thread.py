@@ -1,9 +1,11 @@
-"""The global Twisted reactor running in a background thread, for blocking tests.
+"""The global Twisted reactor running in a background thread, for the benchmarks.
 
-Integration tests that drive reactor-based code (connectors) from plain
-pytest functions call :func:`run_in_reactor`: it starts the reactor once per
-process in a daemon thread (no signal handlers), runs the function on the
-reactor thread and waits for its result, following a returned Deferred.
+A benchmark is a plain script that times blocking clients against reactor-based
+code (connectors) in the same process; it calls :func:`run_in_reactor`, which
+starts the reactor once per process in a daemon thread (no signal handlers),
+runs the function on the reactor thread and waits for its result, following a
+returned Deferred.  Tests do not use it: they run on pytest-twisted's reactor
+(tests/support/reactor_waits.py).
 """
 
 from __future__ import annotations
