@@ -22,7 +22,6 @@ from gateway.config import GatewayConfig
 from gateway.connectors.destination_map import DestinationMap
 from gateway.connectors.registry import create_connector
 from gateway.deferreds import gather
-from gateway.errors import ConfigError
 from gateway.interfaces import IConnector, IMessageStore
 from gateway.login_throttle import build_login_throttle
 from gateway.routing.service import build_kafka_router
@@ -44,10 +43,6 @@ class Gateway:
         self.broker = EmbeddedBroker(reactor, config.broker, self.store, self.registry)
         self.connectors: dict[str, IConnector] = {"embedded": self.broker}
         for name, options in config.connectors.items():
-            if name == "embedded":
-                raise ConfigError("the name 'embedded' is reserved", path=config.path, key="connectors.embedded")
-            if not isinstance(options, dict):
-                raise ConfigError("expected a table", path=config.path, key=f"connectors.{name}")
             self.connectors[name] = create_connector(
                 name, options, reactor=reactor, gateway_id=config.id, registry=self.registry, path=config.path
             )

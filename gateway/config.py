@@ -1,142 +1,213 @@
-"""Loading and validating the gateway's TOML configuration.
+"""Loading the gateway's TOML configuration into one typed model.
 
 :func:`load_config` reads a file, applies ``--set dotted.key=value``
-overrides (values typed as in TOML) and returns a typed
-:class:`GatewayConfig`.  Every problem raises :class:`ConfigError` naming the
-file, the dotted key and what is wrong, with a "did you mean" for a
-misspelt key.  Sections owned by other layers (``transform``, ``routing``,
-``connectors``, ``bridges``, ``pipeline``) are kept as raw tables here and
-validated by those layers' own parsers.
+overrides (values typed as in TOML) and validates the whole document as
+:class:`GatewayConfig`, which composes the sections each layer declares in
+its own package (``[transform]``, ``[routing]``, ``[connectors.*]``,
+``[[bridges]]``, ``[pipeline]``, ``[admin]``); the core sections
+(``[gateway]``, ``[stomp]``, ``[broker]``, ``[auth]``, ``[[destinations]]``)
+are declared here.  Every problem raises one :class:`ConfigError` naming the
+file, the dotted key and what is wrong (:mod:`gateway.schema`).
+:func:`json_schema` is the JSON Schema of the document (``jmsgateway config schema``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from gateway.admin.settings import AdminSettings
+from gateway.bridges.config import BridgeConfig
+from gateway.connectors.options import ConnectorOptions
 from gateway.errors import ConfigError, did_you_mean
+from gateway.pipeline.settings import PipelineSection
+from gateway.routing.config import RoutingSection
+from gateway.schema import Bool, Int, KeyProblem, Section, Str, Table, validate
+from gateway.transform.config import TransformConfig
 
 DEFAULT_CONFIG = "etc/jmsgateway.toml"
 
+Positive = Annotated[Int, Field(ge=1)]
+NotNegative = Annotated[Int, Field(ge=0)]
 
-@dataclass(slots=True)
-class StompSettings:
+
+class GatewaySection(Section):
+    """``[gateway]``: who the gateway is and where it listens."""
+
+    id: Str = "jmsgateway"
+    """Written as ``jmsbridge.origin`` on what the gateway sends; names it in logs and client ids."""
+    listen: Annotated[list[Str], Field(min_length=1)] = ["tcp:61613:interface=127.0.0.1"]
+    """Twisted endpoint strings of the STOMP listeners (a string or a list)."""
+    listen_backlog: Positive = 4096
+    """Listen backlog of every listener whose spec names no backlog= (capped at net.core.somaxconn)."""
+    data_dir: Str = "var"
+    """Folder for the store, dedup files and checkpoints (relative paths below it)."""
+
+    model_config = ConfigDict(frozen=False)
+
+    @field_validator("listen", mode="before")
+    @classmethod
+    def _one_endpoint(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class StompSettings(Section):
     """``[stomp]``: protocol limits and timing."""
 
-    max_frame_size: int = 32 * 1024 * 1024
-    max_headers: int = 1000
-    max_header_length: int = 64 * 1024
-    heartbeat_send_ms: int = 10_000
-    heartbeat_receive_ms: int = 10_000
-    heartbeat_grace: float = 1.5
-    default_prefetch: int = 1000
-    max_subscriptions: int = 1000
-    connect_timeout_ms: int = 10_000
-    close_timeout_ms: int = 5_000
-    max_connections: int = 0
-    max_connections_per_address: int = 0
+    max_frame_size: Positive = 32 * 1024 * 1024
+    """Largest frame (headers and body) in bytes."""
+    max_headers: Positive = 1000
+    """Most headers in one frame."""
+    max_header_length: Positive = 64 * 1024
+    """Longest header line in bytes."""
+    heartbeat_send_ms: NotNegative = 10_000
+    """Heart-beat interval the gateway offers to send (0: none)."""
+    heartbeat_receive_ms: NotNegative = 10_000
+    """Heart-beat interval the gateway asks clients for (0: none)."""
+    heartbeat_grace: Annotated[float, Field(ge=1.0, strict=True)] = 1.5
+    """Factor on the receive interval before a silent client is dropped."""
+    default_prefetch: Positive = 1000
+    """Unacknowledged messages per subscription unless the client sets activemq.prefetchSize."""
+    max_subscriptions: Positive = 1000
+    """Subscriptions one connection may hold."""
+    connect_timeout_ms: NotNegative = 10_000
+    """A connection without a completed CONNECT by then is closed (0: never)."""
+    close_timeout_ms: NotNegative = 5_000
+    """A closing connection whose peer does not take what is buffered is then aborted."""
+    max_connections: NotNegative = 0
+    """Open STOMP connections (0: the open-file limit less a reserve)."""
+    max_connections_per_address: NotNegative = 0
+    """Connections from one client address (0: no cap)."""
 
 
-@dataclass(slots=True)
-class BrokerSettings:
+class BrokerSettings(Section):
     """``[broker]``: the embedded broker."""
 
-    persistence: str = "sqlite"  # persistent messages survive kill -9 out of the box ("memory": they do not)
-    database: str = "broker.sqlite"
-    default_persistent: bool = False
-    max_redeliveries: int = 6
-    dead_letter_prefix: str = "/queue/DLQ."
-    expiry_check_interval_ms: int = 1000
-    synchronous: str = "FULL"
-    max_size: int = 0
-    min_free: int = 16 * 1024 * 1024
+    persistence: Literal["memory", "sqlite"] = "memory"
+    """Where persistent messages live: memory (lost on restart) or sqlite."""
+    database: Str = "broker.sqlite"
+    """The SQLite file (relative to data_dir)."""
+    default_persistent: Bool = False
+    """Whether a SEND without a persistent header is persistent."""
+    max_redeliveries: NotNegative = 6
+    """Deliveries after the first before a message is dead-lettered."""
+    dead_letter_prefix: Str = "/queue/DLQ."
+    """Dead letters of /queue/x go to this prefix plus x."""
+    expiry_check_interval_ms: Positive = 1000
+    """How often expired messages are removed."""
+    synchronous: Str = "FULL"
+    """SQLite's synchronous pragma: FULL or NORMAL."""
+    max_size: NotNegative = 0
+    """Largest store in bytes (0: no limit)."""
+    min_free: NotNegative = 16 * 1024 * 1024
+    """Free disk bytes the store keeps (0: no check)."""
+
+    @field_validator("synchronous")
+    @classmethod
+    def _pragma(cls, value: str) -> str:
+        if value.upper() not in ("FULL", "NORMAL"):
+            raise ValueError(f"must be 'FULL' or 'NORMAL', not {value!r}")
+        return value
 
 
-@dataclass(slots=True)
-class AuthSettings:
+class AuthSettings(Section):
     """``[auth]``: who may connect.  No users and no file: anonymous access.
 
     Passwords, groups, certificate identities and the failed-login limit are
-    checked by :mod:`gateway.auth` and :mod:`gateway.authorization`."""
+    checked by :mod:`gateway.auth` and :mod:`gateway.authorization` (docs/security.md)."""
 
-    users: dict[str, str] = field(default_factory=dict)
-    password_file: str = ""
-    allow_plaintext: bool = True
-    groups: dict[str, Any] = field(default_factory=dict)
-    certificates: dict[str, Any] = field(default_factory=dict)
-    max_failed_logins: int = 5
-    failed_login_window_ms: int = 60_000
-    lockout_ms: int = 10_000
+    users: dict[str, Str] = {}
+    """Logins and their passwords (bcrypt hashes from jmsgateway hash-password, or plain text)."""
+    password_file: Str = ""
+    """A file of login:password lines (Twisted's FilePasswordDB)."""
+    allow_plaintext: Bool = True
+    """Whether plain-text passwords are accepted (with a warning); false refuses them."""
+    groups: Table = {}
+    """Group name -> list of logins, for [[authorization]] entries (group:NAME)."""
+    certificates: Table = {}
+    """Subject CN of a verified client certificate (mtls: listeners) -> login."""
+    max_failed_logins: Int = 5
+    """Failed logins from one address within failed_login_window_ms before it is locked out."""
+    failed_login_window_ms: Int = 60_000
+    """The window failed logins are counted in."""
+    lockout_ms: Int = 10_000
+    """How long a locked-out address is refused."""
 
 
-@dataclass(slots=True)
-class DestinationRule:
+class DestinationRule(Section):
     """One ``[[destinations]]`` entry: gateway destinations (glob) -> connector."""
 
-    pattern: str
-    connector: str
-    rename: str = ""
+    pattern: Str
+    """fnmatch glob on the STOMP destination."""
+    connector: Str
+    """``embedded`` or a name under [connectors]."""
+    rename: Str = ""
+    """Prefix replacing the pattern's fixed part on the way to the connector."""
 
 
-@dataclass(slots=True)
-class GatewayConfig:
-    """The whole validated configuration."""
+class GatewayConfig(Section):
+    """The whole configuration, as ``jmsgateway.toml`` gives it."""
 
-    path: str = ""
-    id: str = "jmsgateway"
-    listen: list[str] = field(default_factory=lambda: ["tcp:61613:interface=127.0.0.1"])
-    listen_backlog: int = 4096
-    data_dir: str = "var"
-    stomp: StompSettings = field(default_factory=StompSettings)
-    broker: BrokerSettings = field(default_factory=BrokerSettings)
-    auth: AuthSettings = field(default_factory=AuthSettings)
-    destinations: list[DestinationRule] = field(default_factory=list)
-    connectors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    transform: dict[str, Any] = field(default_factory=dict)
-    routing: dict[str, Any] = field(default_factory=dict)
-    bridges: list[dict[str, Any]] = field(default_factory=list)
-    pipeline: dict[str, Any] = field(default_factory=dict)
-    admin: dict[str, Any] = field(default_factory=dict)
-    authorization: list[dict[str, Any]] = field(default_factory=list)
-    """``[[authorization]]`` entries, validated by :mod:`gateway.authorization`."""
+    model_config = ConfigDict(frozen=False, title="jmsgateway configuration")
+
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    stomp: StompSettings = StompSettings()
+    broker: BrokerSettings = BrokerSettings()
+    auth: AuthSettings = AuthSettings()
+    destinations: list[DestinationRule] = []
+    connectors: dict[str, ConnectorOptions] = {}
+    transform: TransformConfig = Field(default_factory=TransformConfig)
+    routing: RoutingSection = Field(default_factory=RoutingSection)
+    bridges: list[BridgeConfig] = []
+    pipeline: PipelineSection | None = None
+    admin: AdminSettings = AdminSettings()
+    authorization: list[Table] = []
+    """[[authorization]] entries (read/write/admin on destination globs), validated by gateway.authorization."""
+    _path: str = PrivateAttr("")
+
+    @model_validator(mode="after")
+    def _connectors_exist(self) -> GatewayConfig:
+        if "embedded" in self.connectors:
+            raise KeyProblem(("connectors", "embedded"), "the name 'embedded' is reserved")
+        for index, rule in enumerate(self.destinations):
+            if rule.connector != "embedded" and rule.connector not in self.connectors:
+                raise KeyProblem(("destinations", index, "connector"),
+                                 f"connector {rule.connector!r} is not defined under [connectors]"
+                                 f"{did_you_mean(rule.connector, list(self.connectors))}")
+        return self
+
+    @property
+    def path(self) -> str:
+        """The file the configuration came from (empty when built in code)."""
+        return self._path
+
+    @property
+    def id(self) -> str:
+        """``[gateway] id``."""
+        return self.gateway.id
+
+    @property
+    def listen(self) -> list[str]:
+        """``[gateway] listen``."""
+        return self.gateway.listen
+
+    @property
+    def listen_backlog(self) -> int:
+        """``[gateway] listen_backlog``."""
+        return self.gateway.listen_backlog
+
+    @property
+    def data_dir(self) -> str:
+        """``[gateway] data_dir``."""
+        return self.gateway.data_dir
 
     def data_path(self, name: str) -> str:
         """``name`` resolved against :attr:`data_dir` (absolute paths kept)."""
         return name if os.path.isabs(name) else os.path.join(self.data_dir, name)
-
-
-_GATEWAY_KEYS = {"id": str, "listen": list, "listen_backlog": int, "data_dir": str}
-_RAW_TABLES = ("connectors", "transform", "routing", "pipeline", "admin")
-_SECTIONS: dict[str, type] = {"stomp": StompSettings, "broker": BrokerSettings, "auth": AuthSettings}
-_TOP_LEVEL = ("gateway", "destinations", "bridges", "authorization", *_SECTIONS, *_RAW_TABLES)
-
-
-
-def _check_type(value: Any, expected: type, path: str, key: str) -> Any:
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if expected is int and isinstance(value, bool):
-        raise ConfigError(f"expected an integer, got {value!r}", path=path, key=key)
-    if not isinstance(value, expected):
-        raise ConfigError(
-            f"expected {expected.__name__}, got {type(value).__name__} {value!r}", path=path, key=key
-        )
-    return value
-
-
-def _section(cls: type, raw: Any, path: str, name: str) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError("expected a table", path=path, key=name)
-    known = {f.name: f for f in fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in known:
-            raise ConfigError(f"unknown key{did_you_mean(key, list(known))}", path=path, key=f"{name}.{key}")
-        default = getattr(cls(), key)
-        kwargs[key] = _check_type(value, type(default), path, f"{name}.{key}")
-    return cls(**kwargs)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -180,99 +251,19 @@ def load_config(path: str, overrides: list[str] | None = None) -> GatewayConfig:
 
 
 def parse_config(raw: dict[str, Any], path: str = "") -> GatewayConfig:
-    """Validate a raw TOML table into a :class:`GatewayConfig`."""
-    config = GatewayConfig(path=path)
-    for key in raw:
-        if key not in _TOP_LEVEL:
-            raise ConfigError(f"unknown section{did_you_mean(key, _TOP_LEVEL)}", path=path, key=key)
-    gateway = raw.get("gateway", {})
-    if not isinstance(gateway, dict):
-        raise ConfigError("expected a table", path=path, key="gateway")
-    for key, value in gateway.items():
-        if key not in _GATEWAY_KEYS:
-            raise ConfigError(f"unknown key{did_you_mean(key, list(_GATEWAY_KEYS))}", path=path, key=f"gateway.{key}")
-        if key == "listen" and isinstance(value, str):
-            value = [value]
-        setattr(config, key, _check_type(value, _GATEWAY_KEYS[key], path, f"gateway.{key}"))
-    for index, endpoint in enumerate(config.listen):
-        _check_type(endpoint, str, path, f"gateway.listen[{index}]")
-    for name, cls in _SECTIONS.items():
-        if name in raw:
-            setattr(config, name, _section(cls, raw[name], path, name))
-    _validate_limits(config, path)
-    if config.broker.persistence not in ("memory", "sqlite"):
-        raise ConfigError(
-            f"must be 'memory' or 'sqlite', not {config.broker.persistence!r}", path=path, key="broker.persistence"
-        )
-    if config.broker.synchronous.upper() not in ("FULL", "NORMAL"):
-        raise ConfigError(f"must be 'FULL' or 'NORMAL', not {config.broker.synchronous!r}", path=path,
-                          key="broker.synchronous")
-    for key in ("max_size", "min_free"):
-        if getattr(config.broker, key) < 0:
-            raise ConfigError("must not be negative", path=path, key=f"broker.{key}")
-    config.destinations = _destinations(raw.get("destinations", []), path)
-    for name in _RAW_TABLES:
-        value = raw.get(name, {})
-        setattr(config, name, _check_type(value, dict, path, name))
-    bridges = raw.get("bridges", [])
-    config.bridges = _check_type(bridges, list, path, "bridges")
-    config.authorization = _check_type(raw.get("authorization", []), list, path, "authorization")
-    for rule in config.destinations:
-        if rule.connector != "embedded" and rule.connector not in config.connectors:
-            raise ConfigError(
-                f"connector {rule.connector!r} is not defined under [connectors]"
-                f"{did_you_mean(rule.connector, list(config.connectors))}",
-                path=path,
-                key="destinations.connector",
-            )
+    """Validate a raw TOML document into a :class:`GatewayConfig`."""
+    config = validate(GatewayConfig, raw, path=path)
+    config._path = path
+    config.transform._path = path
     return config
 
 
-def _validate_limits(config: GatewayConfig, path: str) -> None:
-    positive = {
-        "stomp.max_frame_size": config.stomp.max_frame_size,
-        "stomp.max_headers": config.stomp.max_headers,
-        "stomp.max_header_length": config.stomp.max_header_length,
-        "stomp.default_prefetch": config.stomp.default_prefetch,
-        "stomp.max_subscriptions": config.stomp.max_subscriptions,
-        "broker.expiry_check_interval_ms": config.broker.expiry_check_interval_ms,
-        "gateway.listen_backlog": config.listen_backlog,
-    }
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"must be at least 1, got {value}", path=path, key=key)
-    for key, value in {
-        "stomp.heartbeat_send_ms": config.stomp.heartbeat_send_ms,
-        "stomp.heartbeat_receive_ms": config.stomp.heartbeat_receive_ms,
-        "broker.max_redeliveries": config.broker.max_redeliveries,
-        "stomp.connect_timeout_ms": config.stomp.connect_timeout_ms,
-        "stomp.close_timeout_ms": config.stomp.close_timeout_ms,
-        "stomp.max_connections": config.stomp.max_connections,
-        "stomp.max_connections_per_address": config.stomp.max_connections_per_address,
-    }.items():
-        if value < 0:
-            raise ConfigError(f"must not be negative, got {value}", path=path, key=key)
-    if config.stomp.heartbeat_grace < 1.0:
-        raise ConfigError("must be at least 1.0", path=path, key="stomp.heartbeat_grace")
-    if not config.listen:
-        raise ConfigError("at least one endpoint is needed", path=path, key="gateway.listen")
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``jmsgateway.toml`` (for editors: Taplo / Even Better TOML)."""
+    schema = GatewayConfig.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
-def _destinations(raw: Any, path: str) -> list[DestinationRule]:
-    if not isinstance(raw, list):
-        raise ConfigError("expected an array of tables ([[destinations]])", path=path, key="destinations")
-    rules = []
-    for index, entry in enumerate(raw):
-        key = f"destinations[{index}]"
-        if not isinstance(entry, dict):
-            raise ConfigError("expected a table", path=path, key=key)
-        for name in entry:
-            known = ("pattern", "connector", "rename")
-            if name not in known:
-                raise ConfigError(f"unknown key{did_you_mean(name, known)}", path=path, key=f"{key}.{name}")
-        for required in ("pattern", "connector"):
-            if required not in entry:
-                raise ConfigError("missing", path=path, key=f"{key}.{required}")
-            _check_type(entry[required], str, path, f"{key}.{required}")
-        rules.append(DestinationRule(entry["pattern"], entry["connector"], str(entry.get("rename", ""))))
-    return rules
+def json_schema_text() -> str:
+    """:func:`json_schema` as the text shipped in ``etc/jmsgateway.schema.json``."""
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

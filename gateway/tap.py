@@ -183,9 +183,9 @@ def makeService(options: Options) -> GatewayService:
     try:
         config = load_config(options["config"], overrides)
         if options["listen"]:
-            config.listen = list(options["listen"])
+            config.gateway.listen = list(options["listen"])
         if options["data-dir"]:
-            config.data_dir = options["data-dir"]
+            config.gateway.data_dir = options["data-dir"]
         gateway = build_gateway(config, reactor)
     except ConfigError as error:
         raise SystemExit(f"jmsgateway: bad configuration: {error}") from None

@@ -29,11 +29,12 @@ mean" for a misspelt key, QoS or connector.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from gateway.errors import ConfigError, SelectorError, did_you_mean
+from gateway.schema import Bool, Int, KeyProblem, Retries, Section, Str, Table, validate
 
 AT_MOST_ONCE = "AT_MOST_ONCE"
 DUPLICATES_OK = "DUPLICATES_OK"
@@ -43,25 +44,6 @@ QOS_MODES: tuple[str, ...] = (AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE)
 DEFAULT_RETRY_INTERVAL_MS = 5000
 DEFAULT_BATCH_TIME_MS = 100
 DEFAULT_DUPLICATE_WINDOW_MS = 24 * 3600 * 1000
-
-_KEYS = (
-    "name",
-    "source",
-    "target",
-    "selector",
-    "qos",
-    "failure_retry_interval",
-    "max_retries",
-    "max_batch_size",
-    "max_batch_time",
-    "subscription_name",
-    "client_id",
-    "add_message_id_in_header",
-    "transformers",
-    "duplicate_window",
-    "enabled",
-)
-_SIDE_KEYS = ("connector", "destination", "user", "password")
 
 _ALIASES: dict[str, str] = {
     "quality_of_service": "qos",
@@ -91,14 +73,37 @@ _SIDE_ALIASES: dict[str, tuple[str, str]] = {
 _SIDE_KEY_ALIASES = {"username": "user", "login": "user", "passcode": "password"}
 
 
-@dataclass(slots=True, frozen=True)
-class BridgeEndpoint:
+class BridgeEndpoint(Section):
     """One side of a bridge: a connector, a destination on it, optional credentials."""
 
-    connector: str
-    destination: str
-    user: str | None = None
-    password: str | None = None
+    connector: Str = "embedded"
+    """``embedded`` or a name under [connectors]."""
+    destination: Str
+    """/queue/name or /topic/name on that connector."""
+    user: Str | None = None
+    """Login of a private connection (username, login accepted too)."""
+    password: Str | None = None
+    """Its password (passcode accepted too)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spellings(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            raise ValueError('expected a table such as { connector = "embedded", destination = "/queue/a" }')
+        return {_SIDE_KEY_ALIASES.get(name, name): value for name, value in raw.items()}
+
+    @field_validator("destination")
+    @classmethod
+    def _slash(cls, destination: str) -> str:
+        if not destination.startswith("/"):
+            raise ValueError(f"expected a destination such as /queue/name or /topic/name, got {destination!r}")
+        return destination
+
+    @model_validator(mode="after")
+    def _password_needs_user(self) -> BridgeEndpoint:
+        if self.password is not None and self.user is None:
+            raise KeyProblem("password", "a password needs a user")
+        return self
 
     @property
     def is_topic(self) -> bool:
@@ -106,37 +111,128 @@ class BridgeEndpoint:
         return self.destination.startswith("/topic/")
 
 
-@dataclass(slots=True, frozen=True)
-class TransformerStep:
-    """One transformer a bridge runs, with its options and failure policy."""
+class TransformerStep(Section):
+    """One transformer a bridge runs (or just its name), with its options and failure policy."""
 
-    transformer: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    on_error: str = "reject"
-    dead_letter: str | None = None
+    transformer: Annotated[Str, Field(min_length=1)]
+    options: Table = {}
+    on_error: Annotated[Str, Field(pattern="^(reject|dead-letter|skip|drop)$")] = "reject"
+    dead_letter: Str | None = None
+
+    @model_validator(mode="after")
+    def _dead_letter(self) -> TransformerStep:
+        if self.on_error == "dead-letter" and not self.dead_letter:
+            raise KeyProblem("on_error", "on_error = 'dead-letter' needs a dead_letter destination")
+        return self
 
 
-@dataclass(slots=True, frozen=True)
-class BridgeConfig:
-    """One validated ``[[bridges]]`` entry (see the module docstring for the meaning)."""
+def _named(value: Any) -> Any:
+    return {"transformer": value} if isinstance(value, str) else value
 
-    name: str
+
+Step = Annotated[TransformerStep, BeforeValidator(_named, json_schema_input_type=Str | TransformerStep)]
+
+
+def _qos(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ValueError(f"expected one of {', '.join(QOS_MODES)}, got {value!r}")
+    mode = value.strip().upper().replace("-", "_").removeprefix("QOS_")
+    mode = ONCE_AND_ONLY_ONCE if mode == "ONCE_AND_ONCE_ONLY" else mode  # the Artemis manual's spelling
+    if mode not in QOS_MODES:
+        raise ValueError(f"must be one of {', '.join(QOS_MODES)}, not {value!r}{did_you_mean(mode, QOS_MODES)}")
+    return mode
+
+
+class BridgeConfig(Section):
+    """One ``[[bridges]]`` entry (Artemis camelCase spellings accepted)."""
+
+    name: Str = ""
+    """Unique name (default bridge-<index>)."""
     source: BridgeEndpoint
+    """Where messages come from: { connector, destination, user, password }."""
     target: BridgeEndpoint
-    selector: str | None = None
-    qos: str = DUPLICATES_OK
-    failure_retry_interval: int = DEFAULT_RETRY_INTERVAL_MS
-    max_retries: int = -1
-    max_batch_size: int = 1
-    max_batch_time: int = DEFAULT_BATCH_TIME_MS
-    subscription_name: str | None = None
-    client_id: str | None = None
-    add_message_id_in_header: bool = False
-    transformers: tuple[TransformerStep, ...] = ()
-    duplicate_window: int = DEFAULT_DUPLICATE_WINDOW_MS
-    enabled: bool = True
-    key: str = ""
-    """The dotted config key of the entry (``bridges[0]``), for messages."""
+    """Where they go."""
+    selector: Str | None = None
+    """JMS selector applied at the source."""
+    qos: Annotated[str, BeforeValidator(_qos), Field(json_schema_extra={"enum": list(QOS_MODES)})] = DUPLICATES_OK
+    """AT_MOST_ONCE | DUPLICATES_OK | ONCE_AND_ONLY_ONCE."""
+    failure_retry_interval: Annotated[Int, Field(ge=1)] = DEFAULT_RETRY_INTERVAL_MS
+    """Milliseconds between reconnection attempts."""
+    max_retries: Retries = -1
+    """-1: retry forever; 0: fail at the first failure."""
+    max_batch_size: Annotated[Int, Field(ge=1)] = 1
+    """Messages sent (and acknowledged) together."""
+    max_batch_time: Int = DEFAULT_BATCH_TIME_MS
+    """Milliseconds a batch may wait to fill; -1: wait for a full batch."""
+    subscription_name: Annotated[Str, Field(min_length=1)] | None = None
+    """Durable topic subscription of a topic source."""
+    client_id: Str | None = None
+    """Client id of the durable subscription (default: the bridge name)."""
+    add_message_id_in_header: Bool = False
+    """Append the source message id to AMQ_BRIDGE_MSG_ID_LIST."""
+    transformers: tuple[Step, ...] = ()
+    """Transformer names or { transformer, options, on_error, dead_letter } tables."""
+    duplicate_window: Annotated[Int, Field(ge=1)] = DEFAULT_DUPLICATE_WINDOW_MS
+    """Milliseconds ids are kept (ONCE_AND_ONLY_ONCE)."""
+    enabled: Bool = True
+    """false: built but not started."""
+    _key: str = PrivateAttr("")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _artemis_spellings(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            raise ValueError("expected a table ([[bridges]])")
+        result: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name in _SIDE_ALIASES:
+                continue
+            canonical = str(_ALIASES.get(name, name))
+            if canonical in result:
+                raise KeyProblem(name, f"given twice (as {canonical!r} and an alias)")
+            result[canonical] = value
+        for name, (side, attribute) in _SIDE_ALIASES.items():
+            if name in raw and isinstance(result.setdefault(side, {}), dict):
+                result[side] = {attribute: raw[name], **result[side]}
+        return result
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, selector: str | None) -> str | None:
+        if selector is None or not selector.strip():
+            return None
+        from gateway.selector import compile_selector
+
+        try:
+            compile_selector(selector)
+        except SelectorError as exc:
+            raise ValueError(f"invalid JMS selector: {exc}") from None
+        return selector
+
+    @field_validator("max_batch_time")
+    @classmethod
+    def _batch_time(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError(f"must be -1 (wait forever) or >= 1 (milliseconds), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BridgeConfig:
+        source, target = self.source, self.target
+        if (source.connector, source.destination) == (target.connector, target.destination):
+            raise KeyProblem(("target", "destination"),
+                             f"source and target are the same destination ({source.connector} {source.destination})")
+        if self.subscription_name is not None and not source.is_topic:
+            raise KeyProblem("subscription_name", "a durable subscription needs a topic source (/topic/…), "
+                             f"not {source.destination!r}")
+        if self.subscription_name is None and self.client_id is not None and source.is_topic:
+            raise KeyProblem("client_id", "client_id is only used with subscription_name (a durable subscription)")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The dotted config key of the entry (``bridges[0]``), for messages."""
+        return self._key
 
     @property
     def durable(self) -> bool:
@@ -151,230 +247,28 @@ class BridgeConfig:
         return max(2 * self.max_batch_size, 100)
 
 
-
-class _Reader:
-    """Typed access to one raw entry, raising ConfigError with the full key."""
-
-    def __init__(self, path: str, key: str) -> None:
-        self.path = path
-        self.key = key
-
-    def error(self, problem: str, name: str = "") -> ConfigError:
-        return ConfigError(problem, path=self.path, key=f"{self.key}.{name}" if name else self.key)
-
-    def integer(self, raw: dict[str, Any], name: str, default: int) -> int:
-        value = raw.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(f"expected an integer, got {value!r}", name)
-        return value
-
-    def text(self, raw: Mapping[str, Any], name: str, *, required: bool = False, where: str = "") -> str | None:
-        key = f"{where}.{name}" if where else name
-        value = raw.get(name)
-        if value is None:
-            if required:
-                raise self.error("missing", key)
-            return None
-        if not isinstance(value, str):
-            raise self.error(f"expected a string, got {value!r}", key)
-        if required and not value.strip():
-            raise self.error("must not be empty", key)
-        return value
-
-    def boolean(self, raw: dict[str, Any], name: str, default: bool) -> bool:
-        value = raw.get(name, default)
-        if not isinstance(value, bool):
-            raise self.error(f"expected true or false, got {value!r}", name)
-        return value
-
-
-def _normalise(entry: dict[str, Any], reader: _Reader) -> dict[str, Any]:
-    """Map Artemis camelCase keys onto ours; refuse unknown keys with a suggestion."""
-    result: dict[str, Any] = {}
-    sides: dict[str, dict[str, Any]] = {}
-    for name, value in entry.items():
-        if name in _SIDE_ALIASES:
-            side, attribute = _SIDE_ALIASES[name]
-            sides.setdefault(side, {})[attribute] = value
-            continue
-        canonical = _ALIASES.get(name, name)
-        if canonical not in _KEYS:
-            raise reader.error(f"unknown bridge parameter{did_you_mean(name, (*_KEYS, *_ALIASES))}", name)
-        if canonical in result:
-            raise reader.error(f"given twice (as {canonical!r} and an alias)", name)
-        result[canonical] = value
-    for side, extra in sides.items():
-        table = result.get(side)
-        if table is None:
-            table = result[side] = {}
-        if not isinstance(table, dict):
-            continue  # reported when the side is read
-        for attribute, value in extra.items():
-            table.setdefault(attribute, value)
-    return result
-
-
-def _endpoint(raw: Any, side: str, reader: _Reader, connectors: set[str]) -> BridgeEndpoint:
-    if raw is None:
-        raise reader.error("missing: a table with connector and destination", side)
-    if not isinstance(raw, dict):
-        raise reader.error("expected a table such as { connector = \"embedded\", destination = \"/queue/a\" }", side)
-    table: dict[str, Any] = {}
-    for name, value in raw.items():
-        canonical = _SIDE_KEY_ALIASES.get(name, name)
-        if canonical not in _SIDE_KEYS:
-            raise reader.error(f"unknown key{did_you_mean(name, _SIDE_KEYS)}", f"{side}.{name}")
-        table[canonical] = value
-    connector = reader.text(table, "connector", where=side) or "embedded"
-    if connector not in connectors:
-        known = ", ".join(sorted(connectors))
-        raise reader.error(
-            f"connector {connector!r} is not defined{did_you_mean(connector, sorted(connectors))}; known: {known}",
-            f"{side}.connector",
-        )
-    destination = reader.text(table, "destination", required=True, where=side)
-    assert destination is not None
-    if not destination.startswith("/"):
-        raise reader.error(
-            f"expected a destination such as /queue/name or /topic/name, got {destination!r}", f"{side}.destination"
-        )
-    user = reader.text(table, "user", where=side)
-    password = reader.text(table, "password", where=side)
-    if password is not None and user is None:
-        raise reader.error("a password needs a user", f"{side}.password")
-    return BridgeEndpoint(connector, destination, user, password)
-
-
-def _qos(raw: Any, reader: _Reader) -> str:
-    if not isinstance(raw, str):
-        raise reader.error(f"expected one of {', '.join(QOS_MODES)}, got {raw!r}", "qos")
-    value = raw.strip().upper().replace("-", "_")
-    value = value.removeprefix("QOS_")
-    if value == "ONCE_AND_ONCE_ONLY":  # the spelling in the Artemis manual
-        value = ONCE_AND_ONLY_ONCE
-    if value not in QOS_MODES:
-        raise reader.error(f"must be one of {', '.join(QOS_MODES)}, not {raw!r}{did_you_mean(value, QOS_MODES)}", "qos")
-    return value
-
-
-def _selector(raw: Any, reader: _Reader) -> str | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, str):
-        raise reader.error(f"expected a JMS selector string, got {raw!r}", "selector")
-    if not raw.strip():
-        return None
-    from gateway.selector import compile_selector
-
-    try:
-        compile_selector(raw)
-    except SelectorError as exc:
-        raise reader.error(f"invalid JMS selector: {exc}", "selector") from None
-    return raw
-
-
-def _transformers(raw: Any, reader: _Reader) -> tuple[TransformerStep, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise reader.error("expected an array of transformer names or tables", "transformers")
-    steps: list[TransformerStep] = []
-    for index, item in enumerate(raw):
-        key = f"transformers[{index}]"
-        if isinstance(item, str):
-            if not item:
-                raise reader.error("must not be empty", key)
-            steps.append(TransformerStep(item))
-            continue
-        if not isinstance(item, dict):
-            raise reader.error(f"expected a transformer name or a table, got {item!r}", key)
-        known = ("transformer", "options", "on_error", "dead_letter")
-        for name in item:
-            if name not in known:
-                raise reader.error(f"unknown key{did_you_mean(name, known)}", f"{key}.{name}")
-        name = reader.text(item, "transformer", required=True, where=key)
-        options = item.get("options", {})
-        if not isinstance(options, dict):
-            raise reader.error("expected a table", f"{key}.options")
-        on_error = reader.text(item, "on_error", where=key) or "reject"
-        policies = ("reject", "dead-letter", "skip", "drop")
-        if on_error not in policies:
-            raise reader.error(f"must be one of {', '.join(policies)}, not {on_error!r}", f"{key}.on_error")
-        dead_letter = reader.text(item, "dead_letter", where=key)
-        if on_error == "dead-letter" and not dead_letter:
-            raise reader.error("on_error = 'dead-letter' needs a dead_letter destination", f"{key}.on_error")
-        assert name is not None
-        steps.append(TransformerStep(name, dict(options), on_error, dead_letter))
-    return tuple(steps)
-
-
 def parse_bridge(entry: Any, index: int, path: str, connector_names: set[str]) -> BridgeConfig:
-    """Validate one ``[[bridges]]`` entry (``index`` names it in errors)."""
-    reader = _Reader(path, f"bridges[{index}]")
-    if not isinstance(entry, dict):
-        raise reader.error("expected a table ([[bridges]])")
-    raw = _normalise(entry, reader)
-    name = reader.text(raw, "name") or f"bridge-{index}"
-    if not name.strip():
-        raise reader.error("must not be empty", "name")
-    source = _endpoint(raw.get("source"), "source", reader, connector_names)
-    target = _endpoint(raw.get("target"), "target", reader, connector_names)
-    if (source.connector, source.destination) == (target.connector, target.destination):
-        raise reader.error(f"source and target are the same destination ({source.connector} {source.destination})",
-                           "target.destination")
-    qos = _qos(raw.get("qos", DUPLICATES_OK), reader)
-    retry_interval = reader.integer(raw, "failure_retry_interval", DEFAULT_RETRY_INTERVAL_MS)
-    if retry_interval < 1:
-        raise reader.error(f"must be at least 1 (milliseconds), got {retry_interval}", "failure_retry_interval")
-    max_retries = reader.integer(raw, "max_retries", -1)
-    if max_retries < -1:
-        raise reader.error(f"must be -1 (retry forever) or >= 0, got {max_retries}", "max_retries")
-    batch_size = reader.integer(raw, "max_batch_size", 1)
-    if batch_size < 1:
-        raise reader.error(f"must be >= 1, got {batch_size}", "max_batch_size")
-    batch_time = reader.integer(raw, "max_batch_time", DEFAULT_BATCH_TIME_MS)
-    if batch_time == 0 or batch_time < -1:
-        raise reader.error(f"must be -1 (wait forever) or >= 1 (milliseconds), got {batch_time}", "max_batch_time")
-    subscription_name = reader.text(raw, "subscription_name")
-    client_id = reader.text(raw, "client_id")
-    if subscription_name is not None:
-        if not subscription_name.strip():
-            raise reader.error("must not be empty", "subscription_name")
-        if not source.is_topic:
-            raise reader.error(
-                f"a durable subscription needs a topic source (/topic/…), not {source.destination!r}",
-                "subscription_name",
-            )
-        client_id = client_id or name
-    elif client_id is not None and source.is_topic:
-        raise reader.error("client_id is only used with subscription_name (a durable subscription)", "client_id")
-    window = reader.integer(raw, "duplicate_window", DEFAULT_DUPLICATE_WINDOW_MS)
-    if window < 1:
-        raise reader.error(f"must be at least 1 (milliseconds), got {window}", "duplicate_window")
-    return BridgeConfig(
-        name=name,
-        source=source,
-        target=target,
-        selector=_selector(raw.get("selector"), reader),
-        qos=qos,
-        failure_retry_interval=retry_interval,
-        max_retries=max_retries,
-        max_batch_size=batch_size,
-        max_batch_time=batch_time,
-        subscription_name=subscription_name,
-        client_id=client_id,
-        add_message_id_in_header=reader.boolean(raw, "add_message_id_in_header", False),
-        transformers=_transformers(raw.get("transformers"), reader),
-        duplicate_window=window,
-        enabled=reader.boolean(raw, "enabled", True),
-        key=reader.key,
-    )
+    """Validate one ``[[bridges]]`` entry (``index`` names it in errors) against the gateway's connectors."""
+    key = f"bridges[{index}]"
+    bridge = validate(BridgeConfig, entry, path=path, prefix=key)
+    for side in ("source", "target"):
+        connector = getattr(bridge, side).connector
+        if connector not in connector_names:
+            known = ", ".join(sorted(connector_names))
+            hint = did_you_mean(connector, sorted(connector_names))
+            raise ConfigError(f"connector {connector!r} is not defined{hint}; known: {known}", path=path,
+                              key=f"{key}.{side}.connector")
+    name = bridge.name or f"bridge-{index}"
+    client_id = bridge.client_id or (name if bridge.durable else None)
+    bridge = bridge.model_copy(update={"name": name, "client_id": client_id})
+    bridge._key = key
+    return bridge
 
 
 def parse_bridges(raw: Any, path: str, connector_names: set[str]) -> list[BridgeConfig]:
     """Validate the ``[[bridges]]`` array.
 
-    :param raw: ``config.bridges`` (a list of tables).
+    :param raw: ``config.bridges`` (tables or validated entries).
     :param path: the configuration file, named in errors.
     :param connector_names: every connector the gateway has (``embedded`` included).
     :raises ConfigError: naming ``bridges[i].<key>`` and the problem.

@@ -186,7 +186,7 @@ CREDENTIAL_OPTIONS: dict[str, tuple[str, ...]] = {
 """Where each connector scheme takes a login: STOMP CONNECT headers, Kafka SASL settings."""
 
 
-def credential_factory(raw: dict[str, dict[str, Any]], *, reactor: Any, gateway_id: str, registry: Any,
+def credential_factory(raw: dict[str, Any], *, reactor: Any, gateway_id: str, registry: Any,
                        path: str = "") -> ConnectorFactory:
     """A :data:`ConnectorFactory` building private connectors from ``[connectors]`` tables."""
     from gateway.connectors.registry import create_connector
@@ -195,6 +195,8 @@ def credential_factory(raw: dict[str, dict[str, Any]], *, reactor: Any, gateway_
         options = raw.get(name)
         if options is None:
             raise ConfigError("it is built into the gateway (in-process, no login)")
+        if not isinstance(options, dict):  # validated options: the keys the file gave
+            options = options.model_dump(exclude_unset=True)
         scheme = str(options.get("uri", "")).split("://", 1)[0]
         names = CREDENTIAL_OPTIONS.get(scheme)
         if names is None:
@@ -224,32 +226,21 @@ def _chains_for(config: BridgeConfig, plugin_manager: Any, transform_config: Any
     if plugin_manager is None:
         raise ConfigError("transformers need the gateway's plugins (no plugin manager given)", path=path,
                           key=f"{config.key}.transformers")
-    from gateway.transform import ChainEntry, TransformChains, TransformConfig
+    from gateway.transform import ChainEntry, TransformChains, parse_transform_config
 
-    base = transform_config if transform_config is not None else TransformConfig(path=path)
+    base = transform_config if transform_config is not None else parse_transform_config(None, path)
     entries = tuple(
         ChainEntry(
             transformer=step.transformer,
             direction="inbound",
             on_error=step.on_error,  # type: ignore[arg-type]
-            dead_letter=step.dead_letter,
+            dead_letter=step.dead_letter if step.on_error == "dead-letter" else None,
             options=dict(step.options),
-            key=f"{config.key}.transformers[{index}]",
-        )
+        ).with_key(f"{config.key}.transformers[{index}]")
         for index, step in enumerate(config.transformers)
     )
-    chain_config = TransformConfig(
-        plugin_dirs=base.plugin_dirs,
-        blocked=base.blocked,
-        load_entry_points=base.load_entry_points,
-        transformation_header=False,
-        on_error=base.on_error,
-        dead_letter=base.dead_letter,
-        timeout=base.timeout,
-        options=base.options,
-        chain=entries,
-        path=path,
-    )
+    chain_config = base.model_copy(update={"transformation_header": False, "chain": entries})
+    chain_config._path = path
     return TransformChains(plugin_manager, chain_config, registry=CollectorRegistry(), clock=reactor)
 
 
@@ -390,6 +381,5 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
 
 
 def _disabled(config: BridgeConfig) -> BridgeConfig:
-    from dataclasses import replace
 
-    return replace(config, enabled=False)
+    return config.model_copy(update={"enabled": False})

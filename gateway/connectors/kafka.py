@@ -51,7 +51,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
@@ -60,8 +60,9 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.connectors.kafka_records import Header, message_to_record
+from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import KafkaSubscription
-from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
+from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
 from gateway.interfaces import Health, IConsumer, IFlowControlled, IStatusReporting, SubscriptionSpec
 from gateway.message.model import Message
@@ -110,25 +111,6 @@ STOP_TIMEOUT = 10.0
 Settled = Callable[[Exception | None, Any], None]
 """``settled(error, record)``: the outcome of one produced record (see :meth:`KafkaConnector.produce`)."""
 
-_OPTION_KEYS = (
-    "uri",
-    "bootstrap",
-    "client_id",
-    "producer",
-    "consumer",
-    "transactional_id",
-    "text_records",
-    "topics",
-    "key_header",
-    "require_existing_topics",
-    "group_prefix",
-    "poll_timeout",
-    "subscribe_timeout",
-    "pause_after",
-    "metadata_timeout",
-)
-
-
 class KafkaDeliveryError(ConnectorError):
     """Kafka refused or lost a record.
 
@@ -155,65 +137,6 @@ class DeliveryReport:
     def of(cls, record: Any) -> DeliveryReport:
         """The report of a record confluent-kafka delivered."""
         return cls(record.topic(), record.partition(), record.offset())
-
-
-@dataclass(slots=True)
-class KafkaSettings:
-    """The connector's validated options (see the module docstring)."""
-
-    bootstrap: str
-    client_id: str = "jmsgateway"
-    producer: dict[str, Any] = field(default_factory=dict)
-    consumer: dict[str, Any] = field(default_factory=dict)
-    transactional_id: str | None = None
-    text_records: bool = True
-    topics: dict[str, str] = field(default_factory=dict)
-    key_header: str | None = None
-    require_existing_topics: bool = True
-    group_prefix: str = "jmsgateway"
-    poll_timeout: float = 0.05
-    subscribe_timeout: float = 60.0
-    pause_after: float = 5.0
-    metadata_timeout: float = 10.0
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any], *, name: str = "kafka", client_id: str = "jmsgateway",
-                     path: str = "") -> KafkaSettings:
-        """Validate ``[connectors.<name>]`` options (raises ConfigError)."""
-        where = f"connectors.{name}"
-        for key in options:
-            if key not in _OPTION_KEYS:
-                raise ConfigError(f"unknown Kafka connector option; known: {', '.join(_OPTION_KEYS)}",
-                                  path=path, key=f"{where}.{key}")
-        bootstrap = options.get("bootstrap")
-        uri = options.get("uri")
-        if bootstrap is None and isinstance(uri, str):
-            bootstrap = uri.split("://", 1)[-1].rstrip("/")
-        if not isinstance(bootstrap, str) or not bootstrap:
-            raise ConfigError("needs bootstrap servers (uri = 'kafka://host:9092')", path=path, key=f"{where}.uri")
-
-        def typed(key: str, kind: type, default: Any) -> Any:
-            value = options.get(key, default)
-            if value is not None and not isinstance(value, kind):
-                raise ConfigError(f"expected {kind.__name__}, got {value!r}", path=path, key=f"{where}.{key}")
-            return value
-
-        return cls(
-            bootstrap=bootstrap,
-            client_id=typed("client_id", str, client_id),
-            producer=dict(typed("producer", dict, {})),
-            consumer=dict(typed("consumer", dict, {})),
-            transactional_id=typed("transactional_id", str, None),
-            text_records=typed("text_records", bool, True),
-            topics=dict(typed("topics", dict, {})),
-            key_header=typed("key_header", str, None),
-            require_existing_topics=typed("require_existing_topics", bool, True),
-            group_prefix=typed("group_prefix", str, "jmsgateway"),
-            poll_timeout=float(typed("poll_timeout", (int, float), 0.05)),  # type: ignore[arg-type]
-            subscribe_timeout=float(typed("subscribe_timeout", (int, float), 60.0)),  # type: ignore[arg-type]
-            pause_after=float(typed("pause_after", (int, float), 5.0)),  # type: ignore[arg-type]
-            metadata_timeout=float(typed("metadata_timeout", (int, float), 10.0)),  # type: ignore[arg-type]
-        )
 
 
 def _first_error(failure: Any) -> Any:
@@ -274,7 +197,7 @@ class KafkaConnector:
         """Replaced producers still holding records; polled until empty."""
 
     @classmethod
-    def from_config(cls, name: str, options: dict[str, Any], *, reactor: Any, gateway_id: str,
+    def from_config(cls, name: str, options: Any, *, reactor: Any, gateway_id: str,
                     registry: Any = None, path: str = "") -> KafkaConnector:
         """Build the connector from its ``[connectors.<name>]`` table."""
         settings = KafkaSettings.from_options(options, name=name, client_id=gateway_id, path=path)

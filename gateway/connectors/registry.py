@@ -37,14 +37,15 @@ def connector_class(scheme: str, *, where: str = "") -> Any:
     return getattr(module, class_name)
 
 
-def create_connector(name: str, options: dict[str, Any], *, reactor: Any, gateway_id: str,
+def create_connector(name: str, options: Any, *, reactor: Any, gateway_id: str,
                      registry: Any, path: str = "") -> IConnector:
-    """Build the connector ``[connectors.<name>]`` describes."""
-    uri = options.get("uri")
+    """Build the connector ``[connectors.<name>]`` describes (its raw table or validated options)."""
+    uri = options.get("uri") if isinstance(options, dict) else options.uri
     if not isinstance(uri, str) or "://" not in uri:
         raise ConfigError("needs a uri such as 'stomp://host:61613' or 'kafka://host:9092'", path=path,
                           key=f"connectors.{name}.uri")
     scheme = uri.split("://", 1)[0]
     cls = connector_class(scheme, where=f"connectors.{name}.uri")
-    connector: IConnector = cls.from_config(name, options, reactor=reactor, gateway_id=gateway_id, registry=registry)
+    connector: IConnector = cls.from_config(name, options, reactor=reactor, gateway_id=gateway_id, registry=registry,
+                                            path=path)
     return connector

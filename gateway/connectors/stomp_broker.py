@@ -220,7 +220,7 @@ class StompBrokerConnector:
     def from_config(
         cls,
         name: str,
-        options: dict[str, Any],
+        options: Any,
         *,
         reactor: Any,
         gateway_id: str = "jmsgateway",

@@ -1,8 +1,10 @@
 """Configuration and metrics of the ``stomp://`` JMS broker connector.
 
-:class:`StompBrokerSettings` checks a ``[connectors.NAME]`` table (the options
-are listed in :mod:`gateway.connectors.stomp_broker`) and names the key of
-any problem; :class:`StompBrokerMetrics` holds the connector's Prometheus
+:class:`StompConnectorOptions` declares a ``[connectors.NAME]`` table with a
+``stomp://`` or ``stomp+ssl://`` uri (the options are described in
+:mod:`gateway.connectors.stomp_broker`); :class:`StompBrokerSettings` is what
+the connector runs with, derived from it (address, port, client id, TLS
+files read).  :class:`StompBrokerMetrics` holds the connector's Prometheus
 metrics, one set per registry and labelled by connector name.
 """
 
@@ -10,32 +12,86 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from pydantic import Field, field_validator, model_validator
 
-from gateway.errors import ConfigError, did_you_mean
+from gateway.schema import Bool, Int, KeyProblem, Retries, Section, Str, validate
 from gateway.tls import TLS_OPTIONS, ClientTls
 
 DEFAULT_PORTS = {"stomp": 61613, "stomp+ssl": 61614}
+NotNegative = Annotated[Int, Field(ge=0)]
 
-_OPTIONS = (
-    "uri",
-    "login",
-    "passcode",
-    "host",
-    "client_id",
-    "failure_retry_interval",
-    "max_retries",
-    "send_timeout",
-    "connect_timeout",
-    "heartbeat",
-    "max_waiting_sends",
-    "transformation",
-    "amq_msg_type",
-    *TLS_OPTIONS,
-)
+
+class StompConnectorOptions(Section):
+    """A JMS broker (ActiveMQ, Artemis, any STOMP broker) over STOMP (times in milliseconds)."""
+
+    __tag__: ClassVar[str] = "stomp"
+    uri: Str
+    """stomp://[login:passcode@]host[:port] or stomp+ssl://… (TLS)."""
+    login: Str | None = None
+    """Login sent on CONNECT (default: the uri's)."""
+    passcode: Str | None = None
+    """Passcode sent on CONNECT (default: the uri's)."""
+    host: Str | None = None
+    """Virtual host of CONNECT (default: the uri's host)."""
+    client_id: Str | None = None
+    """Client id of the broker connection (default <gateway id>-<connector name>)."""
+    failure_retry_interval: Annotated[Int, Field(ge=1)] = 5000
+    """Milliseconds between reconnection attempts."""
+    max_retries: Retries = -1
+    """Reconnection attempts before giving up; -1 retries forever."""
+    send_timeout: Annotated[Int, Field(ge=1)] = 30000
+    """Milliseconds a SEND may wait for the broker to be back and confirm it."""
+    connect_timeout: Annotated[Int, Field(ge=1)] = 10000
+    """Milliseconds for TCP connect plus the CONNECT/CONNECTED handshake."""
+    heartbeat: tuple[NotNegative, NotNegative] = (10000, 10000)
+    """[send_ms, expect_ms] heart-beats offered to the broker."""
+    max_waiting_sends: NotNegative = 10000
+    """Sends allowed to wait for a reconnection at once; more fail at once."""
+    transformation: Str = ""
+    """SUBSCRIBE transformation that makes the broker label Map/Object messages (jms-json; ActiveMQ needs
+    XStream and Jettison for it); "": none, which every broker accepts."""
+    amq_msg_type: Bool = True
+    """The broker understands amq-msg-type (ActiveMQ)."""
+    tls_ca: Str | None = None
+    """PEM file of the CA certificates to trust (default: the system's)."""
+    tls_cert: Str | None = None
+    """Client certificate (PEM) for brokers that ask for one."""
+    tls_key: Str | None = None
+    """Its private key (PEM), unless in tls_cert."""
+    tls_hostname: Str | None = None
+    """Name the broker's certificate must carry (default: the uri's host)."""
+
+    @field_validator("uri")
+    @classmethod
+    def _stomp_uri(cls, uri: str) -> str:
+        parts = urlsplit(uri)
+        if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+            raise ValueError(f"{uri!r} is not stomp://host:port or stomp+ssl://host:port")
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise ValueError(f"{uri!r} has an invalid port") from None
+        return uri
+
+    @field_validator("heartbeat", mode="wrap")
+    @classmethod
+    def _pair(cls, value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ValueError:
+            raise ValueError(f"must be [send_ms, expect_ms], not {value!r}") from None
+
+    @model_validator(mode="after")
+    def _tls_needs_ssl(self) -> StompConnectorOptions:
+        if not self.uri.startswith("stomp+ssl:"):
+            for option in TLS_OPTIONS:
+                if getattr(self, option) is not None:
+                    raise KeyProblem(option, f"TLS options need a stomp+ssl:// uri, not {self.uri!r}")
+        return self
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,76 +118,28 @@ class StompBrokerSettings:
     """TLS options of a ``stomp+ssl://`` connection (None for ``stomp://``)."""
 
     @classmethod
-    def from_config(cls, name: str, options: dict[str, Any], *, gateway_id: str = "jmsgateway",
-                    base_dir: str = "") -> StompBrokerSettings:
+    def from_config(cls, name: str, options: dict[str, Any] | StompConnectorOptions, *,
+                    gateway_id: str = "jmsgateway", base_dir: str = "") -> StompBrokerSettings:
         """Check ``options``; ConfigError names the key and the problem.  Relative
         TLS file paths are relative to ``base_dir`` (the config file's directory)."""
+        if isinstance(options, dict) and not isinstance(options.get("uri"), str):
+            from gateway.errors import ConfigError
 
-        def key(option: str) -> str:
-            return f"connectors.{name}.{option}"
-
-        for option in options:
-            if option not in _OPTIONS:
-                raise ConfigError(f"unknown option{did_you_mean(option, _OPTIONS)}", key=key(option))
-        uri = options.get("uri")
-        if not isinstance(uri, str):
-            raise ConfigError("needs a uri such as 'stomp://127.0.0.1:61613'", key=key("uri"))
-        parts = urlsplit(uri)
-        if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-            raise ConfigError(f"{uri!r} is not stomp://host:port or stomp+ssl://host:port", key=key("uri"))
-        try:
-            port = parts.port or DEFAULT_PORTS[parts.scheme]
-        except ValueError:
-            raise ConfigError(f"{uri!r} has an invalid port", key=key("uri")) from None
-
-        def integer(option: str, default: int, minimum: int) -> int:
-            value = options.get(option, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ConfigError(f"must be an integer >= {minimum}, not {value!r}", key=key(option))
-            return value
-
-        def text(option: str, default: str | None) -> str | None:
-            value = options.get(option, default)
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"must be a string, not {value!r}", key=key(option))
-            return value
-
-        heartbeat = options.get("heartbeat", [10000, 10000])
-        if (
-            not isinstance(heartbeat, list | tuple)
-            or len(heartbeat) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in heartbeat)
-        ):
-            raise ConfigError(f"must be [send_ms, expect_ms], not {heartbeat!r}", key=key("heartbeat"))
-        amq_msg_type = options.get("amq_msg_type", True)
-        if not isinstance(amq_msg_type, bool):
-            raise ConfigError(f"must be true or false, not {amq_msg_type!r}", key=key("amq_msg_type"))
+            raise ConfigError("needs a uri such as 'stomp://127.0.0.1:61613'", key=f"connectors.{name}.uri")
+        checked = validate(StompConnectorOptions, options, prefix=f"connectors.{name}")
+        parts = urlsplit(checked.uri)
+        assert parts.hostname is not None
         tls = None
         if parts.scheme == "stomp+ssl":
-            tls = ClientTls.from_options(options, hostname=parts.hostname, base_dir=base_dir, key=key)
-        else:
-            for option in TLS_OPTIONS:
-                if option in options:
-                    raise ConfigError(f"TLS options need a stomp+ssl:// uri, not {uri!r}", key=key(option))
-        return cls(
-            uri=uri,
-            scheme=parts.scheme,
-            address=parts.hostname,
-            port=port,
-            login=text("login", parts.username),
-            passcode=text("passcode", parts.password),
-            virtual_host=text("host", parts.hostname) or parts.hostname,
-            client_id=text("client_id", f"{gateway_id}-{name}") or f"{gateway_id}-{name}",
-            failure_retry_interval=integer("failure_retry_interval", 5000, 1),
-            max_retries=integer("max_retries", -1, -1),
-            send_timeout=integer("send_timeout", 30000, 1),
-            connect_timeout=integer("connect_timeout", 10000, 1),
-            heartbeat=(heartbeat[0], heartbeat[1]),
-            max_waiting_sends=integer("max_waiting_sends", 10000, 0),
-            transformation=text("transformation", "") or "",
-            amq_msg_type=amq_msg_type,
-            tls=tls,
-        )
+            tls = ClientTls.from_options(checked.model_dump(exclude_none=True), hostname=parts.hostname,
+                                         base_dir=base_dir, key=lambda option: f"connectors.{name}.{option}")
+        fields = checked.model_dump(exclude={"uri", "login", "passcode", "host", "client_id", *TLS_OPTIONS})
+        return cls(uri=checked.uri, scheme=parts.scheme, address=parts.hostname,
+                   port=parts.port or DEFAULT_PORTS[parts.scheme],
+                   login=checked.login if checked.login is not None else parts.username,
+                   passcode=checked.passcode if checked.passcode is not None else parts.password,
+                   virtual_host=checked.host or parts.hostname, client_id=checked.client_id or f"{gateway_id}-{name}",
+                   tls=tls, **fields)
 
 
 class StompBrokerMetrics:

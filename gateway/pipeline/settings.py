@@ -28,30 +28,20 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from gateway.config import GatewayConfig
-from gateway.errors import ConfigError, did_you_mean
+from pydantic import Field, PrivateAttr, field_validator
+
+from gateway.errors import ConfigError
 from gateway.routing.config import parse_routing_config
+from gateway.schema import Int, Seconds, Section, Str, Table, validate
+
+if TYPE_CHECKING:
+    from gateway.config import GatewayConfig
 
 KAFKA_ACCESS = ("auto", "spark", "python")
 UNROUTED_POLICIES = ("dead-letter", "drop")
-_KEYS = (
-    "ingest_topics",
-    "bootstrap",
-    "origin",
-    "checkpoint",
-    "kafka_access",
-    "starting_offsets",
-    "max_offsets_per_trigger",
-    "trigger_seconds",
-    "unrouted",
-    "query_name",
-    "shuffle_partitions",
-    "producer",
-    "consumer",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,111 +69,85 @@ class PipelineSpec:
     transform_replayed: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineSettings:
-    """The validated ``[pipeline]`` table (see the module docstring)."""
+class PipelineSettings(Section):
+    """The ``[pipeline]`` table (see the module docstring); parsed, every default is resolved."""
 
-    ingest_topics: tuple[str, ...]
-    bootstrap: str
-    origin: str
-    checkpoint: str
-    kafka_access: str = "auto"
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int = 10_000
-    trigger_seconds: float = 1.0
-    unrouted: str = "dead-letter"
-    query_name: str = "jmsgateway-pipeline"
-    shuffle_partitions: int = 4
-    producer: dict[str, Any] = field(default_factory=dict)
-    consumer: dict[str, Any] = field(default_factory=dict)
-    path: str = ""
+    ingest_topics: Annotated[tuple[Annotated[Str, Field(min_length=1)], ...], Field(min_length=1)]
+    """Topics the STOMP gateways write to (a name or a list)."""
+    bootstrap: Str = ""
+    """Kafka bootstrap servers (default: the routing connector's uri)."""
+    origin: Str = ""
+    """jmsbridge.origin written (default: [gateway] id)."""
+    checkpoint: Str = ""
+    """Spark checkpoint folder (default: <data_dir>/pipeline-checkpoint)."""
+    kafka_access: Literal["auto", "spark", "python"] = "auto"
+    """spark: format "kafka"; python: the project's own source/sink; auto: spark when its jar is there."""
+    starting_offsets: Str = "earliest"
+    """earliest | latest | JSON {"topic": {"0": 42}}."""
+    max_offsets_per_trigger: Annotated[Int, Field(ge=0)] = 10_000
+    """Records per micro-batch (0: no limit)."""
+    trigger_seconds: Seconds = 1.0
+    """Micro-batch interval (0: as fast as possible)."""
+    unrouted: Literal["dead-letter", "drop"] = "dead-letter"
+    """What happens to a message no route includes (counted either way)."""
+    query_name: Str = "jmsgateway-pipeline"
+    """Name of the streaming query."""
+    shuffle_partitions: Annotated[Int, Field(ge=1)] = 4
+    """spark.sql.shuffle.partitions."""
+    producer: Table = {}
+    """librdkafka producer settings merged over ours (python access)."""
+    consumer: Table = {}
+    """librdkafka consumer settings merged over ours (python access)."""
+    _path: str = PrivateAttr("")
 
+    @field_validator("ingest_topics", mode="before")
+    @classmethod
+    def _one_topic(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _offsets(cls, value: str) -> str:
+        try:
+            check_offsets_spec(value)
+        except ConfigError as error:
+            raise ValueError(error.problem) from None
+        return value
+
+    @property
+    def path(self) -> str:
+        """The configuration file."""
+        return self._path
+
+
+PipelineSection = PipelineSettings
+"""``[pipeline]`` as the configuration file gives it (defaults resolved by :func:`parse_pipeline_settings`)."""
 
 
 def _bootstrap_from_connector(config: GatewayConfig) -> str:
-    name = str(config.routing.get("connector", "kafka"))
-    options = config.connectors.get(name)
-    if not isinstance(options, dict):
-        return ""
-    bootstrap = options.get("bootstrap")
-    if isinstance(bootstrap, str) and bootstrap:
-        return bootstrap
-    uri = options.get("uri")
-    return uri.split("://", 1)[-1].rstrip("/") if isinstance(uri, str) else ""
+    options = config.connectors.get(config.routing.connector or "kafka")
+    bootstrap = getattr(options, "bootstrap", None)
+    return bootstrap if isinstance(bootstrap, str) else ""
 
 
 def parse_pipeline_settings(config: GatewayConfig, **overrides: Any) -> PipelineSettings:
-    """Validate ``config.pipeline`` (raises ConfigError naming file and key).
+    """``[pipeline]`` with its defaults resolved (raises ConfigError naming file and key).
 
     :param overrides: values given on the command line (``checkpoint``,
         ``bootstrap`` …); None values are ignored.
     """
-    raw = dict(config.pipeline)
-    path = config.path
-    for key in raw:
-        if key not in _KEYS:
-            raise ConfigError(f"unknown key{did_you_mean(key, _KEYS)}", path=path, key=f"pipeline.{key}")
+    raw = config.pipeline.model_dump(exclude_unset=True) if config.pipeline is not None else {}
     raw.update({k: v for k, v in overrides.items() if v is not None})
-
-    def typed(key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, kind):  # no boolean setting here
-            raise ConfigError(f"expected {_kind_name(kind)}, got {value!r}", path=path, key=f"pipeline.{key}")
-        return value
-
-    topics = raw.get("ingest_topics")
-    if isinstance(topics, str):
-        topics = [topics]
-    if not isinstance(topics, list) or not topics or not all(isinstance(t, str) and t for t in topics):
-        raise ConfigError("expected a non-empty array of topic names", path=path, key="pipeline.ingest_topics")
-    bootstrap = typed("bootstrap", str, "") or _bootstrap_from_connector(config)
+    settings = validate(PipelineSettings, raw, path=config.path, prefix="pipeline")
+    bootstrap = settings.bootstrap or _bootstrap_from_connector(config)
     if not bootstrap:
-        raise ConfigError(
-            "no Kafka bootstrap servers: set pipeline.bootstrap or the routing connector's uri",
-            path=path,
-            key="pipeline.bootstrap",
-        )
-    access = typed("kafka_access", str, "auto")
-    if access not in KAFKA_ACCESS:
-        raise ConfigError(f"expected one of {', '.join(KAFKA_ACCESS)}, got {access!r}", path=path,
-                          key="pipeline.kafka_access")
-    unrouted = typed("unrouted", str, "dead-letter")
-    if unrouted not in UNROUTED_POLICIES:
-        raise ConfigError(f"expected one of {', '.join(UNROUTED_POLICIES)}, got {unrouted!r}", path=path,
-                          key="pipeline.unrouted")
-    starting = typed("starting_offsets", str, "earliest")
-    check_offsets_spec(starting, path=path, key="pipeline.starting_offsets")
-    max_offsets = typed("max_offsets_per_trigger", int, 10_000)
-    trigger = float(typed("trigger_seconds", (int, float), 1.0))
-    shuffle = typed("shuffle_partitions", int, 4)
-    for key, value in (("max_offsets_per_trigger", max_offsets), ("trigger_seconds", trigger)):
-        if value < 0:
-            raise ConfigError(f"must not be negative, got {value}", path=path, key=f"pipeline.{key}")
-    if shuffle < 1:
-        raise ConfigError(f"must be at least 1, got {shuffle}", path=path, key="pipeline.shuffle_partitions")
-    checkpoint = typed("checkpoint", str, "") or config.data_path("pipeline-checkpoint")
-    return PipelineSettings(
-        ingest_topics=tuple(topics),
-        bootstrap=bootstrap,
-        origin=typed("origin", str, "") or config.id,
-        checkpoint=checkpoint,
-        kafka_access=access,
-        starting_offsets=starting,
-        max_offsets_per_trigger=max_offsets,
-        trigger_seconds=trigger,
-        unrouted=unrouted,
-        query_name=typed("query_name", str, "jmsgateway-pipeline"),
-        shuffle_partitions=shuffle,
-        producer=dict(typed("producer", dict, {})),
-        consumer=dict(typed("consumer", dict, {})),
-        path=path,
-    )
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({str: "a string", int: "an integer", float: "a number", dict: "a table"}.get(k, k.__name__)
-                       for k in kinds)
+        raise ConfigError("no Kafka bootstrap servers: set pipeline.bootstrap or the routing connector's uri",
+                          path=config.path, key="pipeline.bootstrap")
+    settings = settings.model_copy(update={
+        "bootstrap": bootstrap, "origin": settings.origin or config.id,
+        "checkpoint": settings.checkpoint or config.data_path("pipeline-checkpoint")})
+    settings._path = config.path
+    return settings
 
 
 def check_offsets_spec(text: str, *, path: str = "", key: str = "") -> None:
@@ -214,7 +178,7 @@ def pipeline_spec(config: GatewayConfig, settings: PipelineSettings, *, replay: 
     ``[transform]`` table with absolute plugin folders.
     """
     parse_routing_config(config.routing, config.path)
-    routing = dict(config.routing)
+    routing = config.routing.model_dump(exclude_none=True)
     if "properties_file" in routing:
         file_name = str(routing.pop("properties_file"))
         if not os.path.isabs(file_name):
@@ -222,10 +186,8 @@ def pipeline_spec(config: GatewayConfig, settings: PipelineSettings, *, replay: 
         with open(file_name, encoding="utf-8") as handle:
             text = handle.read()
         routing["properties"] = text + "\n" + str(routing.get("properties", ""))
-    transform = dict(config.transform)
-    dirs = transform.get("plugin_dirs", ["plugins"])
-    if isinstance(dirs, list):
-        transform["plugin_dirs"] = [os.path.abspath(d) if isinstance(d, str) else d for d in dirs]
+    transform = config.transform.model_dump(exclude_defaults=True)
+    transform["plugin_dirs"] = [os.path.abspath(d) for d in config.transform.plugin_dirs]
     return PipelineSpec(
         routing=routing,
         transform=transform,

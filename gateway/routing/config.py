@@ -30,6 +30,7 @@ from typing import Any
 from gateway.errors import ConfigError, SelectorError, did_you_mean
 from gateway.message.model import Message
 from gateway.routing.predicates import Predicate, compile_predicate, compile_selector_predicate
+from gateway.schema import Section, Str, validate
 
 SOFT_FAILURE_POLICIES = ("stop", "skip", "dead-letter")
 _POLICY_ALIASES = {
@@ -40,8 +41,6 @@ _POLICY_ALIASES = {
     "dead-letter": "dead-letter",
     "log-and-dead-letter": "dead-letter",
 }
-_TOML_KEYS = ("dead_letter_topic", "on_soft_failure", "connector", "properties", "properties_file", "routes")
-_ROUTE_KEYS = ("name", "include", "selector", "topic", "key", "on_soft_failure")
 _ROUTE_PROPERTIES = {
     "name": "name",
     "in.include": "include",
@@ -56,6 +55,40 @@ _ROUTING_PROPERTIES = {
     "dead-letter.topic": "dead_letter_topic",
     "on-soft-failure": "on_soft_failure",
 }
+
+
+class RouteEntry(Section):
+    """One ``[[routing.routes]]`` table."""
+
+    name: Str | None = None
+    """The route's name (default: routing.routes[i])."""
+    include: Str | None = None
+    """JMS-Bridge predicate (msg.address == x) or a JMS selector choosing the messages."""
+    selector: Str | None = None
+    """An extra JMS selector that must match too."""
+    topic: Str | None = None
+    """The Kafka topic the route publishes to (required)."""
+    key: Str | None = None
+    """Header/property giving the record key (msg.header.NAME; default: the message id)."""
+    on_soft_failure: Str | None = None
+    """stop | skip | dead-letter for this route (default: the section's)."""
+
+
+class RoutingSection(Section):
+    """The ``[routing]`` table: routes to Kafka topics, in TOML or the JMS-Bridge properties syntax."""
+
+    dead_letter_topic: Str | None = None
+    """Topic of soft failures under the dead-letter policy."""
+    on_soft_failure: Str | None = None
+    """stop (default) | skip | dead-letter (log-and-skip, log-and-dead-letter, hard-stop too)."""
+    connector: Str | None = None
+    """The Kafka connector the routes publish through (default: kafka)."""
+    properties: Str | None = None
+    """Routes in the JMS-Bridge properties syntax."""
+    properties_file: Str | None = None
+    """A JMS-Bridge properties file (relative to the config file)."""
+    routes: tuple[RouteEntry, ...] = ()
+    """TOML routes, evaluated before the property routes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,23 +258,12 @@ def _properties_routes(
     return list(drafts.values())
 
 
-def _toml_routes(raw: Any, path: str) -> list[_RouteDraft]:
-    if not isinstance(raw, list):
-        raise ConfigError("expected an array of tables ([[routing.routes]])", path=path, key="routing.routes")
+def _toml_routes(routes: tuple[RouteEntry, ...]) -> list[_RouteDraft]:
     drafts: list[_RouteDraft] = []
-    for index, table in enumerate(raw):
+    for index, route in enumerate(routes):
         where = f"routing.routes[{index}]"
-        if not isinstance(table, dict):
-            raise ConfigError("expected a table", path=path, key=where)
-        draft = _RouteDraft(key=where)
-        for key, value in table.items():
-            if key not in _ROUTE_KEYS:
-                raise ConfigError(f"unknown key{did_you_mean(key, _ROUTE_KEYS)}", path=path, key=f"{where}.{key}")
-            if not isinstance(value, str):
-                raise ConfigError(f"expected a string, got {value!r}", path=path, key=f"{where}.{key}")
-            draft.values[key] = value
-            draft.where[key] = f"{where}.{key}"
-        drafts.append(draft)
+        values = route.model_dump(exclude_none=True)
+        drafts.append(_RouteDraft(key=where, values=values, where={key: f"{where}.{key}" for key in values}))
     return drafts
 
 
@@ -281,29 +303,21 @@ def _build_route(draft: _RouteDraft, path: str) -> Route:
     )
 
 
-def parse_routing_config(raw: dict[str, Any], path: str = "") -> RoutingConfig:
+def parse_routing_config(raw: dict[str, Any] | RoutingSection, path: str = "") -> RoutingConfig:
     """Validate the ``[routing]`` table (raises ConfigError naming file and key).
 
     :param raw: the table as TOML loaded it.
     :param path: the config file; ``properties_file`` is relative to its folder.
     """
-    if not isinstance(raw, dict):
-        raise ConfigError("expected a table", path=path, key="routing")
-    for key in raw:
-        if key not in _TOML_KEYS:
-            raise ConfigError(f"unknown key{did_you_mean(key, _TOML_KEYS)}", path=path, key=f"routing.{key}")
-    settings: dict[str, tuple[str, str]] = {}
-    for key in ("dead_letter_topic", "on_soft_failure", "connector"):
-        if key in raw:
-            if not isinstance(raw[key], str):
-                raise ConfigError(f"expected a string, got {raw[key]!r}", path=path, key=f"routing.{key}")
-            settings[key] = (raw[key], f"routing.{key}")
-    drafts = _toml_routes(raw.get("routes", []), path)
+    section = validate(RoutingSection, raw, path=path, prefix="routing")
+    settings: dict[str, tuple[str, str]] = {
+        key: (value, f"routing.{key}") for key in ("dead_letter_topic", "on_soft_failure", "connector")
+        if (value := getattr(section, key)) is not None
+    }
+    drafts = _toml_routes(section.routes)
     property_drafts: list[tuple[_RouteDraft, str]] = []
-    if "properties_file" in raw:
-        file_name = raw["properties_file"]
-        if not isinstance(file_name, str):
-            raise ConfigError("expected a file name", path=path, key="routing.properties_file")
+    if section.properties_file is not None:
+        file_name = section.properties_file
         if not os.path.isabs(file_name):
             file_name = os.path.join(os.path.dirname(path) or ".", file_name)
         try:
@@ -313,12 +327,8 @@ def parse_routing_config(raw: dict[str, Any], path: str = "") -> RoutingConfig:
             raise ConfigError(f"cannot read properties file: {exc.strerror}", path=path,
                               key="routing.properties_file") from None
         property_drafts += [(d, file_name) for d in _properties_routes(parse_properties(text), file_name, settings)]
-    if "properties" in raw:
-        if not isinstance(raw["properties"], str):
-            raise ConfigError("expected a string in properties syntax", path=path, key="routing.properties")
-        property_drafts += [
-            (d, path) for d in _properties_routes(parse_properties(raw["properties"]), path, settings)
-        ]
+    if section.properties is not None:
+        property_drafts += [(d, path) for d in _properties_routes(parse_properties(section.properties), path, settings)]
     routes = [_build_route(draft, path) for draft in drafts]
     routes += [_build_route(draft, where) for draft, where in property_drafts]
     seen: set[str] = set()

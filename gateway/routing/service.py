@@ -33,7 +33,7 @@ from gateway.connectors.kafka_records import Header
 from gateway.errors import ConfigError, ConnectorError, DestinationError
 from gateway.interfaces import Health, IConsumer, IFlowControlled, IFrameForwarder, IStatusReporting, SubscriptionSpec
 from gateway.message.model import Message, new_message_id, now_millis
-from gateway.routing.config import Route, RoutingConfig, parse_routing_config
+from gateway.routing.config import Route, RoutingConfig, RoutingSection, parse_routing_config
 from gateway.routing.frame_records import frame_record
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.router import CYCLE, ROUTED, SOFT_FAILURE, UNROUTED, RouteDecision, Router
@@ -389,7 +389,7 @@ class KafkaRouter:
 
 
 def build_kafka_router(
-    raw: dict[str, Any],
+    raw: dict[str, Any] | RoutingSection,
     path: str,
     connectors: dict[str, Any],
     *,
@@ -404,7 +404,7 @@ def build_kafka_router(
     so sends to its destinations are routed and subscriptions still reach Kafka.
     Raises ConfigError.
     """
-    if not raw:
+    if not (raw.model_fields_set if isinstance(raw, RoutingSection) else raw):
         return None
     config = parse_routing_config(raw, path)
     connector = connectors.get(config.connector)

@@ -36,15 +36,14 @@ counts as failed.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal
 
-from gateway.errors import ConfigError
+from pydantic import Field, PrivateAttr, model_validator
+
+from gateway.schema import Bool, KeyProblem, Seconds, Section, Str, Strings, Table, validate
 
 ChainDirection = Literal["inbound", "outbound", "both"]
 ErrorPolicy = Literal["reject", "dead-letter", "skip", "drop"]
@@ -52,49 +51,54 @@ ErrorPolicy = Literal["reject", "dead-letter", "skip", "drop"]
 CHAIN_DIRECTIONS: tuple[str, ...] = ("inbound", "outbound", "both")
 ERROR_POLICIES: tuple[str, ...] = ("reject", "dead-letter", "skip", "drop")
 
-_SECTION = "transform"
-_SECTION_KEYS = (
-    "plugin_dirs",
-    "blocked",
-    "load_entry_points",
-    "transformation_header",
-    "on_error",
-    "dead_letter",
-    "timeout",
-    "options",
-    "chain",
-)
-_ENTRY_KEYS = ("transformer", "destinations", "direction", "on_error", "dead_letter", "timeout", "options")
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-
 DEFAULT_TIMEOUT = 30.0
 """Seconds an asynchronous transformer may take unless configured otherwise."""
 
-_T = TypeVar("_T")
+Destination = Annotated[Str, Field(min_length=1)]
 
 
-@dataclass(slots=True, frozen=True)
-class ChainEntry:
-    """One ``[[transform.chain]]`` entry: run ``transformer`` on matching messages.
+class ChainEntry(Section):
+    """One ``[[transform.chain]]`` entry: run ``transformer`` on matching messages."""
 
-    :ivar key: the dotted config key of the entry (``transform.chain[2]``),
-        for error messages.
-    """
-
-    transformer: str
-    destinations: tuple[str, ...] = ("*",)
+    transformer: Annotated[Str, Field(min_length=1)]
+    """The transformer's name (a loaded plugin's)."""
+    destinations: Annotated[Strings, Field(min_length=1)] = ("*",)
+    """fnmatch globs on the STOMP-side destination."""
     direction: ChainDirection = "both"
+    """Which way the entry applies."""
     on_error: ErrorPolicy = "reject"
-    dead_letter: str | None = None
-    options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    key: str = ""
-    timeout: float | None = None
-    """Seconds an asynchronous result may take; None: the section's timeout."""
-    _patterns: tuple[re.Pattern[str], ...] = field(default=(), init=False, repr=False, compare=False)
+    """reject | dead-letter | skip | drop (default: [transform] on_error)."""
+    dead_letter: Destination | None = None
+    """Dead-letter destination of on_error = 'dead-letter' (default: [transform] dead_letter)."""
+    options: Table = {}
+    """Options merged over [transform.options.<transformer>]."""
+    timeout: Seconds | None = None
+    """Seconds an asynchronous result may take (default: [transform] timeout)."""
+    _key: str = PrivateAttr("")
+    _patterns: tuple[re.Pattern[str], ...] = PrivateAttr(())
 
-    def __post_init__(self) -> None:
-        compiled = tuple(re.compile(fnmatch.translate(glob)) for glob in self.destinations)
-        object.__setattr__(self, "_patterns", compiled)
+    def model_post_init(self, context: Any, /) -> None:
+        self._patterns = tuple(re.compile(fnmatch.translate(glob)) for glob in self.destinations)
+
+    @model_validator(mode="after")
+    def _dead_letter_policy(self) -> ChainEntry:
+        if self.dead_letter is not None and self.on_error != "dead-letter":
+            raise KeyProblem("dead_letter", "is only used with on_error = 'dead-letter' "
+                             f"(this entry's policy is {self.on_error!r})")
+        if self.on_error == "dead-letter" and self.dead_letter is None:
+            raise KeyProblem("on_error", "on_error = 'dead-letter' needs a dead_letter destination "
+                             "(here or in [transform])")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The dotted config key of the entry (``transform.chain[2]``), for error messages."""
+        return self._key
+
+    def with_key(self, key: str) -> ChainEntry:
+        """This entry, named ``key`` in error messages."""
+        self._key = key
+        return self
 
     def matches(self, direction: str, destination: str) -> bool:
         """Whether the entry applies to a message going ``direction`` on ``destination``."""
@@ -103,187 +107,71 @@ class ChainEntry:
         return any(pattern.match(destination) for pattern in self._patterns)
 
 
-@dataclass(slots=True, frozen=True)
-class TransformConfig:
-    """The validated ``[transform]`` section (the defaults when it is absent).
+class TransformConfig(Section):
+    """The ``[transform]`` section (the defaults when it is absent)."""
 
-    :ivar options: default options per transformer name, merged under each
-        chain entry's own options and used for header-selected transformers.
-    :ivar path: the file the section came from, for error messages.
-    """
-
-    plugin_dirs: tuple[str, ...] = ("plugins",)
-    blocked: tuple[str, ...] = ()
-    load_entry_points: bool = True
-    transformation_header: bool = True
+    plugin_dirs: Strings = ("plugins",)
+    """Folders whose *.py files are plugins (relative to the working directory)."""
+    blocked: Strings = ()
+    """Plugin names never registered."""
+    load_entry_points: Bool = True
+    """Load setuptools entry points of the group "jmsgateway"."""
+    transformation_header: Bool = True
+    """Honour the ActiveMQ transformation header."""
     on_error: ErrorPolicy = "reject"
-    dead_letter: str | None = None
-    timeout: float = DEFAULT_TIMEOUT
-    options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _EMPTY)
+    """Default failure policy: reject | dead-letter | skip | drop."""
+    dead_letter: Destination | None = None
+    """Default dead-letter destination."""
+    timeout: Seconds = DEFAULT_TIMEOUT
+    """Seconds an asynchronous transformer may take (0: no limit)."""
+    options: dict[str, Table] = {}
+    """Default options of each transformer, by name."""
     chain: tuple[ChainEntry, ...] = ()
-    path: str = ""
+    """Evaluated in order; every matching entry runs."""
+    _path: str = PrivateAttr("")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _entry_defaults(cls, raw: Any) -> Any:
+        """Entries without on_error / dead_letter take the section's."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("chain"), list):
+            return raw
+        policy, dead_letter = raw.get("on_error", "reject"), raw.get("dead_letter")
+        chain = []
+        for entry in raw["chain"]:
+            if isinstance(entry, dict):
+                entry = {"on_error": policy, **entry}
+                if entry["on_error"] == "dead-letter" and dead_letter is not None:
+                    entry.setdefault("dead_letter", dead_letter)
+            chain.append(entry)
+        return {**raw, "chain": chain}
+
+    @model_validator(mode="after")
+    def _policy_needs_dead_letter(self) -> TransformConfig:
+        if self.on_error == "dead-letter" and self.dead_letter is None:
+            raise KeyProblem("on_error", "on_error = 'dead-letter' needs a dead_letter destination")
+        for index, entry in enumerate(self.chain):
+            entry.with_key(f"transform.chain[{index}]")
+        return self
+
+    @property
+    def path(self) -> str:
+        """The file the section came from, for error messages."""
+        return self._path
 
     def options_for(self, transformer: str, entry: ChainEntry | None = None) -> Mapping[str, Any]:
         """The options a transformer runs with: its defaults, overridden by the entry's."""
-        defaults = self.options.get(transformer, _EMPTY)
+        defaults = self.options.get(transformer, {})
         if entry is None or not entry.options:
             return defaults
-        if not defaults:
-            return entry.options
-        return MappingProxyType({**defaults, **entry.options})
+        return {**defaults, **entry.options} if defaults else entry.options
 
 
-def parse_transform_config(raw: Mapping[str, Any] | None, path: str = "") -> TransformConfig:
-    """Validate the ``[transform]`` table ``raw`` (as parsed by ``tomllib``).
+def parse_transform_config(raw: Mapping[str, Any] | TransformConfig | None, path: str = "") -> TransformConfig:
+    """Validate the ``[transform]`` table ``raw`` (as parsed by ``tomllib``; None: the defaults).
 
-    :param raw: the section's table (not the whole document); None or empty
-        for the defaults.
-    :param path: the configuration file, named in errors.
-    :raises ConfigError: naming the dotted key and what is wrong with it.
+    :raises ConfigError: naming the file, the dotted key and what is wrong with it.
     """
-    if raw is None:
-        return TransformConfig(path=path)
-    section = _table(raw, _SECTION, path)
-    _reject_unknown(section, _SECTION_KEYS, _SECTION, path)
-    on_error = _policy(section.get("on_error", "reject"), f"{_SECTION}.on_error", path)
-    dead_letter = _optional_destination(section.get("dead_letter"), f"{_SECTION}.dead_letter", path)
-    if on_error == "dead-letter" and dead_letter is None:
-        raise ConfigError(
-            "on_error = 'dead-letter' needs a dead_letter destination", path=path, key=f"{_SECTION}.on_error"
-        )
-    timeout = _seconds(section.get("timeout", DEFAULT_TIMEOUT), f"{_SECTION}.timeout", path)
-    options = _table(section.get("options", {}), f"{_SECTION}.options", path)
-    defaults: dict[str, Mapping[str, Any]] = {}
-    for name, value in options.items():
-        defaults[name] = MappingProxyType(dict(_table(value, f"{_SECTION}.options.{name}", path)))
-    raw_chain = section.get("chain", [])
-    if not isinstance(raw_chain, list):
-        raise ConfigError("must be an array of tables ([[transform.chain]])", path=path, key=f"{_SECTION}.chain")
-    chain = tuple(
-        _entry(item, f"{_SECTION}.chain[{index}]", path, on_error, dead_letter) for index, item in enumerate(raw_chain)
-    )
-    return TransformConfig(
-        plugin_dirs=_strings(section.get("plugin_dirs", ["plugins"]), f"{_SECTION}.plugin_dirs", path),
-        blocked=_strings(section.get("blocked", []), f"{_SECTION}.blocked", path),
-        load_entry_points=_typed(section.get("load_entry_points", True), bool, f"{_SECTION}.load_entry_points", path),
-        transformation_header=_typed(
-            section.get("transformation_header", True), bool, f"{_SECTION}.transformation_header", path
-        ),
-        on_error=on_error,
-        dead_letter=dead_letter,
-        timeout=timeout,
-        options=MappingProxyType(defaults),
-        chain=chain,
-        path=path,
-    )
-
-
-def _entry(raw: Any, key: str, path: str, default_policy: ErrorPolicy, default_dead_letter: str | None) -> ChainEntry:
-    table = _table(raw, key, path)
-    _reject_unknown(table, _ENTRY_KEYS, key, path)
-    if "transformer" not in table:
-        raise ConfigError("missing the transformer name", path=path, key=f"{key}.transformer")
-    transformer = _typed(table["transformer"], str, f"{key}.transformer", path)
-    if not transformer:
-        raise ConfigError("must not be empty", path=path, key=f"{key}.transformer")
-    destinations = _strings(table.get("destinations", ["*"]), f"{key}.destinations", path)
-    if not destinations:
-        raise ConfigError('must name at least one destination glob ("*" for all)', path=path, key=f"{key}.destinations")
-    direction = _typed(table.get("direction", "both"), str, f"{key}.direction", path)
-    if direction not in CHAIN_DIRECTIONS:
-        raise ConfigError(
-            f"must be one of {', '.join(CHAIN_DIRECTIONS)}, not {direction!r}",
-            path=path,
-            key=f"{key}.direction",
-        )
-    explicit_policy = "on_error" in table
-    on_error = _policy(table["on_error"], f"{key}.on_error", path) if explicit_policy else default_policy
-    dead_letter = _optional_destination(table.get("dead_letter"), f"{key}.dead_letter", path)
-    if dead_letter is not None and on_error != "dead-letter":
-        raise ConfigError(
-            f"is only used with on_error = 'dead-letter' (this entry's policy is {on_error!r})",
-            path=path,
-            key=f"{key}.dead_letter",
-        )
-    if on_error == "dead-letter":
-        dead_letter = dead_letter or default_dead_letter
-        if dead_letter is None:
-            raise ConfigError(
-                "on_error = 'dead-letter' needs a dead_letter destination (here or in [transform])",
-                path=path,
-                key=f"{key}.on_error",
-            )
-    options = MappingProxyType(dict(_table(table.get("options", {}), f"{key}.options", path)))
-    timeout = _seconds(table["timeout"], f"{key}.timeout", path) if "timeout" in table else None
-    return ChainEntry(
-        transformer=transformer,
-        destinations=destinations,
-        direction=cast(ChainDirection, direction),
-        on_error=on_error,
-        dead_letter=dead_letter,
-        options=options,
-        key=key,
-        timeout=timeout,
-    )
-
-
-def _table(value: Any, key: str, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"must be a table, not {_kind(value)}", path=path, key=key)
-    return value
-
-
-def _typed(value: Any, expected: type[_T], key: str, path: str) -> _T:
-    if not isinstance(value, expected):
-        raise ConfigError(f"must be a {_TYPE_NAMES[expected]}, not {_kind(value)}", path=path, key=key)
-    return value
-
-
-def _strings(value: Any, key: str, path: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"must be an array of strings, not {_kind(value)}", path=path, key=key)
-    return tuple(value)
-
-
-def _seconds(value: Any, key: str, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"must be a number of seconds >= 0 (0: no limit), not {value!r}", path=path, key=key)
-    return float(value)
-
-
-def _policy(value: Any, key: str, path: str) -> ErrorPolicy:
-    policy = _typed(value, str, key, path)
-    if policy not in ERROR_POLICIES:
-        raise ConfigError(f"must be one of {', '.join(ERROR_POLICIES)}, not {policy!r}", path=path, key=key)
-    return cast(ErrorPolicy, policy)
-
-
-def _optional_destination(value: Any, key: str, path: str) -> str | None:
-    if value is None:
-        return None
-    destination = _typed(value, str, key, path)
-    if not destination:
-        raise ConfigError("must not be empty", path=path, key=key)
-    return destination
-
-
-def _reject_unknown(table: Mapping[str, Any], known: tuple[str, ...], key: str, path: str) -> None:
-    for name in table:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
-            raise ConfigError(f"unknown key{hint}", path=path, key=f"{key}.{name}")
-
-
-def _kind(value: Any) -> str:
-    return {
-        str: "a string",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a float",
-        list: "an array",
-        dict: "a table",
-    }.get(type(value), type(value).__name__)
-
-
-_TYPE_NAMES: dict[type, str] = {str: "string", bool: "boolean", int: "integer", dict: "table"}
+    config = validate(TransformConfig, {} if raw is None else raw, path=path, prefix="transform")
+    config._path = path or config._path
+    return config

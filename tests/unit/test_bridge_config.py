@@ -99,7 +99,7 @@ def test_durable_client_id_defaults_to_the_bridge_name() -> None:
     [
         ({"max_batch_time": 0}, "bridges[0].max_batch_time", "-1 (wait forever) or >= 1"),
         ({"max_batch_time": -5}, "bridges[0].max_batch_time", "-1 (wait forever) or >= 1"),
-        ({"max_batch_size": 0}, "bridges[0].max_batch_size", ">= 1"),
+        ({"max_batch_size": 0}, "bridges[0].max_batch_size", "at least 1"),
         ({"max_retries": -2}, "bridges[0].max_retries", "-1 (retry forever)"),
         ({"failure_retry_interval": 0}, "bridges[0].failure_retry_interval", "at least 1"),
         ({"max_batch_size": "10"}, "bridges[0].max_batch_size", "expected an integer"),

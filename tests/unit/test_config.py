@@ -38,11 +38,11 @@ def test_overrides_are_typed_as_toml(tmp_path: Path) -> None:
     ("text", "key", "problem"),
     [
         ("[stomp]\nmax_frame_sise = 5\n", "stomp.max_frame_sise", "did you mean 'max_frame_size'"),
-        ("[stomp]\nmax_frame_size = 'big'\n", "stomp.max_frame_size", "expected int"),
+        ("[stomp]\nmax_frame_size = 'big'\n", "stomp.max_frame_size", "expected an integer"),
         ("[stomp]\nmax_frame_size = 0\n", "stomp.max_frame_size", "at least 1"),
         ("[brokr]\n", "brokr", "did you mean 'broker'"),
-        ("[broker]\npersistence = 'disk'\n", "broker.persistence", "'memory' or 'sqlite'"),
-        ("[[destinations]]\npattern = '/queue/*'\nconnector = 'amq'\n", "destinations.connector", "not defined"),
+        ("[broker]\npersistence = 'disk'\n", "broker.persistence", "one of memory, sqlite"),
+        ("[[destinations]]\npattern = '/queue/*'\nconnector = 'amq'\n", "destinations[0].connector", "not defined"),
         ("[stomp]\nheartbeat_grace = 0.5\n", "stomp.heartbeat_grace", "at least 1.0"),
     ],
 )

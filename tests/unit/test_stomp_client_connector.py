@@ -146,7 +146,7 @@ def test_settings_defaults_and_uri_credentials() -> None:
         ({"uri": "stomp://h:1", "max_retry": 3}, "connectors.amq.max_retry", "did you mean 'max_retries'"),
         ({"uri": "http://h:1"}, "connectors.amq.uri", "not stomp://"),
         ({}, "connectors.amq.uri", "needs a uri"),
-        ({"uri": "stomp://h:1", "max_retries": -2}, "connectors.amq.max_retries", ">= -1"),
+        ({"uri": "stomp://h:1", "max_retries": -2}, "connectors.amq.max_retries", "-1 (retry forever) or >= 0"),
         ({"uri": "stomp://h:1", "heartbeat": [1]}, "connectors.amq.heartbeat", "send_ms"),
         ({"uri": "stomp://h:1", "send_timeout": "5s"}, "connectors.amq.send_timeout", "integer"),
         ({"uri": "stomp://h:1", "amq_msg_type": "yes"}, "connectors.amq.amq_msg_type", "true or false"),
