@@ -69,6 +69,14 @@ def hash_password_command(rounds: int) -> int:
     return 0
 
 
+def print_reference(what: str) -> int:
+    """Print the JSON Schema of the configuration, or its key tables in Markdown."""
+    from gateway.config_reference import json_schema_text, key_tables
+
+    print(json_schema_text() if what == "schema" else key_tables(), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pipeline"]:
@@ -81,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", nargs="?", default=DEFAULT_CONFIG)
     check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    reference = commands.add_parser("config", help="print the configuration's JSON Schema or its key tables")
+    reference.add_argument("what", choices=["schema", "keys"],
+                           help="schema: JSON Schema of jmsgateway.toml (for editors); keys: Markdown tables")
     plugins = commands.add_parser("plugins", help="list transformer plugins and why any failed to load")
     plugins.add_argument("--config", default=DEFAULT_CONFIG)
     plugins.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -103,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_standalone(args.config, args.set, only=args.only)
     if args.command == "check-config":
         return check_config(args.file, args.set)
+    if args.command == "config":
+        return print_reference(args.what)
     if args.command == "plugins":
         return list_plugins(args.config, args.set)
     return 2  # pragma: no cover

@@ -8,12 +8,12 @@ its own package (``[transform]``, ``[routing]``, ``[connectors.*]``,
 (``[gateway]``, ``[stomp]``, ``[broker]``, ``[auth]``, ``[[destinations]]``)
 are declared here.  Every problem raises one :class:`ConfigError` naming the
 file, the dotted key and what is wrong (:mod:`gateway.schema`).
-:func:`json_schema` is the JSON Schema of the document (``jmsgateway config schema``).
+The references generated from these models (JSON Schema, key tables) are
+in :mod:`gateway.config_reference`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 from typing import Annotated, Any, Literal
@@ -49,7 +49,7 @@ class GatewaySection(Section):
 
     model_config = ConfigDict(frozen=False)
 
-    @field_validator("listen", mode="before")
+    @field_validator("listen", mode="before", json_schema_input_type=str | list[str])
     @classmethod
     def _one_endpoint(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -256,14 +256,3 @@ def parse_config(raw: dict[str, Any], path: str = "") -> GatewayConfig:
     config._path = path
     config.transform._path = path
     return config
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of ``jmsgateway.toml`` (for editors: Taplo / Even Better TOML)."""
-    schema = GatewayConfig.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-
-
-def json_schema_text() -> str:
-    """:func:`json_schema` as the text shipped in ``etc/jmsgateway.schema.json``."""
-    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

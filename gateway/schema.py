@@ -123,12 +123,12 @@ def kind(value: Any) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
-def _expected(annotation: Any, plural: bool = False) -> str | None:
+def expected(annotation: Any, plural: bool = False) -> str | None:
     """What an annotation takes, in TOML's words (``an array of strings``)."""
-    annotation = _unwrap(annotation)
+    annotation = unwrap(annotation)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (list, tuple) and args:
-        inner = _expected(args[0], plural=True)
+        inner = expected(args[0], plural=True)
         return "arrays" if plural else f"an array of {inner}" if inner else "an array"
     if origin in (dict, Mapping) or (isinstance(annotation, type) and issubclass(annotation, BaseModel | dict)):
         return "tables" if plural else "a table"
@@ -139,16 +139,16 @@ def _expected(annotation: Any, plural: bool = False) -> str | None:
 
 def _problem(detail: Any, annotation: Any = None) -> str:
     kind_of, value, context = detail["type"], detail.get("input"), detail.get("ctx") or {}
-    if kind_of in ("list_type", "tuple_type", "dict_type", "model_type") and _expected(annotation):
-        return f"expected {_expected(annotation)}, got {kind(value)} {value!r}"
-    expected = {
+    if kind_of in ("list_type", "tuple_type", "dict_type", "model_type") and expected(annotation):
+        return f"expected {expected(annotation)}, got {kind(value)} {value!r}"
+    wanted = {
         "int_type": "an integer", "int_parsing": "an integer", "string_type": "a string", "bool_type": "true or false",
         "bool_parsing": "true or false", "float_type": "a number", "float_parsing": "a number",
         "list_type": "an array", "tuple_type": "an array", "dict_type": "a table", "model_type": "a table",
         "model_attributes_type": "a table", "dataclass_type": "a table",
     }.get(kind_of)
-    if expected is not None:
-        return f"expected {expected}, got {kind(value)} {value!r}"
+    if wanted is not None:
+        return f"expected {wanted}, got {kind(value)} {value!r}"
     if kind_of == "missing":
         return "missing"
     if kind_of == "literal_error":
@@ -171,7 +171,7 @@ def _walk(model: Any, loc: tuple[Any, ...]) -> tuple[list[str | int], Any]:
     keys: list[str | int] = []
     current: Any = model
     for part in loc:
-        current = _unwrap(current)
+        current = unwrap(current)
         if isinstance(current, type) and issubclass(current, BaseModel):
             fields = current.model_fields
             field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
@@ -180,7 +180,7 @@ def _walk(model: Any, loc: tuple[Any, ...]) -> tuple[list[str | int], Any]:
             continue
         origin, args = typing.get_origin(current), typing.get_args(current)
         if origin in (typing.Union, types.UnionType):
-            tagged = [a for a in args if getattr(_unwrap(a), "__tag__", None) == part]
+            tagged = [a for a in args if getattr(unwrap(a), "__tag__", None) == part]
             if tagged:
                 current = tagged[0]
                 continue
@@ -193,7 +193,7 @@ def _walk(model: Any, loc: tuple[Any, ...]) -> tuple[list[str | int], Any]:
             current = args[1]
         else:
             current = None
-    return keys, _unwrap(current)
+    return keys, unwrap(current)
 
 
 def _keys_of(annotation: Any) -> list[str]:
@@ -203,11 +203,11 @@ def _keys_of(annotation: Any) -> list[str]:
     return []
 
 
-def _unwrap(annotation: Any) -> Any:
+def unwrap(annotation: Any) -> Any:
     while typing.get_origin(annotation) is Annotated:
         annotation = typing.get_args(annotation)[0]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(members) == 1:
-            return _unwrap(members[0])
+            return unwrap(members[0])
     return annotation

@@ -21,7 +21,7 @@ class AdminSettings(Section):
     """Whether /health answers without authentication (for load balancers); the rest needs a login
     whenever [auth] has users."""
 
-    @field_validator("listen", "users", mode="wrap")
+    @field_validator("listen", "users", mode="wrap", json_schema_input_type=str | list[str])
     @classmethod
     def _strings(cls, value: Any, handler: Any) -> Any:
         try:

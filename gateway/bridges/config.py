@@ -29,7 +29,7 @@ mean" for a misspelt key, QoS or connector.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
@@ -115,9 +115,13 @@ class TransformerStep(Section):
     """One transformer a bridge runs (or just its name), with its options and failure policy."""
 
     transformer: Annotated[Str, Field(min_length=1)]
+    """The transformer's name."""
     options: Table = {}
-    on_error: Annotated[Str, Field(pattern="^(reject|dead-letter|skip|drop)$")] = "reject"
+    """Its options."""
+    on_error: Literal["reject", "dead-letter", "skip", "drop"] = "reject"
+    """Failure policy (as in [[transform.chain]])."""
     dead_letter: Str | None = None
+    """Dead-letter destination of on_error = 'dead-letter'."""
 
     @model_validator(mode="after")
     def _dead_letter(self) -> TransformerStep:

@@ -233,7 +233,7 @@ def _chains_for(config: BridgeConfig, plugin_manager: Any, transform_config: Any
         ChainEntry(
             transformer=step.transformer,
             direction="inbound",
-            on_error=step.on_error,  # type: ignore[arg-type]
+            on_error=step.on_error,
             dead_letter=step.dead_letter if step.on_error == "dead-letter" else None,
             options=dict(step.options),
         ).with_key(f"{config.key}.transformers[{index}]")

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from gateway.schema import Bool, KeyProblem, Section, Seconds, Str, Table, validate
+from gateway.schema import Bool, KeyProblem, Seconds, Section, Str, Table, validate
 
 
 class KafkaSettings(Section):

@@ -70,7 +70,7 @@ class PipelineSpec:
 
 
 class PipelineSettings(Section):
-    """The ``[pipeline]`` table (see the module docstring); parsed, every default is resolved."""
+    """The ``[pipeline]`` table: what the Spark job reads, where it writes, how fast."""
 
     ingest_topics: Annotated[tuple[Annotated[Str, Field(min_length=1)], ...], Field(min_length=1)]
     """Topics the STOMP gateways write to (a name or a list)."""
@@ -100,7 +100,7 @@ class PipelineSettings(Section):
     """librdkafka consumer settings merged over ours (python access)."""
     _path: str = PrivateAttr("")
 
-    @field_validator("ingest_topics", mode="before")
+    @field_validator("ingest_topics", mode="before", json_schema_input_type=str | list[str])
     @classmethod
     def _one_topic(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
