@@ -1,30 +1,9 @@
-"""The ``[[bridges]]`` configuration, validated into :class:`BridgeConfig` objects.
+"""The ``[[bridges]]`` configuration, validated into :class:`BridgeConfig` models.
 
-Owns :func:`parse_bridges` only: no Twisted, no connectors.  Parameter names
-are those of the JBoss Messaging / ActiveMQ Artemis JMS bridge in snake_case;
-the Artemis camelCase spellings are accepted too (``maxBatchSize``,
-``qualityOfServiceMode``, ``sourceUsername`` …).  Shape::
-
-    [[bridges]]
-    name = "orders-to-kafka"                # unique; default "bridge-<index>"
-    source = { connector = "embedded", destination = "/queue/orders" }
-    target = { connector = "kafka", destination = "/topic/orders", user = "u", password = "p" }
-    selector = "region = 'EU'"              # JMS selector applied at the source
-    qos = "DUPLICATES_OK"                   # AT_MOST_ONCE | DUPLICATES_OK | ONCE_AND_ONLY_ONCE
-    failure_retry_interval = 5000           # ms between reconnection attempts (>= 1)
-    max_retries = -1                        # -1: forever; 0: fail at the first failure
-    max_batch_size = 1                      # >= 1
-    max_batch_time = 100                    # ms; -1: wait for a full batch
-    subscription_name = "orders"            # durable topic subscription (source a topic)
-    client_id = "bridge-1"                  # its client id (default: the bridge name)
-    add_message_id_in_header = false        # append the source id to AMQ_BRIDGE_MSG_ID_LIST
-    transformers = ["header-map", { transformer = "compress", options = { level = 6 } }]
-    duplicate_window = 86400000             # ms ids are kept (ONCE_AND_ONLY_ONCE)
-    enabled = true                          # false: built but not started
-
-Every problem raises :class:`~gateway.errors.ConfigError` naming the file,
-the key (``bridges[2].max_batch_time``) and what is wrong, with a "did you
-mean" for a misspelt key, QoS or connector.
+No Twisted, no connectors.  Parameter names are those of the JBoss Messaging / ActiveMQ
+Artemis JMS bridge in snake_case; the Artemis camelCase spellings are accepted too
+(``maxBatchSize``, ``qualityOfServiceMode``, ``sourceUsername`` …).  Keys and defaults:
+docs/configuration.md; an example: etc/examples/bridges.toml.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """The ``[pipeline]`` configuration: what the Spark job reads, where it writes, how fast.
 
-:func:`parse_pipeline_settings` validates the raw ``[pipeline]`` table into a
-:class:`PipelineSettings`; :func:`pipeline_spec` bundles everything an
-executor needs to rebuild the router and the transformer chains
-(:class:`PipelineSpec`, plain picklable data, no compiled predicates).
-Shape::
-
-    [pipeline]
-    ingest_topics = ["jms-ingest"]       # what the STOMP gateways write to (required)
-    bootstrap = "kafka1:9092"            # default: the routing connector's uri
-    origin = "jmsgateway"                # jmsbridge.origin written; default: [gateway] id
-    checkpoint = "var/pipeline-checkpoint"
-    kafka_access = "auto"                # auto | spark (format "kafka") | python (own source/sink)
-    starting_offsets = "earliest"        # earliest | latest | JSON {"topic": {"0": 42}}
-    max_offsets_per_trigger = 10000      # 0: no limit
-    trigger_seconds = 1.0                # micro-batch interval (0: as fast as possible)
-    unrouted = "dead-letter"             # no route matched: dead-letter | drop (both counted)
-    query_name = "jmsgateway-pipeline"
-    shuffle_partitions = 4
-    producer = { "linger.ms" = 5 }       # librdkafka settings merged over ours (python access)
-    consumer = { }
-
-Nothing here imports Spark or Twisted.
+:func:`parse_pipeline_settings` resolves the ``[pipeline]`` model's defaults;
+:func:`pipeline_spec` bundles everything an executor needs to rebuild the router and
+the transformer chains (:class:`PipelineSpec`, plain picklable data, no compiled
+predicates).  Keys: docs/configuration.md.  Nothing here imports Spark or Twisted.
 """
 
 from __future__ import annotations

@@ -1,36 +1,11 @@
-"""The ``[transform]`` section of the gateway configuration, validated.
+"""The ``[transform]`` section: chains of transformers, their order, options and failure policies.
 
-Owns :func:`parse_transform_config` and the typed objects it returns; it does
-not read files (``gateway.config`` does and hands the section over) and does
-not know which transformers exist (:class:`gateway.transform.chain.TransformChains`
-checks names against the loaded plugins).  Shape::
-
-    [transform]
-    plugin_dirs = ["plugins"]        # folders whose *.py files are plugins (relative to the cwd)
-    blocked = []                     # plugin names never registered
-    load_entry_points = true         # load setuptools entry points, group "jmsgateway"
-    transformation_header = true     # honour the ActiveMQ `transformation` header
-    on_error = "reject"              # default policy: reject | dead-letter | skip | drop
-    dead_letter = "/queue/DLQ.transform"   # default dead-letter destination
-    timeout = 30.0                   # seconds an asynchronous transformer may take (0: no limit)
-
-    [transform.options.compress]     # default options of one transformer, by name
-    algorithm = "gzip"
-
-    [[transform.chain]]              # evaluated in order; every matching entry runs, in order
-    transformer = "header-map"
-    destinations = ["/queue/orders.*"]   # fnmatch globs on the STOMP-side destination; default ["*"]
-    direction = "both"               # inbound | outbound | both
-    on_error = "reject"
-    dead_letter = "/queue/DLQ.transform"
-    timeout = 5.0                    # overrides [transform] timeout
-    options = { rename = { "X-Old" = "x-new" } }   # merged over [transform.options.<name>]
-
-Failure policies: ``reject`` fails the message (an ERROR frame instead of the
-RECEIPT inbound); ``dead-letter`` sends the message as it arrived to
-``dead_letter``; ``skip`` passes the message on as it was before the failing
-transformer; ``drop`` consumes it without transferring it.  A transformer
-whose Deferred has not fired after ``timeout`` seconds is cancelled and
+Declared as models (keys and defaults: docs/configuration.md); it does not know which
+transformers exist (:class:`gateway.transform.chain.TransformChains` checks the names).
+Failure policies: ``reject`` fails the message (an ERROR frame instead of the RECEIPT
+inbound); ``dead-letter`` sends the message as it arrived to ``dead_letter``; ``skip``
+passes it on as it was before the failing transformer; ``drop`` consumes it.  A
+transformer whose Deferred has not fired after ``timeout`` seconds is cancelled and
 counts as failed.
 """
 
