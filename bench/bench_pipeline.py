@@ -26,7 +26,10 @@ import time
 import uuid
 from typing import Any
 
+from twisted.internet.defer import ensureDeferred
+
 from bench.common import report
+from bench.reactor_thread import run_in_reactor
 from gateway.pipeline.job import PipelineJob, build_spark
 from gateway.pipeline.progress import ProgressLogger
 from gateway.pipeline.settings import parse_pipeline_settings, pipeline_spec
@@ -89,7 +92,7 @@ def main(count: int = 40_000) -> None:
         create_topics(bootstrap, *topics.values())
         config = gateway_config(topics, ingest=ingest, bootstrap=bootstrap)
         started, cpu = time.perf_counter(), busy_seconds()
-        outcomes, _ = run_reference(bootstrap, config, messages)
+        outcomes, _ = run_in_reactor(lambda: ensureDeferred(run_reference(bootstrap, config, messages)))
         elapsed = time.perf_counter() - started
         in_process, in_process_cores = count / elapsed, (busy_seconds() - cpu) / elapsed
 

@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from twisted.internet import reactor
 from twisted.internet.defer import Deferred, DeferredList
 
 from gateway.config import GatewayConfig, parse_config
@@ -34,7 +35,6 @@ from gateway.transform import (
     plugin_manager_for,
 )
 from tests.support.kafka import create_topics, produce, read_records
-from tests.support.reactor_waits import reactor
 
 INGEST_ORIGIN = "gw-ingest-1"
 PIPELINE_ORIGIN = "gw-pipeline"
