@@ -96,7 +96,11 @@ def validate(model: type[M], raw: Any, *, path: str = "", prefix: str = "") -> M
 
 def config_error(error: ValidationError, model: type[BaseModel], *, path: str = "", prefix: str = "") -> ConfigError:
     """The first problem of ``error`` as a ConfigError with the dotted key."""
-    first = error.errors(include_url=False)[0]
+    errors = error.errors(include_url=False)
+    first = errors[0]
+    if first["type"] == "missing":  # a misspelt required key: name the misspelling
+        first = next((e for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == first["loc"][:-1]),
+                     first)
     loc = tuple(first["loc"])
     cause = (first.get("ctx") or {}).get("error")
     if first["type"] in CUSTOM_PROBLEMS:
