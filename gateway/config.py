@@ -87,8 +87,8 @@ class StompSettings(Section):
 class BrokerSettings(Section):
     """``[broker]``: the embedded broker."""
 
-    persistence: Literal["memory", "sqlite"] = "memory"
-    """Where persistent messages live: memory (lost on restart) or sqlite."""
+    persistence: Literal["memory", "sqlite"] = "sqlite"
+    """Where persistent messages live: sqlite (they survive kill -9) or memory (lost on restart)."""
     database: Str = "broker.sqlite"
     """The SQLite file (relative to data_dir)."""
     default_persistent: Bool = False
