@@ -11,13 +11,13 @@ metrics, one set per registry and labelled by connector name.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, SkipValidation, field_validator, model_validator
 
+from gateway.errors import ConfigError
 from gateway.schema import Bool, Int, KeyProblem, Retries, Section, Str, validate
 from gateway.tls import TLS_OPTIONS, ClientTls
 
@@ -94,27 +94,16 @@ class StompConnectorOptions(Section):
         return self
 
 
-@dataclass(slots=True, frozen=True)
-class StompBrokerSettings:
-    """A ``stomp://`` connector's checked configuration (times in milliseconds)."""
+class StompBrokerSettings(StompConnectorOptions):
+    """What a ``stomp://`` connector runs with: its options, the uri's parts, the TLS files read."""
 
-    uri: str
-    scheme: str
-    address: str
-    port: int
-    login: str | None = None
-    passcode: str | None = None
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    scheme: str = "stomp"
+    address: str = ""
+    port: int = DEFAULT_PORTS["stomp"]
     virtual_host: str = ""
     client_id: str = ""
-    failure_retry_interval: int = 5000
-    max_retries: int = -1
-    send_timeout: int = 30000
-    connect_timeout: int = 10000
-    heartbeat: tuple[int, int] = (10000, 10000)
-    max_waiting_sends: int = 10000
-    transformation: str = ""
-    amq_msg_type: bool = True
-    tls: ClientTls | None = None
+    tls: SkipValidation[ClientTls | None] = None
     """TLS options of a ``stomp+ssl://`` connection (None for ``stomp://``)."""
 
     @classmethod
@@ -123,8 +112,6 @@ class StompBrokerSettings:
         """Check ``options``; ConfigError names the key and the problem.  Relative
         TLS file paths are relative to ``base_dir`` (the config file's directory)."""
         if isinstance(options, dict) and not isinstance(options.get("uri"), str):
-            from gateway.errors import ConfigError
-
             raise ConfigError("needs a uri such as 'stomp://127.0.0.1:61613'", key=f"connectors.{name}.uri")
         checked = validate(StompConnectorOptions, options, prefix=f"connectors.{name}")
         parts = urlsplit(checked.uri)
@@ -133,13 +120,12 @@ class StompBrokerSettings:
         if parts.scheme == "stomp+ssl":
             tls = ClientTls.from_options(checked.model_dump(exclude_none=True), hostname=parts.hostname,
                                          base_dir=base_dir, key=lambda option: f"connectors.{name}.{option}")
-        fields = checked.model_dump(exclude={"uri", "login", "passcode", "host", "client_id", *TLS_OPTIONS})
-        return cls(uri=checked.uri, scheme=parts.scheme, address=parts.hostname,
-                   port=parts.port or DEFAULT_PORTS[parts.scheme],
-                   login=checked.login if checked.login is not None else parts.username,
-                   passcode=checked.passcode if checked.passcode is not None else parts.password,
-                   virtual_host=checked.host or parts.hostname, client_id=checked.client_id or f"{gateway_id}-{name}",
-                   tls=tls, **fields)
+        derived = {"scheme": parts.scheme, "address": parts.hostname, "port": parts.port or DEFAULT_PORTS[parts.scheme],
+                   "login": checked.login if checked.login is not None else parts.username,
+                   "passcode": checked.passcode if checked.passcode is not None else parts.password,
+                   "virtual_host": checked.host or parts.hostname, "tls": tls,
+                   "client_id": checked.client_id or f"{gateway_id}-{name}"}
+        return cls.model_validate({**checked.model_dump(), **derived})
 
 
 class StompBrokerMetrics:
