@@ -118,8 +118,7 @@ def config_error(error: ValidationError, model: type[BaseModel], *, path: str = 
     return ConfigError(cause.problem if isinstance(cause, KeyProblem) else _problem(first, here), path=path, key=key)
 
 
-_KINDS = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", list: "an array",
-          tuple: "an array", dict: "a table"}
+_KINDS = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", list: "an array", dict: "a table"}
 
 
 def kind(value: Any) -> str:
@@ -141,32 +140,24 @@ def expected(annotation: Any, plural: bool = False) -> str | None:
     return names[annotation][plural] if annotation in names else None
 
 
+_WANTED = {"int": "an integer", "string": "a string", "bool": "true or false", "float": "a number", "list": "an array",
+           "tuple": "an array", "dict": "a table", "model": "a table", "model_attributes": "a table"}
+
+
 def _problem(detail: Any, annotation: Any = None) -> str:
     kind_of, value, context = detail["type"], detail.get("input"), detail.get("ctx") or {}
-    if kind_of in ("list_type", "tuple_type", "dict_type", "model_type") and expected(annotation):
-        return f"expected {expected(annotation)}, got {kind(value)} {value!r}"
-    wanted = {
-        "int_type": "an integer", "int_parsing": "an integer", "string_type": "a string", "bool_type": "true or false",
-        "bool_parsing": "true or false", "float_type": "a number", "float_parsing": "a number",
-        "list_type": "an array", "tuple_type": "an array", "dict_type": "a table", "model_type": "a table",
-        "model_attributes_type": "a table", "dataclass_type": "a table",
-    }.get(kind_of)
-    if wanted is not None:
-        return f"expected {wanted}, got {kind(value)} {value!r}"
-    if kind_of == "missing":
-        return "missing"
+    base = kind_of.removesuffix("_type").removesuffix("_parsing")
+    if base != kind_of and base in _WANTED:
+        return f"expected {expected(annotation) or _WANTED[base]}, got {kind(value)} {value!r}"
     if kind_of == "literal_error":
         choices = [c.strip("'") for part in str(context.get("expected", "")).split(" or ") for c in part.split(", ")]
         return f"must be one of {', '.join(choices)}, not {value!r}{did_you_mean(str(value), choices)}"
-    if kind_of in ("greater_than_equal", "greater_than"):
-        return f"must be at least {context.get('ge', context.get('gt'))}, got {value!r}"
-    if kind_of == "string_too_short":
-        return "must not be empty"
-    if kind_of == "too_short":
-        return f"needs at least {context.get('min_length')} item(s)"
     if kind_of in ("value_error", "assertion_error"):
         return str(context.get("error", detail["msg"]))
-    return str(detail["msg"])
+    messages = {"missing": "missing", "string_too_short": "must not be empty",
+                "too_short": f"needs at least {context.get('min_length')} item(s)",
+                "greater_than_equal": f"must be at least {context.get('ge')}, got {value!r}"}
+    return messages.get(kind_of, str(detail["msg"]))
 
 
 def _walk(model: Any, loc: tuple[Any, ...]) -> tuple[list[str | int], Any]:
