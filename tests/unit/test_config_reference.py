@@ -36,7 +36,7 @@ def test_the_docs_key_tables_are_the_generated_ones() -> None:
 def test_every_section_and_connector_kind_is_in_the_schema_and_the_docs() -> None:
     schema = json_schema()
     assert set(schema["properties"]) == {"gateway", "stomp", "broker", "auth", "destinations", "connectors",
-                                         "transform", "routing", "bridges", "pipeline", "admin"}
+                                         "transform", "routing", "bridges", "pipeline", "admin", "authorization"}
     assert {"StompConnectorOptions", "KafkaSettings"} <= set(schema["$defs"])
     tables = key_tables()
     for key in ("`max_retries`", "`ingest_topics`", "`public_health`", "`on_soft_failure`", "`subscription_name`"):
