@@ -2,8 +2,8 @@
 
 :class:`AdminRequest` is the site's request class:
 
-- **Bounded bodies, refused before they are read.**  No admin page reads a
-  request body, so a declared ``Content-Length`` above :data:`MAX_BODY` gets
+- **Bounded bodies, refused before they are read.**  Only the console's
+  actions read a body (a small JSON object), so a declared ``Content-Length`` above :data:`MAX_BODY` gets
   413 as soon as the headers are in, before one byte of the body is read
   (``twisted.web`` would otherwise read it all, spooling a large one to a
   temporary file, and only then ask for a login); a chunked body is cut off
@@ -26,7 +26,7 @@ from twisted.logger import Logger
 from twisted.web.server import Request
 
 MAX_BODY = 16 * 1024
-"""Bytes of request body the admin endpoint tolerates (and discards): none of its pages reads one."""
+"""Bytes of request body the admin endpoint takes: the console's JSON actions (a test message included)."""
 
 SAFE_METHODS = frozenset({b"GET", b"HEAD"})
 """Methods that change nothing, so need no cross-site check."""
@@ -83,7 +83,7 @@ class AdminRequest(Request):
         """The headers are in: refuse a declared body past the bound before reading any of it."""
         if length is not None and length > self.max_body:
             self._refuse_body(f"a request body of {length} bytes is more than the admin endpoint takes "
-                              f"({self.max_body} bytes; its pages read none)")
+                              f"({self.max_body} bytes)")
             length = 0
         super().gotLength(length)
 
@@ -93,7 +93,7 @@ class AdminRequest(Request):
         self._body_read += len(data)
         if self._body_read > self.max_body:
             self._refuse_body(f"a request body of more than {self.max_body} bytes is more than the admin "
-                              "endpoint takes (its pages read none)")
+                              "endpoint takes")
             return
         super().handleContentChunk(data)
 

@@ -10,6 +10,8 @@
                                        with the bridge's status once the action is done
 ``GET /routing``                       Kafka routing: stopped routes, the producer
 ``POST /routing/restart[?route=R]``    clear a hard stop (all routing) or one route's stop
+``GET /console/``                      the web console (:mod:`gateway.admin.console`); a browser
+                                       asking for ``/`` (``Accept: text/html``) is sent there
 =====================================  =====================================================
 
 Errors are JSON too: ``{"error": "..."}`` with 404 (unknown bridge, route or
@@ -226,6 +228,10 @@ class AdminRoot(Resource):
     def render_GET(self, request: Request) -> bytes:
         from gateway import __version__
 
+        accept = request.getHeader(b"accept") or b""
+        if b"text/html" in accept:  # a browser: the console
+            request.redirect(b"/console/")
+            return b""
         return json_body(request, 200, {
             "id": self.gateway.config.id,
             "version": __version__,
@@ -235,5 +241,6 @@ class AdminRoot(Resource):
                 "/status": "uptime, STOMP connections, connectors, bridges",
                 "/bridges": "bridges; POST /bridges/NAME/{start,stop,pause,resume}",
                 "/routing": "Kafka routing; POST /routing/restart[?route=NAME]",
+                "/console/": "the web console (HTML; its JSON API under /console/api/)",
             },
         })

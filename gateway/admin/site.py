@@ -1,4 +1,5 @@
-"""The admin endpoint's site: the resources of :mod:`gateway.admin.resources`, with access control.
+"""The admin endpoint's site: the resources of :mod:`gateway.admin.resources` and the console
+(:mod:`gateway.admin.console`, at ``/console/``), with access control.
 
 Without ``[auth]`` users anyone who can reach the port may use it (bind it to
 127.0.0.1, the default example).  With users, every page needs HTTP Basic
@@ -21,6 +22,7 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 from zope.interface import implementer
 
+from gateway.admin.console import ConsoleRoot
 from gateway.admin.requests import AdminRequest
 from gateway.admin.resources import AdminRoot
 from gateway.admin.settings import AdminSettings
@@ -65,6 +67,9 @@ class GuardedRoot(Resource):
 def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
     """The admin tree for ``gateway``, guarded when ``gateway.portal`` has logins."""
     root = AdminRoot(gateway)
+    console = ConsoleRoot(gateway, gateway.authorizer)
+    console.history.start()
+    root.putChild(b"console", console)
     portal = gateway.portal
     if portal is None:
         return root

@@ -77,6 +77,10 @@ class MessageQueue:
         self._rr = 0
         self._dispatching = False
         self._again = False
+        self.enqueued = 0
+        """Messages that entered this queue since start (redeliveries not counted again)."""
+        self.dequeued = 0
+        """Messages consumers acknowledged (or auto-acknowledged) from this queue since start."""
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -93,6 +97,7 @@ class MessageQueue:
     def enqueue(self, message: Message) -> None:
         """Add a message and try to dispatch it."""
         heapq.heappush(self._heap, (-message.priority, next(self._seq), message))
+        self.enqueued += 1
         if self.consumers:
             self.dispatch()
 
@@ -125,6 +130,19 @@ class MessageQueue:
         drained = [entry[2] for entry in sorted(self._heap)]
         self._heap = []
         return drained
+
+    def remove_pending(self, message_ids: set[str] | None = None) -> list[Message]:
+        """Take pending messages out of the queue without delivering them: those whose
+        id is in ``message_ids`` (None: all), in dispatch order.  In-flight ones stay."""
+        if message_ids is None:
+            return self.drain()
+        keep = [entry for entry in self._heap if entry[2].message_id not in message_ids]
+        if len(keep) == len(self._heap):
+            return []
+        taken = [entry[2] for entry in sorted(self._heap) if entry[2].message_id in message_ids]
+        heapq.heapify(keep)
+        self._heap = keep
+        return taken
 
     def add_consumer(self, subscription: QueueSubscription) -> None:
         self.consumers.append(subscription)
@@ -221,6 +239,7 @@ class QueueSubscription:
                 self.paused = True
                 self._redeliver(seq, message)
                 return
+            self.queue.dequeued += 1
             self.queue.owner.consumed(self.queue, message).addErrback(self._auto_ack_failed)
             return
         self.unacked[seq] = message
@@ -240,6 +259,7 @@ class QueueSubscription:
         for tag in tags:
             message = self.unacked.pop(tag, None)
             if message is not None:
+                self.queue.dequeued += 1
                 writes.append(owner.consumed(self.queue, message))
         self.queue.dispatch()
         return gather(writes)

@@ -44,6 +44,7 @@ from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.frame import Frame
 from gateway.stomp.session import InboundTransformer, StompError, StompSession
+from gateway.stomp.traffic import StompTraffic
 
 INPUT_SLICE = 8192
 """Bytes of one client's input handled per reactor turn (a 64 KB read is ~8 turns)."""
@@ -70,6 +71,9 @@ class StompServerProtocol(Protocol):
         self._connect_deadline: IDelayedCall | None = None
         self._abort_deadline: IDelayedCall | None = None
         self._dropped: list[str] = []  # headers the last frame could not carry (encode_frame fills it)
+        self.connected_at = factory.clock.seconds()
+        self.messages_in = 0  # SEND frames read
+        self.messages_out = 0  # MESSAGE frames written
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -126,6 +130,9 @@ class StompServerProtocol(Protocol):
             if isinstance(item, StompProtocolError):
                 session.protocol_error(item)
                 return
+            if item.command == "SEND":
+                self.messages_in += 1
+                self.factory.traffic.received += 1
             session.frame_received(item)
 
     def _handle_unread(self) -> None:
@@ -180,6 +187,9 @@ class StompServerProtocol(Protocol):
 
     def send_frame(self, frame: Frame) -> None:
         if not self._closing:
+            if frame.command == "MESSAGE":
+                self.messages_out += 1
+                self.factory.traffic.sent += 1
             dropped = self._dropped
             self.transport.write(encode_frame(frame, self.version, dropped=dropped))  # type: ignore[union-attr]
             if dropped:
@@ -275,6 +285,8 @@ class StompServerFactory(Factory):
         )
         self.connections: set[StompServerProtocol] = set()
         """The admitted connections."""
+        self.traffic = StompTraffic(registry)
+        """Messages in and out over all connections (the admin console's rates)."""
         self.admission = ConnectionAdmission(self.settings.max_connections,
                                              self.settings.max_connections_per_address, registry)
         self.dropped_headers = Counter(

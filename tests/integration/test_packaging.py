@@ -20,6 +20,8 @@ def test_plain_pip_install_registers_the_twistd_plugin(tmp_path: Path) -> None:
     )
     assert (target / "twisted" / "plugins" / "jmsgateway.py").exists()
     assert not (target / "twisted" / "plugins" / "__init__.py").exists()
+    for page in ("index.html", "console.js", "console.css"):  # the admin console ships with the package
+        assert (target / "gateway" / "admin" / "static" / page).is_file(), page
     probe = (
         "from twisted.plugin import getPlugins\n"
         "from twisted.application.service import IServiceMaker\n"

@@ -1,0 +1,40 @@
+"""Who may do what in the admin console: an :class:`~gateway.interfaces.IAuthorizer`, or everyone.
+
+The console asks the gateway's authorizer before every action on a
+destination (``admin``) and before browsing one (``read``), as the STOMP
+session does before a SEND or SUBSCRIBE.  A gateway without per-destination
+authorization uses :class:`PermitAll`: whoever passed the admin login
+(``[auth]`` users, narrowed by ``[admin] users``) may do everything, as in
+ActiveMQ's web console.
+"""
+
+from __future__ import annotations
+
+from zope.interface import implementer
+
+from gateway.interfaces import IAuthorizer, Permission
+
+
+@implementer(IAuthorizer)
+class PermitAll:
+    """Every login holds every permission on every destination."""
+
+    def permits(self, login: str | None, permission: Permission, destination: str) -> bool:
+        return True
+
+
+class Forbidden(Exception):
+    """A console user lacks a permission on a destination (HTTP 403)."""
+
+    def __init__(self, login: str | None, permission: Permission, destination: str) -> None:
+        who = login if login is not None else "anonymous"
+        super().__init__(f"{who} does not hold the {permission} permission on {destination}")
+        self.login = login
+        self.permission = permission
+        self.destination = destination
+
+
+def require(authorizer: IAuthorizer, login: str | None, permission: Permission, destination: str) -> None:
+    """Raise :class:`Forbidden` unless ``login`` holds ``permission`` on ``destination``."""
+    if not authorizer.permits(login, permission, destination):
+        raise Forbidden(login, permission, destination)

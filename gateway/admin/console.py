@@ -1,0 +1,316 @@
+"""The admin console: static pages (``/console/``) over a JSON API (``/console/api/``).
+
+The pages (``gateway/admin/static/``: one HTML page, a script and a style
+sheet, no build step, nothing loaded from elsewhere) read these and draw
+the tables and the rate chart themselves:
+
+===========================================  ===============================================
+``GET  api/overview``                        connections, rates (and history), health
+``GET  api/destinations``                    the embedded broker's queues, topics, durables
+``GET  api/browse?destination=Q&limit=N``    pending messages of a queue, not consumed (read)
+``GET  api/connections``                     STOMP connections with their subscriptions
+``GET  api/routes``                          Kafka routes and their counters
+``GET  api/bridges``                         bridges
+``POST api/purge``      ``{destination}``     drop a queue's pending messages (admin)
+``POST api/delete``     ``{destination, message_id}``  drop one pending message (admin)
+``POST api/send``       ``{destination, body, persistent?, properties?}``  a test text message (admin)
+``POST api/move``       ``{destination, message_ids?}``  dead letters back to their origin (admin)
+``POST api/close``      ``{id}``              close a STOMP connection (ERROR frame, then close)
+``POST api/bridge``     ``{name, action}``    start, stop, pause or resume a bridge
+===========================================  ===============================================
+
+Every POST takes a JSON body: :class:`~gateway.admin.requests.AdminRequest`
+refuses one without the JSON content type or ``X-Requested-With``, or from
+another origin, before it gets here (no page of another site can send it;
+the console uses no HTML forms, so it needs no token).  Actions on a
+destination need the ``admin`` permission on it, browsing needs ``read``
+(:mod:`gateway.admin.authorization`); every action is logged with the
+login that asked for it.  The page asks for confirmation before it posts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request
+from twisted.web.static import File
+
+from gateway.admin import console_views as views
+from gateway.admin.authorization import Forbidden, PermitAll, require
+from gateway.admin.rates import RateHistory
+from gateway.admin.resources import BRIDGE_ACTIONS, ErrorPage, JsonPage, json_body
+from gateway.broker.operations import QueueOperations
+from gateway.errors import GatewayError
+from gateway.interfaces import IAuthorizer
+from gateway.message.model import TextMessage, new_message_id
+from gateway.stomp.session import StompError
+
+STATIC = os.path.join(os.path.dirname(__file__), "static")
+"""The console's pages, shipped as package data."""
+
+SECURITY_HEADERS = {
+    b"content-security-policy": b"default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    b"x-frame-options": b"DENY",
+    b"x-content-type-options": b"nosniff",
+    b"referrer-policy": b"same-origin",
+}
+"""Sent with every console response: no framing (clickjacking a confirmation), nothing from elsewhere."""
+
+BROWSE_LIMIT = 1000
+
+log = Logger()
+
+Params = dict[str, Any]
+
+
+def login_of(request: Request) -> str | None:
+    """The login the request authenticated with (HTTP Basic, checked by the guard), or None."""
+    user: bytes = request.getUser()
+    return user.decode("utf-8", "replace") if user else None
+
+
+def _string(params: Params, key: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key!r} must be a non-empty string")
+    return value
+
+
+class ActionFailed(Exception):
+    """An action that cannot be done as asked (HTTP 409), with a message for the operator."""
+
+
+class ConsoleAction(Resource):
+    """``POST`` with a JSON object: ``act(login, params)`` (a value or a Deferred of one) as JSON.
+
+    ``describe(params)`` names the action in the log, with the login:
+    ``console: alice purged /queue/a (3 messages)``.
+    """
+
+    isLeaf = True
+
+    def __init__(self, act: Callable[[str | None, Params], Any], describe: Callable[[Params, Any], str]) -> None:
+        super().__init__()
+        self.act = act
+        self.describe = describe
+
+    def render_GET(self, request: Request) -> bytes:
+        request.setHeader(b"allow", b"POST")
+        return json_body(request, 405, {"error": "this is an action: use POST with a JSON body"})
+
+    def render_POST(self, request: Request) -> Any:
+        login = login_of(request)
+        who = login if login is not None else "anonymous"
+        try:
+            params = json.loads(request.content.read() or b"{}") if request.content is not None else {}
+            if not isinstance(params, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as error:
+            return json_body(request, 400, {"error": f"bad request body: {error}"})
+        gone: list[bool] = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def done(result: Any) -> None:
+            log.info("console: {who} {action}", who=who, action=self.describe(params, result))
+            if not gone:
+                request.write(json_body(request, 200, {"ok": True, "result": result}))
+                request.finish()
+
+        def failed(failure: Failure) -> None:
+            error = failure.value
+            if isinstance(error, KeyError):
+                code, message = 404, str(error.args[0] if error.args else error)
+            elif isinstance(error, Forbidden):
+                code, message = 403, str(error)
+            elif isinstance(error, ValueError | ActionFailed | GatewayError):
+                code, message = (400 if isinstance(error, ValueError) else 409), str(error)
+            else:
+                code, message = 500, failure.getErrorMessage()
+                log.failure("console: {who} {action} failed", failure, who=who,
+                            action=self.describe(params, None))
+            log.info("console: {who} was refused {action}: {error}", who=who,
+                     action=self.describe(params, None), error=message)
+            if not gone:
+                request.write(json_body(request, code, {"error": message}))
+                request.finish()
+
+        d: Deferred[Any] = maybeDeferred(self.act, login, params)
+        d.addCallbacks(done, failed)
+        return NOT_DONE_YET
+
+
+class BrowsePage(Resource):
+    """``GET api/browse?destination=/queue/a&limit=100``: pending messages, not consumed."""
+
+    isLeaf = True
+
+    def __init__(self, operations: QueueOperations, authorizer: IAuthorizer) -> None:
+        super().__init__()
+        self.operations = operations
+        self.authorizer = authorizer
+
+    def render_GET(self, request: Request) -> bytes:
+        args = request.args or {}
+        destination = args.get(b"destination", [b""])[0].decode("utf-8", "replace")
+        try:
+            limit = min(BROWSE_LIMIT, int(args.get(b"limit", [b"100"])[0]))
+            require(self.authorizer, login_of(request), "read", destination)
+            queue = self.operations.queue(destination)
+            messages = self.operations.browse(destination, limit)
+        except KeyError as error:
+            return json_body(request, 404, {"error": str(error.args[0])})
+        except Forbidden as error:
+            return json_body(request, 403, {"error": str(error)})
+        except ValueError:
+            return json_body(request, 400, {"error": "limit must be a number"})
+        return json_body(request, 200, {
+            "destination": destination,
+            "pending": len(queue),
+            "inflight": queue.inflight,
+            "dead_letter": self.operations.is_dead_letter_queue(destination),
+            "messages": [views.browsed(message) for message in messages],
+        })
+
+
+class ConsoleApi(Resource):
+    """``/console/api/``: the pages' JSON documents and the actions."""
+
+    def __init__(self, gateway: Any, authorizer: IAuthorizer, history: RateHistory) -> None:
+        super().__init__()
+        self.gateway = gateway
+        self.authorizer = authorizer
+        self.operations = QueueOperations(gateway.broker)
+        clock = gateway.reactor
+        self.putChild(b"overview", JsonPage(lambda: (200, views.overview(gateway, history, clock.seconds()))))
+        self.putChild(b"destinations",
+                      JsonPage(lambda: (200, views.destinations(gateway.broker, self.operations))))
+        self.putChild(b"connections",
+                      JsonPage(lambda: (200, views.connections(gateway.factory, clock.seconds()))))
+        self.putChild(b"routes", JsonPage(lambda: (200, views.routes(gateway))))
+        self.putChild(b"bridges", JsonPage(lambda: (200, views.bridges(gateway))))
+        self.putChild(b"browse", BrowsePage(self.operations, authorizer))
+        self.putChild(b"purge", ConsoleAction(
+            self.purge,
+            lambda p, n: f"purged {p.get('destination')!r}" + (f" ({n} messages)" if n is not None else "")))
+        self.putChild(b"delete", ConsoleAction(
+            self.delete, lambda p, _: f"deleted message {p.get('message_id')!r} from {p.get('destination')!r}"))
+        self.putChild(b"send", ConsoleAction(
+            self.send, lambda p, r: f"sent a test message to {p.get('destination')!r}"
+                                    + (f" ({r['message_id']})" if r else "")))
+        self.putChild(b"move", ConsoleAction(
+            self.move, lambda p, n: f"moved dead letters of {p.get('destination')!r} back to their origin"
+                                    + (f" ({n} messages)" if n is not None else "")))
+        self.putChild(b"close", ConsoleAction(self.close, self._describe_close))
+        self.putChild(b"bridge", ConsoleAction(
+            self.bridge, lambda p, _: f"asked bridge {p.get('name')!r} to {p.get('action')}"))
+
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        return ErrorPage(404, f"no console API {path.decode('utf-8', 'replace')!r}")
+
+    # -- actions on the embedded broker's queues -------------------------
+
+    def _queue_for(self, login: str | None, params: Params) -> str:
+        destination = _string(params, "destination")
+        require(self.authorizer, login, "admin", destination)
+        self.operations.queue(destination)  # KeyError for a queue the broker does not have
+        return destination
+
+    def purge(self, login: str | None, params: Params) -> Deferred[int]:
+        return self.operations.purge(self._queue_for(login, params))
+
+    def delete(self, login: str | None, params: Params) -> Deferred[bool]:
+        destination = self._queue_for(login, params)
+        message_id = _string(params, "message_id")
+
+        def removed(found: bool) -> bool:
+            if not found:
+                raise KeyError(f"message {message_id} is not pending on {destination} (consumed, or in flight)")
+            return found
+
+        return self.operations.remove(destination, message_id).addCallback(removed)
+
+    def move(self, login: str | None, params: Params) -> Deferred[int]:
+        destination = self._queue_for(login, params)
+        ids = params.get("message_ids")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise ValueError("'message_ids' must be a list of message ids")
+        if not self.operations.is_dead_letter_queue(destination):
+            raise ActionFailed(f"{destination} is not a dead-letter queue "
+                               f"(their names start with {self.gateway.broker.settings.dead_letter_prefix})")
+        return self.operations.move_to_origin(destination, set(ids) if ids is not None else None)
+
+    def send(self, login: str | None, params: Params) -> Deferred[dict[str, str]]:
+        destination = _string(params, "destination")
+        require(self.authorizer, login, "admin", destination)
+        body = params.get("body", "")
+        persistent = params.get("persistent", True)
+        properties = params.get("properties", {})
+        if not isinstance(body, str) or not isinstance(persistent, bool) or not isinstance(properties, dict) \
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
+            raise ValueError("'body' must be a string, 'persistent' true or false, 'properties' strings by name")
+        message = TextMessage(destination=destination, message_id=new_message_id(), persistent=persistent,
+                              timestamp=int(self.gateway.reactor.seconds() * 1000), properties=dict(properties),
+                              text=body)
+        sent: Deferred[None] = self.gateway.broker.send(message)
+        return sent.addCallback(lambda _: {"message_id": message.message_id})
+
+    # -- connections and bridges -----------------------------------------
+
+    def _connection(self, params: Params) -> Any:
+        session_id = _string(params, "id")
+        for protocol in self.gateway.factory.connections:
+            if protocol.session is not None and protocol.session.session_id == session_id:
+                return protocol
+        raise KeyError(f"no STOMP connection {session_id!r} (closed already?)")
+
+    def close(self, login: str | None, params: Params) -> dict[str, str]:
+        protocol = self._connection(params)
+        session = protocol.session
+        for subscription in session.subscriptions.values():
+            require(self.authorizer, login, "admin", subscription.destination)
+        who = login if login is not None else "anonymous"
+        session.fail(StompError("connection closed by an administrator", f"closed by {who} from the admin console"))
+        return {"id": session.session_id, "peer": protocol.peer}
+
+    def _describe_close(self, params: Params, result: Any) -> str:
+        if result:
+            return f"closed STOMP connection {result['id']} of {result['peer']}"
+        return f"closing STOMP connection {params.get('id')!r}"
+
+    def bridge(self, login: str | None, params: Params) -> Deferred[Any]:
+        name, action = _string(params, "name"), _string(params, "action")
+        if action not in BRIDGE_ACTIONS:
+            raise ValueError(f"no bridge action {action!r}; actions: {', '.join(BRIDGE_ACTIONS)}")
+        bridge = self.gateway.bridges.bridge(name)  # KeyError naming the bridges there are
+        return maybeDeferred(getattr(bridge, action)).addCallback(lambda _: bridge.status())
+
+
+class ConsoleRoot(Resource):
+    """``/console/``: the static pages, ``api/`` and the console's security headers on all of it."""
+
+    def __init__(self, gateway: Any, authorizer: IAuthorizer | None = None, history: RateHistory | None = None) -> None:
+        super().__init__()
+        self.history = history or RateHistory(gateway.reactor, gateway.factory.traffic)
+        self.pages = File(STATIC)
+        self.pages.indexNames = ["index.html"]
+        self.pages.contentTypes = {**self.pages.contentTypes, ".js": "text/javascript; charset=utf-8",
+                                   ".css": "text/css; charset=utf-8", ".html": "text/html; charset=utf-8"}
+        self.api = ConsoleApi(gateway, authorizer if authorizer is not None else PermitAll(), self.history)
+
+    def getChildWithDefault(self, path: bytes, request: Request) -> Any:
+        for name, value in SECURITY_HEADERS.items():
+            request.setHeader(name, value)
+        if path == b"api":
+            return self.api
+        return self.pages.getChildWithDefault(path, request)
+
+    def render(self, request: Request) -> Any:
+        request.redirect(b"/console/")
+        return b""

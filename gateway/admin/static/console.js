@@ -1,0 +1,381 @@
+// jmsgateway console: pages drawn from the JSON API under ./api/ (no framework, no build step).
+// Every POST sends JSON with X-Requested-With (the admin endpoint refuses anything else) and only
+// after the operator confirmed it in the page's dialog.
+"use strict";
+
+const API = "api/";
+const REFRESH_MS = 2000;
+let page = "overview";
+let timer = null;
+let browsing = null; // the queue whose messages the panel shows
+
+// -- DOM helpers (text only: data never becomes markup) ----------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function badge(text, cls) { return el("span", {class: "badge " + (cls || text)}, text); }
+function num(value, field) { return el("td", {class: "num", "data-field": field}, value); }
+function cell(value, field) { return el("td", {"data-field": field}, value); }
+
+function table(headers, rows, attrs) {
+  return el("table", attrs || {},
+    el("thead", {}, el("tr", {}, headers.map(([text, cls]) => el("th", {class: cls || ""}, text)))),
+    el("tbody", {}, rows.length ? rows : [el("tr", {}, el("td", {colspan: headers.length, class: "muted"}, "none"))]));
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.floor(seconds), d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600);
+  const m = Math.floor(s % 3600 / 60);
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${m}m`;
+  if (m) return `${m}m ${s % 60}s`;
+  return `${s}s`;
+}
+
+function time(ms) { return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", "") : "–"; }
+
+// -- talking to the gateway ----------------------------------------------------
+
+async function api(path) {
+  const response = await fetch(API + path, {credentials: "same-origin", headers: {accept: "application/json"}});
+  const document_ = await response.json();
+  if (!response.ok) throw new Error(document_.error || response.statusText);
+  return document_;
+}
+
+async function post(action, body) {
+  const response = await fetch(API + action, {
+    method: "POST", credentials: "same-origin",
+    headers: {"content-type": "application/json", "x-requested-with": "jmsgateway-console"},
+    body: JSON.stringify(body),
+  });
+  const answer = await response.json();
+  if (!response.ok) throw new Error(answer.error || response.statusText);
+  return answer.result;
+}
+
+function notice(text, error) {
+  const box = document.getElementById("notice");
+  box.textContent = text;
+  box.className = error ? "error" : "";
+  box.hidden = false;
+}
+
+function confirmAction(title, text) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  return new Promise(resolve => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), {once: true});
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+// Ask, post, say what happened, redraw.
+async function act(title, text, action, body, done) {
+  if (!await confirmAction(title, text)) { notice(`${title}: cancelled`); return; }
+  try {
+    const result = await post(action, body);
+    notice(done(result));
+  } catch (error) {
+    notice(`${title} failed: ${error.message}`, true);
+  }
+  await refresh();
+  if (browsing) await showBrowse(browsing);
+}
+
+// -- the rate chart (canvas) ---------------------------------------------------
+
+function drawChart(canvas, history) {
+  const ratio = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth, height = canvas.clientHeight;
+  canvas.width = width * ratio; canvas.height = height * ratio;
+  const g = canvas.getContext("2d");
+  g.scale(ratio, ratio);
+  g.clearRect(0, 0, width, height);
+  const left = 48, right = 10, top = 10, bottom = 22;
+  const samples = history.samples;
+  const end = samples.length ? samples[samples.length - 1][0] : 0;
+  const start = end - history.span;
+  let max = 1;
+  for (const [, rin, rout] of samples) max = Math.max(max, rin, rout);
+  max = niceCeiling(max);
+  const x = t => left + (t - start) / history.span * (width - left - right);
+  const y = v => top + (1 - v / max) * (height - top - bottom);
+  g.font = "11px system-ui, sans-serif";
+  g.strokeStyle = "#e5e7eb"; g.fillStyle = "#6b7483"; g.lineWidth = 1;
+  for (let i = 0; i <= 4; i++) {
+    const v = max * i / 4, yy = Math.round(y(v)) + 0.5;
+    g.beginPath(); g.moveTo(left, yy); g.lineTo(width - right, yy); g.stroke();
+    g.fillText(formatRate(v), 4, yy + 4);
+  }
+  const minutes = Math.round(history.span / 60);
+  for (let i = 0; i <= minutes; i += Math.max(1, Math.round(minutes / 5))) {
+    const xx = x(end - i * 60);
+    g.fillText(i ? `-${i}m` : "now", xx - (i ? 10 : 22), height - 6);
+  }
+  for (const [index, color] of [[1, "#2563eb"], [2, "#16a34a"]]) {
+    g.strokeStyle = color; g.lineWidth = 2; g.beginPath();
+    samples.forEach((sample, i) => {
+      const px = x(sample[0]), py = y(sample[index]);
+      if (i === 0) g.moveTo(px, py); else g.lineTo(px, py);
+    });
+    g.stroke();
+  }
+  canvas.dataset.points = String(samples.length);
+}
+
+function niceCeiling(v) {
+  const power = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const step of [1, 2, 5, 10]) if (v <= step * power) return step * power;
+  return 10 * power;
+}
+
+function formatRate(v) { return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2).replace(/\.?0+$/, "") || "0"; }
+
+// -- pages ------------------------------------------------------------------------
+
+const pages = {
+  async overview() {
+    const o = await api("overview");
+    const card = (label, value, field) => el("div", {class: "card"},
+      el("div", {class: "label"}, label), el("div", {class: "value", "data-field": field}, value));
+    const canvas = el("canvas", {id: "rate-chart"});
+    const view = el("div", {},
+      el("h1", {}, "Overview"),
+      el("div", {class: "cards"},
+        card("Status", badge(o.status), "status"),
+        card("Connections", o.connections, "connections"),
+        card("In (msg/s)", o.rates.in, "rate-in"),
+        card("Out (msg/s)", o.rates.out, "rate-out"),
+        card("Received", o.messages.received, "received"),
+        card("Sent", o.messages.sent, "sent"),
+        card("Uptime", duration(o.uptime_seconds), "uptime")),
+      el("div", {class: "chart"},
+        el("div", {class: "legend"}, el("span", {class: "in"}, "messages in / s (SEND)"),
+          el("span", {class: "out"}, "messages out / s (MESSAGE)"),
+          el("span", {class: "muted"}, `last ${Math.round(o.history.span / 60)} minutes, every ${o.history.interval}s`)),
+        canvas),
+      el("h2", {}, "Connectors"),
+      table([["Name"], ["Health"], ["Detail"]], o.connectors.map(c =>
+        el("tr", {"data-connector": c.name}, cell(c.name, "name"), cell(badge(c.status), "status"), cell(c.detail, "detail"))),
+        {id: "connectors"}),
+      el("h2", {}, "Bridges"),
+      table([["Name"], ["State"], ["Health"], ["Detail"]], o.bridges.map(b =>
+        el("tr", {"data-bridge": b.name}, cell(b.name, "name"), cell(badge(b.state), "state"),
+          cell(badge(b.status), "status"), cell(b.detail, "detail"))), {id: "overview-bridges"}));
+    return [view, () => drawChart(canvas, o.history)];
+  },
+
+  async destinations() {
+    const d = await api("destinations");
+    const queueRow = q => el("tr", {"data-queue": q.name},
+      cell([q.name, q.dead_letter ? badge("DLQ", "dlq") : null], "name"),
+      num(q.pending, "pending"), num(q.consumers, "consumers"), num(q.inflight, "inflight"),
+      num(q.enqueued, "enqueued"), num(q.dequeued, "dequeued"),
+      el("td", {},
+        el("button", {"data-action": "browse", onclick: () => showBrowse(q.name)}, "Browse"),
+        el("button", {"data-action": "send", onclick: () => showSend(q.name)}, "Send"),
+        el("button", {"data-action": "purge", class: "danger", onclick: () => act(
+          "Purge " + q.name, `Drop the ${q.pending} pending message(s) of ${q.name}? Persistent ones are deleted from the store too.`,
+          "purge", {destination: q.name}, n => `Purged ${q.name}: ${n} message(s) dropped`)}, "Purge"),
+        q.dead_letter ? el("button", {"data-action": "move", onclick: () => act(
+          "Move dead letters of " + q.name, `Send the pending messages of ${q.name} back to the destinations they came from?`,
+          "move", {destination: q.name}, n => `Moved ${n} message(s) from ${q.name} back to their origin`)}, "Move to origin") : null));
+    return [el("div", {},
+      el("h1", {}, "Queues & topics ", el("span", {class: "muted"}, "(embedded broker)")),
+      el("div", {}, el("button", {class: "primary", "data-action": "send-new", onclick: () => showSend("")}, "Send a test message…")),
+      el("h2", {}, "Queues"),
+      table([["Queue"], ["Pending", "num"], ["Consumers", "num"], ["In flight", "num"], ["Enqueued", "num"],
+             ["Dequeued", "num"], ["Actions"]], d.queues.map(queueRow), {id: "queues"}),
+      el("p", {class: "muted"}, `Dead-letter queues (DLQ) are the queues named ${d.dead_letter_prefix}…; "Move to origin" sends their messages back.`),
+      el("h2", {}, "Topics"),
+      table([["Topic"], ["Subscribers", "num"], ["Durable subscriptions", "num"], ["Pending", "num"]],
+        d.topics.map(t => el("tr", {"data-topic": t.name}, cell(t.name, "name"), num(t.subscribers, "subscribers"),
+          num(t.durable_subscriptions, "durables"), num(t.pending, "pending"))), {id: "topics"}),
+      el("h2", {}, "Durable subscriptions"),
+      table([["Subscription"], ["Topic"], ["Active"], ["Pending", "num"], ["In flight", "num"], ["Enqueued", "num"], ["Dequeued", "num"]],
+        d.durables.map(s => el("tr", {"data-durable": s.key}, cell(s.key, "key"), cell(s.topic, "topic"),
+          cell(s.active ? "yes" : "no", "active"), num(s.pending, "pending"), num(s.inflight, "inflight"),
+          num(s.enqueued, "enqueued"), num(s.dequeued, "dequeued"))), {id: "durables"}))];
+  },
+
+  async connections() {
+    const rows = await api("connections");
+    return [el("div", {},
+      el("h1", {}, `Connections (${rows.length})`),
+      table([["Id"], ["Client address"], ["Login"], ["Client id"], ["STOMP"], ["Heart-beats"], ["Connected"],
+             ["In", "num"], ["Out", "num"], ["Subscriptions"], [""]],
+        rows.map(c => el("tr", {"data-connection": c.id},
+          cell(c.id, "id"), cell(c.peer, "peer"), cell(c.login || "–", "login"), cell(c.client_id || "–", "client_id"),
+          cell(c.version, "version"),
+          cell(`send ${c.heartbeat.send_ms} ms / expect ${c.heartbeat.expect_ms} ms`, "heartbeat"),
+          cell(duration(c.connected_seconds), "connected"),
+          num(c.messages_in, "messages_in"), num(c.messages_out, "messages_out"),
+          cell(el("ul", {class: "subs"}, c.subscriptions.map(s =>
+            el("li", {"data-subscription": s.destination}, `${s.destination} (id ${s.id}, ack ${s.ack}, ${s.unacked} unacked)`))),
+            "subscriptions"),
+          el("td", {}, el("button", {class: "danger", "data-action": "close", onclick: () => act(
+            "Close connection " + c.id, `Close the STOMP connection of ${c.peer} (login ${c.login || "anonymous"})? It gets an ERROR frame.`,
+            "close", {id: c.id}, r => `Closed ${r.id} (${r.peer})`)}, "Close")))), {id: "connections"}))];
+  },
+
+  async routes() {
+    const r = await api("routes");
+    if (!r.configured) return [el("div", {}, el("h1", {}, "Kafka routes"),
+      el("p", {class: "muted", id: "no-routing"}, "No Kafka routing is configured ([routing] in the configuration)."))];
+    return [el("div", {},
+      el("h1", {}, "Kafka routes ", el("span", {class: "muted"}, `(connector ${r.connector})`)),
+      r.stopped ? el("p", {class: "badge DOWN"}, "routing stopped: " + r.stopped) : null,
+      table([["Route"], ["Kafka topic"], ["State"], ["Routed", "num"], ["Failures", "num"], ["Dead-lettered", "num"],
+             ["Skipped", "num"], ["Detail"]],
+        r.routes.map(x => el("tr", {"data-route": x.name}, cell(x.name, "name"), cell(x.topic, "topic"),
+          cell(badge(x.state, x.state === "running" ? "running" : "DOWN"), "state"), num(x.routed, "routed"),
+          num(x.failures, "failures"), num(x.dead_lettered, "dead_lettered"), num(x.skipped, "skipped"),
+          cell(x.detail, "detail"))), {id: "routes"}),
+      el("h2", {}, "Kafka connector"),
+      el("pre", {class: "body", id: "kafka-status"}, JSON.stringify(r.kafka, null, 1)))];
+  },
+
+  async bridges() {
+    const rows = await api("bridges");
+    const button = (b, action) => el("button", {"data-action": action, onclick: () => act(
+      `${action[0].toUpperCase()}${action.slice(1)} bridge ${b.name}`, `${action} the bridge ${b.name} (${b.source} → ${b.target})?`,
+      "bridge", {name: b.name, action}, s => `Bridge ${s.name} is ${s.state}`)}, action);
+    return [el("div", {},
+      el("h1", {}, "Bridges"),
+      table([["Bridge"], ["State"], ["Health"], ["QoS"], ["Source"], ["Target"], ["Forwarded", "num"], ["Retries", "num"],
+             ["Pending", "num"], ["Last error"], ["Control"]],
+        rows.map(b => el("tr", {"data-bridge": b.name}, cell(b.name, "name"), cell(badge(b.state), "state"),
+          cell(badge(b.health.status), "health"), cell(b.qos, "qos"), cell(b.source, "source"), cell(b.target, "target"),
+          num(b.forwarded, "forwarded"), num(b.retries, "retries"), num(b.pending, "pending"),
+          cell(b.last_error || "", "last_error"),
+          el("td", {}, ["start", "stop", "pause", "resume"].map(a => button(b, a)))
+        )), {id: "bridges"}))];
+  },
+};
+
+// -- panels: browse a queue, send a test message --------------------------------------
+
+function closePanel() {
+  browsing = null;
+  const panel = document.getElementById("panel");
+  panel.hidden = true;
+  panel.replaceChildren();
+}
+
+async function showBrowse(destination) {
+  browsing = destination;
+  const panel = document.getElementById("panel");
+  let b;
+  try {
+    b = await api("browse?destination=" + encodeURIComponent(destination) + "&limit=200");
+  } catch (error) {
+    notice(`Browse ${destination} failed: ${error.message}`, true);
+    closePanel();
+    return;
+  }
+  const rows = b.messages.map(m => el("tr", {"data-message": m.message_id},
+    el("td", {}, el("div", {"data-field": "message_id"}, m.message_id),
+      el("div", {class: "props"}, `${m.persistent ? "persistent" : "non-persistent"}, priority ${m.priority}`
+        + (m.redelivered ? `, redelivered (${m.redelivery_count})` : "")),
+      el("div", {class: "props"}, time(m.timestamp))),
+    cell(m.type, "type"),
+    el("td", {class: "props", "data-field": "headers"},
+      m.correlation_id ? el("div", {}, "correlation-id: " + m.correlation_id) : null,
+      m.reply_to ? el("div", {}, "reply-to: " + m.reply_to) : null,
+      m.jms_type ? el("div", {}, "type: " + m.jms_type) : null,
+      Object.entries(m.properties).map(([k, v]) => el("div", {}, `${k}: ${v}`))),
+    el("td", {}, el("pre", {class: "body", "data-field": "body"}, m.body_preview),
+      el("div", {class: "props"}, `${m.body_size} bytes${m.body_truncated ? " (preview)" : ""}`)),
+    el("td", {},
+      el("button", {class: "danger", "data-action": "delete", onclick: () => act(
+        "Delete message", `Delete ${m.message_id} from ${destination}?`, "delete",
+        {destination, message_id: m.message_id}, () => `Deleted ${m.message_id} from ${destination}`)}, "Delete"),
+      b.dead_letter && m.origin ? el("button", {"data-action": "move-one", onclick: () => act(
+        "Move message back", `Send ${m.message_id} back to ${m.origin}?`, "move",
+        {destination, message_ids: [m.message_id]}, n => `Moved ${n} message(s) back to ${m.origin}`)}, "Move to " + m.origin) : null)));
+  panel.replaceChildren(
+    el("div", {class: "head"},
+      el("h2", {id: "browse-title"}, `Messages of ${destination}: ${b.pending} pending, ${b.inflight} in flight (not consumed by browsing)`),
+      el("button", {onclick: closePanel}, "Close")),
+    table([["Message"], ["Type"], ["Headers & properties"], ["Body"], [""]], rows, {id: "browse"}));
+  panel.hidden = false;
+}
+
+function showSend(destination) {
+  browsing = null;
+  const panel = document.getElementById("panel");
+  const target = el("input", {type: "text", id: "send-destination", value: destination || "/queue/"});
+  const body = el("textarea", {id: "send-body"}, "test message");
+  const persistent = el("input", {type: "checkbox", id: "send-persistent", checked: true});
+  panel.replaceChildren(
+    el("div", {class: "head"}, el("h2", {}, "Send a test message (text)"), el("button", {onclick: closePanel}, "Close")),
+    el("label", {for: "send-destination"}, "Destination (/queue/… or /topic/…)"), target,
+    el("label", {for: "send-body"}, "Body"), body,
+    el("label", {}, persistent, " persistent"),
+    el("p", {}, el("button", {class: "primary", id: "send-submit", onclick: () => act(
+      "Send a test message", `Send this text message to ${target.value}?`, "send",
+      {destination: target.value, body: body.value, persistent: persistent.checked},
+      r => `Sent ${r.message_id} to ${target.value}`)}, "Send")));
+  panel.hidden = false;
+}
+
+// -- navigation and refresh ---------------------------------------------------------
+
+async function refresh() {
+  const shown = page;
+  try {
+    const [view, after] = await pages[shown]();
+    if (shown !== page) return;
+    document.getElementById("view").replaceChildren(view);
+    if (after) after();
+    document.body.dataset.loaded = shown;
+  } catch (error) {
+    notice(`Could not load ${shown}: ${error.message}`, true);
+  }
+  try {
+    const o = await api("overview");
+    document.getElementById("gateway-id").textContent = o.id;
+    document.getElementById("version").textContent = "jmsgateway " + o.version;
+    const health = document.getElementById("health");
+    health.textContent = o.status;
+    health.className = "badge " + o.status;
+  } catch (error) { /* shown above */ }
+}
+
+function schedule() {
+  clearTimeout(timer);
+  timer = setTimeout(async () => {
+    if (!document.getElementById("confirm").open) await refresh();
+    schedule();
+  }, REFRESH_MS);
+}
+
+function navigate() {
+  const wanted = (location.hash || "#overview").slice(1);
+  page = Object.hasOwn(pages, wanted) ? wanted : "overview";
+  for (const link of document.querySelectorAll("nav a")) link.classList.toggle("active", link.dataset.page === page);
+  document.getElementById("notice").hidden = true;
+  closePanel();
+  refresh();
+  schedule();
+}
+
+window.addEventListener("hashchange", navigate);
+navigate();
