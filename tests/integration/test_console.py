@@ -275,7 +275,7 @@ target = {{ connector = "embedded", destination = "{target}" }}
         console.notice("Moved 1 message(s)")
         assert queue_row(admin, dlq)["pending"] == 0
         assert queue_row(admin, failing)["pending"] == 1
-        console.screenshot(screenshots(tmp_path) / "actions.png")
+        console.screenshot(screenshots(tmp_path) / "send.png")
 
         # bridge control from the bridges page
         console.open("bridges")
@@ -359,6 +359,15 @@ def test_actions_refuse_cross_site_and_form_posts(make_gateway: Callable[..., Ga
         assert api(admin, "purge", body={})[0] == 400
         assert api(admin, "move", body={"destination": queue})[0] == 409
         assert api(admin, "purge")[0] == 405
+        # a browser asking for the admin root is sent to the console, which ships its own pages
+        index = urllib.request.Request(f"http://127.0.0.1:{admin}/", headers={
+            "Accept": "text/html", "Authorization": "Basic " + base64.b64encode(b"alice:secret").decode()})
+        with urllib.request.urlopen(index, timeout=10) as response:
+            page = response.read().decode()
+            assert response.url == f"http://127.0.0.1:{admin}/console/"
+            assert response.headers["X-Frame-Options"] == "DENY"
+            assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+        assert '<script src="console.js"' in page and "http" not in page.split("<body>")[1]  # nothing from elsewhere
     finally:
         client.disconnect()
 

@@ -188,7 +188,7 @@ const pages = {
       cell([q.name, q.dead_letter ? badge("DLQ", "dlq") : null], "name"),
       num(q.pending, "pending"), num(q.consumers, "consumers"), num(q.inflight, "inflight"),
       num(q.enqueued, "enqueued"), num(q.dequeued, "dequeued"),
-      el("td", {},
+      el("td", {class: "actions"},
         el("button", {"data-action": "browse", onclick: () => showBrowse(q.name)}, "Browse"),
         el("button", {"data-action": "send", onclick: () => showSend(q.name)}, "Send"),
         el("button", {"data-action": "purge", class: "danger", onclick: () => act(
@@ -265,7 +265,7 @@ const pages = {
           cell(badge(b.health.status), "health"), cell(b.qos, "qos"), cell(b.source, "source"), cell(b.target, "target"),
           num(b.forwarded, "forwarded"), num(b.retries, "retries"), num(b.pending, "pending"),
           cell(b.last_error || "", "last_error"),
-          el("td", {}, ["start", "stop", "pause", "resume"].map(a => button(b, a)))
+          el("td", {class: "actions"}, ["start", "stop", "pause", "resume"].map(a => button(b, a)))
         )), {id: "bridges"}))];
   },
 };

@@ -1,0 +1,145 @@
+"""The console's JSON API in-process: authorization through an injected IAuthorizer, the rate history.
+
+Pages are rendered with Twisted's DummyRequest against a real Gateway on a
+MemoryReactorClock (as tests/unit/test_admin.py does); the browser tests
+against a real gateway process are tests/integration/test_console.py.
+"""
+
+from __future__ import annotations
+
+import json
+from io import BytesIO
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
+from twisted.web.resource import getChildForRequest
+from twisted.web.server import NOT_DONE_YET
+from twisted.web.test.requesthelper import DummyRequest
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+from gateway.admin.authorization import PermitAll
+from gateway.admin.console import ConsoleRoot
+from gateway.admin.rates import RateHistory
+from gateway.app import build_gateway
+from gateway.config import parse_config
+from gateway.interfaces import IAuthorizer, Permission
+from gateway.message.model import TextMessage
+from gateway.stomp.traffic import StompTraffic
+
+
+@implementer(IAuthorizer)
+class Grants:
+    """``login`` holds exactly the (permission, destination) pairs given; every question is kept."""
+
+    def __init__(self, *grants: tuple[str, Permission, str]) -> None:
+        self.grants = set(grants)
+        self.asked: list[tuple[str | None, str, str]] = []
+
+    def permits(self, login: str | None, permission: Permission, destination: str) -> bool:
+        self.asked.append((login, permission, destination))
+        return (login or "", permission, destination) in self.grants
+
+
+class LoginRequest(DummyRequest):
+    """A DummyRequest that authenticated as ``login`` (what the guard leaves in ``getUser``)."""
+
+    def __init__(self, path: list[bytes], login: str | None) -> None:
+        super().__init__(path)
+        self.login = login
+
+    def getUser(self) -> bytes:
+        return (self.login or "").encode()
+
+
+def call(resource: Any, method: str, path: str, login: str | None = "alice", body: Any = None,
+         args: dict[bytes, list[bytes]] | None = None) -> tuple[int, Any]:
+    request = LoginRequest(path.encode().lstrip(b"/").split(b"/"), login)
+    request.method = method.encode()
+    request.content = BytesIO(json.dumps(body).encode() if body is not None else b"")
+    request.args = args or {}
+    page = getChildForRequest(resource, request)
+    rendered = page.render(request)
+    if rendered is not NOT_DONE_YET:
+        request.write(rendered)
+        request.finish()
+    assert request.finished
+    return request.responseCode or 200, json.loads(b"".join(request.written))
+
+
+def gateway_with_queue() -> Any:
+    reactor = MemoryReactorClock()
+    gateway = build_gateway(parse_config({}, "gw.toml"), reactor)
+    gateway.started_at = reactor.seconds()
+    for index in range(3):
+        gateway.broker.send(TextMessage(destination="/queue/a", message_id=f"ID:a{index}", text=f"a{index}"))
+        gateway.broker.send(TextMessage(destination="/queue/b", message_id=f"ID:b{index}", text=f"b{index}"))
+    return gateway
+
+
+def test_permit_all_is_an_authorizer() -> None:
+    assert verifyObject(IAuthorizer, PermitAll())
+    assert PermitAll().permits(None, "admin", "/queue/anything")
+
+
+def test_actions_need_admin_and_browsing_read_on_the_destination() -> None:
+    gateway = gateway_with_queue()
+    grants = Grants(("alice", "admin", "/queue/a"), ("alice", "read", "/queue/a"))
+    console = ConsoleRoot(gateway, grants)
+    code, answer = call(console, "POST", "/api/purge", body={"destination": "/queue/b"})
+    assert code == 403 and answer["error"] == "alice does not hold the admin permission on /queue/b"
+    assert len(gateway.broker.queues["/queue/b"]) == 3
+    code, answer = call(console, "GET", "/api/browse", args={b"destination": [b"/queue/b"]})
+    assert code == 403 and "read permission on /queue/b" in answer["error"]
+    code, answer = call(console, "POST", "/api/send", body={"destination": "/queue/b", "body": "x"})
+    assert code == 403
+    assert call(console, "POST", "/api/delete", body={"destination": "/queue/b", "message_id": "ID:b0"})[0] == 403
+    assert len(gateway.broker.queues["/queue/b"]) == 3
+
+    code, answer = call(console, "GET", "/api/browse", args={b"destination": [b"/queue/a"]})
+    assert code == 200 and [m["body_preview"] for m in answer["messages"]] == ["a0", "a1", "a2"]
+    assert call(console, "POST", "/api/delete", body={"destination": "/queue/a", "message_id": "ID:a1"}) == \
+        (200, {"ok": True, "result": True})
+    assert call(console, "POST", "/api/purge", body={"destination": "/queue/a"}) == (200, {"ok": True, "result": 2})
+    assert len(gateway.broker.queues["/queue/a"]) == 0
+    assert ("alice", "admin", "/queue/b") in grants.asked and ("alice", "read", "/queue/a") in grants.asked
+    # someone else holds nothing
+    assert call(console, "POST", "/api/purge", login="bob", body={"destination": "/queue/a"})[0] == 403
+
+
+def test_without_an_authorizer_every_admin_login_may_act() -> None:
+    gateway = gateway_with_queue()
+    assert gateway.authorizer is None
+    console = ConsoleRoot(gateway, gateway.authorizer)
+    assert call(console, "POST", "/api/purge", login=None, body={"destination": "/queue/b"}) == \
+        (200, {"ok": True, "result": 3})
+
+
+def test_bad_requests_are_named() -> None:
+    console = ConsoleRoot(gateway_with_queue())
+    assert call(console, "POST", "/api/purge", body={"destination": "/queue/none"})[0] == 404
+    assert call(console, "POST", "/api/purge", body=["/queue/a"])[0] == 400
+    code, answer = call(console, "POST", "/api/send", body={"destination": "/queue/a", "body": 5})
+    assert code == 400 and "'body' must be a string" in answer["error"]
+    code, answer = call(console, "POST", "/api/send", body={"destination": "/nowhere/x", "body": "x"})
+    assert code == 409 and "unknown destination" in answer["error"]
+    code, answer = call(console, "POST", "/api/bridge", body={"name": "none", "action": "stop"})
+    assert code == 404
+    assert call(console, "POST", "/api/close", body={"id": "jmsgw-0"})[0] == 404
+    assert call(console, "GET", "/api/nothing")[0] == 404
+
+
+def test_rate_history_keeps_per_second_rates_of_the_last_minutes() -> None:
+    clock, traffic = Clock(), StompTraffic()
+    history = RateHistory(clock, traffic, interval=2.0, span=10.0)
+    history.start()
+    for _ in range(8):
+        traffic.received += 20
+        traffic.sent += 4
+        clock.advance(2.0)
+    document = history.document()
+    assert len(document["samples"]) == 5  # span / interval
+    assert [sample[1:] for sample in document["samples"]] == [[10.0, 2.0]] * 5
+    assert history.latest() == {"in": 10.0, "out": 2.0}
+    history.stop()
