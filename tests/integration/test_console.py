@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -177,6 +178,16 @@ target = {{ connector = "embedded", destination = "{target}" }}
         # routes: none configured here
         console.open("routes")
         assert "No Kafka routing is configured" in console.text("#no-routing")
+
+        # the overview follows traffic as it happens: the rate card and the chart's newest sample
+        console.open("overview")
+        points = int(console.find("#rate-chart").get_attribute("data-points") or 0)
+        for index in range(40):
+            sender.send(orders, f"burst {index}")
+            time.sleep(0.05)
+        console.wait(lambda: float(console.text('[data-field="rate-in"]')) > 0, 10, "a rate in above 0 on the page")
+        assert int(console.find("#rate-chart").get_attribute("data-points") or 0) > points
+        assert max(sample[1] for sample in api(admin, "overview")[1]["history"]["samples"]) > 0
         for frame in held:
             worker.ack(frame)
     finally:
