@@ -131,8 +131,9 @@ class Console:
     def screenshot(self, path: Path) -> None:
         """Save the whole page as PNG at ``path`` (the directory is created)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        height = self.driver.execute_script("return document.documentElement.scrollHeight")
+        height = self.driver.execute_script("return document.body.scrollHeight")  # the content, not the window
+        chrome = self.driver.execute_script("return window.outerHeight - window.innerHeight")  # the window's own bars
         width = self.driver.get_window_size()["width"]
-        self.driver.set_window_size(width, max(700, int(height) + 20))
+        self.driver.set_window_size(width, max(700, int(height) + int(chrome) + 20))
         self.driver.execute_script("window.scrollTo(0, 0)")
         self.driver.save_screenshot(str(path))
