@@ -24,7 +24,7 @@ refuses one without the JSON content type or ``X-Requested-With``, or from
 another origin, before it gets here (no page of another site can send it;
 the console uses no HTML forms, so it needs no token).  Actions on a
 destination need the ``admin`` permission on it, browsing needs ``read``
-(:mod:`gateway.admin.authorization`); every action is logged with the
+(:mod:`gateway.admin.permissions`); every action is logged with the
 login that asked for it.  The page asks for confirmation before it posts.
 """
 
@@ -43,7 +43,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 from twisted.web.static import File
 
 from gateway.admin import console_views as views
-from gateway.admin.authorization import Forbidden, PermitAll, require
+from gateway.admin.permissions import Forbidden, PermitAll, require
 from gateway.admin.rates import RateHistory
 from gateway.admin.resources import BRIDGE_ACTIONS, ErrorPage, JsonPage, json_body
 from gateway.broker.operations import QueueOperations
@@ -96,8 +96,10 @@ class ConsoleAction(Resource):
 
     isLeaf = True
 
-    def __init__(self, act: Callable[[str | None, Params], Any], describe: Callable[[Params, Any], str]) -> None:
+    def __init__(self, name: str, act: Callable[[str | None, Params], Any],
+                 describe: Callable[[Params, Any], str]) -> None:
         super().__init__()
+        self.name = name
         self.act = act
         self.describe = describe
 
@@ -133,10 +135,10 @@ class ConsoleAction(Resource):
                 code, message = (400 if isinstance(error, ValueError) else 409), str(error)
             else:
                 code, message = 500, failure.getErrorMessage()
-                log.failure("console: {who} {action} failed", failure, who=who,
-                            action=self.describe(params, None))
-            log.info("console: {who} was refused {action}: {error}", who=who,
-                     action=self.describe(params, None), error=message)
+                log.failure("console: {who}'s {name} failed", failure, who=who, name=self.name)
+            target = params.get("destination") or params.get("id") or params.get("name")
+            log.info("console: {who} was refused a {name} of {target!r} ({code}): {error}", who=who, name=self.name,
+                     target=target, code=code, error=message)
             if not gone:
                 request.write(json_body(request, code, {"error": message}))
                 request.finish()
@@ -197,19 +199,20 @@ class ConsoleApi(Resource):
         self.putChild(b"bridges", JsonPage(lambda: (200, views.bridges(gateway))))
         self.putChild(b"browse", BrowsePage(self.operations, authorizer))
         self.putChild(b"purge", ConsoleAction(
-            self.purge,
+            "purge", self.purge,
             lambda p, n: f"purged {p.get('destination')!r}" + (f" ({n} messages)" if n is not None else "")))
         self.putChild(b"delete", ConsoleAction(
-            self.delete, lambda p, _: f"deleted message {p.get('message_id')!r} from {p.get('destination')!r}"))
+            "delete", self.delete,
+            lambda p, _: f"deleted message {p.get('message_id')!r} from {p.get('destination')!r}"))
         self.putChild(b"send", ConsoleAction(
-            self.send, lambda p, r: f"sent a test message to {p.get('destination')!r}"
+            "send", self.send, lambda p, r: f"sent a test message to {p.get('destination')!r}"
                                     + (f" ({r['message_id']})" if r else "")))
         self.putChild(b"move", ConsoleAction(
-            self.move, lambda p, n: f"moved dead letters of {p.get('destination')!r} back to their origin"
+            "move", self.move, lambda p, n: f"moved dead letters of {p.get('destination')!r} back to their origin"
                                     + (f" ({n} messages)" if n is not None else "")))
-        self.putChild(b"close", ConsoleAction(self.close, self._describe_close))
+        self.putChild(b"close", ConsoleAction("close", self.close, self._describe_close))
         self.putChild(b"bridge", ConsoleAction(
-            self.bridge, lambda p, _: f"asked bridge {p.get('name')!r} to {p.get('action')}"))
+            "bridge action", self.bridge, lambda p, _: f"asked bridge {p.get('name')!r} to {p.get('action')}"))
 
     def getChild(self, path: bytes, request: Request) -> Resource:
         return ErrorPage(404, f"no console API {path.decode('utf-8', 'replace')!r}")

@@ -56,9 +56,9 @@ def api(port: int, path: str, login: tuple[str, str] | None = ALICE, *, body: An
         return error.code, json.loads(raw) if raw.startswith(b"{") else raw.decode()
 
 
-def queue_row(port: int, name: str) -> dict[str, Any]:
+def queue_row(port: int, name: str, login: tuple[str, str] = ALICE) -> dict[str, Any]:
     """The API's row for the queue ``name``."""
-    rows = {row["name"]: row for row in api(port, "destinations")[1]["queues"]}
+    rows = {row["name"]: row for row in api(port, "destinations", login)[1]["queues"]}
     assert name in rows, f"{name} not in {sorted(rows)}"
     return rows[name]
 
@@ -424,3 +424,57 @@ topic = "{audit}"
         assert console.field("route", route["name"], "topic") == route["topic"]
         assert console.field("route", route["name"], "state") == "running"
     console.screenshot(screenshots(tmp_path) / "routes.png")
+
+
+def test_authorization_entries_decide_what_a_console_login_may_do(make_gateway: Callable[..., GatewayProcess],
+                                                                   browser: Any) -> None:
+    tag = uuid.uuid4().hex[:6]
+    ops, other = f"/queue/ops.{tag}", f"/queue/other.{tag}"
+    admin = free_port()
+    gateway = make_gateway(f"""
+[admin]
+listen = ["tcp:{admin}:interface=127.0.0.1"]
+users = ["alice", "bob"]
+
+[[authorization]]
+destination = "/queue/*"
+read = ["*"]
+write = ["*"]
+
+[[authorization]]
+destination = "/queue/ops.*"
+admin = ["alice"]
+""", args=[USERS])
+    gateway.wait_for_log("admin endpoint on tcp:")
+    client = Client(gateway.address, "1.2", text=True, login="alice", passcode="secret")
+    try:
+        for destination in (ops, ops, other):
+            client.send(destination, "keep", receipt=True, persistent="true")
+    finally:
+        client.disconnect()
+    bob = ("bob", "hunter2")
+
+    # bob may look (read) but not purge (admin): the page says why, and nothing changes
+    console = Console(browser, admin, bob)
+    console.open("destinations")
+    console.click(f'{console.row("queue", ops)} [data-action="browse"]')
+    console.wait(lambda: len(browser.find_elements("css selector", "#browse tr[data-message]")) == 2, what="rows")
+    console.click(f'{console.row("queue", ops)} [data-action="purge"]')
+    console.confirm(True)
+    assert "bob does not hold the admin permission on " + ops in console.notice("failed")
+    assert queue_row(admin, ops, bob)["pending"] == 2
+
+    # alice holds admin on /queue/ops.* only
+    console = Console(browser, admin, ALICE)
+    console.open("destinations")
+    console.click(f'{console.row("queue", other)} [data-action="purge"]')
+    console.confirm(True)
+    assert "alice does not hold the admin permission on " + other in console.notice("failed")
+    console.click(f'{console.row("queue", ops)} [data-action="purge"]')
+    console.confirm(True)
+    console.notice(f"Purged {ops}: 2 message(s)")
+    assert queue_row(admin, ops)["pending"] == 0 and queue_row(admin, other)["pending"] == 1
+    log = gateway.log()
+    assert f"console: bob was refused a purge of '{ops}' (403)" in log
+    assert f"console: alice was refused a purge of '{other}' (403)" in log
+    assert f"console: alice purged '{ops}' (2 messages)" in log

@@ -19,8 +19,8 @@ from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from gateway.admin.authorization import PermitAll
 from gateway.admin.console import ConsoleRoot
+from gateway.admin.permissions import PermitAll
 from gateway.admin.rates import RateHistory
 from gateway.app import build_gateway
 from gateway.config import parse_config
@@ -108,12 +108,25 @@ def test_actions_need_admin_and_browsing_read_on_the_destination() -> None:
     assert call(console, "POST", "/api/purge", login="bob", body={"destination": "/queue/a"})[0] == 403
 
 
-def test_without_an_authorizer_every_admin_login_may_act() -> None:
+def test_the_gateways_authorizer_decides_and_allows_all_without_entries() -> None:
     gateway = gateway_with_queue()
-    assert gateway.authorizer is None
-    console = ConsoleRoot(gateway, gateway.authorizer)
-    assert call(console, "POST", "/api/purge", login=None, body={"destination": "/queue/b"}) == \
-        (200, {"ok": True, "result": 3})
+    assert call(ConsoleRoot(gateway, gateway.authorizer), "POST", "/api/purge", login="anyone",
+                body={"destination": "/queue/b"}) == (200, {"ok": True, "result": 3})
+    assert call(ConsoleRoot(gateway), "POST", "/api/purge", login=None, body={"destination": "/queue/a"})[0] == 200
+
+    reactor = MemoryReactorClock()
+    config = parse_config({
+        "auth": {"users": {"alice": "secret", "bob": "hunter2"}},
+        "authorization": [{"destination": "/queue/a*", "read": ["*"], "admin": ["alice"]}],
+    }, "gw.toml")
+    guarded = build_gateway(config, reactor)
+    guarded.broker.send(TextMessage(destination="/queue/a", message_id="ID:x", text="x"))
+    console = ConsoleRoot(guarded, guarded.authorizer)
+    assert call(console, "POST", "/api/purge", login="bob", body={"destination": "/queue/a"})[0] == 403
+    assert call(console, "GET", "/api/browse", login="bob", args={b"destination": [b"/queue/a"]})[0] == 200
+    assert len(guarded.broker.queues["/queue/a"]) == 1
+    assert call(console, "POST", "/api/purge", login="alice", body={"destination": "/queue/a"})[0] == 200
+    assert len(guarded.broker.queues["/queue/a"]) == 0
 
 
 def test_bad_requests_are_named() -> None:

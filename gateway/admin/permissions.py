@@ -1,11 +1,13 @@
 """Who may do what in the admin console: an :class:`~gateway.interfaces.IAuthorizer`, or everyone.
 
-The console asks the gateway's authorizer before every action on a
-destination (``admin``) and before browsing one (``read``), as the STOMP
-session does before a SEND or SUBSCRIBE.  A gateway without per-destination
-authorization uses :class:`PermitAll`: whoever passed the admin login
-(``[auth]`` users, narrowed by ``[admin] users``) may do everything, as in
-ActiveMQ's web console.
+The console asks the gateway's authorizer (``Gateway.authorizer``: the
+``[[authorization]]`` entries, :mod:`gateway.authorization`) before every
+action on a destination (``admin``) and before browsing one (``read``), as
+the STOMP session does before a SEND or SUBSCRIBE.  Without entries that
+authorizer permits everything: whoever passed the admin login (``[auth]``
+users, narrowed by ``[admin] users``) may do everything, as in ActiveMQ's
+web console.  :class:`PermitAll` is the console's own default when it is
+given no authorizer at all.
 """
 
 from __future__ import annotations
