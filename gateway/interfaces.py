@@ -12,6 +12,7 @@ block the reactor thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from zope.interface import Attribute, Interface
@@ -103,6 +104,40 @@ class ISubscription(Interface):
         Returns a Deferred."""
 
 
+class Capability(StrEnum):
+    """Optional behaviour a connector may offer beyond :class:`IConnector`'s core.
+
+    Every connector sends with receipts, subscribes, acknowledges and pauses; what
+    follows depends on the target, so a connector declares what it offers in
+    :attr:`IConnector.capabilities` and the connector contract tests
+    (``tests/contract/``) skip, by name, what it does not.  Flow control and
+    status are interfaces of their own (:class:`IFlowControlled`,
+    :class:`IStatusReporting`).
+    """
+
+    NACK = "nack"
+    """A NACK redelivers the message, flagged ``redelivered`` (ActiveMQ dead-letters it at once)."""
+    PREFETCH = "prefetch"
+    """At most :attr:`SubscriptionSpec.prefetch` deliveries are unacknowledged at once."""
+    SELECTORS_ON_QUEUES = "selectors-on-queues"
+    """A queue subscription may have a selector (Kafka's shared queue groups cannot)."""
+    DURABLE = "durable"
+    """Durable topic subscriptions keep messages while their subscriber is away."""
+    DURABLE_STARTS_EMPTY = "durable-starts-empty"
+    """A new durable subscription holds only what is sent after it was made, as in JMS
+    (a Kafka group reads its topic from the earliest offset)."""
+    REDELIVERED_AFTER_CLOSE = "redelivered-after-close"
+    """What a closed subscription left unacknowledged comes again flagged ``redelivered``
+    (a new Kafka group member cannot know it was delivered before)."""
+    TRANSACTIONS = "transactions"
+    """:meth:`IConnector.send_batch` is atomic: all messages become visible, or none."""
+    RECONNECT = "reconnect"
+    """The connector survives its broker going away and coming back: it reconnects, and
+    live subscriptions go on (the embedded broker is in this process: nothing to reconnect)."""
+    HEALTH_TRACKS_BROKER = "health-tracks-broker"
+    """:meth:`IStatusReporting.health` reports down while the broker is unreachable."""
+
+
 class IConnector(Interface):
     """A place messages go to and come from: the embedded broker, a JMS
     broker spoken to over STOMP, Kafka.
@@ -112,6 +147,10 @@ class IConnector(Interface):
     """
 
     name = Attribute("The connector's configured name (``embedded``, ``activemq`` …).")
+    capabilities = Attribute(
+        "A ``frozenset`` of the :class:`Capability` values the connector offers; behaviour "
+        "outside it must not be relied on (the connector contract skips its tests by name)."
+    )
 
     def start() -> Any:
         """Connect / recover state.  Returns a Deferred that fires when the

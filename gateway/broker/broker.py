@@ -33,6 +33,7 @@ from gateway.config import BrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, GatewayError
 from gateway.interfaces import (
+    Capability,
     Health,
     IConnector,
     IConsumer,
@@ -109,6 +110,8 @@ class EmbeddedBroker:
 
     log = Logger()
     name = "embedded"
+    capabilities = frozenset(Capability) - {Capability.RECONNECT, Capability.HEALTH_TRACKS_BROKER}
+    """Everything but reconnecting: the broker lives in this process (a restart recovers the store)."""
 
     def __init__(
         self,

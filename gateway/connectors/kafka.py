@@ -64,7 +64,7 @@ from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import KafkaSubscription
 from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
-from gateway.interfaces import Health, IConsumer, IFlowControlled, IStatusReporting, SubscriptionSpec
+from gateway.interfaces import Capability, Health, IConsumer, IFlowControlled, IStatusReporting, SubscriptionSpec
 from gateway.message.model import Message
 
 HARD_ERROR_CODES = frozenset(
@@ -159,6 +159,14 @@ def topic_for_destination(destination: str, topics: dict[str, str] | None = None
     return name
 
 
+KAFKA_CAPABILITIES = frozenset({Capability.NACK, Capability.PREFETCH, Capability.DURABLE, Capability.RECONNECT})
+"""What a Kafka connector offers (:class:`~gateway.interfaces.Capability`).  Not: selectors on
+queues (one shared group commits one offset per partition), a new durable subscription starting
+empty (a new group reads from the earliest offset), the redelivered flag on what a closed
+subscription left unacknowledged (a new group member cannot know), health following the
+cluster (it says whether the producer runs; librdkafka reconnects by itself)."""
+
+
 @implementer(IFlowControlled, IStatusReporting)
 class KafkaConnector:
     """Sends to and subscribes from Kafka (see the module docstring).
@@ -177,6 +185,10 @@ class KafkaConnector:
         self.settings = settings
         self.name = name
         self.gateway_id = gateway_id
+        self.capabilities = KAFKA_CAPABILITIES | (
+            {Capability.TRANSACTIONS} if settings.transactional_id is not None else set()
+        )
+        """Atomic batches only with a ``transactional_id``; see :data:`KAFKA_CAPABILITIES`."""
         self._producer: Any = None
         self._transactional: Any = None
         self._transaction_lock = threading.Lock()

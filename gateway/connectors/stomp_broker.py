@@ -78,6 +78,7 @@ from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, Se
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
+    Capability,
     Health,
     IConsumer,
     IFlowControlled,
@@ -176,6 +177,9 @@ class StompBrokerConnector:
     """
 
     log = Logger()
+    capabilities = frozenset(Capability) - {Capability.NACK}
+    """Everything but a redelivering NACK: ActiveMQ takes a STOMP NACK as a poison
+    acknowledgement and dead-letters the message at once (the NACK is relayed as it is)."""
 
     def __init__(
         self,
@@ -667,6 +671,16 @@ class StompBrokerConnector:
             error = failure.value
             if isinstance(error, BrokerError) and "selector" in str(error).lower():
                 return Failure(SelectorError(str(error), selector=spec.selector or ""))
+            if isinstance(error, BrokerError) and spec.selector:
+                # ActiveMQ refuses a topic SUBSCRIBE with a bad selector without naming the
+                # cause ("Couldn't create TopicSubscription"): say so when our parser agrees.
+                from gateway.selector import compile_selector
+
+                try:
+                    compile_selector(spec.selector)
+                except SelectorError as bad:
+                    return Failure(SelectorError(f"{bad} (the broker refused the subscription: {error})",
+                                                 selector=spec.selector, column=bad.column))
             return failure
 
         return work.addCallbacks(established, refused)

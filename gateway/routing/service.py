@@ -99,6 +99,8 @@ class KafkaRouter:
         self.name = name
         self.metrics = RoutingMetrics(registry)
         self.congestion = connector.congestion
+        self.capabilities = connector.capabilities
+        """The Kafka connector's: subscriptions and batches go through it."""
         """The Kafka connector's: routed SENDs wait while librdkafka's queue is half full."""
         self._forward_routes: dict[str, Any] = {}
         """Destination -> :meth:`forward_route`'s answer (cached)."""
