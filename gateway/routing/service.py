@@ -99,8 +99,6 @@ class KafkaRouter:
         self.name = name
         self.metrics = RoutingMetrics(registry)
         self.congestion = connector.congestion
-        self.capabilities = connector.capabilities
-        """The Kafka connector's: subscriptions and batches go through it."""
         """The Kafka connector's: routed SENDs wait while librdkafka's queue is half full."""
         self._forward_routes: dict[str, Any] = {}
         """Destination -> :meth:`forward_route`'s answer (cached)."""
@@ -113,6 +111,13 @@ class KafkaRouter:
         cluster did not list at start-up (or at the last :meth:`restart`)."""
 
     # ------------------------------------------------------------ routing
+
+
+    @property
+    def capabilities(self) -> frozenset[Any]:
+        """The Kafka connector's (:attr:`IConnector.capabilities`): subscriptions and batches go through it."""
+        result: frozenset[Any] = self.connector.capabilities
+        return result
 
     def restart(self, route: str | None = None) -> None:
         """Clear a stop: of one route, or of everything."""

@@ -1,24 +1,26 @@
 """KafkaConnector against a real Kafka-protocol broker (Tansu, or JMSGATEWAY_KAFKA_BOOTSTRAP).
 
-Sends are checked with a plain confluent-kafka consumer; subscriptions with
-the committed offsets of their group, read by a fresh consumer.
+What every connector does (receipts, acknowledgement, prefetch, selectors,
+durable subscriptions, reconnection, flow control) is checked by the connector
+contract (tests/contract/test_kafka_contract.py); here is what is Kafka's own:
+the records' headers, offsets committed, rebalances, partitions paused.  Sends
+are checked with a plain confluent-kafka consumer; subscriptions with the
+committed offsets of their group, read by a fresh consumer.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import pytest_twisted
-from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, KafkaSettings
-from gateway.errors import DestinationError, SelectorError
-from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
-from gateway.message.model import BytesMessage, Message, TextMessage
+from gateway.errors import DestinationError
+from gateway.interfaces import ISubscription, SubscriptionSpec
+from gateway.message.model import BytesMessage, TextMessage
 from tests.support.consumers import CollectingConsumer
 from tests.support.kafka import (
     committed_offsets,
@@ -30,7 +32,7 @@ from tests.support.kafka import (
     read_records,
     unique_topic,
 )
-from tests.support.reactor_waits import in_thread, reactor, sleep, wait_for
+from tests.support.reactor_waits import in_thread, reactor, wait_for
 
 pytestmark = pytest.mark.kafka
 __all__ = ["kafka_bootstrap"]
@@ -56,11 +58,6 @@ def text(destination: str, body: str, **properties: Any) -> TextMessage:
 
     return TextMessage(destination=destination, message_id=new_message_id(), text=body, persistent=True,
                        properties=properties)
-
-
-@pytest_twisted.ensureDeferred
-async def test_provides_iconnector(connector: KafkaConnector) -> None:
-    verifyObject(IConnector, connector)
 
 
 @pytest_twisted.ensureDeferred
@@ -90,16 +87,6 @@ async def test_unknown_topic_is_a_hard_error(connector: KafkaConnector) -> None:
     with pytest.raises(KafkaDeliveryError) as info:
         await connector.send(text("/topic/kafka.no-such-topic-here", "x"))
     assert info.value.hard and info.value.code == "UNKNOWN_TOPIC_OR_PART"
-
-
-@pytest_twisted.ensureDeferred
-async def test_send_batch_is_one_transaction(connector: KafkaConnector, kafka_bootstrap: str) -> None:
-    topic = unique_topic()
-    create_topics(kafka_bootstrap, topic)
-    batch = [text(f"/topic/{topic}", f"m{i}") for i in range(5)]
-    assert await connector.send_batch(batch) == 5
-    records = read_records(kafka_bootstrap, topic, 5, settle=0.5, **{"isolation.level": "read_committed"})
-    assert [r.value() for r in records] == [f"m{i}".encode() for i in range(5)]
 
 
 async def subscribe(connector: KafkaConnector, spec: SubscriptionSpec) -> tuple[Any, CollectingConsumer]:
@@ -159,19 +146,6 @@ async def test_client_mode_acks_the_listed_deliveries(connector: KafkaConnector,
 
 
 @pytest_twisted.ensureDeferred
-async def test_auto_ack_commits_every_delivery(connector: KafkaConnector, kafka_bootstrap: str) -> None:
-    topic = prepared_topic(kafka_bootstrap, 3)
-    subscription, consumer = await subscribe(connector, SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto"))
-    await consumer.take(3)
-    group = f"jmsgateway.queue.{topic}"
-    deadline = time.monotonic() + 10
-    while committed_offsets(kafka_bootstrap, group, topic) != [3] and time.monotonic() < deadline:
-        await sleep(0.2)
-    assert committed_offsets(kafka_bootstrap, group, topic) == [3]
-    await subscription.close()
-
-
-@pytest_twisted.ensureDeferred
 async def test_nack_redelivers_marked_redelivered(connector: KafkaConnector, kafka_bootstrap: str) -> None:
     topic = prepared_topic(kafka_bootstrap, 3)
     spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="client-individual")
@@ -184,25 +158,6 @@ async def test_nack_redelivers_marked_redelivered(connector: KafkaConnector, kaf
     assert all(m.redelivered and m.redelivery_count == 1 for m, _ in again)
     await subscription.ack([tag for _, tag in again])
     assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [3]
-    await subscription.close()
-
-
-@pytest_twisted.ensureDeferred
-async def test_prefetch_limits_unacknowledged_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
-    topic = prepared_topic(kafka_bootstrap, 6)
-    spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="client-individual", prefetch=2)
-    subscription, consumer = await subscribe(connector, spec)
-    first = await consumer.take(2)
-    assert await consumer.nothing_more(1.0)
-    await subscription.ack([first[0][1]])
-    third = await consumer.take(1)
-    assert await consumer.nothing_more(0.5)
-    subscription.pause()
-    await subscription.ack([first[1][1], third[0][1]])
-    assert await consumer.nothing_more(1.0)  # paused by the transport
-    subscription.resume()
-    rest = await consumer.take(2)
-    assert [m.text for m, _ in first + third + rest if isinstance(m, TextMessage)] == [f"r{i}" for i in range(5)]
     await subscription.close()
 
 
@@ -223,54 +178,6 @@ async def test_records_from_jms_become_typed_messages_again(connector: KafkaConn
     assert isinstance(second, BytesMessage) and second.body == b"\xff\x00binary"
     assert second.properties == {"app": "crm"} and second.message_id.startswith(f"ID:kafka:{topic}:0:")
     await subscription.close()
-
-
-@pytest_twisted.ensureDeferred
-async def test_selector_filters_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
-    topic = unique_topic()
-    create_topics(kafka_bootstrap, topic)
-    for colour in ("red", "blue", "red"):
-        await connector.send(text(f"/topic/{topic}", colour, colour=colour))
-    spec = SubscriptionSpec(f"/topic/kafka.{topic}", ack_mode="auto", selector="colour = 'red'",
-                            durable_name="reds", client_id="c1")  # a group of its own, from the earliest
-    subscription, consumer = await subscribe(connector, spec)
-    assert [m.text for m, _ in await consumer.take(2) if isinstance(m, TextMessage)] == ["red", "red"]
-    assert await consumer.nothing_more(0.5)
-    await subscription.close()
-
-
-@pytest_twisted.ensureDeferred
-async def test_selector_on_a_queue_is_refused(connector: KafkaConnector, kafka_bootstrap: str) -> None:
-    topic = prepared_topic(kafka_bootstrap, 2)
-    spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto", selector="colour = 'red'")
-    with pytest.raises(SelectorError) as info:
-        await connector.subscribe(spec, CollectingConsumer())
-    assert "not supported on Kafka queue" in str(info.value)
-    assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [-1001]
-
-
-@implementer(IConsumer)
-class RefusingConsumer(CollectingConsumer):
-    """Takes nothing, as a session does while its connection closes."""
-
-    def deliver(self, message: Message, tag: Any) -> bool:
-        super().deliver(message, tag)
-        return False
-
-
-@pytest_twisted.ensureDeferred
-async def test_auto_ack_does_not_commit_refused_deliveries(connector: KafkaConnector, kafka_bootstrap: str) -> None:
-    topic = prepared_topic(kafka_bootstrap, 3)
-    spec = SubscriptionSpec(f"/queue/kafka.{topic}", ack_mode="auto")
-    consumer = RefusingConsumer()
-    subscription = await connector.subscribe(spec, consumer)
-    await consumer.take(3)
-    await sleep(0.5)  # several commit ticks
-    await subscription.close()
-    assert committed_offsets(kafka_bootstrap, f"jmsgateway.queue.{topic}", topic) == [-1001]
-    again, taker = await subscribe(connector, spec)
-    assert [m.text for m, _ in await taker.take(3) if isinstance(m, TextMessage)] == ["r0", "r1", "r2"]
-    await again.close()
 
 
 @pytest_twisted.ensureDeferred

@@ -14,7 +14,7 @@ from zope.interface.verify import verifyObject
 from gateway.connectors.kafka import DeliveryReport, KafkaDeliveryError
 from gateway.errors import ConnectorUnavailable, DestinationError
 from gateway.flow import Congestion
-from gateway.interfaces import IConnector, IPostingConnector
+from gateway.interfaces import Capability, IConnector, IPostingConnector
 from gateway.message.model import MapMessage, TextMessage
 from gateway.routing.config import parse_routing_config
 from gateway.routing.service import KafkaRouter, RouteStopped, RoutingResult
@@ -35,6 +35,7 @@ class FakeKafka:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes | None, list[Any], Deferred[Any]]] = []
         self.congestion = Congestion("fake kafka")
+        self.capabilities: frozenset[Capability] = frozenset()
 
     def send_record(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = ()) -> Deferred[Any]:
         d: Deferred[Any] = Deferred()
