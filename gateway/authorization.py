@@ -31,9 +31,10 @@ Rules:
   to every login unless an entry's pattern starts with ``/remote-temp-``; then
   the entries decide, as ActiveMQ's ``tempDestinationAuthorizationEntry`` does.
 
-:class:`DestinationAuthorizer` answers :class:`~gateway.interfaces.IAuthorizer`
-(pure, cached) and, for the STOMP session, :meth:`DestinationAuthorizer.check`
-logs and counts a refusal (``jmsgateway_authorization_denied_total{permission}``).
+:class:`DestinationAuthorizer` answers :class:`~gateway.interfaces.IAuthorizer`:
+``permits`` (pure, cached) and ``check``, which both the STOMP session and the
+admin console call before they refuse something, so every refusal is logged
+and counted once, here (``jmsgateway_authorization_denied_total{permission}``).
 """
 
 from __future__ import annotations
@@ -187,14 +188,14 @@ class DestinationAuthorizer:
             self._cache[key] = allowed
         return allowed
 
-    def check(self, login: str | None, permission: Permission, destination: str, peer: str = "") -> bool:
-        """:meth:`permits`, logging and counting a refusal."""
+    def check(self, login: str | None, permission: Permission, destination: str, origin: str = "") -> bool:
+        """:meth:`permits`, logging and counting a refusal (the one place refusals are counted)."""
         if self.permits(login, permission, destination):
             return True
         self.denied.labels(permission).inc()
         who = f"login {login!r}" if login is not None else "an anonymous connection"
-        self.log.warn("authorization denied: {who} from {peer} may not {permission} {destination}",
-                      who=who, peer=peer or "?", permission=permission, destination=destination)
+        self.log.warn("authorization denied: {who} from {origin} may not {permission} {destination}",
+                      who=who, origin=origin or "?", permission=permission, destination=destination)
         return False
 
 

@@ -306,14 +306,25 @@ class IAuthorizer(Interface):
     """Per-destination permissions (ActiveMQ's authorization entries,
     RabbitMQ's configure/write/read patterns).
 
-    The STOMP session asks before every SEND and SUBSCRIBE, the admin
-    console before every action.  Pure and fast: no I/O, called on the
-    reactor thread.
+    Whoever refuses something for want of a permission asks :meth:`check`
+    (the STOMP session before every SEND and SUBSCRIBE, the admin console
+    before every action), so each refusal is logged and counted once, in one
+    place, whichever side refused it; :meth:`permits` is the bare question
+    for callers that refuse nothing.  Both are fast and do no I/O: they are
+    called on the reactor thread.
     """
 
     def permits(login: str | None, permission: Permission, destination: str) -> bool:
         """Whether ``login`` (None: anonymous) holds ``permission`` on
-        ``destination`` (a STOMP-side name such as ``/queue/orders``)."""
+        ``destination`` (a STOMP-side name such as ``/queue/orders``).
+        Nothing is logged or counted."""
+
+    def check(login: str | None, permission: Permission, destination: str, origin: str = "") -> bool:
+        """:meth:`permits`, for a caller that refuses the request when the
+        answer is False: the refusal is logged (naming ``origin``, the
+        client's address or ``the admin console``) and counted
+        (``jmsgateway_authorization_denied_total{permission}``) here, so the
+        caller must not log or count it as an authorization refusal again."""
 
 
 class ICertificateIdentity(Interface):

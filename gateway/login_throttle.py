@@ -1,29 +1,49 @@
-"""Brute-force protection: refusing CONNECTs from a client address after failed logins.
+"""Brute-force protection: refusing logins from a client address after failed logins.
 
 After ``[auth] max_failed_logins`` failed logins from one address within
-``failed_login_window_ms``, every CONNECT from that address is refused with an
-ERROR "too many failed logins" (its credentials are not even checked) for
-``lockout_ms``; each further lockout of the same address doubles that time,
+``failed_login_window_ms``, every login from that address is refused unchecked
+(its credentials are not even looked at) for ``lockout_ms``: a STOMP CONNECT
+gets an ERROR "too many failed logins", an admin endpoint request HTTP 429 with
+``Retry-After``.  Each further lockout of the same address doubles that time,
 up to 64 times ``lockout_ms``, until a login from it succeeds (which clears
-its record) or it stays quiet for longer than the longest lockout.  Each
-lockout episode is logged once when it starts (naming the address, how long)
-and once when it ends with how many CONNECTs it refused; refusals are counted in
-``jmsgateway_stomp_logins_refused_total`` and failed logins in
-``jmsgateway_stomp_logins_failed_total``.
+its record) or it stays quiet for longer than the longest lockout.
 
-It owns no sockets: the STOMP session asks :meth:`LoginThrottle.refusal` before
-checking credentials and reports the outcome.
+One throttle serves both listener kinds (``stomp``: every STOMP listener,
+WebSocket included; ``admin``: the admin endpoint's HTTP Basic logins), so an
+address's failures add up wherever it guesses the same ``[auth]`` passwords,
+and a lockout earned on one side holds on the other.  Each lockout episode is
+logged once when it starts (naming the address, how long) and once when it
+ends with how many logins it refused.  Failed and refused logins are counted
+per listener kind: ``jmsgateway_stomp_logins_failed_total`` and
+``jmsgateway_stomp_logins_refused_total`` for STOMP,
+``jmsgateway_admin_logins_failed_total`` and
+``jmsgateway_admin_logins_refused_total`` for the admin endpoint.
+
+It owns no sockets: the STOMP session and the admin site ask
+:meth:`LoginThrottle.locked_for` (or :meth:`LoginThrottle.refusal`) before
+checking credentials and report the outcome.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from gateway.errors import ConfigError
+
+Listener = Literal["stomp", "admin"]
+"""Which kind of listener a login came through (the metrics are counted per kind)."""
+
+_METRICS: dict[str, tuple[str, str, str]] = {  # kind -> metric prefix, what a failure is, what a refusal is
+    "stomp": ("jmsgateway_stomp_logins", "STOMP CONNECTs whose credentials were refused",
+              "STOMP CONNECTs refused unchecked because their address failed too many logins"),
+    "admin": ("jmsgateway_admin_logins", "admin endpoint requests whose HTTP Basic credentials were refused",
+              "admin endpoint requests refused unchecked (429) because their address failed too many logins"),
+}
 
 MAX_LOCKOUT_FACTOR = 64
 _TABLE_LIMIT = 100_000
@@ -55,13 +75,15 @@ class LoginThrottle:
         self.lockout = lockout
         self.addresses: dict[str, _Address] = {}
         registry = registry or CollectorRegistry()
-        self.failed = Counter("jmsgateway_stomp_logins_failed", "STOMP CONNECTs whose credentials were refused",
-                              registry=registry)
-        self.refused = Counter("jmsgateway_stomp_logins_refused", "STOMP CONNECTs refused unchecked because "
-                               "their address failed too many logins", registry=registry)
+        self.failed: dict[str, Counter] = {}
+        self.refused: dict[str, Counter] = {}
+        for kind, (prefix, failed, refused) in _METRICS.items():
+            self.failed[kind] = Counter(f"{prefix}_failed", failed, registry=registry)
+            self.refused[kind] = Counter(f"{prefix}_refused", refused, registry=registry)
 
-    def refusal(self, address: str) -> str | None:
-        """Why a CONNECT from ``address`` is refused now, or None."""
+    def locked_for(self, address: str, listener: Listener = "stomp") -> float | None:
+        """How many more seconds a login from ``address`` is refused unchecked (the refusal is
+        counted), or None: check its credentials."""
         state = self.addresses.get(address)
         if state is None or not state.locked_until:
             return None
@@ -70,13 +92,19 @@ class LoginThrottle:
             self._end_episode(address, state)
             return None
         state.refused += 1
-        self.refused.inc()
-        return (f"too many failed logins from {address}; try again in {state.locked_until - now:.0f}s "
-                "([auth] max_failed_logins)")
+        self.refused[listener].inc()
+        return state.locked_until - now
 
-    def login_failed(self, address: str) -> None:
-        """A CONNECT from ``address`` gave wrong credentials."""
-        self.failed.inc()
+    def refusal(self, address: str, listener: Listener = "stomp") -> str | None:
+        """Why a login from ``address`` is refused now (see :meth:`locked_for`), or None."""
+        seconds = self.locked_for(address, listener)
+        if seconds is None:
+            return None
+        return f"too many failed logins from {address}; try again in {seconds:.0f}s ([auth] max_failed_logins)"
+
+    def login_failed(self, address: str, listener: Listener = "stomp") -> None:
+        """A login from ``address`` gave wrong credentials."""
+        self.failed[listener].inc()
         if not self.max_failures:
             return
         now = self.clock.seconds()
@@ -94,18 +122,19 @@ class LoginThrottle:
             seconds = self.lockout * min(2 ** (state.lockouts - 1), MAX_LOCKOUT_FACTOR)
             state.locked_until = now + seconds
             state.failures.clear()
-            self.log.warn("refusing STOMP CONNECTs from {address} for {seconds:g}s: {count} failed logins within "
-                          "{window:g}s ([auth] max_failed_logins); logged again when the lockout ends",
-                          address=address, seconds=seconds, count=self.max_failures, window=self.window)
+            self.log.warn("refusing logins (STOMP CONNECTs, admin requests) from {address} for {seconds:g}s: "
+                          "{count} failed logins within {window:g}s ([auth] max_failed_logins); logged again "
+                          "when the lockout ends", address=address, seconds=seconds, count=self.max_failures,
+                          window=self.window)
 
     def login_succeeded(self, address: str) -> None:
-        """A CONNECT from ``address`` logged in: its failures are forgiven."""
+        """A login from ``address`` succeeded: its failures are forgiven."""
         state = self.addresses.get(address)
         if state is not None and not state.locked_until:
             del self.addresses[address]
 
     def _end_episode(self, address: str, state: _Address) -> None:
-        self.log.info("accepting STOMP CONNECTs from {address} again ({refused} refused during the lockout)",
+        self.log.info("accepting logins from {address} again ({refused} refused during the lockout)",
                       address=address, refused=state.refused)
         state.locked_until = 0.0
         state.refused = 0

@@ -4,7 +4,9 @@
 Without ``[auth]`` users anyone who can reach the port may use it (bind it to
 127.0.0.1, the default example).  With users, every page needs HTTP Basic
 authentication checked by the same ``twisted.cred`` checkers as STOMP logins
-(``twisted.web.guard``), restricted to ``[admin] users`` when that is set;
+(``twisted.web.guard``), restricted to ``[admin] users`` when that is set,
+and throttled per client address after failed logins like STOMP CONNECTs
+(:mod:`gateway.admin.login_guard`: 429 with ``Retry-After`` while locked out);
 ``/health`` stays open while ``public_health`` is true.  Before either, every
 request passes :class:`~gateway.admin.requests.AdminRequest`'s checks (a
 bounded body, no cross-site state change).
@@ -15,14 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.cred.error import Unauthorized
-from twisted.cred.portal import IRealm, Portal
+from twisted.cred.portal import IRealm
 from twisted.web import http
-from twisted.web.guard import BasicCredentialFactory, HTTPAuthSessionWrapper
+from twisted.web.guard import BasicCredentialFactory
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 from zope.interface import implementer
 
 from gateway.admin.console import ConsoleRoot
+from gateway.admin.login_guard import LoginGuard
 from gateway.admin.requests import AdminRequest
 from gateway.admin.resources import AdminRoot
 from gateway.admin.settings import AdminSettings
@@ -50,7 +53,7 @@ class AdminRealm:
 class GuardedRoot(Resource):
     """Everything behind ``guard``, except ``/health`` when it is public."""
 
-    def __init__(self, guard: HTTPAuthSessionWrapper, health: Resource | None) -> None:
+    def __init__(self, guard: LoginGuard, health: Resource | None) -> None:
         super().__init__()
         self.guard = guard
         self.health = health
@@ -58,14 +61,15 @@ class GuardedRoot(Resource):
     def getChildWithDefault(self, path: bytes, request: Request) -> Any:
         if path == b"health" and self.health is not None:
             return self.health
-        return self.guard.getChildWithDefault(path, request)
+        return self.guard.resource_for(request).getChildWithDefault(path, request)
 
     def render(self, request: Request) -> Any:
-        return self.guard.render(request)
+        return self.guard.resource_for(request).render(request)
 
 
 def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
-    """The admin tree for ``gateway``, guarded when ``gateway.portal`` has logins."""
+    """The admin tree for ``gateway``, guarded when ``gateway.portal`` has logins (and throttled by
+    ``gateway.login_throttle``, the STOMP listeners' failed-login throttle)."""
     root = AdminRoot(gateway)
     console = ConsoleRoot(gateway, gateway.authorizer)
     console.history.start()
@@ -73,8 +77,8 @@ def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
     portal = gateway.portal
     if portal is None:
         return root
-    guarded = Portal(AdminRealm(root, settings.users), list(portal.checkers.values()))
-    guard = HTTPAuthSessionWrapper(guarded, [BasicCredentialFactory(REALM)])
+    guard = LoginGuard(AdminRealm(root, settings.users), list(portal.checkers.values()),
+                       [BasicCredentialFactory(REALM)], gateway.login_throttle)
     health = root.children[b"health"] if settings.public_health else None
     return GuardedRoot(guard, health)
 

@@ -14,6 +14,9 @@ for root).  Refused clients keep their connection for the next cells.
 
 from __future__ import annotations
 
+import base64
+import http.client
+import json
 import socket
 import ssl
 import subprocess
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import websocket
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.passwords import hash_password
 from tests.support.gateway import GatewayProcess
@@ -86,6 +91,7 @@ def users_option(plain: tuple[str, ...] = ("carol",)) -> str:
 class Secured:
     process: GatewayProcess
     ws_port: int
+    admin_port: int
 
     def address(self, transport: str) -> tuple[str, int]:
         return ("127.0.0.1", self.ws_port if transport == "ws" else self.process.port)
@@ -99,14 +105,15 @@ class Secured:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     workdir = tmp_path_factory.mktemp("authz")
     remote = GatewayProcess(workdir / "remote", args=["--set", 'broker.persistence="memory"']).start()
-    ws_port = free_port()
+    ws_port, admin_port = free_port(), free_port()
     process = GatewayProcess(workdir / "gateway", ENTRIES.format(remote_port=remote.port), args=[
         "--listen", f"ws:tcp:{ws_port}:interface=127.0.0.1",
         "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
-        "--set", "auth.max_failed_logins=0",
+        "--set", "auth.max_failed_logins=0", "--set", f'admin.listen="tcp:{admin_port}:interface=127.0.0.1"',
     ]).start()
     wait_for_port(ws_port, timeout=10)
-    yield Secured(process, ws_port)
+    wait_for_port(admin_port, timeout=10)
+    yield Secured(process, ws_port, admin_port)
     process.stop()
     remote.stop()
 
@@ -214,6 +221,83 @@ def test_denials_are_logged_and_counted(secured: Secured) -> None:
     assert "may not write /queue/secret" in log
 
 
+def admin_request(port: int, method: str, path: str, login: str, password: str,
+                  body: object = None) -> tuple[int, dict[str, str], bytes]:
+    """One raw HTTP request to the admin endpoint with HTTP Basic credentials: (status, headers, body)."""
+    headers = {"Authorization": "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path, body=data, headers=headers)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def denied_count(secured: Secured, permission: str) -> float:
+    """``jmsgateway_authorization_denied_total{permission}`` as the admin endpoint's /metrics says."""
+    status, _, text = admin_request(secured.admin_port, "GET", "/metrics", "root", PASSWORDS["root"])
+    assert status == 200, text
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            if sample.name == "jmsgateway_authorization_denied_total" and sample.labels == {"permission": permission}:
+                return float(sample.value)
+    raise AssertionError(f"no jmsgateway_authorization_denied_total{{permission={permission!r}}} in /metrics")
+
+
+def test_console_refusals_are_counted_with_the_stomp_ones(secured: Secured) -> None:
+    admin_before, read_before = denied_count(secured, "admin"), denied_count(secured, "read")
+    # bob reads /queue/orders.* (group audit) but holds no admin there: the console's purge is refused
+    status, _, body = admin_request(secured.admin_port, "POST", "/console/api/purge", "bob", PASSWORDS["bob"],
+                                    {"destination": "/queue/orders.us"})
+    assert status == 403 and b"bob does not hold the admin permission on /queue/orders.us" in body, body
+    assert denied_count(secured, "admin") == admin_before + 1
+    # carol may not read /queue/orders.*: browsing it in the console is refused, and counted as a read
+    status, _, body = admin_request(secured.admin_port, "GET", "/console/api/browse?destination=/queue/orders.us",
+                                    "carol", PASSWORDS["carol"])
+    assert status == 403, body
+    assert denied_count(secured, "read") == read_before + 1
+    assert denied_count(secured, "admin") == admin_before + 1  # once, not once more by the console
+    log = secured.process.wait_for_log("authorization denied: login 'bob' from the admin console may not admin "
+                                       "/queue/orders.us")
+    assert "console: bob was refused a purge of '/queue/orders.us' (403)" in log
+
+
+def test_a_durable_subscription_needs_admin_as_well_as_read(secured: Secured) -> None:
+    """carol reads /topic/prices.* (everyone does) but holds no admin there: a plain SUBSCRIBE works, a
+    durable one gets an ERROR naming destination and permission, and the connection goes on."""
+    topic = "/topic/prices.durable"
+    carol = Client(secured.address("tcp"), "1.2", login="carol", passcode=PASSWORDS["carol"],
+                   **{"client-id": f"carol-{uuid.uuid4().hex[:6]}"})
+    root = secured.client("tcp", "root")
+    try:
+        receipt = uuid.uuid4().hex
+        carol.connection.subscribe(topic, "durable", headers={"receipt": receipt,
+                                                              "activemq.subscriptionName": "carols"})
+        assert denied(carol, receipt) == f"not authorized to admin {topic}"
+        receipt = uuid.uuid4().hex
+        carol.connection.subscribe(topic, "durable2", headers={"receipt": receipt,
+                                                               "durable-subscription-name": "carols"})
+        assert denied(carol, receipt) == f"not authorized to admin {topic}"
+        carol.subscribe(topic, "plain")  # waits for its RECEIPT
+        root.send(topic, b"tick", receipt=True)
+        frame = carol.message()
+        assert frame.body == b"tick" and frame.headers["subscription"] == "plain"
+        assert carol.no_message(0.3)  # nothing for the refused durable subscriptions
+        carol.send(topic, b"carol writes here", receipt=True)  # the connection is still usable
+        assert carol.message().body == b"carol writes here"
+        assert carol.connection.is_connected()
+    finally:
+        carol.disconnect()
+        root.disconnect()
+    log = secured.process.wait_for_log("authorization denied: login 'carol' from 127.0.0.1")
+    assert f"may not admin {topic}" in log
+
+
 # -- wrong passwords and brute force ------------------------------------------------------
 
 
@@ -276,9 +360,43 @@ def test_wrong_passwords_then_lockout_per_address(lockout_gateway: GatewayProces
     assert raw_connect(port, "bob", PASSWORDS["bob"]).startswith(b"ERROR")
     time.sleep(max(0.0, 1.6 - (time.monotonic() - started)))
     assert raw_connect(port, "alice", PASSWORDS["alice"]).startswith(b"CONNECTED")
-    log = lockout_gateway.wait_for_log("accepting STOMP CONNECTs from 127.0.0.1 again")
-    assert log.count("refusing STOMP CONNECTs from 127.0.0.1") == 1  # once per episode
+    log = lockout_gateway.wait_for_log("accepting logins from 127.0.0.1 again")
+    assert log.count("refusing logins (STOMP CONNECTs, admin requests) from 127.0.0.1") == 1  # once per episode
     assert "(2 refused during the lockout)" in log
+
+
+def admin_logins(process: GatewayProcess, kind: str) -> tuple[float, float]:
+    """``jmsgateway_{kind}_logins_failed_total`` and ``…_refused_total`` from the admin endpoint's /metrics."""
+    status, _, text = admin_request(process.admin_port, "GET", "/metrics", "root", PASSWORDS["root"])  # type: ignore[attr-defined]
+    assert status == 200, text
+    values = {sample.name: sample.value for family in text_string_to_metric_families(text.decode())
+              for sample in family.samples}
+    return values[f"jmsgateway_{kind}_logins_failed_total"], values[f"jmsgateway_{kind}_logins_refused_total"]
+
+
+def test_admin_logins_are_locked_out_per_address(lockout_gateway: GatewayProcess) -> None:
+    """The admin endpoint's HTTP Basic logins share the STOMP listeners' lockout: 401 for each wrong
+    password, then 429 with Retry-After even for the right one, until the lockout ends."""
+    port = lockout_gateway.admin_port  # type: ignore[attr-defined]
+    alice = PASSWORDS["alice"]
+    assert admin_request(port, "GET", "/status", "alice", alice)[0] == 200
+    for password in ("wrong", "guess", "again"):
+        status, headers, _ = admin_request(port, "GET", "/status", "alice", password)
+        assert status == 401 and "www-authenticate" in headers
+    started = time.monotonic()
+    status, headers, body = admin_request(port, "GET", "/status", "alice", alice)  # the right password
+    assert status == 429, (status, body)
+    assert 1 <= int(headers["retry-after"]) <= 2 and b"too many failed logins from 127.0.0.1" in body
+    purge = admin_request(port, "POST", "/console/api/purge", "root", PASSWORDS["root"], {"destination": "/queue/a"})
+    assert purge[0] == 429  # every login from the address, whatever the path
+    assert b"message:too many failed logins" in raw_connect(lockout_gateway.port, "alice", alice)  # STOMP too
+    time.sleep(max(0.0, 1.6 - (time.monotonic() - started)))
+    assert admin_request(port, "GET", "/status", "alice", alice)[0] == 200
+    assert admin_logins(lockout_gateway, "admin") == (3, 2)
+    assert admin_logins(lockout_gateway, "stomp") == (0, 1)
+    log = lockout_gateway.wait_for_log("accepting logins from 127.0.0.1 again")
+    assert log.count("refusing logins (STOMP CONNECTs, admin requests) from 127.0.0.1") == 1  # once per episode
+    assert "(3 refused during the lockout)" in log
 
 
 def test_plain_text_refused_when_allow_plaintext_is_false(tmp_path: Path) -> None:
@@ -301,18 +419,29 @@ def test_hash_password_command() -> None:
 # -- certificate identities on the mtls: listener ---------------------------------------
 
 
+@dataclass
+class MtlsGateway:
+    port: int
+    """The ``mtls:`` listener (STOMP over TCP)."""
+    ws_port: int
+    """The ``ws:mtls:`` listener (STOMP over WebSocket over the same mutual TLS)."""
+    tls: TlsFiles
+
+
 @pytest.fixture
-def mtls_gateway(tmp_path: Path) -> Iterator[tuple[int, TlsFiles]]:
+def mtls_gateway(tmp_path: Path) -> Iterator[MtlsGateway]:
     tls = make_tls_files(tmp_path / "tls")
-    port = free_port()
-    listen = (f"mtls:{port}:interface=127.0.0.1:privateKey={tls.server_key}:certKey={tls.server_cert}"
-              f":caCerts={tls.ca_cert}")
+    port, ws_port = free_port(), free_port()
+    files = f"privateKey={tls.server_key}:certKey={tls.server_cert}:caCerts={tls.ca_cert}"
     process = GatewayProcess(tmp_path / "gateway", ENTRIES.format(remote_port=free_port()), args=[
-        "--listen", listen, "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
+        "--listen", f"mtls:{port}:interface=127.0.0.1:{files}",
+        "--listen", f"ws:mtls:{ws_port}:interface=127.0.0.1:{files}",
+        "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
         "--set", 'auth.certificates={ "jmsgateway client" = "alice" }',
     ]).start()
     wait_for_port(port, timeout=10)
-    yield port, tls
+    wait_for_port(ws_port, timeout=10)
+    yield MtlsGateway(port, ws_port, tls)
     process.stop()
 
 
@@ -332,8 +461,8 @@ def tls_exchange(port: int, tls: TlsFiles, frames: bytes, answers: int) -> list[
     return [frame.lstrip(b"\n") for frame in data.split(b"\x00") if frame.strip(b"\n")]
 
 
-def test_a_certificate_logs_in_as_its_mapped_user(mtls_gateway: tuple[int, TlsFiles]) -> None:
-    port, tls = mtls_gateway
+def test_a_certificate_logs_in_as_its_mapped_user(mtls_gateway: MtlsGateway) -> None:
+    port, tls = mtls_gateway.port, mtls_gateway.tls
     frames = (b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00"
               b"SEND\ndestination:/queue/orders.us\nreceipt:r1\n\nhello\x00"
               b"SEND\ndestination:/queue/secret\nreceipt:r2\n\nhello\x00"
@@ -350,6 +479,47 @@ def test_a_certificate_logs_in_as_its_mapped_user(mtls_gateway: tuple[int, TlsFi
     [bob] = tls_exchange(port, tls, f"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:bob\npasscode:"
                          f"{PASSWORDS['bob']}\n\n\x00".encode(), 1)
     assert bob.startswith(b"CONNECTED")
+
+
+def ws_exchange(gateway: MtlsGateway, frames: list[bytes], answers: int, *, certificate: bool = True) -> list[bytes]:
+    """``frames`` over STOMP-over-WebSocket on the ``ws:mtls:`` listener (presenting the client
+    certificate); the first ``answers`` frames the gateway sends back."""
+    sslopt: dict[str, object] = {"ca_certs": str(gateway.tls.ca_cert), "check_hostname": False}
+    if certificate:
+        sslopt.update(certfile=str(gateway.tls.client_cert), keyfile=str(gateway.tls.client_key))
+    sock = websocket.create_connection(f"wss://127.0.0.1:{gateway.ws_port}/", subprotocols=["v12.stomp"],
+                                       timeout=10, sslopt=sslopt)
+    try:
+        for frame in frames:
+            sock.send_binary(frame)
+        got: list[bytes] = []
+        while len(got) < answers:
+            data = sock.recv()
+            got.extend(f.lstrip(b"\n") for f in (data if isinstance(data, bytes) else data.encode()).split(b"\x00")
+                       if f.strip(b"\n"))
+        return got
+    finally:
+        sock.close()
+
+
+def test_a_certificate_logs_in_over_websocket_on_an_mtls_listener(mtls_gateway: MtlsGateway) -> None:
+    """``ws:mtls:``: the certificate the TLS handshake verified logs in as its mapped user (alice) without
+    a passcode, and alice's [[authorization]] entries apply, as on the plain ``mtls:`` listener."""
+    connected, sent, refused = ws_exchange(mtls_gateway, [
+        b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00",
+        b"SEND\ndestination:/queue/orders.us\nreceipt:r1\n\nhello\x00",
+        b"SEND\ndestination:/queue/secret\nreceipt:r2\n\nhello\x00",
+    ], 3)
+    assert connected.startswith(b"CONNECTED"), connected
+    assert sent.startswith(b"RECEIPT") and b"receipt-id:r1" in sent, sent
+    assert refused.startswith(b"ERROR") and b"message:not authorized to write /queue/secret" in refused
+    assert b"login 'alice'" in refused
+    # naming another login without its passcode is refused: the certificate is alice's
+    [other] = ws_exchange(mtls_gateway, [b"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:bob\n\n\x00"], 1)
+    assert other.startswith(b"ERROR") and b"message:authentication failed" in other
+    # without a client certificate the handshake itself fails
+    with pytest.raises((ssl.SSLError, ConnectionError, websocket.WebSocketException)):
+        ws_exchange(mtls_gateway, [b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00"], 1, certificate=False)
 
 
 # -- what ActiveMQ does, which the gateway follows -------------------------------------------

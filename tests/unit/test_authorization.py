@@ -176,6 +176,21 @@ def test_throttle_locks_out_after_failures_with_a_growing_delay() -> None:
     assert registry.get_sample_value("jmsgateway_stomp_logins_refused_total") == 2
 
 
+def test_throttle_is_shared_by_stomp_and_admin_logins_and_counts_each_kind() -> None:
+    clock = Clock()
+    registry = CollectorRegistry()
+    throttle = LoginThrottle(clock, max_failures=3, window=60, lockout=10, registry=registry)
+    throttle.login_failed("10.0.0.1", "admin")
+    throttle.login_failed("10.0.0.1")
+    throttle.login_failed("10.0.0.1", "admin")  # failures add up across listener kinds
+    seconds = throttle.locked_for("10.0.0.1", "admin")
+    assert seconds == 10
+    assert throttle.refusal("10.0.0.1") is not None  # the STOMP side is locked out too
+    sample = registry.get_sample_value
+    assert (sample("jmsgateway_admin_logins_failed_total"), sample("jmsgateway_admin_logins_refused_total")) == (2, 1)
+    assert (sample("jmsgateway_stomp_logins_failed_total"), sample("jmsgateway_stomp_logins_refused_total")) == (1, 1)
+
+
 def test_throttle_forgets_failures_outside_the_window() -> None:
     clock = Clock()
     throttle = LoginThrottle(clock, max_failures=3, window=60, lockout=10)

@@ -31,15 +31,23 @@ from gateway.stomp.traffic import StompTraffic
 
 @implementer(IAuthorizer)
 class Grants:
-    """``login`` holds exactly the (permission, destination) pairs given; every question is kept."""
+    """``login`` holds exactly the (permission, destination) pairs given; every question is kept,
+    and every refusal :meth:`check` reported (with its origin)."""
 
     def __init__(self, *grants: tuple[str, Permission, str]) -> None:
         self.grants = set(grants)
         self.asked: list[tuple[str | None, str, str]] = []
+        self.refused: list[tuple[str | None, str, str, str]] = []
 
     def permits(self, login: str | None, permission: Permission, destination: str) -> bool:
         self.asked.append((login, permission, destination))
         return (login or "", permission, destination) in self.grants
+
+    def check(self, login: str | None, permission: Permission, destination: str, origin: str = "") -> bool:
+        allowed = self.permits(login, permission, destination)
+        if not allowed:
+            self.refused.append((login, permission, destination, origin))
+        return allowed
 
 
 class LoginRequest(DummyRequest):
@@ -81,6 +89,7 @@ def gateway_with_queue() -> Any:
 def test_permit_all_is_an_authorizer() -> None:
     assert verifyObject(IAuthorizer, PermitAll())
     assert PermitAll().permits(None, "admin", "/queue/anything")
+    assert PermitAll().check(None, "admin", "/queue/anything", "the admin console")
 
 
 def test_actions_need_admin_and_browsing_read_on_the_destination() -> None:
@@ -106,6 +115,10 @@ def test_actions_need_admin_and_browsing_read_on_the_destination() -> None:
     assert ("alice", "admin", "/queue/b") in grants.asked and ("alice", "read", "/queue/a") in grants.asked
     # someone else holds nothing
     assert call(console, "POST", "/api/purge", login="bob", body={"destination": "/queue/a"})[0] == 403
+    # every refusal went through the authorizer's check (where it is logged and counted), once each
+    console_refusals = [("alice", "admin", "/queue/b"), ("alice", "read", "/queue/b"), ("alice", "admin", "/queue/b"),
+                        ("alice", "admin", "/queue/b"), ("bob", "admin", "/queue/a")]
+    assert grants.refused == [(*refusal, "the admin console") for refusal in console_refusals]
 
 
 def test_the_gateways_authorizer_decides_and_allows_all_without_entries() -> None:
