@@ -22,6 +22,7 @@ from gateway.config import GatewayConfig
 from gateway.connectors.destination_map import DestinationMap
 from gateway.connectors.registry import create_connector
 from gateway.deferreds import gather
+from gateway.identity import resolve_gateway_id
 from gateway.interfaces import IConnector, IMessageStore
 from gateway.login_throttle import build_login_throttle
 from gateway.routing.service import build_kafka_router
@@ -36,6 +37,7 @@ class Gateway:
     log = Logger()
 
     def __init__(self, config: GatewayConfig, reactor: Any, registry: CollectorRegistry | None = None) -> None:
+        config.gateway.id = resolve_gateway_id(config.id, config.data_dir)
         self.config = config
         self.reactor = reactor
         self.registry = registry or CollectorRegistry()
@@ -82,13 +84,18 @@ class Gateway:
         self.bridges = bridges_for_gateway(self)
 
     def start(self) -> Deferred[Any]:
-        """Start every connector, then the bridges; fails if a connector fails."""
+        """Start every connector, then the bridges; fires once the bridges' in-doubt
+        checks are done (the listeners open after it); fails if a connector fails."""
         started = gather(c.start() for c in self.connectors.values())
 
         def start_bridges(result: Any) -> Any:
             self.started_at = self.reactor.seconds()
             self.bridges.startService()
-            return result
+            checked = self.bridges.in_doubt_checked
+            if checked is None:
+                return result
+            # ONCE_AND_ONLY_ONCE bridges look at what their targets hold before anyone else may take it
+            return _watch_then(checked, result)
 
         return started.addCallback(start_bridges)
 
@@ -97,6 +104,18 @@ class Gateway:
         return bridges.addCallback(
             lambda _: DeferredList([c.stop() for c in self.connectors.values()], consumeErrors=True)
         )
+
+
+def _watch_then(d: Deferred[Any], result: Any) -> Deferred[Any]:
+    """A Deferred firing with ``result`` once ``d`` fired (whatever its outcome)."""
+    done: Deferred[Any] = Deferred()
+
+    def fired(outcome: Any) -> Any:
+        done.callback(result)
+        return outcome
+
+    d.addBoth(fired)
+    return done
 
 
 def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:

@@ -38,8 +38,9 @@ NotNegative = Annotated[Int, Field(ge=0)]
 class GatewaySection(Section):
     """``[gateway]``: who the gateway is and where it listens."""
 
-    id: Str = "jmsgateway"
-    """Written as ``jmsbridge.origin`` on what the gateway sends; names it in logs and client ids."""
+    id: Str = ""
+    """Written as ``jmsbridge.origin`` on what the gateway sends; names it in logs and client ids.
+    Empty: the installation's own id, generated once in ``<data_dir>/gateway.id`` (:mod:`gateway.identity`)."""
     listen: Annotated[list[Str], Field(min_length=1)] = ["tcp:61613:interface=127.0.0.1"]
     """Twisted endpoint strings of the STOMP listeners (a string or a list)."""
     listen_backlog: Positive = 4096

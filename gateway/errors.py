@@ -67,7 +67,25 @@ class SelectorError(GatewayError):
 
 
 class ConnectorError(GatewayError):
-    """A connector could not do what was asked (send, subscribe, ack)."""
+    """A connector could not do what was asked (send, subscribe, ack).
+
+    :cvar permanent: whether trying again cannot help (the target refused the
+        message itself); a bridge fails (or dead-letters) instead of retrying.
+    """
+
+    permanent: bool = False
+
+
+class MessageRefused(ConnectorError):
+    """The target refused a message for good (too large, a type it cannot take,
+    not routed); sending it again gives the same answer."""
+
+    permanent = True
+
+
+class StaleDelivery(ConnectorError):
+    """An acknowledgement of a delivery made on a previous connection (or Kafka
+    group generation): the source redelivers that message, so it was not acknowledged."""
 
 
 class ConnectorUnavailable(ConnectorError):

@@ -51,8 +51,9 @@ from gateway.bridges.config import AT_MOST_ONCE, ONCE_AND_ONLY_ONCE, BridgeConfi
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import held_message_ids, source_id_of, target_message_id
+from gateway.connectors.kafka_records import ORIGIN_HEADER
 from gateway.deferreds import gather
-from gateway.errors import ConnectorError
+from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, new_message_id
 
@@ -70,6 +71,28 @@ class BridgeFailed(ConnectorError):
 
 class _Abandoned(Exception):
     """A batch was dropped because the bridge stopped or failed meanwhile."""
+
+
+class _NotAcknowledged(Exception):
+    """An AT_MOST_ONCE batch whose acknowledgement failed: not sent (the source has it again)."""
+
+
+KAFKA_FALLBACK_ID = "ID:kafka:"
+"""Prefix of the id a Kafka record without ``jms.MessageId`` gets (topic, partition, offset)."""
+
+
+def source_key(message: Message) -> str:
+    """The id a ONCE_AND_ONLY_ONCE bridge remembers a source message by.
+
+    The message id, except for the id made up for a plain Kafka record
+    (``ID:kafka:<topic>:<partition>:<offset>``), which a topic deleted and
+    created again hands out once more: the record's timestamp is added, so a
+    new record at a reused offset is not taken for the old one.
+    """
+    message_id = message.message_id
+    if message_id.startswith(KAFKA_FALLBACK_ID) and message.timestamp:
+        return f"{message_id}@{message.timestamp}"
+    return message_id
 
 
 def _note(result: Any, into: list[Any]) -> None:
@@ -163,6 +186,7 @@ class Bridge:
         self._flushing = False
         self._send_waiters: set[Deferred[None]] = set()
         self._start_waiters: list[Deferred[None]] = []
+        self._in_doubt: Deferred[None] | None = None
         self._forward_fields = self.metrics.forwarded.labels(self.name)
         self._batch_sizes = self.metrics.batch_size.labels(self.name)
         self.metrics.state.labels(self.name).state(STOPPED)
@@ -188,10 +212,21 @@ class Bridge:
                       source=self._describe(self.config.source), target=self._describe(self.config.target),
                       qos=self.config.qos)
         if self.config.qos == ONCE_AND_ONLY_ONCE:
-            self._resolve_in_doubt().addCallback(lambda _: self._subscribe() if self.state == STARTING else None)
+            checked = self._resolve_in_doubt()
+            self._in_doubt = checked
+            checked.addCallback(lambda _: self._subscribe() if self.state == STARTING else None)
         else:
             self._subscribe()
         return waiter
+
+    def in_doubt_resolved(self) -> Deferred[None]:
+        """Fires once the in-doubt check of the last :meth:`start` is done (at once
+        when there is none): what the target holds is recorded as delivered, so
+        consumers of the target may take messages from then on."""
+        checked = self._in_doubt
+        if checked is None or checked.called:
+            return succeed(None)
+        return _watch(checked)
 
     def _resolve_in_doubt(self) -> Deferred[None]:
         """Count what the target already holds from this bridge as delivered (see
@@ -203,9 +238,14 @@ class Bridge:
 
         def found(held: set[str] | None) -> Deferred[None] | None:
             if held is None:
+                self.log.warn("bridge {name}: target {target} cannot tell which messages it holds; a crash "
+                              "between its confirmation and the duplicate store's commit would send that batch "
+                              "again", name=self.name, target=self._describe(self.config.target))
                 return None
             ids = [source for source in (source_id_of(self.name, i) for i in held) if source is not None]
-            missing = [i for i in ids if not dedup.contains(self.name, i)]
+            return dedup.known(self.name, ids).addCallback(lambda known: record([i for i in ids if i not in known]))
+
+        def record(missing: list[str]) -> Deferred[None] | None:
             if missing:
                 self.log.info("bridge {name}: the target holds {count} message(s) not yet recorded as delivered; "
                               "recording them", name=self.name, count=len(missing))
@@ -517,42 +557,76 @@ class Bridge:
         """Transform, send and acknowledge one batch per the QoS; never fails
         for a connector's fault (those become retries or a failed bridge)."""
         self._batch_sizes.observe(len(batch))
-        config = self.config
-        accepted: list[tuple[_SourceConsumer, Message, Any]] = []
+        once = self.config.qos == ONCE_AND_ONLY_ONCE
+        d = self._not_yet_delivered(batch) if once else succeed((batch, []))
+        d.addCallback(self._forward_fresh)
+        d.addErrback(self._batch_failed)
+        return d.addCallback(lambda _: None)
+
+    def _not_yet_delivered(self, batch: list[tuple[_SourceConsumer, Message, Any]]) -> Deferred[Any]:
+        """ONCE_AND_ONLY_ONCE: (messages to send, tags only to acknowledge): non-persistent
+        messages, those the duplicate store knows and repeats within the batch (a source
+        that redelivered after a reconnection while the first delivery was pending) are skipped."""
+        assert self.dedup is not None
         skipped: list[tuple[_SourceConsumer, Any]] = []
+        candidates: list[tuple[_SourceConsumer, Message, Any]] = []
+        seen: set[str] = set()
         for consumer, message, tag in batch:
-            if config.qos == ONCE_AND_ONLY_ONCE:
-                if not message.persistent:
-                    self.metrics.dropped.labels(self.name, "non-persistent").inc()
-                    self.log.warn("bridge {name}: message {id} is not persistent; ONCE_AND_ONLY_ONCE bridges "
-                                  "take persistent messages only: dropped", name=self.name, id=message.message_id)
-                    skipped.append((consumer, tag))
-                    continue
-                assert self.dedup is not None
-                if message.message_id and self.dedup.contains(self.name, message.message_id):
+            if not message.persistent:
+                self.metrics.dropped.labels(self.name, "non-persistent").inc()
+                self.log.warn("bridge {name}: message {id} is not persistent; ONCE_AND_ONLY_ONCE bridges "
+                              "take persistent messages only: dropped", name=self.name, id=message.message_id)
+                skipped.append((consumer, tag))
+                continue
+            key = source_key(message)
+            if key and key in seen:
+                self.metrics.duplicates.labels(self.name).inc()
+                self.log.debug("bridge {name}: {id} twice in one batch; sent once", name=self.name, id=key)
+                skipped.append((consumer, tag))
+                continue
+            seen.add(key)
+            candidates.append((consumer, message, tag))
+        d = self.dedup.known(self.name, [key for key in seen if key])
+
+        def split(known: set[str]) -> tuple[list[tuple[_SourceConsumer, Message, Any]], list[Any]]:
+            accepted = []
+            for consumer, message, tag in candidates:
+                if source_key(message) in known:
                     self.metrics.duplicates.labels(self.name).inc()
                     self.log.debug("bridge {name}: {id} already delivered; skipped", name=self.name,
                                    id=message.message_id)
                     skipped.append((consumer, tag))
-                    continue
-            accepted.append((consumer, message, tag))
+                else:
+                    accepted.append((consumer, message, tag))
+            return accepted, skipped
+
+        def unknown(failure: Failure) -> None:
+            self._fail(f"cannot read delivered ids: {failure.getErrorMessage()}")
+            raise _Abandoned()
+
+        return d.addCallbacks(split, unknown)
+
+    def _forward_fresh(self, split: tuple[list[tuple[_SourceConsumer, Message, Any]], list[Any]]) -> Deferred[None]:
+        accepted, skipped = split
+        config = self.config
         tags = [(consumer, tag) for consumer, _, tag in accepted] + skipped
         d = self._transform([message for _, message, _ in accepted])
         if config.qos == AT_MOST_ONCE:
             d.addCallback(lambda outgoing: self._ack(tags).addCallback(lambda _: outgoing))
             d.addCallback(self._send)
         elif config.qos == ONCE_AND_ONLY_ONCE:
-            ids = [message.message_id for _, message, _ in accepted if message.message_id]
+            ids = [key for key in (source_key(message) for _, message, _ in accepted) if key]
             d.addCallback(self._send)
             d.addCallback(lambda _: self._record(ids))
             d.addCallback(lambda _: self._ack_behind(tags))
         else:
             d.addCallback(self._send)
             d.addCallback(lambda _: self._ack_behind(tags))
-        d.addErrback(self._batch_failed)
         return d.addCallback(lambda _: None)
 
     def _batch_failed(self, failure: Failure) -> None:
+        if failure.check(_NotAcknowledged):
+            return
         if failure.check(_Abandoned):
             if self.config.qos == AT_MOST_ONCE:
                 self.metrics.dropped.labels(self.name, "abandoned").inc()
@@ -601,11 +675,14 @@ class Bridge:
         out = message.copy()
         out.destination = destination
         if self.config.qos == ONCE_AND_ONLY_ONCE and original.message_id:
-            out.message_id = target_message_id(self.name, original.message_id)
+            out.message_id = target_message_id(self.name, source_key(original))
         else:
             out.message_id = new_message_id()
         out.redelivered = False
         out.redelivery_count = 0
+        # The copy is a new message of this gateway: the origin of the source record (maybe this
+        # gateway itself) must not make a router take it for one it produced (the cycle guard).
+        out.properties.pop(ORIGIN_HEADER, None)
         if self.config.add_message_id_in_header and original.message_id:
             previous = out.properties.get(MESSAGE_ID_LIST)
             if isinstance(previous, bytes):
@@ -617,26 +694,34 @@ class Bridge:
 
     def _send(self, outgoing: list[Message]) -> Deferred[None]:
         """Send until the target confirms; retried every interval (ConnectorError),
-        fails the bridge otherwise.  Fails with _Abandoned if the bridge stops."""
+        fails the bridge otherwise (and at once for a message the target refuses
+        for good).  Under ONCE_AND_ONLY_ONCE each retry first asks the target what
+        it already holds (the in-doubt check) and sends only the rest.  Fails
+        with _Abandoned if the bridge stops or fails."""
         if not outgoing:
             return succeed(None)
         done: Deferred[None] = Deferred()
+        remaining = list(outgoing)
+        total = len(outgoing)
 
         def attempt() -> None:
             self._send_waiters.discard(done)
             if done.called:
                 return
-            if len(outgoing) == 1:
-                sent = maybeDeferred(self.target.send, outgoing[0])
+            if not remaining:
+                confirmed(None)
+                return
+            if len(remaining) == 1:
+                sent = maybeDeferred(self.target.send, remaining[0])
             else:
-                sent = maybeDeferred(self.target.send_batch, outgoing)
+                sent = maybeDeferred(self.target.send_batch, list(remaining))
             sent.addCallbacks(confirmed, refused)
 
         def confirmed(_: object) -> None:
             if done.called:
                 return
-            self.forwarded += len(outgoing)
-            self._forward_fields.inc(len(outgoing))
+            self.forwarded += total
+            self._forward_fields.inc(total)
             if not self._target_ok:
                 self.log.info("bridge {name}: target {target} is back", name=self.name,
                               target=self._describe(self.config.target))
@@ -651,14 +736,49 @@ class Bridge:
                 return
             self.metrics.failed.labels(self.name).inc()
             error = failure.value
-            reason = f"sending {len(outgoing)} message(s) to {self._describe(self.config.target)} failed: {error}"
-            if not isinstance(error, ConnectorError):
+            reason = f"sending {len(remaining)} message(s) to {self._describe(self.config.target)} failed: {error}"
+            if not isinstance(error, ConnectorError) or error.permanent:
+                if isinstance(error, ConnectorError):
+                    reason = (f"the target {self._describe(self.config.target)} refused a message of a batch of "
+                              f"{len(remaining)} (ids {', '.join(m.message_id for m in remaining[:5])}"
+                              f"{' ...' if len(remaining) > 5 else ''}) for good: {error}")
+                    if self.config.qos == AT_MOST_ONCE:  # acknowledged already: these are lost
+                        self.metrics.dropped.labels(self.name, "refused").inc(len(remaining))
                 self._fail(reason)
+                done.errback(_Abandoned())
                 return
             self._target_ok = False
             self._update_state()
             self._send_waiters.add(done)  # stop() or a failure abandons it while it waits
-            self._retry_later(reason, attempt)
+            self._retry_later(reason, resend if self.config.qos == ONCE_AND_ONLY_ONCE else attempt)
+
+        def resend() -> None:
+            """The in-doubt check before a retry: drop what the target already took."""
+            destinations = sorted({message.destination for message in remaining})
+            probes = [held_message_ids(self.target, destination, tail=max(1000, 4 * self.config.prefetch))
+                      for destination in destinations]
+
+            def looked(answers: list[set[str] | None]) -> None:
+                if done.called:
+                    return
+                held: set[str] = set()
+                for answer in answers:
+                    if answer is not None:
+                        held |= answer
+                taken = [message for message in remaining if message.message_id in held]
+                if taken:
+                    self.log.info("bridge {name}: the target already holds {count} of the {total} message(s) "
+                                  "to send again; sending the rest", name=self.name, count=len(taken),
+                                  total=len(remaining))
+                    remaining[:] = [message for message in remaining if message.message_id not in held]
+                attempt()
+
+            def unknown(failure: Failure) -> None:
+                self.log.warn("bridge {name}: cannot ask the target what it holds before a retry: {error}",
+                              name=self.name, error=failure.getErrorMessage())
+                attempt()
+
+            gather(probes).addCallbacks(looked, unknown)
 
         attempt()
         return done
@@ -707,7 +827,10 @@ class Bridge:
             consumers = list(by_consumer)
             for consumer in consumers:
                 self._source_lost(consumer, ConnectorError(f"acknowledgement failed: {failure.getErrorMessage()}"))
+            if failure.check(StaleDelivery):
+                self.log.warn("bridge {name}: {error}; dropping the deliveries held from that connection",
+                              name=self.name, error=failure.getErrorMessage())
             if self.config.qos == AT_MOST_ONCE:
-                raise _Abandoned()  # not acknowledged: sending could duplicate
+                raise _NotAcknowledged()  # not acknowledged: sending could duplicate
 
         return d.addCallbacks(lambda _: None, failed)

@@ -44,8 +44,24 @@ from gateway.bridges.bridge import MESSAGE_ID_LIST
 from gateway.bridges.config import BridgeConfig
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import target_message_id
+from gateway.connectors.kafka import REFUSED_CODES
 from gateway.connectors.kafka_records import message_to_record, record_to_message
+from gateway.errors import MessageRefused
 from gateway.message.model import Message
+
+NO_RETRY_CODES = REFUSED_CODES | {"TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
+"""Kafka errors about the batch itself (a record too large, not authorised): no retry helps."""
+
+
+def _permanent(error: Exception) -> bool:
+    """Whether retrying the batch cannot help (a transformer rejected a message, Kafka refused a record)."""
+    if isinstance(error, MessageRefused):
+        return True
+    from confluent_kafka import KafkaException
+
+    if isinstance(error, KafkaException) and error.args and hasattr(error.args[0], "name"):
+        return str(error.args[0].name()) in NO_RETRY_CODES
+    return False
 
 
 class KafkaExactlyOnceBridge:
@@ -62,6 +78,8 @@ class KafkaExactlyOnceBridge:
         clock: Any,
         metrics: BridgeMetrics | None = None,
         chains: Any = None,
+        target_topic: str | None = None,
+        key_header: str | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -79,8 +97,12 @@ class KafkaExactlyOnceBridge:
         self._halt = threading.Event()
         self._paused = False
         self._start_waiters: list[Deferred[None]] = []
+        self._batch_start: dict[int, int] = {}
+        """Partition -> first offset of the batch in its transaction (the bridge thread's)."""
         self.source_topic = source.topic_of(config.source.destination)
-        self.target_topic = target.topic_of(config.target.destination)
+        self.target_topic = target_topic or target.topic_of(config.target.destination)
+        """Where the copies go: the destination's topic, or the topic of its ``[routing]`` route."""
+        self.key_header = key_header if target_topic else target.settings.key_header
         self.metrics.state.labels(self.name).state("stopped")
 
     # ------------------------------------------------------------ control API
@@ -107,6 +129,10 @@ class KafkaExactlyOnceBridge:
         self._thread = threading.Thread(target=self._run, name=f"bridge-{self.name}", daemon=True)
         self._thread.start()
         return waiter
+
+    def in_doubt_resolved(self) -> Deferred[None]:
+        """Nothing is in doubt: copies and offsets commit in one transaction."""
+        return succeed(None)
 
     def stop(self) -> Deferred[None]:
         """Finish the transaction under way and stop; fires when the thread ended."""
@@ -242,6 +268,10 @@ class KafkaExactlyOnceBridge:
                     failures += 1
                     reason = f"kafka transaction failed: {exc}"
                     producer, consumer = self._recover(producer, consumer, exc)
+                    if _permanent(exc):  # the same batch would fail the same way: nothing is committed
+                        call(self._gave_up, f"{reason} (a record no retry can deliver; the batch stays at the "
+                                            "source, its offsets not committed)")
+                        return
                     limit = self.config.max_retries
                     if limit != -1 and failures > limit:
                         call(self._gave_up, f"{reason} (gave up after {limit} retries)")
@@ -292,13 +322,17 @@ class KafkaExactlyOnceBridge:
         while batch_time == -1 and len(records) < self.config.max_batch_size and not self._halt.is_set():
             more = consumer.consume(self.config.max_batch_size - len(records), 1.0)
             records.extend(r for r in more if r.error() is None)
+        for record in records:  # where a failed transaction rewinds to (committed offset or not)
+            first = self._batch_start.get(record.partition())
+            if first is None or record.offset() < first:
+                self._batch_start[record.partition()] = record.offset()
         outgoing = []
         for record in records:
             message = self._message(record)
             if selector is not None and not selector(message):
                 continue
             for out in self._transformed(message):
-                outgoing.append(message_to_record(out, self.target.settings.key_header, self.target.gateway_id))
+                outgoing.append(message_to_record(out, self.key_header, self.target.gateway_id))
         positions: dict[int, int] = {}
         for record in records:
             positions[record.partition()] = max(positions.get(record.partition(), -1), record.offset() + 1)
@@ -308,6 +342,7 @@ class KafkaExactlyOnceBridge:
             producer.produce(self.target_topic, value=value, key=key, headers=headers)
         producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
         producer.commit_transaction(30)
+        self._batch_start.clear()
         return len(outgoing), len(records)
 
     def _message(self, record: Any) -> Message:
@@ -334,8 +369,8 @@ class KafkaExactlyOnceBridge:
             if isinstance(outcome, Deliver | DeadLettered):
                 result, destination = outcome.message, outcome.destination
             else:
-                raise RuntimeError(f"a transformer rejected message {message.message_id}: "
-                                   f"{getattr(outcome, 'error', outcome)}")
+                raise MessageRefused(f"a transformer rejected message {message.message_id}: "
+                                     f"{getattr(outcome, 'error', outcome)}")
         out = result.copy()
         out.destination = destination
         out.message_id = target_message_id(self.name, message.message_id or uuid.uuid4().hex)
@@ -364,12 +399,18 @@ class KafkaExactlyOnceBridge:
         if fatal:
             producer = None  # a new producer fences the old one on init_transactions
         if consumer is not None:
+            from confluent_kafka import TopicPartition
+
             try:
                 assignment = consumer.assignment()
                 if assignment:
                     for tp in consumer.committed(assignment, timeout=10):
-                        if tp.offset >= 0:
+                        first = self._batch_start.get(tp.partition)
+                        if first is not None:  # the failed batch's first record, committed offset or not
+                            consumer.seek(TopicPartition(tp.topic, tp.partition, first))
+                        elif tp.offset >= 0:
                             consumer.seek(tp)
+                self._batch_start.clear()
             except Exception:
                 with contextlib.suppress(Exception):
                     consumer.close()

@@ -12,7 +12,8 @@ A connector answers if it offers ``held_message_ids(destination) ->
 Deferred[set[str]]``; the embedded broker is answered here by reading its
 queues (the queue itself, or every subscriber queue of a topic, pending and
 in flight) and Kafka by reading the newest records of the target topic
-(committed ones only).  Other connectors (a JMS broker over STOMP) answer
+(committed ones only; behind ``[routing]``, the topic of the route the
+destination alone decides).  Other connectors (a JMS broker over STOMP) answer
 None: for them the window stays open (see :mod:`gateway.bridges.dedup`).
 """
 
@@ -57,16 +58,24 @@ def held_message_ids(connector: IConnector, destination: str, *, tail: int = 100
     from gateway.connectors.kafka import KafkaConnector
 
     if isinstance(connector, KafkaConnector):
-        return _kafka_ids(connector, destination, tail)
+        return _kafka_ids(connector, connector.topic_of(destination), tail)
+    from gateway.routing.service import KafkaRouter
+
+    if isinstance(connector, KafkaRouter):
+        # [routing] took the Kafka connector's place: the route decides the topic; it can be
+        # read only when the destination alone decides the route.
+        route = connector.forward_route(destination)
+        if route is None:
+            return succeed(None)
+        return _kafka_ids(connector.connector, route.topic, tail)
     return succeed(None)
 
 
-def _kafka_ids(connector: Any, destination: str, tail: int) -> Deferred[set[str] | None]:
+def _kafka_ids(connector: Any, topic: str, tail: int) -> Deferred[set[str] | None]:
     """The ``jms.MessageId`` headers of the last ``tail`` committed records of each
-    partition of the destination's topic (a thread reads them)."""
+    partition of ``topic`` (a thread reads them)."""
     from twisted.internet.threads import deferToThreadPool
 
-    topic = connector.topic_of(destination)
     settings = connector.settings
 
     def read() -> set[str]:

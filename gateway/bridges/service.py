@@ -67,6 +67,9 @@ class BridgeService(service.MultiService):
         self.metrics = metrics
         self._purge: LoopingCall | None = None
         self.started: Deferred[None] | None = None
+        self.in_doubt_checked: Deferred[None] | None = None
+        """Fires once every started bridge's in-doubt check is done (the gateway opens its
+        STOMP listeners after it, so no client takes a copy the check has not seen)."""
 
     # -- control API ---------------------------------------------------------------
 
@@ -107,11 +110,22 @@ class BridgeService(service.MultiService):
             d.addCallback(lambda _: dedup.open())
             d.addCallback(lambda _: self._start_purging(dedup))
 
+        checked: Deferred[None] = Deferred()
+        self.in_doubt_checked = checked
+
         def start_all(_: object) -> Deferred[Any]:
-            starts = [bridge.start() for bridge in self.bridges.values() if bridge.config.enabled]
+            enabled = [bridge for bridge in self.bridges.values() if bridge.config.enabled]
+            starts = [bridge.start() for bridge in enabled]
+            DeferredList([bridge.in_doubt_resolved() for bridge in enabled], consumeErrors=True).addBoth(
+                lambda _: checked.callback(None))
             return DeferredList(starts, consumeErrors=True)
 
-        d.addCallback(start_all)
+        def not_started(failure: Any) -> Any:
+            if not checked.called:
+                checked.callback(None)
+            return failure
+
+        d.addCallbacks(start_all, not_started)
         return d.addCallback(lambda _: None)
 
     def _start_purging(self, dedup: DuplicateStore) -> None:
@@ -244,13 +258,37 @@ def _chains_for(config: BridgeConfig, plugin_manager: Any, transform_config: Any
     return TransformChains(plugin_manager, chain_config, registry=CollectorRegistry(), clock=reactor)
 
 
-def _same_kafka_cluster(source: IConnector, target: IConnector) -> bool:
-    """Whether both sides are Kafka connectors of one cluster (Kafka transactions can carry the offsets)."""
+def _kafka_side(connector: IConnector) -> Any:
+    """The Kafka connector behind ``connector`` (itself, or the one ``[routing]`` wraps), else None."""
     from gateway.connectors.kafka import KafkaConnector
+    from gateway.routing.service import KafkaRouter
 
-    if not isinstance(source, KafkaConnector) or not isinstance(target, KafkaConnector):
-        return False
-    return set(source.settings.bootstrap.split(",")) == set(target.settings.bootstrap.split(","))
+    if isinstance(connector, KafkaConnector):
+        return connector
+    if isinstance(connector, KafkaRouter):
+        return connector.connector
+    return None
+
+
+def _kafka_transactions_plan(config: BridgeConfig, source: IConnector, target: IConnector
+                             ) -> tuple[Any, Any, str | None, str | None] | str:
+    """How a Kafka -> Kafka ONCE_AND_ONLY_ONCE bridge runs on Kafka transactions:
+    (source connector, target connector, target topic, key header), or why it cannot
+    (the duplicate store is used then)."""
+    from gateway.routing.service import KafkaRouter
+
+    kafka_source, kafka_target = _kafka_side(source), _kafka_side(target)
+    if kafka_source is None or kafka_target is None:
+        return "not Kafka on both sides"
+    if set(kafka_source.settings.bootstrap.split(",")) != set(kafka_target.settings.bootstrap.split(",")):
+        return "source and target are different Kafka clusters (offsets commit on the target's)"
+    if isinstance(target, KafkaRouter):
+        route = target.forward_route(config.target.destination)
+        if route is None:
+            return (f"[routing] decides the topic of {config.target.destination} by more than the destination "
+                    "(a selector or a header test comes first)")
+        return kafka_source, kafka_target, route.topic, route.key
+    return kafka_source, kafka_target, None, None
 
 
 def build_bridge_service(
@@ -283,15 +321,21 @@ def build_bridge_service(
     for config in bridges:
         source = _connector_for(config.source, f"{config.key}.source", connectors, owned, path, connector_factory)
         target = _connector_for(config.target, f"{config.key}.target", connectors, owned, path, connector_factory)
-        if config.qos == ONCE_AND_ONLY_ONCE and _same_kafka_cluster(source, target):
+        plan = _kafka_transactions_plan(config, source, target) if config.qos == ONCE_AND_ONLY_ONCE else ""
+        if isinstance(plan, tuple):
             from gateway.bridges.kafka_exactly_once import KafkaExactlyOnceBridge
 
+            kafka_source, kafka_target, topic, key_header = plan
             built.append(KafkaExactlyOnceBridge(
-                config, source, target, clock=reactor, metrics=metrics,
+                config, kafka_source, kafka_target, clock=reactor, metrics=metrics,
                 chains=_chains_for(config, plugin_manager, transform_config, registry, reactor, path),
+                target_topic=topic, key_header=key_header,
             ))
             needs_dedup.remove(config)
             continue
+        if plan and _kafka_side(source) is not None and _kafka_side(target) is not None:
+            BridgeService.log.warn("bridge {name}: ONCE_AND_ONLY_ONCE without Kafka transactions ({why}); it uses "
+                                   "the duplicate store", name=config.name, why=plan)
         if config.qos == ONCE_AND_ONLY_ONCE and dedup is None:
             dedup = DuplicateStore(os.path.join(data_dir, DEDUP_DATABASE), reactor)
         built.append(Bridge(

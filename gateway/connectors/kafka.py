@@ -81,6 +81,20 @@ HARD_ERROR_CODES = frozenset(
 )
 """Kafka errors that routing treats as hard failures (no retry makes them go away)."""
 
+REFUSED_CODES = frozenset(
+    {
+        "MSG_SIZE_TOO_LARGE",
+        "_MSG_SIZE_TOO_LARGE",
+        "RECORD_LIST_TOO_LARGE",
+        "INVALID_RECORD",
+        "INVALID_MSG",
+        "INVALID_MSG_SIZE",
+        "CORRUPT_MESSAGE",
+        "_INVALID_ARG",
+    }
+)
+"""Kafka errors about the record itself: sending it again gives the same answer."""
+
 PRODUCER_RESET_CODES = frozenset(
     {
         "PRODUCER_FENCED",
@@ -116,6 +130,7 @@ class KafkaDeliveryError(ConnectorError):
 
     :ivar code: the Kafka error name (``UNKNOWN_TOPIC_OR_PART``, ``_MSG_TIMED_OUT`` …).
     :ivar hard: whether retrying cannot help (unknown topic, not authorised).
+    :ivar permanent: hard, or the record itself is refused (too large, invalid).
     """
 
     def __init__(self, message: str, *, code: str = "", topic: str = "") -> None:
@@ -123,6 +138,7 @@ class KafkaDeliveryError(ConnectorError):
         self.code = code
         self.topic = topic
         self.hard = code in HARD_ERROR_CODES
+        self.permanent = self.hard or code in REFUSED_CODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,15 +588,22 @@ class KafkaConnector:
                 for topic, key, value, headers in records:
                     producer.produce(topic, value=value, key=key, headers=headers)
                 producer.commit_transaction(30)
-            except KafkaException as exc:
-                error = exc.args[0]
-                try:
-                    if error.txn_requires_abort():
+            except (KafkaException, BufferError) as exc:
+                error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+                fatal = error is not None and error.fatal()
+                if not fatal:
+                    # Whatever failed (a record refused by produce() needs no abort by librdkafka's
+                    # account), the transaction begun above is open: end it, or every later
+                    # begin_transaction fails.
+                    try:
                         producer.abort_transaction(30)
-                except KafkaException:
-                    self.log.failure("aborting a kafka transaction failed")
-                if error.fatal():
+                    except KafkaException:
+                        self.log.failure("aborting a kafka transaction failed")
+                        fatal = True
+                if fatal:
                     self._transactional = None
+                if error is None:
+                    raise ConnectorUnavailable(f"kafka transaction failed: {exc}") from None
                 raise KafkaDeliveryError(f"kafka transaction failed: {error.str()}", code=error.name()) from None
             return len(records)
 

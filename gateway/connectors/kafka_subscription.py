@@ -40,7 +40,7 @@ from zope.interface import implementer
 
 from gateway.connectors.kafka_offsets import DeliveryTag, OffsetTracker
 from gateway.connectors.kafka_records import record_to_message
-from gateway.errors import ConnectorError
+from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
 
@@ -243,6 +243,14 @@ class KafkaSubscription:
                 except queue.Empty:
                     break
                 if command.kind == "ack":
+                    stale = [tag for tag in command.tags if not self._tracker.current(tag)]
+                    if stale and command.done is not None:
+                        # delivered before a rebalance or seek: those records come again, so
+                        # nothing of this acknowledgement is applied and it fails
+                        self.reactor.callFromThread(self._fail, command.done, StaleDelivery(
+                            f"{len(stale)} of {len(command.tags)} deliveries of {self.topic} belong to a "
+                            f"previous assignment of group {self.group}; they are redelivered"))
+                        continue
                     for tag in command.tags:
                         self._tracker.ack(tag)
                     if command.done is not None:

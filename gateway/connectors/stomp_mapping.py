@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.errors import ConnectorError, StompProtocolError
+from gateway.errors import ConnectorError, MessageRefused, StompProtocolError
 from gateway.message import convert, xstream
 from gateway.message.model import DEFAULT_PRIORITY, BytesMessage, MapMessage, Message, ObjectMessage, TextMessage
 from gateway.stomp.frame import Frame
@@ -66,7 +66,7 @@ def send_frame_parts(message: Message, *, amq_msg_type: bool = True) -> tuple[di
         if b"\x00" not in body:
             return headers, body, True
         if not amq_msg_type:
-            raise ConnectorError(
+            raise MessageRefused(
                 f"text message {message.message_id} contains NUL and the broker has no amq-msg-type header"
             )
         headers["amq-msg-type"] = "text"
@@ -80,7 +80,7 @@ def send_frame_parts(message: Message, *, amq_msg_type: bool = True) -> tuple[di
         headers["transformation"] = "jms-object-json"
         return headers, message.payload, True
     kind = f"{type(message).__name__}" + (f" ({message.encoding})" if isinstance(message, ObjectMessage) else "")
-    raise ConnectorError(f"message {message.message_id} is a {kind}, which cannot be sent to the broker over STOMP")
+    raise MessageRefused(f"message {message.message_id} is a {kind}, which cannot be sent to the broker over STOMP")
 
 
 def forward_parts(
@@ -208,7 +208,7 @@ def encode_map(entries: dict[str, Any], message_id: str = "") -> str:
         elif isinstance(value, float):
             encoded.append({"string": str(key), "double": value})
         else:
-            raise ConnectorError(
+            raise MessageRefused(
                 f"map message {message_id}: entry {key!r} is a {type(value).__name__}; the broker's "
                 "jms-map-json only takes strings, integers, floats and booleans"
             )

@@ -20,7 +20,7 @@ from zope.interface import implementer
 
 from gateway.connectors.stomp_mapping import message_from_frame
 from gateway.deferreds import gather
-from gateway.errors import ConnectorError
+from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
 from gateway.stomp.client import StompClientProtocol
@@ -183,9 +183,19 @@ class BrokerSubscription:
         for tag in tags:
             if not isinstance(tag, BrokerDelivery):
                 return fail(ConnectorError(f"{tag!r} is not a delivery of this connector"))
-            if protocol is None or tag.generation != self.connector.generation:
-                # The broker connection it came on is gone: the broker redelivers it.
-                continue
+        stale = [tag for tag in tags if protocol is None or tag.generation != self.connector.generation]
+        if stale:
+            # The broker connection they came on is gone: the broker redelivers them, so an
+            # acknowledgement must not report success (nor acknowledge the rest of the batch).
+            if what == "ack":
+                return fail(StaleDelivery(
+                    f"{len(stale)} of {len(tags)} deliveries came on a previous connection to "
+                    f"{self.connector.settings.uri}; the broker redelivers them"))
+            tags = [tag for tag in tags if tag not in stale]
+        if not tags:
+            return succeed(None)
+        assert protocol is not None
+        for tag in tags:
             if what == "ack":
                 work.append(protocol.ack(tag.frame, receipt=receipt))
             else:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, PrivateAttr, field_validator
 
 from gateway.errors import ConfigError
+from gateway.identity import resolve_gateway_id
 from gateway.routing.config import parse_routing_config
 from gateway.schema import Int, Seconds, Section, Str, Table, validate
 
@@ -126,7 +127,7 @@ def parse_pipeline_settings(config: GatewayConfig, **overrides: Any) -> Pipeline
         raise ConfigError("no Kafka bootstrap servers: set pipeline.bootstrap or the routing connector's uri",
                           path=config.path, key="pipeline.bootstrap")
     settings = settings.model_copy(update={
-        "bootstrap": bootstrap, "origin": settings.origin or config.id,
+        "bootstrap": bootstrap, "origin": settings.origin or resolve_gateway_id(config.id, config.data_dir),
         "checkpoint": settings.checkpoint or config.data_path("pipeline-checkpoint")})
     settings._path = config.path
     return settings

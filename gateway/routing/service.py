@@ -11,7 +11,11 @@ where a message goes, then:
 * hard failure (unknown topic, not authorised, the dead-letter topic
   failing): stops all routing with one clear log line; every later send fails
   with :class:`RouteStopped` until :meth:`KafkaRouter.restart`;
-* a message carrying this gateway's ``jmsbridge.origin`` is not routed back.
+* a message carrying this gateway's ``jmsbridge.origin`` is not routed back:
+  counted, and the send succeeds on the STOMP path (:meth:`KafkaRouter.post`,
+  :meth:`KafkaRouter.forward`), but :meth:`KafkaRouter.send` and
+  :meth:`KafkaRouter.send_batch` (bridges, transactions) fail with
+  :class:`NotRouted`: whoever asked must not take it for delivered.
 
 It also provides :class:`IConnector`, so the gateway can map destinations to
 it like to any connector: sends are routed, subscriptions go to Kafka.
@@ -29,14 +33,18 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, Settled
-from gateway.connectors.kafka_records import Header
-from gateway.errors import ConfigError, ConnectorError, DestinationError
+from gateway.connectors.kafka_records import Header, origin_of
+from gateway.errors import ConfigError, ConnectorError, DestinationError, MessageRefused
 from gateway.interfaces import Health, IConsumer, IFlowControlled, IFrameForwarder, IStatusReporting, SubscriptionSpec
 from gateway.message.model import Message, new_message_id, now_millis
 from gateway.routing.config import Route, RoutingConfig, RoutingSection, parse_routing_config
 from gateway.routing.frame_records import frame_record
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.router import CYCLE, ROUTED, SOFT_FAILURE, UNROUTED, RouteDecision, Router
+
+
+class NotRouted(MessageRefused):
+    """The cycle guard kept a message back: it carries this gateway's own ``jmsbridge.origin``."""
 
 
 class RouteStopped(ConnectorError):
@@ -347,8 +355,19 @@ class KafkaRouter:
         return result
 
     def send(self, message: Message) -> Deferred[RoutingResult]:
-        """Route ``message``; a message no route includes fails with DestinationError."""
+        """Route ``message``; a message no route includes fails with DestinationError,
+        one the cycle guard keeps back with :class:`NotRouted` (a caller of
+        ``send``, a bridge, must not take it for delivered)."""
+        if self.stopped is None and origin_of(message) == self.router.origin:
+            return fail(self._cycle_refused(message))
         return self._dispatch(message, True)
+
+    def _cycle_refused(self, message: Message) -> NotRouted:
+        self.metrics.cycles.inc()
+        self.log.warn("message {id} to {destination} carries this gateway's own jmsbridge.origin; not routed "
+                      "back (refused)", id=message.message_id, destination=message.destination)
+        return NotRouted(f"message {message.message_id} carries this gateway's own jmsbridge.origin "
+                         f"({self.router.origin}): the cycle guard does not route it back to Kafka")
 
     def send_batch(self, messages: list[Message]) -> Deferred[Any]:
         """Route a batch: every decision first (any stop fails the whole batch
@@ -359,10 +378,10 @@ class KafkaRouter:
         records: list[tuple[str, bytes | None, bytes | None, list[Any]]] = []
         for message in messages:
             decision = self.router.route(message)
-            if decision.outcome in (CYCLE, UNROUTED):
-                if decision.outcome == UNROUTED:
-                    return fail(DestinationError(f"no Kafka route includes destination {message.destination}"))
-                continue
+            if decision.outcome == CYCLE:
+                return fail(self._cycle_refused(message))
+            if decision.outcome == UNROUTED:
+                return fail(DestinationError(f"no Kafka route includes destination {message.destination}"))
             route = decision.route_name
             if route in self.stopped_routes:
                 return fail(RouteStopped(f"route {route} is stopped: {self.stopped_routes[route]}", route=route))
