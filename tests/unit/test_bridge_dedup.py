@@ -83,3 +83,28 @@ def test_record_many_in_one_commit(tmp_path: Path, count: int) -> None:
     again = opened(tmp_path / "d.sqlite", clock, a=60_000)
     assert all(again.contains("a", i) for i in ids)
     again.close()
+
+
+def test_memory_is_bounded_and_sqlite_answers_for_the_rest(tmp_path: Path) -> None:
+    clock = Clock()
+    store = DuplicateStore(str(tmp_path / "d.sqlite"), clock, executor=inline_executor, cache_size=3)
+    store.register("a", 60_000)
+    store.open()
+    store.record("a", [f"ID:{i}" for i in range(10)])
+    assert store.count("a") == 3, "only the newest ids stay in memory"
+    found: list[set[str]] = []
+    store.known("a", ["ID:0", "ID:5", "ID:9", "ID:new"]).addCallback(found.append)
+    assert found == [{"ID:0", "ID:5", "ID:9"}]
+    assert store.count("a") <= 3
+    store.close()
+    again = DuplicateStore(str(tmp_path / "d.sqlite"), clock, executor=inline_executor, cache_size=3)
+    again.register("a", 60_000)
+    again.open()
+    assert again.count("a") == 3, "a reopen loads the newest ids only"
+    again.known("a", ["ID:1"]).addCallback(found.append)
+    assert found[-1] == {"ID:1"}
+    clock.advance(61)
+    again.purge()
+    again.known("a", ["ID:1", "ID:9"]).addCallback(found.append)
+    assert found[-1] == set(), "expired on disk too"
+    again.close()

@@ -1,0 +1,187 @@
+"""Issue 25's bridge faults at the engine level (a Clock, the embedded broker, fault
+wrappers): a stale acknowledgement, a delivery repeated within a batch, a message the
+target refuses for good, a send applied whose confirmation was lost, Kafka fallback ids
+across topic re-creation, the in-doubt check's Deferred, the Kafka transaction engine's
+rewind, the cycle guard's answer to IConnector senders, the gateway id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet.defer import fail
+
+from gateway.bridges.bridge import source_key
+from gateway.bridges.probe import target_message_id
+from gateway.errors import ConnectorUnavailable, MessageRefused, StaleDelivery
+from gateway.identity import ID_FILE, installation_id, resolve_gateway_id
+from gateway.message.model import Message
+from tests.unit.test_bridge import FlakySubscription, Rig, text
+
+
+@pytest.fixture
+def stale_ack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next acknowledgement fails as one of a delivery from a previous connection."""
+    original = FlakySubscription.ack
+    left = [1]
+
+    def ack(self: FlakySubscription, tags: list[Any]) -> Any:
+        if left[0] > 0:
+            left[0] -= 1
+            self.connector.acks.append(list(tags))
+            return fail(StaleDelivery("from a previous connection"))
+        return original(self, tags)
+
+    monkeypatch.setattr(FlakySubscription, "ack", ack)
+
+
+@pytest.mark.usefixtures("stale_ack")
+def test_at_most_once_does_not_send_a_batch_whose_acknowledgement_is_stale() -> None:
+    rig = Rig(qos="AT_MOST_ONCE", max_batch_size=3)
+    rig.bridge.start()
+    rig.publish(text("a"), text("b"), text("c"))
+    assert rig.bodies() == [], "an unacknowledged AT_MOST_ONCE batch is not sent"
+    assert rig.metric("jmsgateway_bridge_dropped_total", reason="abandoned") == 0
+    assert rig.bridge.state == "retrying"
+    rig.clock.advance(1.0)
+    rig.clock.advance(0.05)
+    assert rig.bodies() == ["a", "b", "c"], "sent once, after the source redelivered"
+
+
+def test_once_and_only_once_sends_a_message_delivered_twice_in_one_batch_once() -> None:
+    """A source that redelivers after a reconnection while the first delivery is pending
+    puts the same message twice into one batch."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=4)
+    rig.bridge.start()
+    rig.publish(text("a"), text("b"), text("a"), text("b"))
+    assert rig.bodies() == ["a", "b"]
+    assert rig.metric("jmsgateway_bridge_duplicates_skipped_total") == 2
+    assert rig.pending_at_source() == 0
+
+
+def test_a_message_the_target_refuses_for_good_fails_the_bridge_at_once() -> None:
+    rig = Rig(qos="DUPLICATES_OK", max_batch_size=2)
+    sent: list[int] = []
+
+    def refuse(messages: list[Message]) -> Any:
+        sent.append(len(messages))
+        return fail(MessageRefused("a MapMessage entry the broker cannot carry"))
+
+    rig.target.send_batch = refuse  # type: ignore[method-assign]
+    rig.bridge.start()
+    rig.publish(text("a"), text("b"))
+    assert rig.bridge.state == "failed"
+    assert sent == [2], "not retried"
+    assert rig.bridge.last_error is not None and "for good" in rig.bridge.last_error
+    assert rig.pending_at_source() == 2, "nothing acknowledged: the source keeps both"
+
+
+def test_once_and_only_once_asks_the_target_before_a_retry() -> None:
+    """The target stored the batch but the confirmation was lost: the retry finds the
+    copies there and does not send them again."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=3)
+    real = rig.target.send_batch
+    lost = [1]
+
+    def lose_confirmation(messages: list[Message]) -> Any:
+        d = real(messages)
+        if lost[0]:
+            lost[0] -= 1
+            return d.addCallback(lambda _: fail(ConnectorUnavailable("connection lost before the receipt")))
+        return d
+
+    rig.target.send_batch = lose_confirmation  # type: ignore[method-assign]
+    rig.bridge.start()
+    rig.publish(text("a"), text("b"), text("c"))
+    assert rig.bridge.state == "retrying"
+    rig.clock.advance(1.0)
+    assert rig.bodies() == ["a", "b", "c"], "no duplicate after the retry"
+    assert rig.pending_at_source() == 0
+    assert rig.bridge.state == "running"
+
+
+def test_kafka_fallback_ids_differ_across_topic_re_creation() -> None:
+    old = Message(message_id="ID:kafka:t:0:5", timestamp=1_700_000_000_000)
+    new = Message(message_id="ID:kafka:t:0:5", timestamp=1_700_000_009_000)
+    assert source_key(old) != source_key(new)
+    assert source_key(Message(message_id="ID:app-1", timestamp=1)) == "ID:app-1"
+    assert target_message_id("b", source_key(old)).startswith("ID:bridge-b:ID:kafka:t:0:5@")
+
+
+def test_a_re_created_topics_records_are_not_skipped_as_duplicates() -> None:
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE")
+    rig.bridge.start()
+    first = text("first")
+    first.message_id, first.timestamp = "ID:kafka:t:0:0", 1000
+    rig.publish(first)
+    rig.clock.advance(0.05)
+    again = text("again")
+    again.message_id, again.timestamp = "ID:kafka:t:0:0", 2000
+    rig.publish(again)
+    rig.clock.advance(0.05)
+    assert rig.bodies() == ["first", "again"]
+
+
+def test_in_doubt_resolved_fires_once_the_check_is_done() -> None:
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE")
+    rig.bridge.start()
+    fired: list[object] = []
+    rig.bridge.in_doubt_resolved().addCallback(fired.append)
+    assert fired == [None]
+
+
+def test_a_failed_kafka_transaction_rewinds_to_the_batch_start_without_a_commit() -> None:
+    """The first transaction of a partition failed: no committed offset, still rewound."""
+    from gateway.bridges.kafka_exactly_once import KafkaExactlyOnceBridge
+
+    class Partition:
+        def __init__(self, topic: str, partition: int, offset: int) -> None:
+            self.topic, self.partition, self.offset = topic, partition, offset
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.seeks: list[tuple[int, int]] = []
+
+        def assignment(self) -> list[Partition]:
+            return [Partition("src", 0, -1001), Partition("src", 1, -1001)]
+
+        def committed(self, partitions: list[Partition], timeout: float) -> list[Partition]:
+            return [Partition("src", 0, -1001), Partition("src", 1, 7)]
+
+        def seek(self, tp: Any) -> None:
+            self.seeks.append((tp.partition, tp.offset))
+
+    class Producer:
+        aborted = 0
+
+        def abort_transaction(self, timeout: float) -> None:
+            Producer.aborted += 1
+
+    bridge = KafkaExactlyOnceBridge.__new__(KafkaExactlyOnceBridge)
+    bridge._batch_start = {0: 0}
+    consumer = Consumer()
+    producer, kept = bridge._recover(Producer(), consumer, RuntimeError("MSG_SIZE_TOO_LARGE"))
+    assert consumer.seeks == [(0, 0), (1, 7)]
+    assert Producer.aborted == 1 and kept is consumer and producer is not None
+
+
+def test_the_router_refuses_what_its_cycle_guard_keeps_back() -> None:
+    from gateway.routing.service import NotRouted
+    from tests.unit.test_routing_service import make, message, outcome
+
+    router, kafka, _, _ = make()
+    looped = message("/queue/foo", **{"jmsbridge.origin": "gw-1"})
+    assert outcome(router.send(looped)).check(NotRouted)
+    assert outcome(router.send_batch([message("/queue/foo"), looped])).check(NotRouted)
+    assert kafka.sent == []
+
+
+def test_each_installation_gets_its_own_gateway_id(tmp_path: Path) -> None:
+    first = installation_id(str(tmp_path / "a"))
+    assert first.startswith("jmsgateway-") and first != "jmsgateway"
+    assert installation_id(str(tmp_path / "a")) == first, "generated once, then read back"
+    assert (tmp_path / "a" / ID_FILE).read_text().strip() == first
+    assert installation_id(str(tmp_path / "b")) != first
+    assert resolve_gateway_id("orders-gw", str(tmp_path / "c")) == "orders-gw"
+    assert not (tmp_path / "c").exists(), "a configured id writes nothing"
