@@ -19,6 +19,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gc.collect()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Long runs (marker ``fault_matrix``) are deselected unless ``-m`` names them."""
+    if "fault_matrix" in (config.option.markexpr or ""):
+        return
+    long_runs = [item for item in items if item.get_closest_marker("fault_matrix") is not None]
+    if long_runs:
+        config.hook.pytest_deselected(items=long_runs)
+        items[:] = [item for item in items if item.get_closest_marker("fault_matrix") is None]
+
+
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     """One gateway on the default config, shared by a test module."""

@@ -1,0 +1,481 @@
+"""One run of the bridge fault matrix: a real gateway process bridging hundreds of
+messages from a source to a target while a fault strikes, then an exact count.
+
+Sides: ``embedded`` (the gateway's own broker, filled over STOMP with receipts),
+``amq`` (ActiveMQ 5.17 over STOMP, filled directly), ``kafka`` (Tansu, filled
+directly with plain records: no ``jms.MessageId``, so the bridge sees fallback
+ids).  Every message carries a ``seq``.  At the end the target is read, and so
+is what is left at the source (the embedded queue through a gateway started
+with the bridge disabled, ActiveMQ's queue directly, the Kafka records past the
+bridge's committed offset).  Then, for every confirmed seq:
+
+* ``lost``: neither at the target nor left at the source (acknowledged, not
+  sent): allowed under AT_MOST_ONCE only;
+* ``duplicated``: at the target more than once: allowed under DUPLICATES_OK only.
+
+A fault that stops the bridge on purpose (a message the target refuses, a
+transformer rejecting one) must leave it ``failed`` with the rest at the source.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.integration.test_bridge_gateway import Producer, Tally
+from tests.support.activemq import ActiveMQBroker
+from tests.support.gateway import REPO, GatewayProcess
+from tests.support.kafka import committed_offsets, create_topics, group_settings, read_records
+from tests.support.ports import free_port
+from tests.support.stomp_clients import Client
+from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
+
+SIDES = ("embedded", "amq", "kafka")
+QOS_MODES = ("AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE")
+FAULTS = ("kill", "cut-source", "cut-target", "broker-restart", "refused", "transformer-reject", "rebalance",
+          "routed", "recreate")
+STOPPING_FAULTS = ("refused", "transformer-reject")
+"""Faults after which the bridge must be failed (a message no retry can deliver)."""
+POISON = 120
+"""The index of the poison message of a stopping fault."""
+BIG = 1_200_000
+"""A body over Kafka's default ``message.max.bytes`` (1 MB)."""
+COMPRESSION_FLAG = "JMSGW_COMPRESSION"
+
+
+def applies(source: str, target: str, fault: str) -> str | None:
+    """Why ``fault`` does not apply to source -> target, or None when it does."""
+    if fault == "cut-source" and source == "embedded":
+        return "the embedded broker has no connection to cut"
+    if fault == "cut-target" and target == "embedded":
+        return "the embedded broker has no connection to cut"
+    if fault == "cut-target" and source == target == "kafka":
+        return "one Kafka connection serves both sides: cut-source covers it"
+    if fault == "broker-restart" and "amq" not in (source, target):
+        return "Tansu keeps its topics in memory: only ActiveMQ is restarted"
+    if fault == "refused" and target != "kafka":
+        return "only Kafka refuses a message for good here (one over message.max.bytes)"
+    if fault in ("rebalance", "recreate") and source != "kafka":
+        return "a Kafka source fault"
+    if fault == "routed" and target != "kafka":
+        return "[routing] routes to Kafka"
+    return None
+
+
+@dataclass
+class Outcome:
+    """What one run found."""
+
+    receipted: set[str]
+    arrived: Counter[str]
+    left: set[str]
+    status: dict[str, Any]
+    log: str = ""
+
+    @property
+    def lost(self) -> set[str]:
+        return self.receipted - set(self.arrived) - self.left
+
+    @property
+    def duplicated(self) -> dict[str, int]:
+        return {seq: n for seq, n in self.arrived.items() if n > 1}
+
+    def summary(self) -> str:
+        return (f"confirmed {len(self.receipted)}, at the target {len(self.arrived)}, left at the source "
+                f"{len(self.left)}, lost {len(self.lost)}, duplicated {len(self.duplicated)}, "
+                f"state {self.status.get('state')}, forwarded {self.status.get('forwarded')}")
+
+
+@dataclass
+class Brokers:
+    """The brokers a run may use (started by the test's fixtures)."""
+
+    activemq: ActiveMQBroker | None = None
+    kafka: str | None = None
+    proxied_kafka: tuple[Any, TcpProxy] | None = None
+
+
+@dataclass
+class FaultRun:
+    """Configure, run and count one source x target x QoS x fault case."""
+
+    tmp_path: Path
+    source: str
+    target: str
+    qos: str
+    fault: str
+    brokers: Brokers
+    count: int = 300
+    batch: int = 10
+    name: str = "fm"
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    amq_proxy: TcpProxy | None = None
+    gateway: GatewayProcess | None = None
+    admin_port: int = field(default_factory=free_port)
+    receipted: set[str] = field(default_factory=set)
+
+    # -- names -----------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        if self.brokers.proxied_kafka is not None:
+            return str(self.brokers.proxied_kafka[0].bootstrap)
+        assert self.brokers.kafka is not None
+        return self.brokers.kafka
+
+    @property
+    def kafka_proxy(self) -> TcpProxy | None:
+        return self.brokers.proxied_kafka[1] if self.brokers.proxied_kafka is not None else None
+
+    def destination(self, side: str, role: str) -> str:
+        if side == "kafka":
+            return f"/queue/fm-{role}-{self.tag}" if role == "src" else f"/topic/fm-{role}-{self.tag}"
+        return f"/queue/fm-{role}-{self.tag}"
+
+    def topic(self, role: str) -> str:
+        return f"fm-{role}-{self.tag}"
+
+    def connector(self, side: str, role: str) -> str:
+        if side == "embedded":
+            return "embedded"
+        if side == "amq":
+            return f"amq_{role}"
+        return "kafka"
+
+    # -- configuration ----------------------------------------------------------
+
+    def config(self, *, enabled: bool = True) -> str:
+        parts = [f'[admin]\nlisten = ["tcp:{self.admin_port}:interface=127.0.0.1"]\n']
+        for role, side in (("src", self.source), ("dst", self.target)):
+            if side == "amq":
+                assert self.brokers.activemq is not None
+                cut = (role == "src" and self.fault == "cut-source") or (role == "dst" and self.fault == "cut-target")
+                port = self.amq_proxy.port if cut and self.amq_proxy is not None else self.brokers.activemq.stomp_port
+                parts.append(f'[connectors.amq_{role}]\nuri = "stomp://127.0.0.1:{port}"\n'
+                             "failure_retry_interval = 200\nsend_timeout = 20000\nheartbeat = [0, 0]\n")
+        if "kafka" in (self.source, self.target):
+            consumer = ", ".join(f'"{key}" = {value}' for key, value in group_settings().items())
+            parts.append(f'[connectors.kafka]\nuri = "kafka://{self.bootstrap}"\nconsumer = {{ {consumer} }}\n')
+        if self.fault == "routed":
+            parts.append(f'[routing]\nconnector = "kafka"\n[[routing.routes]]\nname = "to-dst"\n'
+                         f'include = "msg.address == \'{self.destination("kafka", "dst")}\'"\n'
+                         f'topic = "{self.topic("dst")}"\n')
+        lines = ["[[bridges]]", f'name = "{self.name}"',
+                 f'source = {{ connector = "{self.connector(self.source, "src")}", '
+                 f'destination = "{self.destination(self.source, "src")}" }}',
+                 f'target = {{ connector = "{self.connector(self.target, "dst")}", '
+                 f'destination = "{self.destination(self.target, "dst")}" }}',
+                 f'qos = "{self.qos}"', f"max_batch_size = {self.batch}", "max_batch_time = 20",
+                 "failure_retry_interval = 200", f"enabled = {'true' if enabled else 'false'}"]
+        if self.fault == "transformer-reject":
+            lines.append('transformers = [{ transformer = "compress", options = { mode = "decompress" } }]')
+        if self.fault == "transformer-reject":
+            parts.append(f'[transform]\nplugin_dirs = ["{REPO / "plugins"}"]\n')
+        parts.append("\n".join(lines) + "\n")
+        return "\n".join(parts)
+
+    # -- filling the source -------------------------------------------------------
+
+    def poison(self, index: int) -> bool:
+        return self.fault in STOPPING_FAULTS and index == POISON
+
+    def fill_external(self) -> None:
+        """Fill an ActiveMQ or Kafka source before the gateway starts."""
+        if self.source == "amq":
+            assert self.brokers.activemq is not None
+            client = Client(("127.0.0.1", self.brokers.activemq.stomp_port))
+            try:
+                events = []
+                for index in range(self.count):
+                    seq, receipt = f"s-{index}", f"r-{self.tag}-{index}"
+                    events.append((seq, client.listener.receipt_event(receipt)))
+                    headers, body = self.poison_parts(index, {"seq": seq, "persistent": "true", "receipt": receipt})
+                    client.connection.send(self.destination("amq", "src"), body, headers=headers)
+                for seq, event in events:
+                    assert event.wait(60), f"no receipt from ActiveMQ for {seq}"
+                    self.receipted.add(seq)
+            finally:
+                client.disconnect()
+        elif self.source == "kafka":
+            create_topics(self.bootstrap, self.topic("src"), partitions=2)
+            self.produce_source(range(self.count))
+
+    def produce_source(self, indexes: range, prefix: str = "s") -> None:
+        records = []
+        for index in indexes:
+            headers = [("jms.seq", f"{prefix}-{index}".encode())]
+            value = f"body {prefix}-{index}".encode()
+            if self.poison(index) and self.fault == "refused":
+                value = b"x" * BIG
+            if self.poison(index) and self.fault == "transformer-reject":
+                headers.append((f"jms.{COMPRESSION_FLAG}", b"gzip"))
+                value = b"\xff\xfe not gzip"  # not UTF-8: a BytesMessage
+            records.append({"value": value, "key": str(index).encode(), "headers": headers})
+        from confluent_kafka import Producer as KafkaProducer
+
+        producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "message.max.bytes": 2 * BIG})
+        for record in records:
+            producer.produce(self.topic("src"), **record)
+        assert producer.flush(30) == 0, "source records not delivered"
+        self.receipted.update(f"{prefix}-{index}" for index in indexes)
+
+    def poison_parts(self, index: int, headers: dict[str, str]) -> tuple[dict[str, str], str | bytes]:
+        body: str | bytes = f"body s-{index}"
+        if self.poison(index) and self.fault == "refused":
+            body = b"x" * BIG
+        if self.poison(index) and self.fault == "transformer-reject":
+            headers = {**headers, COMPRESSION_FLAG: "gzip"}
+            body = b"not gzip at all"
+        return headers, body
+
+    def fill_embedded(self, gateway: GatewayProcess) -> Producer:
+        """A thread sending the embedded source's messages through the gateway, one receipt each."""
+        tally = Tally()
+        run = self
+
+        class Filler(Producer):
+            def run(self) -> None:  # the poison message goes with its own headers and body
+                from tests.integration.test_bridge_gateway import send_receipted
+
+                for index in range(run.count):
+                    if self.halt.is_set():
+                        return
+                    seq = f"s-{index}"
+                    headers, body = run.poison_parts(index, {"seq": seq, "persistent": "true"})
+                    if not send_receipted(self.client, self.destination, body, **headers):  # type: ignore[arg-type]
+                        return
+                    with tally.lock:
+                        tally.receipted.add(seq)
+
+        filler = Filler(gateway, self.destination("embedded", "src"), tally, "s")
+        self._tally = tally
+        return filler
+
+    # -- status ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/bridges/{self.name}", timeout=5) as r:
+                answer: dict[str, Any] = json.loads(r.read())
+                return answer
+        except OSError:
+            return {}
+
+    def settle(self, quiet: float = 2.5, timeout: float = 90.0) -> dict[str, Any]:
+        """Wait until the bridge failed, or forwarded nothing new for ``quiet`` seconds with nothing pending."""
+        deadline = time.monotonic() + timeout
+        last: tuple[Any, ...] | None = None
+        since = time.monotonic()
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status.get("state") == "failed":
+                return status
+            mark = (status.get("forwarded"), status.get("pending"), status.get("in_flight"), status.get("state"))
+            if mark != last:
+                last, since = mark, time.monotonic()
+            elif time.monotonic() - since >= quiet and status.get("state") == "running" and not status.get("pending"):
+                return status
+            time.sleep(0.2)
+        return status
+
+    # -- the fault ------------------------------------------------------------------------
+
+    def strike(self, gateway: GatewayProcess, started: Callable[[], bool]) -> None:
+        """Inject the fault once the bridge moves."""
+        wait_until(started, 60, "the bridge to start moving")
+        if self.fault == "kill":
+            time.sleep(0.15)
+            gateway.kill()
+            gateway.start()
+            time.sleep(0.4)
+            gateway.kill()
+            gateway.start()
+        elif self.fault in ("cut-source", "cut-target"):
+            proxy = self.amq_proxy if "amq" in self.side_of_cut() else self.kafka_proxy
+            assert proxy is not None
+            proxy.cut()
+            time.sleep(1.0)
+            proxy.restore()
+        elif self.fault == "broker-restart":
+            assert self.brokers.activemq is not None
+            self.brokers.activemq.restart()
+        elif self.fault == "rebalance":
+            self.rebalance()
+        elif self.fault == "recreate":
+            self.recreate(gateway)
+
+    def side_of_cut(self) -> str:
+        return self.source if self.fault == "cut-source" else self.target
+
+    def rebalance(self) -> None:
+        """Another member joins the bridge's consumer group for a while, then leaves."""
+        from confluent_kafka import Consumer
+
+        group = (f"jmsgateway.bridge.{self.name}" if self.source == self.target == "kafka"
+                 and self.qos == "ONCE_AND_ONLY_ONCE" else f"jmsgateway.queue.{self.topic('src')}")
+        intruder = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest", **group_settings()})
+        intruder.subscribe([self.topic("src")])
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            intruder.poll(0.2)  # takes part in the group, never commits: what it got comes again
+        intruder.close()
+
+    def recreate(self, gateway: GatewayProcess) -> None:
+        """Once the first records are bridged, delete the source topic and create it again
+        with new records whose offsets (and fallback ids) repeat the old ones.  The gateway
+        is down meanwhile: deleting a topic under a live subscription crashed it (SIGSEGV in
+        librdkafka with Tansu), which is not what this case is about."""
+        from confluent_kafka.admin import AdminClient
+
+        self.settle(quiet=2.0, timeout=60)
+        gateway.stop()
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.delete_topics([self.topic("src")], operation_timeout=15).values():
+            future.result(15)
+        time.sleep(1.0)
+        create_topics(self.bootstrap, self.topic("src"), partitions=2)
+        self.produce_source(range(self.count), prefix="n")
+        gateway.start()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read_target(self, gateway: GatewayProcess) -> Counter[str]:
+        arrived: Counter[str] = Counter()
+        if self.target == "kafka":
+            for record in read_records(self.bootstrap, self.topic("dst"), 10**9, timeout=4, settle=0):
+                seq = dict(record.headers() or ()).get("jms.seq")
+                arrived[seq.decode() if seq else f"?{record.offset()}"] += 1
+            return arrived
+        address = gateway.address if self.target == "embedded" else ("127.0.0.1", self.brokers.activemq.stomp_port)  # type: ignore[union-attr]
+        return drain_counting(address, self.destination(self.target, "dst"))
+
+    def read_leftovers(self, gateway: GatewayProcess) -> set[str]:
+        """What is still at the source once the bridge stopped."""
+        if self.source == "kafka":
+            group = (f"jmsgateway.bridge.{self.name}" if self.target == "kafka" and self.qos == "ONCE_AND_ONLY_ONCE"
+                     else f"jmsgateway.queue.{self.topic('src')}")
+            committed = committed_offsets(self.bootstrap, group, self.topic("src"), partitions=2)
+            left = set()
+            for record in read_records(self.bootstrap, self.topic("src"), 10**9, timeout=4, settle=0):
+                if record.offset() >= max(0, committed[record.partition()]):
+                    left.add(dict(record.headers() or ()).get("jms.seq", b"?").decode())
+            return left
+        if self.source == "amq":
+            return set(drain_counting(("127.0.0.1", self.brokers.activemq.stomp_port),  # type: ignore[union-attr]
+                                      self.destination("amq", "src")))
+        gateway.config_path.write_text(gateway.config_path.read_text().replace("enabled = true", "enabled = false"))
+        gateway.start()
+        try:
+            return set(drain_counting(gateway.address, self.destination("embedded", "src")))
+        finally:
+            gateway.stop()
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        if self.fault in ("cut-source", "cut-target") and "amq" in self.side_of_cut():
+            assert self.brokers.activemq is not None
+            self.amq_proxy = TcpProxy("127.0.0.1", self.brokers.activemq.stomp_port)
+        if "kafka" in (self.source, self.target):
+            create_topics(self.bootstrap, self.topic("dst"))
+        self.fill_external()
+        gateway = GatewayProcess(self.tmp_path / "gw", self.config(), args=["--set", 'broker.persistence="sqlite"'])
+        self.gateway = gateway
+        filler: Producer | None = None
+        status: dict[str, Any] = {}
+        try:
+            gateway.start()
+            if self.source == "embedded":
+                filler = self.fill_embedded(gateway)
+                filler.start()
+            self.strike(gateway, lambda: int(self.status().get("forwarded") or 0) > 0 or
+                        self.status().get("state") == "failed")
+            if filler is not None:
+                filler.join(120)
+                if self.fault == "kill":  # the filler's connection died with the gateway: send the rest
+                    self.refill(gateway)
+            status = self.settle()
+            arrived = self.read_target(gateway)
+            if filler is not None:
+                self.receipted |= self._tally.receipted
+            gateway.stop()
+            left = self.read_leftovers(gateway)
+        except BaseException:
+            lines = [line for line in gateway.log().splitlines() if "GET /bridges" not in line]
+            print("\n".join(lines)[-8000:])
+            if gateway.process is not None:
+                print(f"gateway process: exit status {gateway.process.poll()}")
+                if gateway.process.poll() is not None and gateway.process.stdout is not None:
+                    print(gateway.process.stdout.read().decode(errors="replace")[-3000:])
+            raise
+        finally:
+            gateway.kill()
+            if self.amq_proxy is not None:
+                self.amq_proxy.close()
+        return Outcome(self.receipted, arrived, left, status, gateway.log())
+
+    def refill(self, gateway: GatewayProcess) -> None:
+        sent = set(self._tally.receipted)
+        client = Client(gateway.address)
+        try:
+            from tests.integration.test_bridge_gateway import send_receipted
+
+            for index in range(self.count):
+                if f"s-{index}" in sent:
+                    continue
+                # a new seq: the first SEND may have been stored before the kill (its receipt lost)
+                seq = f"r-{index}"
+                headers, body = self.poison_parts(index, {"seq": seq, "persistent": "true"})
+                if send_receipted(client, self.destination("embedded", "src"), body, **headers):  # type: ignore[arg-type]
+                    with self._tally.lock:
+                        self._tally.receipted.add(seq)
+        finally:
+            client.disconnect()
+
+
+def drain_counting(address: tuple[str, int], destination: str, quiet: float = 1.5, timeout: float = 60.0
+                   ) -> Counter[str]:
+    """Consume ``destination`` until nothing came for ``quiet`` seconds; seq -> how often."""
+    import queue as queues
+
+    counts: Counter[str] = Counter()
+    client = Client(address)
+    try:
+        client.subscribe(destination, f"drain-{uuid.uuid4().hex[:6]}", ack="auto")
+        deadline = time.monotonic() + timeout
+        last = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - last < quiet:
+            try:
+                frame = client.listener.messages.get(timeout=0.1)
+            except queues.Empty:
+                continue
+            last = time.monotonic()
+            counts[frame.headers.get("seq", "?")] += 1
+    finally:
+        client.disconnect()
+    return counts
+
+
+def check(outcome: Outcome, qos: str, fault: str) -> None:
+    """The QoS promise, exactly (AssertionError naming what broke it)."""
+    print(outcome.summary())
+    if fault in STOPPING_FAULTS:
+        assert outcome.status.get("state") == "failed", f"the bridge must stop at the poison: {outcome.summary()}"
+    if qos != "AT_MOST_ONCE":
+        assert not outcome.lost, f"lost (acknowledged, never sent) {sorted(outcome.lost)[:10]}: {outcome.summary()}"
+    if qos != "DUPLICATES_OK":
+        assert not outcome.duplicated, f"duplicated {sorted(outcome.duplicated.items())[:10]}: {outcome.summary()}"
+    if "?" in outcome.arrived:
+        raise AssertionError(f"a message without seq reached the target: {outcome.summary()}")
+
