@@ -121,6 +121,7 @@ class FaultRun:
     gateway: GatewayProcess | None = None
     admin_port: int = field(default_factory=free_port)
     receipted: set[str] = field(default_factory=set)
+    gateway_id: str = field(default_factory=lambda: f"fm-gw-{uuid.uuid4().hex[:8]}")
 
     # -- names -----------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class FaultRun:
                  f'destination = "{self.destination(self.source, "src")}" }}',
                  f'target = {{ connector = "{self.connector(self.target, "dst")}", '
                  f'destination = "{self.destination(self.target, "dst")}" }}',
-                 f'qos = "{self.qos}"', f"max_batch_size = {self.batch}", "max_batch_time = 20",
+                 f'qos = "{self.qos}"', *self.batching(),
                  "failure_retry_interval = 200", f"enabled = {'true' if enabled else 'false'}"]
         if self.fault == "transformer-reject":
             lines.append('transformers = [{ transformer = "compress", options = { mode = "decompress" } }]')
@@ -181,6 +182,13 @@ class FaultRun:
             parts.append(f'[transform]\nplugin_dirs = ["{REPO / "plugins"}"]\n')
         parts.append("\n".join(lines) + "\n")
         return "\n".join(parts)
+
+    def batching(self) -> list[str]:
+        if self.fault == "cut-source":
+            # Every delivery waits in the bridge while the connection is cut and the broker
+            # redelivers on the next one: what the acknowledgements of the first deliveries say matters.
+            return [f"max_batch_size = {self.count + 100}", "max_batch_time = 3000"]
+        return [f"max_batch_size = {self.batch}", "max_batch_time = 20"]
 
     # -- filling the source -------------------------------------------------------
 
@@ -212,6 +220,8 @@ class FaultRun:
         records = []
         for index in indexes:
             headers = [("jms.seq", f"{prefix}-{index}".encode())]
+            if self.fault == "routed":  # written by this very gateway earlier: the cycle guard's case
+                headers.append(("jmsbridge.origin", self.gateway_id.encode()))
             value = f"body {prefix}-{index}".encode()
             if self.poison(index) and self.fault == "refused":
                 value = b"x" * BIG
@@ -390,7 +400,8 @@ class FaultRun:
         if "kafka" in (self.source, self.target):
             create_topics(self.bootstrap, self.topic("dst"))
         self.fill_external()
-        gateway = GatewayProcess(self.tmp_path / "gw", self.config(), args=["--set", 'broker.persistence="sqlite"'])
+        gateway = GatewayProcess(self.tmp_path / "gw", self.config(), args=[
+            "--set", 'broker.persistence="sqlite"', "--set", f'gateway.id="{self.gateway_id}"'])
         self.gateway = gateway
         filler: Producer | None = None
         status: dict[str, Any] = {}
@@ -399,8 +410,11 @@ class FaultRun:
             if self.source == "embedded":
                 filler = self.fill_embedded(gateway)
                 filler.start()
-            self.strike(gateway, lambda: int(self.status().get("forwarded") or 0) > 0 or
-                        self.status().get("state") == "failed")
+            if self.fault == "cut-source":
+                self.strike(gateway, lambda: int(self.status().get("pending") or 0) >= min(self.count, 100))
+            else:
+                self.strike(gateway, lambda: int(self.status().get("forwarded") or 0) > 0 or
+                            self.status().get("state") == "failed")
             if filler is not None:
                 filler.join(120)
                 if self.fault == "kill":  # the filler's connection died with the gateway: send the rest
