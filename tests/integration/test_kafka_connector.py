@@ -61,6 +61,23 @@ def text(destination: str, body: str, **properties: Any) -> TextMessage:
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_refused_record_leaves_no_open_transaction(connector: KafkaConnector, kafka_bootstrap: str) -> None:
+    """A record produce() refuses at once (over message.max.bytes) needs no abort by
+    librdkafka's account; the transaction begun for the batch must still end, or every
+    later begin_transaction fails (issue 25)."""
+    topic = unique_topic("tx-open")
+    create_topics(kafka_bootstrap, topic)
+    big = BytesMessage(destination=f"/topic/{topic}", message_id="ID:big", body=b"x" * 1_200_000, persistent=True)
+    with pytest.raises(KafkaDeliveryError) as refused:
+        await connector.send_batch([text(f"/topic/{topic}", "before"), big])
+    assert refused.value.permanent, "a record too large is refused for good"
+    await connector.send_batch([text(f"/topic/{topic}", "a"), text(f"/topic/{topic}", "b")])
+    bodies = [r.value() for r in read_records(kafka_bootstrap, topic, 2, timeout=10, settle=1.0,
+                                                **{"isolation.level": "read_committed"})]
+    assert bodies == [b"a", b"b"]
+
+
+@pytest_twisted.ensureDeferred
 async def test_send_fires_on_delivery_report_and_record_carries_jms_headers(
     connector: KafkaConnector, kafka_bootstrap: str
 ) -> None:

@@ -15,7 +15,7 @@ from twisted.python.failure import Failure
 from gateway.connectors.kafka import KafkaConnector, KafkaSettings
 from gateway.message.model import MapMessage, TextMessage, new_message_id
 from gateway.routing.config import parse_routing_config
-from gateway.routing.service import KafkaRouter, RouteStopped
+from gateway.routing.service import KafkaRouter, NotRouted, RouteStopped
 from tests.support.kafka import (
     TansuBroker,
     create_topics,
@@ -99,8 +99,14 @@ async def test_routes_keys_and_dead_letters(router: KafkaRouter, kafka_bootstrap
 
 @pytest_twisted.ensureDeferred
 async def test_own_messages_are_not_routed_back(router: KafkaRouter) -> None:
+    """route() answers "cycle"; send() and send_batch() (bridges, transactions) fail with
+    NotRouted, so whoever asked does not take the message for delivered (issue 25)."""
     looped = message("/queue/orders", "loop", correlation="c1", **{"jmsbridge.origin": "gw-route"})
-    assert (await router.send(looped)).outcome == "cycle"
+    assert router.route(looped).result.outcome == "cycle"
+    with pytest.raises(NotRouted):
+        await router.send(looped)
+    with pytest.raises(NotRouted):
+        await router.send_batch([message("/queue/orders", "ok", correlation="c2"), looped])
 
 
 @pytest_twisted.ensureDeferred
