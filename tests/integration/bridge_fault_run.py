@@ -20,6 +20,7 @@ transformer rejecting one) must leave it ``failed`` with the rest at the source.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 import uuid
@@ -479,6 +480,21 @@ def drain_counting(address: tuple[str, int], destination: str, quiet: float = 1.
     finally:
         client.disconnect()
     return counts
+
+
+REPORT_ENV = "FAULT_MATRIX_REPORT"
+"""A file each run appends its outcome to (one JSON line), for docs/bridges.md's table."""
+
+
+def report(case: str, outcome: Outcome) -> None:
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    line = {"case": case, "confirmed": len(outcome.receipted), "arrived": len(outcome.arrived),
+            "left": len(outcome.left), "lost": len(outcome.lost), "duplicated": len(outcome.duplicated),
+            "state": outcome.status.get("state")}
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
 
 
 def check(outcome: Outcome, qos: str, fault: str) -> None:

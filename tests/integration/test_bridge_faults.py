@@ -9,12 +9,22 @@ Cases a fault does not apply to are not generated (``applies`` says why).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.bridge_fault_run import FAULTS, QOS_MODES, SIDES, Brokers, FaultRun, applies, check
+from tests.integration.bridge_fault_run import (
+    FAULTS,
+    QOS_MODES,
+    SIDES,
+    Brokers,
+    FaultRun,
+    applies,
+    check,
+    report,
+)
 from tests.support.activemq import ActiveMQBroker, activemq, fresh_activemq
 from tests.support.kafka import kafka_bootstrap, proxied_kafka
 
@@ -72,4 +82,68 @@ def brokers(request: pytest.FixtureRequest) -> Brokers:
 def test_bridge_keeps_its_promise(tmp_path: Path, brokers: Brokers, source: str, target: str, qos: str,
                                   fault: str) -> None:
     run = FaultRun(tmp_path, source, target, qos, fault, brokers, batch=100 if qos == "ONCE_AND_ONLY_ONCE" else 10)
-    check(run.run(), qos, fault)
+    outcome = run.run()
+    report(f"{source}-{target}-{qos}-{fault}", outcome)
+    check(outcome, qos, fault)
+
+
+# -- single defects of issue 25 that the matrix does not pin down ---------------------------------
+
+
+@pytest.mark.kafka
+def test_kafka_transactions_rewind_a_partitions_first_batch(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """Kafka -> Kafka ONCE_AND_ONLY_ONCE: the first transaction of a partition fails (a
+    record over message.max.bytes) while the group has no committed offset yet.  The bridge
+    fails at once, commits nothing, and a later record is not bridged alone past the batch."""
+    from tests.integration.test_bridge_kafka import bridge_toml, kafka_connector_toml
+    from tests.support.gateway import GatewayProcess
+    from tests.support.kafka import committed_offsets, create_topics, read_records, unique_topic
+
+    source, target = unique_topic("eos-src"), unique_topic("eos-dst")
+    create_topics(kafka_bootstrap, source, target)
+
+    def produce(*values: bytes) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 3_000_000})
+        for value in values:
+            producer.produce(source, value=value)
+        assert producer.flush(15) == 0
+
+    produce(b"small 0", b"x" * 1_020_000, b"small 2")
+    config = kafka_connector_toml(kafka_bootstrap) + bridge_toml(
+        "eos", ("kafka", f"/queue/{source}"), ("kafka", f"/topic/{target}"), qos="ONCE_AND_ONLY_ONCE",
+        max_batch_size=10, max_batch_time=200, failure_retry_interval=200)
+    gateway = GatewayProcess(tmp_path / "gw", config).start()
+    try:
+        gateway.wait_for_log("kafka transaction failed", timeout=30)
+        produce(b"small 3")
+        time.sleep(3.0)
+        assert "bridge eos FAILED" in gateway.log(), gateway.log()[-3000:]
+        assert read_records(kafka_bootstrap, target, 1, timeout=3) == [], "nothing of the batch, nothing after it"
+        assert committed_offsets(kafka_bootstrap, "jmsgateway.bridge.eos", source) == [-1001], "no commit"
+    finally:
+        gateway.stop()
+
+
+@pytest.mark.kafka
+def test_the_in_doubt_check_runs_before_the_listeners_open(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """A copy the target holds but the duplicate store does not know is found and recorded
+    before any STOMP client can connect (docs/bridges.md)."""
+    from tests.integration.test_bridge_kafka import bridge_toml, kafka_connector_toml
+    from tests.support.gateway import GatewayProcess
+    from tests.support.kafka import create_topics, produce, unique_topic
+
+    topic = unique_topic("doubt")
+    create_topics(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, [{"value": b"copy", "headers": [("jms.MessageId", b"ID:bridge-doubt:ID:src-1")]}])
+    config = kafka_connector_toml(kafka_bootstrap) + bridge_toml(
+        "doubt", ("embedded", "/queue/doubt"), ("kafka", f"/topic/{topic}"), qos="ONCE_AND_ONLY_ONCE")
+    gateway = GatewayProcess(tmp_path / "gw", config).start()
+    try:
+        log = gateway.wait_for_log("jmsgateway listening for STOMP")
+        recorded = log.find("not yet recorded as delivered; recording them")
+        assert recorded != -1, log[-3000:]
+        assert recorded < log.find("jmsgateway listening for STOMP"), log[-3000:]
+    finally:
+        gateway.stop()

@@ -63,7 +63,8 @@ def clients(kafka_gateway: GatewayProcess) -> Iterator[StompClients]:
     made.close()
 
 
-def test_send_reaches_kafka_with_jms_headers(clients: StompClients, kafka_bootstrap: str) -> None:
+def test_send_reaches_kafka_with_jms_headers(clients: StompClients, kafka_bootstrap: str,
+                                            kafka_gateway: GatewayProcess) -> None:
     topic = unique_topic("e2e")
     create_topics(kafka_bootstrap, topic)
     text_client = clients.connect(text=True)
@@ -76,7 +77,10 @@ def test_send_reaches_kafka_with_jms_headers(clients: StompClients, kafka_bootst
     assert headers["jms.MessageType"] == b"text" and headers["jms.colour"] == b"red"
     assert headers["jms.CorrelationId"] == b"c9"
     assert text_record.key() == headers["jms.MessageId"]
-    assert headers["jmsbridge.origin"] == b"jmsgateway"
+    # the installation's own id, generated once under data_dir (no two gateways share "jmsgateway")
+    installation = (kafka_gateway.data_dir / "gateway.id").read_text().strip()
+    assert installation.startswith("jmsgateway-")
+    assert headers["jmsbridge.origin"] == installation.encode()
     assert bytes_record.value() == b"\x00\x01\x02"
     assert dict(bytes_record.headers())["jms.MessageType"] == b"bytes"
 
