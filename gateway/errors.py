@@ -71,9 +71,13 @@ class ConnectorError(GatewayError):
 
     :cvar permanent: whether trying again cannot help (the target refused the
         message itself); a bridge fails (or dead-letters) instead of retrying.
+    :cvar in_doubt: whether the target may have applied the request anyway (its
+        confirmation was lost); False when it surely did not (never sent, or
+        rolled back), so sending again cannot duplicate.
     """
 
     permanent: bool = False
+    in_doubt: bool = True
 
 
 class MessageRefused(ConnectorError):
@@ -81,6 +85,7 @@ class MessageRefused(ConnectorError):
     not routed); sending it again gives the same answer."""
 
     permanent = True
+    in_doubt = False
 
 
 class StaleDelivery(ConnectorError):

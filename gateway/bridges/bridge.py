@@ -47,7 +47,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.bridges.config import AT_MOST_ONCE, ONCE_AND_ONLY_ONCE, BridgeConfig
+from gateway.bridges.config import AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE, BridgeConfig
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import held_message_ids, source_id_of, target_message_id
@@ -674,7 +674,8 @@ class Bridge:
     def _addressed(self, message: Message, original: Message, destination: str) -> Message:
         out = message.copy()
         out.destination = destination
-        if self.config.qos == ONCE_AND_ONLY_ONCE and original.message_id:
+        if self.config.qos != DUPLICATES_OK and original.message_id:
+            # the in-doubt check finds these copies at the target by their id
             out.message_id = target_message_id(self.name, source_key(original))
         else:
             out.message_id = new_message_id()
@@ -695,9 +696,11 @@ class Bridge:
     def _send(self, outgoing: list[Message]) -> Deferred[None]:
         """Send until the target confirms; retried every interval (ConnectorError),
         fails the bridge otherwise (and at once for a message the target refuses
-        for good).  Under ONCE_AND_ONLY_ONCE each retry first asks the target what
-        it already holds (the in-doubt check) and sends only the rest.  Fails
-        with _Abandoned if the bridge stops or fails."""
+        for good).  When the failed send may have reached the target (its
+        confirmation lost), a ONCE_AND_ONLY_ONCE or AT_MOST_ONCE retry first asks
+        the target what it already holds (the in-doubt check) and sends only
+        the rest; AT_MOST_ONCE gives the batch up when the target cannot tell.
+        Fails with _Abandoned if the bridge stops or fails."""
         if not outgoing:
             return succeed(None)
         done: Deferred[None] = Deferred()
@@ -750,7 +753,10 @@ class Bridge:
             self._target_ok = False
             self._update_state()
             self._send_waiters.add(done)  # stop() or a failure abandons it while it waits
-            self._retry_later(reason, resend if self.config.qos == ONCE_AND_ONLY_ONCE else attempt)
+            if self.config.qos == DUPLICATES_OK or not error.in_doubt:
+                self._retry_later(reason, attempt)
+            else:
+                self._retry_later(reason, resend)
 
         def resend() -> None:
             """The in-doubt check before a retry: drop what the target already took."""
@@ -760,6 +766,9 @@ class Bridge:
 
             def looked(answers: list[set[str] | None]) -> None:
                 if done.called:
+                    return
+                if self.config.qos == AT_MOST_ONCE and any(answer is None for answer in answers):
+                    drop()
                     return
                 held: set[str] = set()
                 for answer in answers:
@@ -776,9 +785,24 @@ class Bridge:
             def unknown(failure: Failure) -> None:
                 self.log.warn("bridge {name}: cannot ask the target what it holds before a retry: {error}",
                               name=self.name, error=failure.getErrorMessage())
-                attempt()
+                if self.config.qos == AT_MOST_ONCE:
+                    drop()
+                else:
+                    attempt()
 
             gather(probes).addCallbacks(looked, unknown)
+
+        def drop() -> None:
+            """AT_MOST_ONCE, the outcome of a send unknown and the target unable to tell:
+            sending again could duplicate, so the (acknowledged) batch is given up."""
+            self._send_waiters.discard(done)
+            self.metrics.dropped.labels(self.name, "in-doubt").inc(len(remaining))
+            self.log.warn("bridge {name}: AT_MOST_ONCE: {count} message(s) (ids {ids}) may or may not have reached "
+                          "{target}, which cannot tell; not sent again", name=self.name, count=len(remaining),
+                          ids=", ".join(m.message_id for m in remaining[:5]) + (" ..." if len(remaining) > 5 else ""),
+                          target=self._describe(self.config.target))
+            if not done.called:
+                done.callback(None)
 
         attempt()
         return done

@@ -602,9 +602,11 @@ class KafkaConnector:
                         fatal = True
                 if fatal:
                     self._transactional = None
-                if error is None:
-                    raise ConnectorUnavailable(f"kafka transaction failed: {exc}") from None
-                raise KafkaDeliveryError(f"kafka transaction failed: {error.str()}", code=error.name()) from None
+                failed: ConnectorError = (ConnectorUnavailable(f"kafka transaction failed: {exc}") if error is None
+                                          else KafkaDeliveryError(f"kafka transaction failed: {error.str()}",
+                                                                  code=error.name()))
+                failed.in_doubt = fatal  # aborted: none of the batch is visible to read_committed readers
+                raise failed from None
             return len(records)
 
     # ----------------------------------------------------------- consuming

@@ -554,9 +554,21 @@ class StompBrokerConnector:
         if protocol is not None:
             sending = protocol.send(destination, body, headers, text=text)
             return sending.addCallbacks(self._send_confirmed, self._send_failed, errbackArgs=(message,))
+        written: list[bool] = []
+
+        def send(protocol: StompClientProtocol) -> Deferred[Any]:
+            written.append(True)
+            return protocol.send(destination, body, headers, text=text)
+
+        def settled(failure: Failure) -> Failure:
+            if not written and isinstance(failure.value, ConnectorError):
+                failure.value.in_doubt = False  # the SEND never went out
+            return failure
+
         work = self._when_ready()
-        work.addCallback(lambda protocol: protocol.send(destination, body, headers, text=text))
-        return self._count(self._bounded(work, f"send of {message.message_id} to {destination}"), 1)
+        work.addCallback(send)
+        return self._count(self._bounded(work, f"send of {message.message_id} to {destination}"), 1).addErrback(
+            settled)
 
     def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
         """:class:`IPostingConnector`: :meth:`send` reporting through ``settled``.
@@ -628,16 +640,24 @@ class StompBrokerConnector:
             self._sent_failed.inc(len(messages))
             return fail(error)
         transaction = f"{self.settings.client_id}-tx-{next(self._transaction_ids)}"
+        committed: list[bool] = []
 
         def transact(protocol: StompClientProtocol) -> Deferred[Any]:
             protocol.begin(transaction)
             for destination, headers, body, text in parts:
                 protocol.send(destination, body, headers, text=text, receipt=False, transaction=transaction)
+            committed.append(True)
             return protocol.commit(transaction)
+
+        def settled(failure: Failure) -> Failure:
+            if not committed and isinstance(failure.value, ConnectorError):
+                failure.value.in_doubt = False  # no COMMIT went out: the broker rolls the transaction back
+            return failure
 
         work = self._when_ready()
         work.addCallback(transact)
-        return self._count(self._bounded(work, f"transaction of {len(messages)} messages"), len(messages))
+        sent = self._count(self._bounded(work, f"transaction of {len(messages)} messages"), len(messages))
+        return sent.addErrback(settled)
 
     def _count(self, work: Deferred[Any], count: int) -> Deferred[None]:
         def ok(_: object) -> None:

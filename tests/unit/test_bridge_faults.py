@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twisted.internet.defer import fail
+from twisted.internet.defer import fail, succeed
 
 from gateway.bridges.bridge import source_key
 from gateway.bridges.probe import target_message_id
@@ -185,3 +185,40 @@ def test_each_installation_gets_its_own_gateway_id(tmp_path: Path) -> None:
     assert installation_id(str(tmp_path / "b")) != first
     assert resolve_gateway_id("orders-gw", str(tmp_path / "c")) == "orders-gw"
     assert not (tmp_path / "c").exists(), "a configured id writes nothing"
+
+
+def lose_first_confirmation(rig: Rig) -> None:
+    real = rig.target.send_batch
+    lost = [1]
+
+    def send_batch(messages: list[Message]) -> Any:
+        d = real(messages)
+        if lost[0]:
+            lost[0] -= 1
+            return d.addCallback(lambda _: fail(ConnectorUnavailable("connection lost before the receipt")))
+        return d
+
+    rig.target.send_batch = send_batch  # type: ignore[method-assign]
+
+
+def test_at_most_once_does_not_resend_what_the_target_already_holds() -> None:
+    rig = Rig(qos="AT_MOST_ONCE", max_batch_size=2)
+    lose_first_confirmation(rig)
+    rig.bridge.start()
+    rig.publish(text("a"), text("b"))
+    rig.clock.advance(1.0)
+    assert rig.bodies() == ["a", "b"], "the retry found both copies at the target"
+    assert rig.bridge.state == "running"
+
+
+def test_at_most_once_gives_up_a_batch_in_doubt_at_a_target_that_cannot_tell() -> None:
+    rig = Rig(qos="AT_MOST_ONCE", max_batch_size=2)
+    lose_first_confirmation(rig)
+    rig.target.held_message_ids = lambda destination: succeed(None)  # type: ignore[method-assign]
+    rig.bridge.start()
+    rig.publish(text("a"), text("b"))
+    rig.clock.advance(1.0)
+    assert rig.bodies() == ["a", "b"], "sent once, never again"
+    assert rig.metric("jmsgateway_bridge_dropped_total", reason="in-doubt") == 2
+    rig.publish(text("c"), text("d"))
+    assert rig.bodies() == ["a", "b", "c", "d"]
