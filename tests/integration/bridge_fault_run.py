@@ -497,9 +497,23 @@ def report(case: str, outcome: Outcome) -> None:
         handle.write(json.dumps(line) + "\n")
 
 
-def check(outcome: Outcome, qos: str, fault: str) -> None:
-    """The QoS promise, exactly (AssertionError naming what broke it)."""
+def known_gap(source: str, target: str, qos: str, fault: str) -> str | None:
+    """Why docs/bridges.md does not promise ONCE_AND_ONLY_ONCE's "no duplicate" for this
+    case (it still promises "nothing lost"), or None."""
+    if target == "amq" and qos == "ONCE_AND_ONLY_ONCE" and fault in ("kill", "broker-restart", "cut-target"):
+        return ("a JMS broker over STOMP cannot say which messages it holds: a batch whose confirmation was "
+                "lost, or that a crash caught between the confirmation and the duplicate store's commit, "
+                "is sent again")
+    return None
+
+
+def check(outcome: Outcome, qos: str, fault: str, gap: str | None = None) -> None:
+    """The QoS promise, exactly (AssertionError naming what broke it); under a known
+    gap, ONCE_AND_ONLY_ONCE's "nothing lost" only."""
     print(outcome.summary())
+    if gap is not None:
+        assert not outcome.lost, f"lost (acknowledged, never sent) {sorted(outcome.lost)[:10]}: {outcome.summary()}"
+        return
     if fault in STOPPING_FAULTS:
         assert outcome.status.get("state") == "failed", f"the bridge must stop at the poison: {outcome.summary()}"
     if qos != "AT_MOST_ONCE":
@@ -509,3 +523,36 @@ def check(outcome: Outcome, qos: str, fault: str) -> None:
     if "?" in outcome.arrived:
         raise AssertionError(f"a message without seq reached the target: {outcome.summary()}")
 
+
+
+def table(path: str) -> str:
+    """docs/bridges.md's result table from a FAULT_MATRIX_REPORT file (the last run of each case)."""
+    runs: dict[str, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            entry = json.loads(line)
+            runs[entry["case"]] = entry
+    rows = ["| source → target | fault | AT_MOST_ONCE | DUPLICATES_OK | ONCE_AND_ONLY_ONCE |", "|---|---|---|---|---|"]
+    for source in SIDES:
+        for target in SIDES:
+            for fault in FAULTS:
+                if applies(source, target, fault) is not None:
+                    continue
+                cells = []
+                for qos in QOS_MODES:
+                    entry = runs.get(f"{source}-{target}-{qos}-{fault}")
+                    if entry is None:
+                        cells.append("not run")
+                        continue
+                    verdict = f"{entry['confirmed']}: {entry['lost']} lost, {entry['duplicated']} dup"
+                    if entry["state"] == "failed":
+                        verdict += ", failed"
+                    cells.append(verdict)
+                rows.append(f"| {source} → {target} | {fault} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(table(sys.argv[1]))
