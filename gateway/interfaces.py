@@ -41,6 +41,12 @@ class SubscriptionSpec:
         together with :attr:`durable_name`.
     :ivar owner: opaque id of the owning connection (temporary destinations
         may only be consumed by their owner).
+    :ivar strict_acks: an acknowledgement of a delivery made on a previous
+        connection (or before a Kafka rebalance or seek) fails with
+        :class:`~gateway.errors.StaleDelivery` instead of being ignored (the
+        source redelivers that message).  Bridges ask for it, so they never take
+        such a message for acknowledged; a STOMP client's ACK of an old copy
+        stays harmless.
     """
 
     destination: str
@@ -50,6 +56,7 @@ class SubscriptionSpec:
     durable_name: str | None = None
     client_id: str | None = None
     owner: str = ""
+    strict_acks: bool = False
 
 
 class IConsumer(Interface):

@@ -420,6 +420,7 @@ class Bridge:
             durable_name=config.subscription_name,
             client_id=config.client_id,
             owner=f"bridge:{self.name}",
+            strict_acks=True,
         )
 
     def _subscribe(self) -> None:

@@ -243,7 +243,8 @@ class KafkaSubscription:
                 except queue.Empty:
                     break
                 if command.kind == "ack":
-                    stale = [tag for tag in command.tags if not self._tracker.current(tag)]
+                    stale = ([tag for tag in command.tags if not self._tracker.current(tag)]
+                             if self.spec.strict_acks else [])
                     if stale and command.done is not None:
                         # delivered before a rebalance or seek: those records come again, so
                         # nothing of this acknowledgement is applied and it fails
