@@ -40,7 +40,7 @@ class GatewaySection(Section):
 
     id: Str = ""
     """Written as ``jmsbridge.origin`` on what the gateway sends; names it in logs and client ids.
-    Empty: the installation's own id, generated once in ``<data_dir>/gateway.id`` (:mod:`gateway.identity`)."""
+    Empty (the default): the installation's own id, generated once and kept in ``<data_dir>/gateway.id``."""
     listen: Annotated[list[Str], Field(min_length=1)] = ["tcp:61613:interface=127.0.0.1"]
     """Twisted endpoint strings of the STOMP listeners (a string or a list)."""
     listen_backlog: Positive = 4096

@@ -21,7 +21,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.connectors.stomp_broker import StompBrokerConnector
-from gateway.errors import ConnectorUnavailable
+from gateway.errors import ConnectorUnavailable, StaleDelivery
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage, new_message_id, now_millis
 from tests.integration.test_jms_connector import ConnectorHarness
@@ -136,6 +136,25 @@ async def test_unacked_delivery_comes_again_after_reconnect_and_old_tag_is_harml
     (second,) = await consumer.take(1, timeout=20)
     assert isinstance(second[0], TextMessage) and second[0].text == "pending"
     await subscription.ack([first[1]])  # a tag of the lost connection: ignored
+    await subscription.ack([second[1]])
+    assert await consumer.nothing_more()
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_strict_acks_an_old_tag_is_refused(harness: ConnectorHarness) -> None:
+    """A bridge's subscription: acking a delivery of the lost connection fails (issue 25)."""
+    connector = await harness.started(failure_retry_interval=200)
+    queue_name = "/queue/" + unique("restart.strict")
+    spec = SubscriptionSpec(queue_name, ack_mode="client-individual", strict_acks=True)
+    subscription, consumer = await harness.subscribe(connector, spec)
+    harness.jms().send_text(queue_name, "pending", persistent=True)
+    (first,) = await consumer.take(1)
+    harness.broker.kill()
+    await until(lambda: connector.state == "retrying")
+    harness.broker.start()
+    (second,) = await consumer.take(1, timeout=20)
+    with pytest.raises(StaleDelivery):
+        await subscription.ack([first[1]])
     await subscription.ack([second[1]])
     assert await consumer.nothing_more()
 

@@ -16,7 +16,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from gateway.connectors.stomp_broker import StompBrokerConnector, StompBrokerSettings
-from gateway.errors import ConfigError, ConnectorUnavailable
+from gateway.errors import ConfigError, ConnectorUnavailable, StaleDelivery
 from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 from gateway.stomp.client import StompClientProtocol
@@ -318,6 +318,26 @@ def test_tags_of_a_lost_connection_are_not_acked_on_the_new_one(broker: FakeBrok
     broker.accept()
     broker.receipt_all()
     assert result_of(subscription.ack([old_tag])) is None
+    assert broker.frames() == []
+
+
+def test_with_strict_acks_a_tag_of_a_lost_connection_fails(broker: FakeBroker, clock: Clock) -> None:
+    """What a bridge asks for: the broker redelivers that message, so its ack must not succeed."""
+    connector = started(broker, clock, failure_retry_interval=100)
+    consumer = Consumer()
+    spec = SubscriptionSpec("/queue/a", ack_mode="client-individual", strict_acks=True)
+    subscribing = connector.subscribe(spec, consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "m1", "ack": "a1"}, b"x")
+    old_tag = consumer.deliveries[0][1]
+    broker.drop()
+    clock.advance(0.1)
+    broker.accept()
+    broker.receipt_all()
+    failures: list[Any] = []
+    subscription.ack([old_tag]).addErrback(failures.append)
+    assert [f.type for f in failures] == [StaleDelivery]
     assert broker.frames() == []
 
 
