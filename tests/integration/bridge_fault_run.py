@@ -184,8 +184,13 @@ class FaultRun:
         parts.append("\n".join(lines) + "\n")
         return "\n".join(parts)
 
+    @property
+    def kafka_transactions(self) -> bool:
+        """Kafka -> Kafka ONCE_AND_ONLY_ONCE: the transactions engine (no pending deliveries to hold)."""
+        return self.source == self.target == "kafka" and self.qos == "ONCE_AND_ONLY_ONCE"
+
     def batching(self) -> list[str]:
-        if self.fault == "cut-source":
+        if self.fault == "cut-source" and not self.kafka_transactions:
             # Every delivery waits in the bridge while the connection is cut and the broker
             # redelivers on the next one: what the acknowledgements of the first deliveries say matters.
             return [f"max_batch_size = {self.count + 100}", "max_batch_time = 3000"]
@@ -411,7 +416,7 @@ class FaultRun:
             if self.source == "embedded":
                 filler = self.fill_embedded(gateway)
                 filler.start()
-            if self.fault == "cut-source":
+            if self.fault == "cut-source" and not self.kafka_transactions:
                 self.strike(gateway, lambda: int(self.status().get("pending") or 0) >= min(self.count, 100))
             else:
                 self.strike(gateway, lambda: int(self.status().get("forwarded") or 0) > 0 or
