@@ -26,13 +26,21 @@ ActiveMQ Artemis on top of any two :class:`~gateway.interfaces.IConnector`:
 * **resilience**: a failed subscription (or subscribe) is retried every
   ``failure_retry_interval`` ms, a failed send is resent after the same
   interval, up to ``max_retries`` consecutive attempts (``-1``: forever);
-  then the bridge is *failed* (logged, state metric), the gateway goes on;
+  then the bridge is *failed* (logged, state metric), the gateway goes on.
+  A send whose confirmation was lost is resent under AT_MOST_ONCE and
+  ONCE_AND_ONLY_ONCE only without what the target already holds (the
+  in-doubt check; AT_MOST_ONCE gives the batch up when the target cannot
+  tell).  The subscription asks for strict acknowledgements: one of a
+  delivery from a previous connection fails, and the bridge drops what it
+  holds from it and subscribes again;
 * **control**: :meth:`start`, :meth:`stop`, :meth:`pause`, :meth:`resume`
   return Deferreds; states are starting, running, paused, retrying, failed,
   stopped.
 
-Errors that no retry can fix (a bad destination, a transformer rejecting a
-message, the duplicate store failing) fail the bridge at once.  The clock is
+Errors that no retry can fix (a bad destination, a message the target
+refuses for good: ``ConnectorError.permanent``, a transformer rejecting a
+message, the duplicate store failing) fail the bridge at once: nothing is
+acknowledged at the source that the target did not take.  The clock is
 injected (a ``Clock`` in unit tests).  Nothing here blocks.
 """
 
