@@ -552,6 +552,8 @@ def table(path: str) -> str:
                     verdict = f"{entry['confirmed']}: {entry['lost']} lost, {entry['duplicated']} dup"
                     if entry["state"] == "failed":
                         verdict += ", failed"
+                    if known_gap(source, target, qos, fault) is not None:
+                        verdict += " (gap)"
                     cells.append(verdict)
                 rows.append(f"| {source} → {target} | {fault} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
