@@ -145,6 +145,20 @@ class Capability(StrEnum):
     """:meth:`IStatusReporting.health` reports down while the broker is unreachable."""
 
 
+class ITransactionalAcks(Interface):
+    """A subscription that keeps deliveries a client transaction acknowledged
+    (the embedded broker's).  Without it, an ACK inside a transaction keeps
+    its prefetch credit until COMMIT and closing the subscription redelivers it."""
+
+    def hold(tags: list[Any]) -> None:
+        """The deliveries were acknowledged (or rejected) inside an open
+        transaction: they stop counting against the prefetch window, are not
+        redelivered when the subscription closes, and wait for
+        :meth:`ISubscription.ack` (COMMIT) or :meth:`ISubscription.nack`
+        (ABORT, connection lost), which settle them even after the
+        subscription closed."""
+
+
 class IConnector(Interface):
     """A place messages go to and come from: the embedded broker, a JMS
     broker spoken to over STOMP, Kafka.

@@ -16,7 +16,7 @@ consume them; the broker recovers them from the store at start.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -27,6 +27,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.publication import PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
 from gateway.broker.store import DurableRecord, MemoryStore, Snapshot, durable_key
 from gateway.config import BrokerSettings
@@ -131,6 +132,9 @@ class EmbeddedBroker:
         self._expiry.clock = clock
         self._persist_all = not isinstance(self.store, MemoryStore)
         self._bookkeeping = True
+        self._subscribing: set[str] = set()
+        """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
+        self._publishing = PublicationOrder()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -233,15 +237,17 @@ class EmbeddedBroker:
             )
         return True
 
-    def subscription_closed(self, queue: MessageQueue, subscription: QueueSubscription, delete: bool) -> None:
+    def subscription_closed(
+        self, queue: MessageQueue, subscription: QueueSubscription, delete: bool
+    ) -> Deferred[None] | None:
         if queue.durable:
-            if delete:
-                self._drop_durable(queue.key)
-            return
+            # An UNSUBSCRIBE's receipt waits until the deletion is stored.
+            return self._drop_durable(queue.key) if delete else None
         if queue.name.startswith(TOPIC_PREFIXES):
             subscribers = self.topics.get(queue.name, [])
             if queue in subscribers:
                 subscribers.remove(queue)
+        return None
 
     # -- IConnector --------------------------------------------------------
 
@@ -250,7 +256,7 @@ class EmbeddedBroker:
             targets = self._targets(message)
         except GatewayError as error:
             return fail(error)
-        if message.persistent and self._persist_all:
+        if (message.persistent and self._persist_all) or self._publishing.busy(message.destination):
             return self._store_then_enqueue([(message, targets)])
         if message.expiration and message.is_expired(self.now_ms()):
             self.metrics.expired.inc()
@@ -269,6 +275,11 @@ class EmbeddedBroker:
         return self._store_then_enqueue(plan)
 
     def _store_then_enqueue(self, plan: list[tuple[Message, list[MessageQueue]]]) -> Deferred[None]:
+        """Write the persistent messages of ``plan`` (one transaction), then make all visible.
+
+        Messages to a destination become visible in the order they were sent:
+        one that needs no write still waits behind earlier ones being written
+        (:class:`PublicationOrder`)."""
         entries = [
             (queue.key, message)
             for message, targets in plan
@@ -276,15 +287,35 @@ class EmbeddedBroker:
             for queue in targets
             if self._stored(queue)
         ]
-        if not entries:
+        order = self._publishing
+        if not entries and not any(order.busy(message.destination) for message, _ in plan):
             self._enqueue(plan)
+            return succeed(None)
+        waiting = []
+        for message, targets in plan:
+            if entries or order.busy(message.destination):
+                show = self._shower(message, targets)
+                waiting.append((message.destination, order.wait(message.destination, show)))
+            else:
+                self._enqueue([(message, targets)])
+
+        def settle(stored: bool) -> None:
+            for destination, publication in waiting:
+                order.settle(destination, publication, stored)
+
+        if not entries:
+            settle(True)
             return succeed(None)
         written: Deferred[None] = self.store.add_batch(entries)
 
-        def stored(_: object) -> None:
-            self._enqueue(plan)
+        def failed(failure: Any) -> Any:
+            settle(False)
+            return failure
 
-        return written.addCallback(stored)
+        return written.addCallbacks(lambda _: settle(True), failed)
+
+    def _shower(self, message: Message, targets: list[MessageQueue]) -> Callable[[], None]:
+        return lambda: self._enqueue([(message, targets)])
 
     def _enqueue(self, plan: list[tuple[Message, list[MessageQueue]]]) -> None:
         now = self.now_ms()
@@ -313,14 +344,20 @@ class EmbeddedBroker:
         if recorded is None:
             return succeed(subscription)
         # A new durable subscription exists once its record is stored; only
-        # then does its consumer start receiving.
+        # then does its consumer start receiving.  Until then it is claimed:
+        # a second SUBSCRIBE to it is refused as if it were active.
         queue = subscription.queue
+        self._subscribing.add(queue.key)
 
         def stored(_: object) -> ISubscription:
+            self._subscribing.discard(queue.key)
+            if subscription.closed:  # (its connection left meanwhile)
+                return subscription
             queue.add_consumer(subscription)
             return subscription
 
         def failed(failure: Any) -> Any:
+            self._subscribing.discard(queue.key)
             self._drop_durable(queue.key).addErrback(self._store_failed)
             return failure
 
@@ -344,7 +381,7 @@ class EmbeddedBroker:
                 )
             key = durable_key(spec.client_id, spec.durable_name)
             durable: MessageQueue | None = self.durables.get(key)
-            if durable is not None and durable.consumers:
+            if key in self._subscribing or (durable is not None and durable.consumers):
                 raise DestinationError(f"durable subscription {spec.durable_name!r} of client "
                                        f"{spec.client_id!r} already has an active subscriber")
             if durable is not None and (durable.name != spec.destination or durable.selector_text != spec.selector):
@@ -441,8 +478,22 @@ class EmbeddedBroker:
         target = self._queue(dlq)
         if message.persistent and self._persist_all:
             d: Deferred[None] = self.store.add_batch([(target.key, dead)])
-            d.addCallback(lambda _: self.store.remove(queue.key, message.message_id))
-            d.addCallback(lambda _: target.enqueue(dead))
+
+            def moved(_: object) -> Deferred[None]:
+                target.enqueue(dead)
+                removed: Deferred[None] = self.store.remove(queue.key, message.message_id)
+                return removed
+
+            def refused(failure: Any) -> None:
+                # (the store refused the copy, e.g. its disk reserve): the message
+                # stays where it is, in memory as in the store, and tries again
+                # at its next failed delivery.
+                self.log.warn("message {id} stays in {queue}: the dead-letter queue {dlq} could not store it: "
+                              "{error}", id=message.message_id, queue=queue.name, dlq=dlq,
+                              error=failure.getErrorMessage())
+                queue.enqueue(message)
+
+            d.addCallbacks(moved, refused)
             d.addErrback(self._store_failed)
             return d
         target.enqueue(dead)

@@ -23,7 +23,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.deferreds import gather
-from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
+from gateway.interfaces import IConsumer, ISubscription, ITransactionalAcks, SubscriptionSpec
 from gateway.message.model import Message
 
 Predicate = Callable[[Message], bool]
@@ -47,8 +47,12 @@ class QueueOwner(Protocol):
         """``message`` (already marked redelivered, count raised) goes back to
         ``queue``; return False if the owner dead-lettered it instead."""
 
-    def subscription_closed(self, queue: MessageQueue, subscription: QueueSubscription, delete: bool) -> None:
-        """A consumer left the queue; ``delete`` if it asked to unsubscribe."""
+    def subscription_closed(
+        self, queue: MessageQueue, subscription: QueueSubscription, delete: bool
+    ) -> Deferred[None] | None:
+        """A consumer left the queue; ``delete`` if it asked to unsubscribe.
+        Returns a Deferred when that leaves a write to wait for (a durable
+        subscription's deletion)."""
 
 
 class MessageQueue:
@@ -88,7 +92,7 @@ class MessageQueue:
     @property
     def inflight(self) -> int:
         """Deliveries handed to consumers and not yet acknowledged."""
-        return sum(len(consumer.unacked) for consumer in self.consumers)
+        return sum(len(consumer.unacked) + len(consumer.held) for consumer in self.consumers)
 
     def accepts(self, message: Message) -> bool:
         """Whether ``message`` passes this queue's filter."""
@@ -202,13 +206,17 @@ class MessageQueue:
         return None
 
 
-@implementer(ISubscription)
+@implementer(ISubscription, ITransactionalAcks)
 class QueueSubscription:
     """One consumer of a :class:`MessageQueue` (ISubscription).
 
     Delivery tags are the queue's sequence numbers.  In ``auto`` mode a
     delivery is consumed as it is handed over; otherwise it waits in
     :attr:`unacked` until acked, nacked or the subscription closes.
+    Deliveries acknowledged inside an open transaction move to :attr:`held`
+    (:meth:`hold`): they free their prefetch credit, and closing the
+    subscription leaves them for the transaction to settle (ack at COMMIT,
+    nack at ABORT).
     """
 
     log = Logger()
@@ -225,6 +233,7 @@ class QueueSubscription:
         self.paused = False
         self.closed = False
         self.unacked: dict[int, Message] = {}
+        self.held: dict[int, Message] = {}
 
     def has_credit(self) -> bool:
         if self.paused or self.closed:
@@ -235,16 +244,25 @@ class QueueSubscription:
         """Deliver ``message`` (queue sequence ``seq``) to the consumer."""
         if self.auto:
             if self.consumer.deliver(message, seq) is False:
-                # Refused (e.g. the GlassFish rule): not consumed; back on the queue for someone else.
-                self.paused = True
-                self._redeliver(seq, message)
+                self._refused(seq, message)
                 return
             self.queue.dequeued += 1
             self.queue.owner.consumed(self.queue, message).addErrback(self._auto_ack_failed)
             return
         self.unacked[seq] = message
-        self.queue.owner.delivered(self.queue, message)
-        self.consumer.deliver(message, seq)
+        if self.consumer.deliver(message, seq) is False:
+            if self.unacked.pop(seq, None) is not None:
+                self._refused(seq, message)
+            return
+        if seq in self.unacked:
+            self.queue.owner.delivered(self.queue, message)
+
+    def _refused(self, seq: int, message: Message) -> None:
+        """The consumer could not take the message (its connection is closing or
+        its transport is full, the GlassFish rule): it was not delivered, so it
+        goes back to its place uncounted, and this consumer waits for :meth:`resume`."""
+        self.paused = True
+        self.queue.requeue(message, seq)
 
     def _auto_ack_failed(self, failure: Any) -> None:
         self.log.warn(
@@ -257,7 +275,7 @@ class QueueSubscription:
         owner = self.queue.owner
         writes = []
         for tag in tags:
-            message = self.unacked.pop(tag, None)
+            message = self.unacked.pop(tag, None) or self.held.pop(tag, None)
             if message is not None:
                 self.queue.dequeued += 1
                 writes.append(owner.consumed(self.queue, message))
@@ -266,11 +284,23 @@ class QueueSubscription:
 
     def nack(self, tags: list[Any]) -> Deferred[Any]:
         for tag in tags:
-            message = self.unacked.pop(tag, None)
+            message = self.unacked.pop(tag, None) or self.held.pop(tag, None)
             if message is not None:
                 self._redeliver(tag, message)
         self.queue.dispatch()
         return succeed(None)
+
+    def hold(self, tags: list[Any]) -> None:
+        """:class:`ITransactionalAcks`: the deliveries were acknowledged (or
+        rejected) in an open transaction: they free their prefetch credit now
+        and stay this subscription's, even after it closes, until :meth:`ack`
+        (COMMIT) or :meth:`nack` (ABORT) settles them."""
+        for tag in tags:
+            message = self.unacked.pop(tag, None)
+            if message is not None:
+                self.held[tag] = message
+        if not self.closed:
+            self.queue.dispatch()
 
     def _redeliver(self, seq: int, message: Message) -> None:
         again = message.copy()
@@ -283,7 +313,7 @@ class QueueSubscription:
         self.paused = True
 
     def resume(self) -> None:
-        if self.paused:
+        if self.paused and not self.closed:
             self.paused = False
             self.queue.dispatch()
 
@@ -301,8 +331,8 @@ class QueueSubscription:
         unacked, self.unacked = self.unacked, {}
         for seq, message in unacked.items():
             self._redeliver(seq, message)
-        self.queue.owner.subscription_closed(self.queue, self, delete)
+        ended = self.queue.owner.subscription_closed(self.queue, self, delete)
         if self.queue.consumers:
             self.queue.dispatch()
-        return succeed(None)
+        return ended if ended is not None else succeed(None)
 

@@ -24,8 +24,15 @@ DURABLE_PREFIX = "durable:"
 
 
 def durable_key(client_id: str, name: str) -> str:
-    """Store key of the durable subscription ``name`` of client ``client_id``."""
-    return f"{DURABLE_PREFIX}{client_id}:{name}"
+    """Store key of the durable subscription ``name`` of client ``client_id``.
+
+    The client id has ``\\`` and ``:`` so that the first bare ``:``
+    ends it: ``("a:b", "c")`` and ``("a", "b:c")`` get different keys, and ids
+    without those characters keep the key they always had (stores written by
+    earlier versions still match).
+    """
+    escaped = client_id.replace("\\", "\\\\").replace(":", "\\:")
+    return f"{DURABLE_PREFIX}{escaped}:{name}"
 
 
 @dataclass(slots=True)

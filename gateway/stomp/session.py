@@ -48,6 +48,7 @@ from gateway.interfaces import (
     IFlowControlled,
     IStompUser,
     ISubscription,
+    ITransactionalAcks,
     Permission,
     SubscriptionSpec,
 )
@@ -263,6 +264,9 @@ class StompSession:
             return
         self.state = "closed"
         self._cancel_heartbeats()
+        # Nothing more is delivered here: what the rollback and the closes
+        # return goes to other consumers, each message counted once.
+        self._stop_deliveries()
         for transaction in self.transactions.values():
             self._rollback(transaction)
         self.transactions.clear()
@@ -274,6 +278,10 @@ class StompSession:
             embedded.delete_destination(destination)  # type: ignore[attr-defined]
         self.temporaries.clear()
 
+    def _stop_deliveries(self) -> None:
+        """The connection is ending: no subscription takes anything more."""
+        self.pause_deliveries()
+
     def pause_deliveries(self) -> None:
         """The transport's buffer is full: stop deliveries until resumed."""
         self._paused = True
@@ -282,6 +290,8 @@ class StompSession:
                 subscription.subscription.pause()
 
     def resume_deliveries(self) -> None:
+        if self.state in ("closing", "closed"):
+            return
         self._paused = False
         for subscription in list(self.subscriptions.values()):
             if subscription.subscription is not None:
@@ -303,6 +313,7 @@ class StompSession:
         self.log.info("ERROR to {peer}: {message}: {detail}", peer=self.peer, message=error.message, detail=detail)
         self.sink.send_frame(Frame("ERROR", headers, f"{text}\n".encode()))
         self.state = "closing"
+        self._stop_deliveries()
         self.sink.close()
 
     def _failure(self, failure: Failure, frame: Frame) -> None:
@@ -723,6 +734,11 @@ class StompSession:
         """
         if self.state != "connected":
             return False
+        if self._paused and subscription.subscription is None:
+            # The backlog dispatched while SUBSCRIBE is handled filled the
+            # transport: the rest waits in the broker (the live subscription,
+            # known in a moment, is paused then).
+            return False
         if self.transformer is not None:
             try:
                 transformed = self.transformer.outbound(message, self, subscription)
@@ -831,6 +847,7 @@ class StompSession:
         subscription, tags = self._acked(frame)
         if transaction is not None:
             transaction.acks.append((subscription, tags))
+            self._hold(subscription, tags)
             self._receipt(frame)
             return
         self._track(self._apply(subscription, tags, "ack"), frame)
@@ -842,9 +859,17 @@ class StompSession:
         subscription, tags = self._acked(frame)
         if transaction is not None:
             transaction.nacks.append((subscription, tags))
+            self._hold(subscription, tags)
             self._receipt(frame)
             return
         self._track(self._apply(subscription, tags, "nack"), frame)
+
+    def _hold(self, subscription: StompSubscription, tags: list[Any]) -> None:
+        """Deliveries acked or nacked in a transaction stay the transaction's
+        (credit freed, kept if the subscription closes) where the connector can."""
+        live = subscription.subscription
+        if live is not None and ITransactionalAcks.providedBy(live):
+            live.hold(tags)
 
     def _apply(self, subscription: StompSubscription, tags: list[Any], what: str) -> Deferred[Any]:
         live = subscription.subscription
@@ -863,26 +888,48 @@ class StompSession:
         self._receipt(frame)
 
     def _on_commit(self, frame: Frame) -> None:
+        """All or nothing: the SENDs are stored first; only then are the ACKs
+        and NACKs applied.  A SEND refused (an unknown destination, a full
+        store) fails the COMMIT: nothing was stored (one connector stores a
+        batch in one transaction, after checking every destination) and the
+        acknowledged messages are redelivered.  (SENDs to several connectors
+        are not atomic together: each connector's batch is.)"""
         name = self._required(frame, "transaction")
         transaction = self._transaction(frame)
         assert transaction is not None
         del self.transactions[name]
-        work: list[Deferred[Any]] = []
+        sends: list[Deferred[Any]] = []
         batches: dict[int, tuple[IConnector, list[Message]]] = {}
         for connector, message in transaction.sends:
             batches.setdefault(id(connector), (connector, []))[1].append(message)
         for connector, messages in batches.values():
-            work.append(connector.send_batch(messages))
+            sends.append(connector.send_batch(messages))
             if IFlowControlled.providedBy(connector) and connector.congestion.congested:
                 self._hold_for(connector.congestion)  # (the transaction's SENDs go out only now)
-        for subscription, tags in transaction.acks:
-            work.append(self._apply(subscription, tags, "ack"))
-        for subscription, tags in transaction.nacks:
-            work.append(self._apply(subscription, tags, "nack"))
-        if not work:
+        if not sends and not transaction.acks and not transaction.nacks:
             self._receipt(frame)
             return
-        self._track(gather(work), frame)
+
+        def settle(_: object) -> Deferred[Any]:
+            work: list[Deferred[Any]] = []
+            for subscription, tags in transaction.acks:
+                work.append(self._apply(subscription, tags, "ack"))
+            for subscription, tags in transaction.nacks:
+                work.append(self._apply(subscription, tags, "nack"))
+            return gather(work)
+
+        stored = gather(sends) if sends else succeed(None)
+        if stored.called and not isinstance(getattr(stored, "result", None), Failure | Deferred):
+            self._track(settle(None), frame)
+            return
+        committed: Deferred[Any] = Deferred()
+        self._track(committed, frame)
+
+        def refused(failure: Failure) -> None:
+            committed.errback(failure)  # ERROR first: nothing more is delivered on this connection
+            self._rollback(transaction)
+
+        stored.addCallback(settle).addCallbacks(committed.callback, refused)
 
     def _on_abort(self, frame: Frame) -> None:
         name = self._required(frame, "transaction")
@@ -893,8 +940,10 @@ class StompSession:
         self._receipt(frame)
 
     def _rollback(self, transaction: Transaction) -> None:
+        """Redeliver what the transaction acknowledged (counted once each)."""
         for subscription, tags in transaction.acks + transaction.nacks:
-            if not subscription.closed:
+            live = subscription.subscription
+            if live is not None and (ITransactionalAcks.providedBy(live) or not subscription.closed):
                 self._apply(subscription, tags, "nack")
 
     # -- DISCONNECT ----------------------------------------------------------

@@ -1,0 +1,56 @@
+"""The order in which sent messages become visible, per destination.
+
+A persistent message is visible only once the store has it; a message that
+needs no write (non-persistent, or a topic message no durable subscription
+keeps) could be visible at once.  :class:`PublicationOrder` makes a message
+wait behind the earlier messages to its destination that are still being
+written, so one producer's messages of one priority reach every consumer in
+the order they were sent, whatever each needs stored.  It knows nothing of
+queues or stores: the broker hands it callbacks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+
+class Publication:
+    """One message waiting for its turn to become visible."""
+
+    __slots__ = ("settled", "show", "stored")
+
+    def __init__(self, show: Callable[[], None]) -> None:
+        self.show = show
+        self.settled = False
+        self.stored = False
+
+
+class PublicationOrder:
+    """Lines of messages, one line per destination, shown strictly in order."""
+
+    def __init__(self) -> None:
+        self._lines: dict[str, deque[Publication]] = {}
+
+    def busy(self, destination: str) -> bool:
+        """Whether earlier messages to ``destination`` still wait (a new one must queue behind them)."""
+        return destination in self._lines
+
+    def wait(self, destination: str, show: Callable[[], None]) -> Publication:
+        """Queue ``show`` behind what waits for ``destination``; it runs once :meth:`settle` said so
+        and every earlier one settled."""
+        publication = Publication(show)
+        self._lines.setdefault(destination, deque()).append(publication)
+        return publication
+
+    def settle(self, destination: str, publication: Publication, stored: bool) -> None:
+        """The message's write is done (``stored``) or failed (it is never shown)."""
+        publication.settled = True
+        publication.stored = stored
+        line = self._lines.get(destination)
+        while line and line[0].settled:
+            ready = line.popleft()
+            if ready.stored:
+                ready.show()
+        if line is not None and not line:
+            del self._lines[destination]
