@@ -315,3 +315,35 @@ def test_deliveries_returned_while_stopping_are_not_written(run: Run) -> None:
     again = Sink()
     run.subscribe(again, destination="/queue/a")
     assert [(m.message_id, m.redelivered) for m, _ in again.got] == [("ID:in-flight", True)]
+
+
+def test_a_durable_unsubscribe_completes_once_its_deletion_is_stored(run: Run) -> None:
+    sink = Sink()
+    sub = run.subscribe(sink, destination="/topic/t", durable_name="d", client_id="c")
+    run.send(text("/topic/t", "kept"))
+    deleted = sub.unsubscribe()
+    assert not deleted.called, "the UNSUBSCRIBE was confirmed before the store deleted the subscription"
+    run.wait(deleted)
+    run.crash()
+    broker = run.start()
+    assert broker.durables == {}
+
+
+def test_a_dead_letter_move_the_disk_reserve_refuses_leaves_the_message_in_its_queue(tmp_path: Path) -> None:
+    free = [10**12]
+    run = Run(tmp_path, BrokerSettings(max_redeliveries=0, persistence="sqlite"), free_space=lambda _: free[0])
+    run.start()
+    run.send(text("/queue/a", "poison"))
+    sink = Sink()
+    sub = run.subscribe(sink, destination="/queue/a", ack_mode="client-individual")
+    free[0] = 0  # the disk reserve is reached: the copy to the DLQ is refused
+    run.wait(sub.nack([sink.got[0][1]]))
+    run.settle()
+    assert sink.texts() == ["poison", "poison"], "the message was left nowhere"
+    free[0] = 10**12
+    run.wait(sub.close())
+    run.settle()
+    dead = Sink()
+    run.subscribe(dead, destination="/queue/DLQ.a")
+    assert dead.texts() == ["poison"]
+    run.crash()
