@@ -1,0 +1,370 @@
+"""A small reference model of what the embedded broker guarantees (docs/stomp.md).
+
+The model holds, for every *backlog* (a queue, a durable subscription, a
+plain topic subscriber, a dead-letter queue), the copies of messages waiting
+there, and for every subscription the copies delivered to it and not yet
+acknowledged.  The model-based test (tests/unit/test_broker_model.py) applies
+each client action to the model and to the real broker, then checks every
+MESSAGE frame the broker wrote with :meth:`Model.delivered` and the state
+after the step with :meth:`Model.check_settled`.
+
+The rules it encodes:
+
+- A receipted SEND is in every backlog it was addressed to (a queue, each
+  topic subscriber and durable subscription whose selector it matches) until
+  acknowledged, expired or dead-lettered; nothing else ever appears.
+- An acknowledged copy never comes back; an ``auto`` delivery is acknowledged
+  when it is written to the transport.
+- A copy delivered and not acknowledged (NACK, ABORT, UNSUBSCRIBE, connection
+  lost, restart) comes back once with its count raised by one and
+  ``redelivered``; past ``max_redeliveries`` it goes to the dead-letter queue
+  ``/queue/DLQ.<name>`` instead, keeping its count.
+- Transactions are all or nothing: SENDs appear and ACKs / NACKs apply at a
+  successful COMMIT only; a failed COMMIT or an ABORT redelivers what the
+  transaction acknowledged (one count) and stores none of its SENDs.  An ACK
+  in a transaction is final once committed, even if its subscription closed.
+- Order: a subscription gets the best copy of its backlog first: higher
+  priority, then the order the backlog received them.
+- Flow: a ``client`` subscription holds at most ``prefetch`` unacknowledged
+  copies (those acknowledged in an open transaction do not count); a consumer
+  whose transport is full gets nothing more; a consumer with room and a
+  matching copy waiting is never left without it.
+- A restart from the store keeps persistent copies of queues and durable
+  subscriptions (what was out for acknowledgement comes back counted) and
+  nothing else.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+DLQ_PREFIX = "/queue/DLQ."
+
+
+class Violation(AssertionError):
+    """The broker did something the model forbids."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A message as its producer sent it."""
+
+    body: str
+    destination: str
+    persistent: bool
+    priority: int
+    expiration: int  # ms; 0: never
+    color: str
+
+    def expired(self, now_ms: int) -> bool:
+        return self.expiration > 0 and self.expiration <= now_ms
+
+
+@dataclass(slots=True)
+class Copy:
+    """One message in one backlog: its place (``seq``) and redelivery count."""
+
+    sent: Sent
+    seq: int
+    count: int = 0
+    cause: str | None = None  # why it was dead-lettered
+
+    def better_than(self, other: Copy) -> bool:
+        """Whether this copy must be delivered before ``other`` (priority, then arrival)."""
+        if self.sent.priority != other.sent.priority:
+            return self.sent.priority > other.sent.priority
+        return self.seq < other.seq
+
+
+@dataclass(slots=True)
+class Backlog:
+    """What waits in one queue, durable subscription or topic subscriber."""
+
+    name: str  # the destination the copies were sent to or moved to
+    stored: bool  # whether persistent copies survive a restart
+    available: dict[str, Copy] = field(default_factory=dict)
+    alive: bool = True
+
+    @property
+    def dead_letter_queue(self) -> str:
+        return DLQ_PREFIX + self.name.split("/", 2)[-1]
+
+
+@dataclass(slots=True)
+class Subscription:
+    """A client's subscription as the model sees it."""
+
+    connection: int
+    id: str
+    destination: str
+    backlog: str  # key of its Backlog
+    ack: str  # auto, client, client-individual
+    prefetch: int
+    color: str | None  # selector "color = '<color>'" or None
+    durable: str | None = None
+    inflight: dict[str, Copy] = field(default_factory=dict)  # ack id -> copy, in delivery order
+    open: bool = True
+
+    def matches(self, sent: Sent) -> bool:
+        return self.color is None or sent.color == self.color
+
+
+@dataclass(slots=True)
+class Transaction:
+    sends: list[Sent] = field(default_factory=list)
+    settled: list[tuple[str, Subscription, list[Copy]]] = field(default_factory=list)  # ("ack"|"nack", ...)
+    fails: bool = False  # a SEND to a destination that does not exist
+
+
+class Model:
+    """The reference state; every method is one client-visible event."""
+
+    def __init__(self, max_redeliveries: int) -> None:
+        self.max_redeliveries = max_redeliveries
+        self.backlogs: dict[str, Backlog] = {}
+        self.subscriptions: dict[tuple[int, str], Subscription] = {}
+        self.transactions: dict[int, Transaction] = {}
+        self.durables: dict[str, tuple[str, str | None]] = {}  # key -> (topic, color)
+        self.acknowledged: set[tuple[str, str]] = set()  # (backlog, body)
+        self._seq = itertools.count()
+        self.now_ms = 0
+        self.step_start: dict[str, dict[str, Copy]] = {}
+        self.step_deliveries: list[tuple[Subscription, Copy]] = []
+
+    # -- backlogs ------------------------------------------------------------
+
+    def backlog(self, key: str, name: str, stored: bool) -> Backlog:
+        backlog = self.backlogs.get(key)
+        if backlog is None or not backlog.alive:
+            backlog = self.backlogs[key] = Backlog(name, stored)
+        return backlog
+
+    def _queue(self, destination: str) -> Backlog:
+        return self.backlog(destination, destination, stored=True)
+
+    def _targets(self, sent: Sent) -> list[Backlog]:
+        if sent.destination.startswith("/queue/"):
+            return [self._queue(sent.destination)]
+        targets = []
+        for key, (topic, color) in self.durables.items():
+            if topic == sent.destination and (color is None or color == sent.color):
+                targets.append(self.backlogs[key])
+        for sub in self.subscriptions.values():
+            if sub.open and sub.durable is None and sub.destination == sent.destination and sub.matches(sent):
+                targets.append(self.backlogs[sub.backlog])
+        return targets
+
+    def _publish(self, sent: Sent) -> None:
+        if sent.expired(self.now_ms):
+            return
+        for backlog in self._targets(sent):
+            backlog.available[sent.body] = Copy(sent, next(self._seq))
+
+    def _release(self, backlog_key: str, copy: Copy, dlq_seq: int | None = None) -> None:
+        """A delivery failed: back to its backlog counted, or to the dead-letter queue."""
+        backlog = self.backlogs[backlog_key]
+        copy.count += 1
+        if copy.sent.expired(self.now_ms):
+            return
+        if copy.count > self.max_redeliveries and not backlog.name.startswith(DLQ_PREFIX):
+            dead = self._queue(backlog.dead_letter_queue)
+            seq = dlq_seq if dlq_seq is not None else next(self._seq)
+            dead.available[copy.sent.body] = Copy(
+                copy.sent, seq, copy.count, f"delivery failed {copy.count} times (limit {self.max_redeliveries})"
+            )
+            return
+        if backlog.alive:
+            backlog.available[copy.sent.body] = copy
+
+    # -- client actions --------------------------------------------------------
+
+    def send(self, connection: int, sent: Sent, transactional: bool) -> None:
+        if transactional:
+            self.transactions[connection].sends.append(sent)
+        else:
+            self._publish(sent)
+
+    def send_failing(self, connection: int) -> None:
+        """A SEND in a transaction to a destination that does not exist."""
+        self.transactions[connection].fails = True
+
+    def subscribe(self, sub: Subscription) -> None:
+        if sub.durable is not None:
+            key = sub.backlog
+            if key not in self.durables:
+                self.durables[key] = (sub.destination, sub.color)
+                self.backlog(key, sub.destination, stored=True)
+        elif sub.destination.startswith("/topic/"):
+            self.backlog(sub.backlog, sub.destination, stored=False)
+        else:
+            self._queue(sub.destination)
+        self.subscriptions[(sub.connection, sub.id)] = sub
+
+    def ack(self, sub: Subscription, ack_id: str, transactional: bool, nack: bool = False) -> list[Copy]:
+        """ACK or NACK ``ack_id`` (and, in ``client`` mode, all delivered before it)."""
+        ids = list(sub.inflight)
+        chosen = ids[: ids.index(ack_id) + 1] if sub.ack == "client" else [ack_id]
+        copies = [sub.inflight.pop(i) for i in chosen]
+        if transactional:
+            self.transactions[sub.connection].settled.append(("nack" if nack else "ack", sub, copies))
+        else:
+            self._settle("nack" if nack else "ack", sub, copies)
+        return copies
+
+    def _settle(self, what: str, sub: Subscription, copies: list[Copy]) -> None:
+        dlq_seq = next(self._seq)
+        for copy in copies:
+            if what == "ack":
+                self.acknowledged.add((sub.backlog, copy.sent.body))
+            else:
+                self._release(sub.backlog, copy, dlq_seq)
+
+    def begin(self, connection: int) -> None:
+        self.transactions[connection] = Transaction()
+
+    def commit(self, connection: int) -> bool:
+        """Whether the COMMIT succeeds; a failed one rolls back (the connection then ends)."""
+        transaction = self.transactions.pop(connection)
+        if transaction.fails:
+            self._rollback(transaction)
+            return False
+        for sent in transaction.sends:
+            self._publish(sent)
+        for what, sub, copies in transaction.settled:
+            self._settle(what, sub, copies)
+        return True
+
+    def abort(self, connection: int) -> None:
+        self._rollback(self.transactions.pop(connection))
+
+    def _rollback(self, transaction: Transaction) -> None:
+        dlq_seq = next(self._seq)
+        for _, sub, copies in transaction.settled:
+            for copy in copies:
+                self._release(sub.backlog, copy, dlq_seq)
+
+    def unsubscribe(self, sub: Subscription, delete: bool) -> None:
+        sub.open = False
+        del self.subscriptions[(sub.connection, sub.id)]
+        dlq_seq = next(self._seq)
+        if sub.durable is None and sub.destination.startswith("/topic/"):
+            self.backlogs[sub.backlog].alive = False
+            self.backlogs[sub.backlog].available.clear()
+        for copy in sub.inflight.values():
+            self._release(sub.backlog, copy, dlq_seq)
+        sub.inflight.clear()
+        if delete and sub.durable is not None:
+            self.durables.pop(sub.backlog, None)
+            backlog = self.backlogs[sub.backlog]
+            backlog.alive = False
+            backlog.available.clear()
+
+    def connection_lost(self, connection: int) -> None:
+        transaction = self.transactions.pop(connection, None)
+        if transaction is not None:
+            self._rollback(transaction)
+        for (owner, _), sub in list(self.subscriptions.items()):
+            if owner == connection:
+                self.unsubscribe(sub, delete=False)
+
+    def advance(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        for backlog in self.backlogs.values():
+            for body in [b for b, c in backlog.available.items() if c.sent.expired(now_ms)]:
+                del backlog.available[body]
+
+    def restart(self, connections: list[int]) -> None:
+        """The broker stops (a crash: what was out for acknowledgement counts as failed)
+        and starts again from its store."""
+        inflight: list[tuple[str, Copy]] = []
+        for connection in connections:
+            transaction = self.transactions.pop(connection, None)
+            if transaction is not None:
+                inflight += [(sub.backlog, copy) for _, sub, copies in transaction.settled for copy in copies]
+        for sub in list(self.subscriptions.values()):
+            inflight += [(sub.backlog, copy) for copy in sub.inflight.values()]
+            sub.inflight.clear()
+            sub.open = False
+        self.subscriptions.clear()
+        for backlog in self.backlogs.values():
+            if not backlog.stored:
+                backlog.alive = False
+            for body in [b for b, c in backlog.available.items() if not c.sent.persistent or not backlog.stored]:
+                del backlog.available[body]
+        dlq_seq = next(self._seq)
+        for key, copy in inflight:
+            backlog = self.backlogs[key]
+            if copy.sent.persistent and backlog.stored and backlog.alive:
+                self._release(key, copy, dlq_seq)
+        for backlog in self.backlogs.values():  # recovery re-numbers in stored order
+            backlog.available = dict(sorted(backlog.available.items(), key=lambda item: item[1].seq))
+
+    # -- what the broker wrote -------------------------------------------------
+
+    def begin_step(self) -> None:
+        self.step_start = {key: dict(b.available) for key, b in self.backlogs.items() if b.alive}
+        self.step_deliveries = []
+
+    def delivered(self, sub: Subscription, ack_id: str | None, headers: dict[str, str], body: str) -> None:
+        """Check one MESSAGE frame and record the delivery."""
+        backlog = self.backlogs.get(sub.backlog)
+        where = f"{body} to subscription {sub.id} of connection {sub.connection} ({sub.destination})"
+        if (sub.backlog, body) in self.acknowledged:
+            raise Violation(f"acknowledged message came back: {where}")
+        if not sub.open:
+            raise Violation(f"delivery to a closed subscription: {where}")
+        if backlog is None or body not in backlog.available:
+            raise Violation(f"delivery of a message that is not waiting there: {where}")
+        copy = backlog.available.pop(body)
+        sent = copy.sent
+        if not sub.matches(sent):
+            raise Violation(f"selector not applied: {where}")
+        if sent.expired(self.now_ms):
+            raise Violation(f"expired message delivered: {where}")
+        redelivered = headers.get("redelivered") == "true"
+        if redelivered != (copy.count > 0):
+            raise Violation(f"redelivered:{redelivered} but the message failed {copy.count} times: {where}")
+        if headers.get("priority") != str(sent.priority) or (headers.get("persistent") == "true") != sent.persistent:
+            raise Violation(f"priority or persistence changed: {where}: {headers}")
+        if copy.cause is not None and headers.get("dlqDeliveryFailureCause") != copy.cause:
+            raise Violation(f"dead-letter cause {headers.get('dlqDeliveryFailureCause')!r}, "
+                            f"expected {copy.cause!r}: {where}")
+        self.step_deliveries.append((sub, copy))
+        if sub.ack == "auto":
+            self.acknowledged.add((sub.backlog, body))
+        else:
+            assert ack_id is not None
+            sub.inflight[ack_id] = copy
+
+    def check_settled(self, reading: set[int], check_order: bool) -> None:
+        """After a step: order of this step's deliveries, prefetch bounds, nothing stuck."""
+        if check_order:
+            for sub, copy in self.step_deliveries:
+                waited = self.step_start.get(sub.backlog, {})
+                backlog = self.backlogs[sub.backlog]
+                for other in backlog.available.values():
+                    if (other.sent.body in waited and sub.matches(other.sent)
+                            and not other.sent.expired(self.now_ms) and other.better_than(copy)):
+                        raise Violation(f"{copy.sent.body} delivered to {sub.id} of connection {sub.connection} "
+                                        f"before {other.sent.body}, which waited with a better place")
+        held = self._held()
+        for sub in self.subscriptions.values():
+            pending = len(sub.inflight)
+            if sub.ack != "auto" and pending > sub.prefetch:
+                raise Violation(f"subscription {sub.id} of connection {sub.connection} holds {pending} "
+                                f"unacknowledged deliveries, prefetch {sub.prefetch}")
+            if sub.connection not in reading or (sub.ack != "auto" and pending >= sub.prefetch):
+                continue
+            for copy in self.backlogs[sub.backlog].available.values():
+                if sub.matches(copy.sent) and not copy.sent.expired(self.now_ms):
+                    raise Violation(f"{copy.sent.body} waits in {sub.backlog} while subscription {sub.id} of "
+                                    f"connection {sub.connection} has room for it (held in transactions: "
+                                    f"{held.get((sub.connection, sub.id), 0)})")
+
+    def _held(self) -> dict[tuple[int, str], int]:
+        held: dict[tuple[int, str], int] = {}
+        for transaction in self.transactions.values():
+            for _, sub, copies in transaction.settled:
+                held[(sub.connection, sub.id)] = held.get((sub.connection, sub.id), 0) + len(copies)
+        return held

@@ -1,0 +1,493 @@
+"""Model-based test of the embedded broker through the STOMP session layer.
+
+A hypothesis ``RuleBasedStateMachine`` drives up to three STOMP 1.2
+connections (the real protocol and session over in-memory transports) to the
+real embedded broker on a real SQLite store in a temporary directory: SEND
+(persistent or not, priorities, expiry), SUBSCRIBE in each ack mode with
+prefetch, selectors and durable names, ACK, NACK, BEGIN / COMMIT / ABORT
+(with a failing member), UNSUBSCRIBE, connection loss, a peer that stops
+reading (its transport fills and pauses the session, as a socket does),
+time passing and a restart from the store.  After every step the frames the
+broker wrote are checked against :class:`tests.support.jms_model.Model`.
+
+``BrokerMachine`` is reused by ``python -m bench.bench_model`` for long runs;
+``JMSGATEWAY_MODEL_EXAMPLES`` raises the number of examples here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from twisted.internet.testing import StringTransport
+
+from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.sqlite_store import SqliteStore
+from gateway.config import BrokerSettings, StompSettings
+from gateway.connectors.destination_map import DestinationMap
+from gateway.errors import StompProtocolError
+from gateway.stomp.codec import FrameDecoder, encode_frame
+from gateway.stomp.frame import Frame
+from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
+from tests.support.jms_model import Model, Sent, Subscription, Violation
+from tests.unit.test_store_broker import PumpedClock
+
+MAX_REDELIVERIES = 1
+CONNECTIONS = 3
+QUEUES = ("/queue/a", "/queue/b")
+TOPIC = "/topic/t"
+DLQS = ("/queue/DLQ.a", "/queue/DLQ.b", "/queue/DLQ.t")
+DURABLES = {"all": None, "red": "red"}  # durable name -> selector color (fixed per name)
+MESSAGES = st.tuples(
+    st.sampled_from((*QUEUES, *QUEUES, TOPIC)),  # destination
+    st.booleans(),  # persistent
+    st.sampled_from((0, 4, 4, 9)),  # priority
+    st.sampled_from((0, 0, 0, 1000)),  # time to live (ms)
+    st.sampled_from(("red", "blue")),  # the property selectors look at
+)
+MESSAGES_IN_TRANSACTION = st.lists(MESSAGES, max_size=2)
+TRANSPORT_BOUND = 700  # bytes a transport takes before it asks the session to pause
+
+
+class BoundedTransport(StringTransport):
+    """A transport whose buffer is bounded as a socket's is: past ``bound`` bytes it
+    pauses its producer (the session), and reading it empties it and resumes."""
+
+    def __init__(self, bound: int) -> None:
+        super().__init__()
+        self.bound = bound
+        self.paused = False
+        self.written_while_paused: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if self.paused and data.startswith(b"MESSAGE"):
+            self.written_while_paused.append(data)
+        super().write(data)
+        if not self.paused and len(self.value()) > self.bound and self.producer is not None:
+            self.paused = True
+            self.producer.pauseProducing()
+
+    def read(self) -> bytes:
+        data = self.value()
+        self.clear()
+        if self.paused:
+            self.paused = False
+            if self.producer is not None:
+                self.producer.resumeProducing()
+        return data
+
+
+class Peer:
+    """One client connection: its protocol, transport, and the frames not yet checked."""
+
+    def __init__(self, factory: StompServerFactory, number: int) -> None:
+        self.number = number
+        self.transport = BoundedTransport(TRANSPORT_BOUND)
+        self.protocol: StompServerProtocol = factory.buildProtocol(None)
+        self.protocol.makeConnection(self.transport)
+        self.decoder = FrameDecoder(version="1.2")
+        self.seen = 0  # bytes of the transport's buffer already decoded
+        self.reading = True
+        self.receipts: set[str] = set()
+        self.errors: list[Frame] = []
+        self.subscriptions: dict[str, Subscription] = {}
+
+    def send(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        self.protocol.dataReceived(encode_frame(Frame(command, headers, body), "1.2"))
+
+    def new_frames(self) -> list[Frame]:
+        """Frames written since the last call (a stalled peer's stay in its buffer)."""
+        data = self.transport.value()[self.seen:]
+        if self.reading:
+            self.transport.read()
+            self.seen = 0
+        else:
+            self.seen += len(data)
+        frames = []
+        for item in self.decoder.feed(data):
+            assert not isinstance(item, StompProtocolError), item
+            frames.append(item)
+        return frames
+
+
+class BrokerMachine(RuleBasedStateMachine):
+    """Random client sessions against the broker, checked step by step against the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = tempfile.mkdtemp(prefix="broker-model-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self.clock = PumpedClock()
+        self.settings = BrokerSettings(persistence="sqlite", max_redeliveries=MAX_REDELIVERIES,
+                                       expiry_check_interval_ms=500)
+        self.model = Model(MAX_REDELIVERIES)
+        self.model.now_ms = self._now()
+        self.peers: dict[int, Peer] = {}
+        self.broker: EmbeddedBroker | None = None
+        self.factory: StompServerFactory | None = None
+        self.bodies = itertools.count()
+        self.receipts = itertools.count()
+        self.sub_ids = itertools.count()
+        self.expected: list[tuple[Peer, str, bool]] = []  # (peer, receipt, must fail)
+        self.steps = 0
+        self.last: dict[str, int] = {}
+        self._start()
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _now(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def _start(self) -> None:
+        store = SqliteStore(os.path.join(self.directory, "broker.sqlite"), self.clock, synchronous="NORMAL",
+                            min_free=0)
+        self.broker = EmbeddedBroker(self.clock, self.settings, store)
+        self.clock.wait(self.broker.start())
+        self.factory = StompServerFactory(self.clock, DestinationMap({"embedded": self.broker}),
+                                          settings=StompSettings(default_prefetch=3))
+
+    def teardown(self) -> None:
+        try:
+            if self.broker is not None:
+                self.clock.wait(self.broker.stop())
+            for peer in list(self.peers.values()):
+                peer.protocol.connectionLost()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _receipt(self, peer: Peer, fails: bool = False) -> dict[str, str]:
+        receipt = f"r{next(self.receipts)}"
+        self.expected.append((peer, receipt, fails))
+        return {"receipt": receipt}
+
+    def _settle(self) -> list[tuple[Peer, list[Frame]]]:
+        """Run the store and the reactor until nothing moves; the frames each peer got."""
+        assert self.broker is not None
+        got: dict[int, list[Frame]] = {number: [] for number in self.peers}
+        quiet = 0
+        while quiet < 2:
+            self.clock.advance(0)
+            self.clock.wait(self.broker.store.add_batch([]))
+            ran = self.clock.run_thread_calls()
+            moved = False
+            for number, peer in list(self.peers.items()):
+                frames = peer.new_frames()
+                got[number] += frames
+                moved = moved or bool(frames)
+                if peer.transport.disconnecting and not any(f.command == "ERROR" for f in frames):
+                    pass
+            quiet = 0 if (moved or ran) else quiet + 1
+        return [(self.peers[number], frames) for number, frames in got.items() if number in self.peers]
+
+    def _step(self, check_order: bool = True) -> None:
+        """Settle, check every frame against the model, check receipts and the settled state."""
+        self.steps += 1
+        self._observe()
+        for number, peer in list(self.peers.items()):
+            if peer.errors:
+                assert peer.transport.disconnecting, "an ERROR did not close the connection"
+                self._lose(number)
+        reading = {number for number, peer in self.peers.items() if peer.reading}
+        self.model.check_settled(reading, check_order)
+        self.model.begin_step()
+
+    def _observe(self) -> None:
+        """Settle; check every frame written since the last time, and the receipts asked for."""
+        for peer, frames in self._settle():
+            for frame in frames:
+                self._check_frame(peer, frame)
+            assert not peer.transport.written_while_paused, "a MESSAGE was written to a full transport"
+        for peer, receipt, fails in self.expected:
+            if fails:
+                assert any(e.headers.get("receipt-id") == receipt for e in peer.errors), \
+                    f"no ERROR for {receipt}: {peer.errors}"
+            else:
+                assert receipt in peer.receipts, f"no RECEIPT {receipt} (errors: {peer.errors})"
+        self.expected = []
+
+    def _check_frame(self, peer: Peer, frame: Frame) -> None:
+        if frame.command == "RECEIPT":
+            peer.receipts.add(frame.headers["receipt-id"])
+        elif frame.command == "ERROR":
+            peer.errors.append(frame)
+        elif frame.command == "MESSAGE":
+            sub = peer.subscriptions.get(frame.headers["subscription"])
+            if sub is None:
+                raise Violation(f"MESSAGE for unknown subscription: {frame.headers}")
+            self.model.delivered(sub, frame.headers.get("ack"), frame.headers, frame.body.decode())
+        elif frame.command != "CONNECTED":
+            raise Violation(f"unexpected {frame.command}")
+
+    def _lose(self, number: int) -> None:
+        """The connection ends (after the frames it got were checked)."""
+        peer = self.peers.pop(number)
+        peer.protocol.connectionLost()
+        self.model.connection_lost(number)
+
+    def _quiet(self, what: str, steps: int) -> bool:
+        """Whether ``what`` (a rare event: restart, connection loss...) last happened ``steps`` steps ago."""
+        return self.steps - self.last.get(what, 0) >= steps
+
+    def _happened(self, what: str) -> None:
+        self.last[what] = self.steps
+
+    def _peer(self, data: st.DataObject) -> Peer:
+        return self.peers[data.draw(st.sampled_from(sorted(self.peers)))]
+
+    def _with_transaction(self) -> bool:
+        return any(number in self.model.transactions for number in self.peers)
+
+    def _inflight(self) -> bool:
+        return any(sub.inflight for peer in self.peers.values() for sub in peer.subscriptions.values())
+
+    # -- rules -------------------------------------------------------------------
+
+    @initialize()
+    def first_connection(self) -> None:
+        self._connect(0)
+
+    @precondition(lambda self: len(self.peers) < CONNECTIONS)
+    @rule()
+    def connect(self) -> None:
+        self._connect(next(n for n in range(CONNECTIONS) if n not in self.peers))
+
+    def _connect(self, number: int) -> None:
+        assert self.factory is not None
+        peer = self.peers[number] = Peer(self.factory, number)
+        peer.send("CONNECT", {"accept-version": "1.2", "host": "model", "client-id": f"c{number}"})
+        self._step()
+        assert peer.protocol.session is not None and peer.protocol.session.state == "connected"
+
+    @precondition(lambda self: bool(self.peers))
+    @rule(data=st.data(), messages=st.lists(MESSAGES, min_size=1, max_size=4), transactional=st.booleans())
+    def send(self, data: st.DataObject, messages: list[tuple[str, bool, int, int, str]], transactional: bool) -> None:
+        """One to four SENDs in one write (one producer)."""
+        peer = self._peer(data)
+        transactional = transactional and peer.number in self.model.transactions
+        for destination, persistent, priority, ttl, color in messages:
+            body = f"m{next(self.bodies)}"
+            expiration = self._now() + ttl if ttl else 0
+            sent = Sent(body, destination, persistent, priority, expiration, color)
+            headers = {"destination": destination, "persistent": str(persistent).lower(),
+                       "priority": str(priority), "color": color, **self._receipt(peer)}
+            if expiration:
+                headers["expires"] = str(expiration)
+            if transactional:
+                headers["transaction"] = "tx"
+            self.model.send(peer.number, sent, transactional)
+            peer.send("SEND", headers, body.encode())
+        self._step()
+
+    @precondition(lambda self: self._with_transaction() and self._quiet("gone", 8))
+    @rule(data=st.data())
+    def send_to_a_destination_that_is_gone(self, data: st.DataObject) -> None:
+        self._happened("gone")
+        peer = self.peers[data.draw(st.sampled_from(sorted(n for n in self.peers if n in self.model.transactions)))]
+        self.model.send_failing(peer.number)
+        peer.send("SEND", {"destination": "/remote-temp-queue/gone", "transaction": "tx", **self._receipt(peer)},
+                  b"lost")
+        self._step()
+
+    @precondition(lambda self: bool(self.peers))
+    @rule(data=st.data(), destination=st.sampled_from((*QUEUES, *QUEUES, *QUEUES, TOPIC, TOPIC, TOPIC, *DLQS)),
+          ack=st.sampled_from(("auto", "client", "client-individual")), prefetch=st.sampled_from((1, 2, 5)),
+          color=st.sampled_from((None, None, "red")), durable=st.sampled_from((None, None, "all", "red")))
+    def subscribe(self, data: st.DataObject, destination: str, ack: str, prefetch: int, color: str | None,
+                  durable: str | None) -> None:
+        peer = self._peer(data)
+        sub_id = f"s{next(self.sub_ids)}"
+        headers = {"destination": destination, "id": sub_id, "ack": ack, "activemq.prefetchSize": str(prefetch)}
+        if destination != TOPIC:
+            durable = None
+        if durable is not None:
+            color = DURABLES[durable]
+            key = f"durable:c{peer.number}:{durable}"
+            if any(sub.backlog == key for sub in self.model.subscriptions.values()):
+                return  # (one active subscriber per durable subscription: tested elsewhere)
+            headers["activemq.subscriptionName"] = durable
+            backlog = key
+        elif destination == TOPIC:
+            backlog = f"sub:c{peer.number}:{sub_id}"
+        else:
+            backlog = destination
+        if color is not None:
+            headers["selector"] = f"color = '{color}'"
+        headers.update(self._receipt(peer))
+        sub = Subscription(peer.number, sub_id, destination, backlog, ack, prefetch, color, durable)
+        peer.subscriptions[sub_id] = sub
+        self.model.subscribe(sub)
+        peer.send("SUBSCRIBE", headers)
+        self._step()
+
+    def _pick_delivery(self, data: st.DataObject) -> tuple[Peer, Subscription, str]:
+        choices = [(peer, sub, ack_id) for peer in self.peers.values() for sub in peer.subscriptions.values()
+                   for ack_id in sub.inflight]
+        return choices[data.draw(st.integers(0, len(choices) - 1))]
+
+    @precondition(lambda self: self._inflight())
+    @rule(data=st.data(), transactional=st.booleans())
+    def ack(self, data: st.DataObject, transactional: bool) -> None:
+        self._settle_delivery(data, False, transactional)
+
+    @precondition(lambda self: self._inflight())
+    @rule(data=st.data(), transactional=st.booleans())
+    def nack(self, data: st.DataObject, transactional: bool) -> None:
+        self._settle_delivery(data, True, transactional)
+
+    def _settle_delivery(self, data: st.DataObject, nack: bool, transactional: bool) -> None:
+        peer, sub, ack_id = self._pick_delivery(data)
+        transactional = transactional and peer.number in self.model.transactions
+        headers = {"id": ack_id, **self._receipt(peer)}
+        if transactional:
+            headers["transaction"] = "tx"
+        self.model.ack(sub, ack_id, transactional, nack)
+        peer.send("NACK" if nack else "ACK", headers)
+        self._step(check_order=not nack or transactional)
+
+    @precondition(lambda self: any(n not in self.model.transactions for n in self.peers))
+    @rule(data=st.data())
+    def begin(self, data: st.DataObject) -> None:
+        peer = self.peers[data.draw(st.sampled_from(sorted(n for n in self.peers if n not in self.model.transactions)))]
+        self.model.begin(peer.number)
+        peer.send("BEGIN", {"transaction": "tx", **self._receipt(peer)})
+        self._step()
+
+    @precondition(lambda self: self._with_transaction())
+    @rule(data=st.data(), commit=st.booleans())
+    def end_transaction(self, data: st.DataObject, commit: bool) -> None:
+        peer = self.peers[data.draw(st.sampled_from(sorted(n for n in self.peers if n in self.model.transactions)))]
+        if commit:
+            ok = self.model.commit(peer.number)
+            peer.send("COMMIT", {"transaction": "tx", **self._receipt(peer, fails=not ok)})
+            self._step(check_order=ok and not any(
+                what == "nack" for what, _, _ in ()))
+        else:
+            self.model.abort(peer.number)
+            peer.send("ABORT", {"transaction": "tx", **self._receipt(peer)})
+            self._step(check_order=False)
+
+    @precondition(lambda self: self._inflight())
+    @rule(data=st.data(), acks=st.lists(st.booleans(), min_size=1, max_size=4), sends=MESSAGES_IN_TRANSACTION,
+          failing=st.booleans(), unsubscribe=st.booleans(), end=st.sampled_from(("COMMIT", "ABORT", "lost")))
+    def whole_transaction(self, data: st.DataObject, acks: list[bool], sends: list[tuple[str, bool, int, int, str]],
+                          failing: bool, unsubscribe: bool, end: str) -> None:
+        """BEGIN, ACK/NACK (True: ACK) deliveries, SENDs, maybe one that fails, maybe UNSUBSCRIBE
+        a subscription whose delivery it acknowledged, then COMMIT, ABORT or the connection lost:
+        as one write, checked once."""
+        peer, sub, _ = self._pick_delivery(data)
+        if peer.number in self.model.transactions:
+            return
+        self.model.begin(peer.number)
+        peer.send("BEGIN", {"transaction": "tx"})
+        self._observe()
+        for ack in acks:
+            if not sub.inflight:
+                break
+            ack_id = data.draw(st.sampled_from(sorted(sub.inflight)))
+            self.model.ack(sub, ack_id, True, not ack)
+            peer.send("ACK" if ack else "NACK", {"id": ack_id, "transaction": "tx"})
+            self._observe()  # (an ACK in a transaction frees credit: deliveries may follow)
+        for destination, persistent, priority, _, color in sends:
+            body = f"m{next(self.bodies)}"
+            self.model.send(peer.number, Sent(body, destination, persistent, priority, 0, color), True)
+            peer.send("SEND", {"destination": destination, "persistent": str(persistent).lower(),
+                               "priority": str(priority), "color": color, "transaction": "tx"}, body.encode())
+        if failing:
+            self.model.send_failing(peer.number)
+            peer.send("SEND", {"destination": "/remote-temp-queue/gone", "transaction": "tx"}, b"lost")
+        if unsubscribe:
+            del peer.subscriptions[sub.id]
+            self.model.unsubscribe(sub, False)
+            peer.send("UNSUBSCRIBE", {"id": sub.id})
+        self._observe()
+        if end == "lost":
+            self._lose(peer.number)
+        elif end == "ABORT":
+            self.model.abort(peer.number)
+            peer.send("ABORT", {"transaction": "tx", **self._receipt(peer)})
+        else:
+            ok = self.model.commit(peer.number)
+            peer.send("COMMIT", {"transaction": "tx", **self._receipt(peer, fails=not ok)})
+        self._step(check_order=False)
+
+    @precondition(lambda self: any(p.subscriptions for p in self.peers.values()))
+    @rule(data=st.data(), delete=st.booleans())
+    def unsubscribe(self, data: st.DataObject, delete: bool) -> None:
+        peer = self.peers[data.draw(st.sampled_from(sorted(n for n, p in self.peers.items() if p.subscriptions)))]
+        sub = peer.subscriptions.pop(data.draw(st.sampled_from(sorted(peer.subscriptions))))
+        headers = {"id": sub.id, **self._receipt(peer)}
+        if delete and sub.durable is not None:
+            headers["activemq.subscriptionName"] = sub.durable
+        self.model.unsubscribe(sub, delete and sub.durable is not None)
+        peer.send("UNSUBSCRIBE", headers)
+        self._step(check_order=False)
+
+    @precondition(lambda self: bool(self.peers) and self._quiet("loss", 6))
+    @rule(data=st.data())
+    def lose_connection(self, data: st.DataObject) -> None:
+        self._happened("loss")
+        self._lose(self._peer(data).number)
+        self._step(check_order=False)
+
+    @precondition(lambda self: any(p.reading for p in self.peers.values()) and self._quiet("stall", 4))
+    @rule(data=st.data())
+    def stop_reading(self, data: st.DataObject) -> None:
+        self._happened("stall")
+        peer = self.peers[data.draw(st.sampled_from(sorted(n for n, p in self.peers.items() if p.reading)))]
+        peer.reading = False
+        self._step()
+
+    @precondition(lambda self: any(not p.reading for p in self.peers.values()))
+    @rule(data=st.data())
+    def read_again(self, data: st.DataObject) -> None:
+        peer = self.peers[data.draw(st.sampled_from(sorted(n for n, p in self.peers.items() if not p.reading)))]
+        peer.reading = True
+        self._step()
+
+    @precondition(lambda self: self._quiet("time", 5))
+    @rule(seconds=st.sampled_from((0.5, 2.0)))
+    def time_passes(self, seconds: float) -> None:
+        self._happened("time")
+        self.clock.advance(seconds)
+        self.model.advance(self._now())
+        self._step()
+
+    @precondition(lambda self: self._quiet("restart", 15))
+    @rule()
+    def restart(self) -> None:
+        self._happened("restart")
+        assert self.broker is not None
+        self._settle()  # (nothing is pending: every step settled)
+        self.clock.wait(self.broker.stop())
+        for peer in self.peers.values():
+            peer.protocol.connectionLost()
+        self.model.restart(list(self.peers))
+        self.peers.clear()
+        self._start()
+        self._step(check_order=False)
+
+    @invariant()
+    def nothing_left_unchecked(self) -> None:
+        assert not self.expected
+
+
+def machine_settings(examples: int, steps: int = 50) -> settings:
+    return settings(max_examples=examples, stateful_step_count=steps, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                    print_blob=True)
+
+
+TestBrokerModel = BrokerMachine.TestCase
+TestBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "40")))
+
+
+def run(examples: int, steps: int = 50, **kwargs: Any) -> None:
+    """Run the machine ``examples`` times (bench.bench_model)."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(BrokerMachine, settings=machine_settings(examples, steps), **kwargs)
