@@ -483,7 +483,7 @@ def machine_settings(examples: int, steps: int = 50) -> settings:
 
 
 TestBrokerModel = BrokerMachine.TestCase
-TestBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "40")))
+TestBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "300")))
 
 
 def run(examples: int, steps: int = 50, **kwargs: Any) -> None:
