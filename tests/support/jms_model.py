@@ -170,7 +170,8 @@ class Model:
         if copy.count > self.max_redeliveries and not backlog.name.startswith(DLQ_PREFIX):
             dead = self._queue(backlog.dead_letter_queue)
             seq = dlq_seq if dlq_seq is not None else next(self._seq)
-            dead.available[copy.sent.body] = Copy(
+            # (a topic message's copies of several subscriptions may all end there)
+            dead.available[f"{copy.sent.body}@{backlog_key}"] = Copy(
                 copy.sent, seq, copy.count, f"delivery failed {copy.count} times (limit {self.max_redeliveries})"
             )
             return
@@ -310,13 +311,17 @@ class Model:
         """Check one MESSAGE frame and record the delivery."""
         backlog = self.backlogs.get(sub.backlog)
         where = f"{body} to subscription {sub.id} of connection {sub.connection} ({sub.destination})"
-        if (sub.backlog, body) in self.acknowledged:
-            raise Violation(f"acknowledged message came back: {where}")
         if not sub.open:
             raise Violation(f"delivery to a closed subscription: {where}")
-        if backlog is None or body not in backlog.available:
+        waiting = [key for key, copy in backlog.available.items() if copy.sent.body == body] if backlog else []
+        if not waiting:
+            if (sub.backlog, body) in self.acknowledged:
+                raise Violation(f"acknowledged message came back: {where}")
             raise Violation(f"delivery of a message that is not waiting there: {where}")
-        copy = backlog.available.pop(body)
+        assert backlog is not None
+        cause = headers.get("dlqDeliveryFailureCause")
+        key = next((key for key in waiting if backlog.available[key].cause == cause), waiting[0])
+        copy = backlog.available.pop(key)
         sent = copy.sent
         if not sub.matches(sent):
             raise Violation(f"selector not applied: {where}")
@@ -331,7 +336,7 @@ class Model:
             raise Violation(f"dead-letter cause {headers.get('dlqDeliveryFailureCause')!r}, "
                             f"expected {copy.cause!r}: {where}")
         self.step_deliveries.append((sub, copy))
-        if sub.ack == "auto":
+        if sub.ack == "auto" and len(waiting) == 1:
             self.acknowledged.add((sub.backlog, body))
         else:
             assert ack_id is not None
@@ -343,8 +348,8 @@ class Model:
             for sub, copy in self.step_deliveries:
                 waited = self.step_start.get(sub.backlog, {})
                 backlog = self.backlogs[sub.backlog]
-                for other in backlog.available.values():
-                    if (other.sent.body in waited and sub.matches(other.sent)
+                for key, other in backlog.available.items():
+                    if (key in waited and sub.matches(other.sent)
                             and not other.sent.expired(self.now_ms) and other.better_than(copy)):
                         raise Violation(f"{copy.sent.body} delivered to {sub.id} of connection {sub.connection} "
                                         f"before {other.sent.body}, which waited with a better place")

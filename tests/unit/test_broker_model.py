@@ -169,29 +169,32 @@ class BrokerMachine(RuleBasedStateMachine):
         """Run the store and the reactor until nothing moves; the frames each peer got."""
         assert self.broker is not None
         got: dict[int, list[Frame]] = {number: [] for number in self.peers}
+        store: Any = self.broker.store
         quiet = 0
-        while quiet < 2:
+        while quiet < 2:  # (two rounds in which only the barrier itself was written, and no frame)
+            before = store.stats.operations + store.stats.failures
             self.clock.advance(0)
-            self.clock.wait(self.broker.store.add_batch([]))
-            ran = self.clock.run_thread_calls()
+            self.clock.wait(store.add_batch([]))
+            self.clock.run_thread_calls()
             moved = False
             for number, peer in list(self.peers.items()):
                 frames = peer.new_frames()
                 got[number] += frames
                 moved = moved or bool(frames)
-                if peer.transport.disconnecting and not any(f.command == "ERROR" for f in frames):
-                    pass
-            quiet = 0 if (moved or ran) else quiet + 1
+            busy = store.stats.operations + store.stats.failures - before > 1
+            quiet = 0 if (moved or busy) else quiet + 1
         return [(self.peers[number], frames) for number, frames in got.items() if number in self.peers]
 
     def _step(self, check_order: bool = True) -> None:
         """Settle, check every frame against the model, check receipts and the settled state."""
         self.steps += 1
         self._observe()
-        for number, peer in list(self.peers.items()):
-            if peer.errors:
-                assert peer.transport.disconnecting, "an ERROR did not close the connection"
-                self._lose(number)
+        while any(peer.errors for peer in self.peers.values()):
+            for number, peer in list(self.peers.items()):
+                if peer.errors:
+                    assert peer.transport.disconnecting, "an ERROR did not close the connection"
+                    self._lose(number)
+            self._observe()  # (what the closed connection held went to the others)
         reading = {number for number, peer in self.peers.items() if peer.reading}
         self.model.check_settled(reading, check_order)
         self.model.begin_step()
@@ -323,6 +326,25 @@ class BrokerMachine(RuleBasedStateMachine):
         self.model.subscribe(sub)
         peer.send("SUBSCRIBE", headers)
         self._step()
+
+    @precondition(lambda self: len(self.peers) < CONNECTIONS and self._quiet("audit", 20))
+    @rule()
+    def consume_everything(self) -> None:
+        """A new connection takes every queue and dead-letter queue (ack:auto): every
+        message the model says waits there must arrive, and nothing else."""
+        self._happened("audit")
+        number = next(n for n in range(CONNECTIONS) if n not in self.peers)
+        self._connect(number)
+        peer = self.peers[number]
+        for destination in (*QUEUES, *DLQS):
+            sub = Subscription(peer.number, f"s{next(self.sub_ids)}", destination, destination, "auto", 1, None)
+            peer.subscriptions[sub.id] = sub
+            self.model.subscribe(sub)
+            peer.send("SUBSCRIBE", {"destination": destination, "id": sub.id, "ack": "auto", **self._receipt(peer)})
+            self._observe()
+        self._step()
+        for destination in (*QUEUES, *DLQS):
+            assert not self.model.backlogs[destination].available, f"{destination} was not emptied"
 
     def _pick_delivery(self, data: st.DataObject) -> tuple[Peer, Subscription, str]:
         choices = [(peer, sub, ack_id) for peer in self.peers.values() for sub in peer.subscriptions.values()
