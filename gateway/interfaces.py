@@ -103,8 +103,9 @@ class ISubscription(Interface):
 
     def close() -> Any:
         """End the subscription; unacknowledged deliveries are redelivered to
-        other consumers, marked redelivered.  A durable subscription keeps
-        its identity and backlog.  Returns a Deferred."""
+        other consumers, marked redelivered (those an open transaction holds,
+        see :class:`ITransactionalAcks`, wait for it).  A durable subscription
+        keeps its identity and backlog.  Returns a Deferred."""
 
     def unsubscribe() -> Any:
         """End the subscription and, if durable, delete it with its backlog.
