@@ -294,6 +294,8 @@ class StompSession:
             return
         self._paused = False
         for subscription in list(self.subscriptions.values()):
+            if self._paused:  # (what the previous ones got filled the transport again)
+                return
             if subscription.subscription is not None:
                 subscription.subscription.resume()
 

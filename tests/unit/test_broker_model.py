@@ -513,3 +513,27 @@ def run(examples: int, steps: int = 50, **kwargs: Any) -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
     run_state_machine_as_test(BrokerMachine, settings=machine_settings(examples, steps), **kwargs)
+
+
+def test_resuming_stops_when_the_transport_fills_again() -> None:
+    """Found by the model: resuming the subscriptions one after the other went on after the
+    first ones had filled the transport again, so the rest wrote into a full transport."""
+    from twisted.internet.task import Clock
+
+    clock = Clock()
+    broker = EmbeddedBroker(clock)
+    broker.start()
+    factory = StompServerFactory(clock, DestinationMap({"embedded": broker}))
+    peer = Peer(factory, 0)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "model"})
+    for n in range(4):
+        for i in range(5):
+            peer.send("SEND", {"destination": f"/queue/r{n}"}, f"m{n}.{i}".encode())
+    peer.reading = False
+    for n in range(4):
+        peer.send("SUBSCRIBE", {"destination": f"/queue/r{n}", "id": f"s{n}", "ack": "auto"})
+    assert peer.transport.paused
+    for _ in range(10):
+        peer.transport.read()  # the client reads, the transport resumes the session, which fills it again
+        assert not peer.transport.written_while_paused, "a MESSAGE was written to a full transport"
+    broker.stop()
