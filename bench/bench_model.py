@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         run(options.examples, options.steps)
-    except Exception as error:  # the failing sequence is printed by hypothesis
+    except Exception as error:
+        traceback.print_exception(error)  # (with hypothesis' notes: the failing steps)
         print(f"model violated after {time.monotonic() - started:.0f}s: {error}", flush=True)
         return 1
     print(f"{options.examples} sessions of up to {options.steps} steps matched the model "
