@@ -336,8 +336,9 @@ class Model:
             raise Violation(f"dead-letter cause {headers.get('dlqDeliveryFailureCause')!r}, "
                             f"expected {copy.cause!r}: {where}")
         self.step_deliveries.append((sub, copy))
-        if sub.ack == "auto" and len(waiting) == 1:
-            self.acknowledged.add((sub.backlog, body))
+        if sub.ack == "auto":
+            if len(waiting) == 1:  # (the last copy of that body there)
+                self.acknowledged.add((sub.backlog, body))
         else:
             assert ack_id is not None
             sub.inflight[ack_id] = copy
