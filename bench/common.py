@@ -55,6 +55,12 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time process ``pid`` has used (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def warm_up(run: Callable[[], float], *, max_rounds: int, min_rounds: int = 2, gain: float = 0.03) -> list[float]:
     """Call ``run`` (returns a rate) until the best rate stops rising by more than
     ``gain`` for two rounds in a row, at most ``max_rounds`` times; the rates seen."""
