@@ -117,8 +117,7 @@ def cprofile(count: int) -> int:
         stats = Path(workdir) / "gateway.pstats"
         args = [f"--profile={stats}", "--profiler=cprofile", "--savestats"]
         with gateway_server() as gateway:
-            gateway.args = args  # twistd's own options must come before the plugin name
-            gateway.stop()
+            gateway.stop()  # restarted with twistd's own options before the plugin name
             command = gateway.command
             gateway.command = lambda: [command()[0], *args, *command()[1:]]  # type: ignore[method-assign]
             gateway.start()
