@@ -55,10 +55,16 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time process ``pid`` has used (Linux ``/proc``)."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds process ``pid`` has used (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time process ``pid`` has used."""
+    return sum(cpu_times(pid))
 
 
 def warm_up(run: Callable[[], float], *, max_rounds: int, min_rounds: int = 2, gain: float = 0.03) -> list[float]:

@@ -6,8 +6,11 @@ process, then attributes every sample to a layer by the innermost gateway
 or Twisted frame on its stack (see :data:`LAYERS`) and prints each layer's
 share and its cost in CPU-µs per message (the gateway's CPU time over the
 run, from ``/proc``, divided by the messages, split by the shares).  Samples
-are taken without pausing the process (``--nonblocking``), so the profile
-costs the gateway little.  py-spy is a development tool, not a dependency:
+pause the process (py-spy's default): without pausing (``--nonblocking``)
+py-spy often misses the decoder's generator frame and the shares wander from
+run to run.  A paused process is rarely caught inside ``send()``, so the
+kernel's share of the write path shows in the user/kernel CPU split printed
+beside the profile rather than in the layers.  py-spy is a development tool, not a dependency:
 ``pip install py-spy``.
 
 Run: ``.venv/bin/python -m bench.profile_hotpath [--count N] [--rate HZ] [--cprofile]``
@@ -30,13 +33,13 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import cpu_seconds, gateway_server, host_state
+from bench.common import cpu_times, gateway_server, host_state
 from bench.stomp_load import Workload, run_pair
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # (layer, markers in a frame "function (file:line)"); the innermost frame that matches decides.
-    ("MESSAGE encode", ("encode_frame (gateway/stomp/codec.py", "stomp/codec.py:escape")),
-    ("codec decode", ("gateway/stomp/codec.py",)),
+    ("codec decode", ("FrameDecoder.", "unescape_header (")),
+    ("MESSAGE encode", ("gateway/stomp/codec.py",)),  # encode_frame and its helpers
     ("message conversion", ("gateway/message/",)),
     ("broker dispatch", ("gateway/broker/", "gateway/connectors/", "gateway/destinations")),
     ("session", ("gateway/stomp/session.py", "gateway/stomp/transforms.py", "gateway/stomp/traffic.py",
@@ -87,13 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         pid = gateway.process.pid
         run_pair(gateway.address, Workload(f"/queue/warm.{uuid.uuid4().hex}", count=20_000))
         raw = Path(workdir) / "gateway.raw"
-        sampler = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", str(args.rate), "--nonblocking",
+        sampler = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", str(args.rate),
                                     "--format", "raw", "--output", str(raw)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
-        before = cpu_seconds(pid)
+        user_before, system_before = cpu_times(pid)
         rate = run_pair(gateway.address, Workload(f"/queue/profile.{uuid.uuid4().hex}", count=args.count))
-        used = cpu_seconds(pid) - before
+        user_after, system_after = cpu_times(pid)
+        user, system = user_after - user_before, system_after - system_before
+        used = user + system
         time.sleep(0.3)
         sampler.send_signal(2)  # SIGINT: py-spy writes its output and ends
         sampler.wait(30)
@@ -101,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(layers.values())
     per_message = used / args.count * 1e6
     print(f"\n1 → 1 queue, auto ack, 100 B, {args.count} messages: {rate:.0f} msg/s end to end; gateway CPU "
-          f"{used:.2f} s = {per_message:.1f} µs per message; {total} samples (idle excluded)")
+          f"{used:.2f} s = {per_message:.1f} µs per message (user {user / args.count * 1e6:.1f}, kernel "
+          f"{system / args.count * 1e6:.1f}: mostly send/recv/epoll); {total} samples (idle excluded)")
     print(f"  {'layer (innermost frame decides)':<40} {'share':>7} {'µs/msg':>8}")
     for layer, samples in layers.most_common():
         print(f"  {layer:<40} {samples / total:>7.1%} {samples / total * per_message:>8.2f}")
