@@ -1,44 +1,157 @@
-"""Issue 2 benchmark: gateway (embedded broker) vs ActiveMQ's STOMP connector.
+"""Issues 2 and 20 benchmark: gateway (embedded broker) vs ActiveMQ's STOMP connector.
 
-One producer, one consumer, 100-byte bodies, non-persistent; first with
-auto ack, then with client ack (an ACK per message).  The same raw-socket
-load generator drives both servers in the same run; the ratio is
-gateway / ActiveMQ.
+Workloads (100-byte non-persistent bodies unless named otherwise):
 
-Run: ``.venv/bin/python -m bench.bench_throughput [COUNT]``
+- 1 producer → 1 consumer on a queue: auto ack, client ack (cumulative, an
+  ACK per message) and client-individual ack;
+- 4 producers → 4 consumers, each pair on a queue of its own;
+- a topic with 1 producer → 10 subscribers (rate = messages delivered/s);
+- 1 KB and 64 KB bodies, 1 → 1, auto ack;
+- persistent, a receipt every 100 SENDs, 1 → 1 (the gateway's SQLite store
+  vs ActiveMQ's KahaDB).
+
+Then latency: one producer paced at half (and a tenth) of the gateway's peak
+1 → 1 rate, each SEND stamped with the time it was written; p50/p99 of
+SEND-written to MESSAGE-read for both servers at the same rate.
+
+Both servers run at once and the runs alternate (gateway, ActiveMQ, ...), so
+other load on the host hits both alike; each figure is the median of
+``--repeat`` runs.  Before measuring, each server is warmed with 1 → 1 rounds
+until its rate stops rising (bounded), ActiveMQ with the JVM's full JIT (C2),
+and each workload gets one unmeasured round per server.  The same raw-socket
+load generator (:mod:`bench.stomp_load`) drives both; the ratio is gateway /
+ActiveMQ.  ActiveMQ's STOMP port runs with ``transport.tcpNoDelay=true``
+(its best for latency) unless ``--activemq-as-shipped``.
+
+Run: ``.venv/bin/python -m bench.bench_throughput [--count N] [--repeat N] [--quick]``
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import sys
+import time
 import uuid
+from dataclasses import dataclass, replace
 
-from bench.common import activemq_server, gateway_server, report
-from bench.stomp_load import Workload, run_pair
+from bench.common import activemq_server, gateway_server, host_state, warm_up
+from bench.stomp_load import Latency, Workload, run_group, run_latency, run_pair
 
-
-def measure(address: tuple[str, int], count: int, ack: str) -> float:
-    run_pair(address, Workload(f"/queue/warmup.{uuid.uuid4().hex}", count=min(count, 5000), ack=ack))
-    rates = [run_pair(address, Workload(f"/queue/bench.{uuid.uuid4().hex}", count=count, ack=ack))
-             for _ in range(2)]
-    return max(rates)
+Address = tuple[str, int]
 
 
-def main(count: int = 50_000) -> None:
-    results: dict[str, float] = {}
-    with gateway_server() as gateway:
-        for ack in ("auto", "client"):
-            results[f"gateway {ack} ack"] = measure(gateway.address, count, ack)
-    with activemq_server() as broker:
-        for ack in ("auto", "client"):
-            results[f"activemq {ack} ack"] = measure(("127.0.0.1", broker.stomp_port), count, ack)
-    for ack in ("auto", "client"):
-        report(
-            f"STOMP throughput, {count} x 100 B, non-persistent, {ack} ack (1 producer, 1 consumer)",
-            [(name, results[name]) for name in (f"activemq {ack} ack", f"gateway {ack} ack")],
-            f"activemq {ack} ack",
-        )
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One workload: what each producer sends, to how many destinations, with how many subscribers each."""
+
+    name: str
+    work: Workload
+    destinations: int = 1
+    subscribers: int = 1
+
+    def run(self, address: Address, count: int) -> float:
+        kind = "topic" if self.subscribers > 1 else "queue"
+        work = replace(self.work, destination=f"/{kind}/bench.{uuid.uuid4().hex}", count=count)
+        return run_group(address, work, destinations=self.destinations, subscribers=self.subscribers)[0]
+
+
+def cases(count: int) -> list[tuple[Case, int]]:
+    """Every workload with the number of messages each of its producers sends."""
+    plain = Workload("")
+    return [
+        (Case("1→1 queue, auto ack", plain), count),
+        (Case("1→1 queue, client ack (ACK per message)", replace(plain, ack="client")), count),
+        (Case("1→1 queue, client-individual ack", replace(plain, ack="client-individual")), count),
+        (Case("4 producers → 4 consumers, 4 queues", plain, destinations=4), count // 4),
+        (Case("topic, 1 producer → 10 subscribers (deliveries/s)", plain, subscribers=10), count // 10),
+        (Case("1→1 queue, 1 KB bodies", replace(plain, body_size=1024)), count // 2),
+        (Case("1→1 queue, 64 KB bodies", replace(plain, body_size=65536, batch=8)), max(count // 25, 20)),
+        (Case("1→1 queue, persistent, receipt every 100", replace(plain, persistent=True, receipt_every=100)),
+         count // 5),
+    ]
+
+
+def alternate(servers: dict[str, Address], measure: object, repeat: int) -> dict[str, list[float]]:
+    """Run ``measure(address)`` ``repeat`` times per server, the servers taking turns."""
+    results: dict[str, list[float]] = {name: [] for name in servers}
+    for _ in range(repeat):
+        for name, address in servers.items():
+            results[name].append(measure(address))  # type: ignore[operator]
+    return results
+
+
+def print_ratio(name: str, gateway: list[float], activemq: list[float]) -> float:
+    ratio = statistics.median(gateway) / statistics.median(activemq)
+    print(f"  {name:<52} {statistics.median(gateway):>10.0f} {statistics.median(activemq):>10.0f} {ratio:>7.2f}",
+          flush=True)
+    return ratio
+
+
+def latency(servers: dict[str, Address], rate: int, fraction: float, seconds: float, repeat: int) -> None:
+    """Both servers' latency percentiles with one producer paced at ``rate``."""
+    work = Workload("", count=max(int(rate * seconds), 100), rate=rate)
+    print(f"\nLatency, SEND written → MESSAGE read, 1→1 queue, auto ack, 100 B, producer paced at "
+          f"{rate} msg/s ({fraction:g} of the gateway's 1→1 peak), {work.count} messages, median of {repeat}")
+    print(f"  {'server':<12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    runs: dict[str, list[Latency]] = {name: [] for name in servers}
+    for _ in range(repeat):
+        for name, address in servers.items():
+            runs[name].append(run_latency(address, replace(work, destination=f"/queue/lat.{uuid.uuid4().hex}")))
+    for name, each in runs.items():
+        p50 = statistics.median(run.p50 for run in each)
+        p99 = statistics.median(run.p99 for run in each)
+        print(f"  {name:<12} {p50:>8.2f} {p99:>8.2f} {max(run.max for run in each):>8.2f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.bench_throughput", description=__doc__.split("\n\n")[0])
+    parser.add_argument("count", nargs="?", type=int, help="messages per 1→1 run (default 50000)")
+    parser.add_argument("--count", dest="count_option", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=None, help="runs per workload and server (median)")
+    parser.add_argument("--quick", action="store_true", help="every workload, small (checks the code path)")
+    parser.add_argument("--activemq-as-shipped", action="store_true",
+                        help="ActiveMQ's STOMP port without tcpNoDelay (Nagle on, as Debian ships it)")
+    parser.add_argument("--latency-at", type=float, nargs="+", default=[0.5, 0.1], metavar="FRACTION",
+                        help="paced latency runs at these fractions of the gateway's 1→1 peak (default 0.5 0.1)")
+    args = parser.parse_args(argv)
+    count = args.count_option or args.count or (2000 if args.quick else 50_000)
+    repeat = args.repeat or (1 if args.quick else 3)
+    warm_rounds, warm_count = (2, count) if args.quick else (12, 20_000)
+    latency_seconds = 1.0 if args.quick else 5.0
+
+    print(f"host: {host_state()}", flush=True)
+    started = time.monotonic()
+    with gateway_server() as gateway, activemq_server(
+        kahadb=True, stomp_no_delay=not args.activemq_as_shipped, full_jit=True
+    ) as broker:
+        servers = {"gateway": gateway.address, "activemq": ("127.0.0.1", broker.stomp_port)}
+        print(f"ActiveMQ: KahaDB, full JIT (C2), STOMP tcpNoDelay={not args.activemq_as_shipped}; "
+              f"gateway: default config (SQLite store)")
+        for name, address in servers.items():
+            def one_round(address: Address = address) -> float:
+                return run_pair(address, Workload(f"/queue/warmup.{uuid.uuid4().hex}", count=warm_count))
+            rates = warm_up(one_round, max_rounds=warm_rounds)
+            print(f"warm-up {name}: {len(rates)} rounds of {warm_count} 1→1 messages until the rate stopped "
+                  f"rising (bound {warm_rounds}): " + ", ".join(f"{rate:.0f}" for rate in rates) + " msg/s",
+                  flush=True)
+
+        print(f"\nSTOMP throughput, median of {repeat}, messages/s (ratio = gateway / ActiveMQ)")
+        print(f"  {'workload':<52} {'gateway':>10} {'activemq':>10} {'ratio':>7}")
+        peak = 0.0
+        for case, per_producer in cases(count):
+            for address in servers.values():  # one unmeasured round: this workload's code paths warm
+                case.run(address, max(per_producer // 4, 10))
+            results = alternate(servers, lambda address, case=case, n=per_producer: case.run(address, n), repeat)
+            print_ratio(case.name, results["gateway"], results["activemq"])
+            if not peak:
+                peak = statistics.median(results["gateway"])
+
+        for fraction in args.latency_at:
+            latency(servers, round(peak * fraction), fraction, latency_seconds, repeat)
+    print(f"\n({time.monotonic() - started:.0f} s; host at the end: {host_state()})")
+    return 0
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 50_000)
+    sys.exit(main())

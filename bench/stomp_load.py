@@ -1,17 +1,26 @@
-"""A raw-socket STOMP load generator for benchmarks (producer and consumer).
+"""A raw-socket STOMP load generator for benchmarks (producers and consumers).
 
 It speaks STOMP 1.2 with the gateway's own codec over plain blocking
-sockets, pipelines frames in large writes and runs producer and consumer in
-separate processes, so the number it reports is the server's, not a slow
-client's.  Both the gateway and ActiveMQ are measured with the same code.
+sockets, pipelines frames in large writes and runs every producer and
+consumer in a process of its own, so the number it reports is the server's,
+not a slow client's.  Both the gateway and ActiveMQ are measured with the
+same code.
+
+:func:`run_pair` is one producer and one consumer; :func:`run_group` is
+several destinations with a producer each and one or more consumers (topic
+subscribers) each; :func:`run_latency` paces one producer at a fixed rate,
+stamps every SEND with the time it was written (a ``bench-sent`` header, in
+``perf_counter_ns``, a clock every process on the host shares) and reports
+the spread of SEND-written to MESSAGE-read times.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import socket
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.errors import StompProtocolError
 from gateway.stomp.codec import FrameDecoder, encode_frame
@@ -30,6 +39,7 @@ class Workload:
     receipt_every: int = 0  # 0: one receipt at the end; 1: every SEND; N: every N-th SEND
     prefetch: int = 1000
     batch: int = 200  # frames per socket write
+    rate: float = 0.0  # messages/s the producer is paced at; 0: as fast as it can
 
 
 class StompSocket:
@@ -83,6 +93,8 @@ class StompSocket:
 
 def produce(address: tuple[str, int], work: Workload) -> float:
     """Send the workload; returns seconds until the last receipt arrived."""
+    if work.rate:
+        return _produce_paced(address, work)
     client = StompSocket(address)
     body = b"x" * work.body_size
     headers = {"destination": work.destination, "persistent": "true" if work.persistent else "false"}
@@ -112,8 +124,47 @@ def produce(address: tuple[str, int], work: Workload) -> float:
     return elapsed
 
 
+STAMP = "bench-sent"
+"""The header a paced producer puts its write time in (``time.perf_counter_ns()``)."""
+
+
+def _produce_paced(address: tuple[str, int], work: Workload) -> float:
+    """Send ``work.count`` messages at ``work.rate`` a second, each stamped with its write time."""
+    client = StompSocket(address)
+    body = b"x" * work.body_size
+    persistent = "true" if work.persistent else "false"
+    # The frame is written by hand: only the stamp changes, and its encoding must cost the same for both servers.
+    head = f"SEND\ndestination:{work.destination}\npersistent:{persistent}\ncontent-length:{len(body)}\n"
+    prefix = head.encode()
+    tail = b"\n" + body + b"\x00"
+    interval = 1.0 / work.rate
+    start = time.perf_counter()
+    sent = 0
+    while sent < work.count:
+        due = min(work.count, int((time.perf_counter() - start) / interval) + 1)
+        if due > sent:
+            chunk = []
+            for _ in range(due - sent):
+                chunk.append(b"".join((prefix, b"%s:%d\n" % (STAMP.encode(), time.perf_counter_ns()), tail)))
+            client.sock.sendall(b"".join(chunk))
+            sent = due
+        else:
+            time.sleep(min(interval, 0.0005))
+    client.write(Frame("SEND", {"destination": work.destination, "receipt": "last", STAMP: "0"}, b""))
+    while (frame := client.read()).command != "RECEIPT":
+        if frame.command == "ERROR":
+            raise RuntimeError(f"ERROR from server: {frame.headers} {frame.body!r}")
+    elapsed = time.perf_counter() - start
+    client.close()
+    return elapsed
+
+
 def consume(address: tuple[str, int], work: Workload, ready: object, result: object) -> None:
-    """Receive ``work.count`` messages; puts (first, last) perf_counter times on ``result``."""
+    """Receive ``work.count`` messages; puts (first, last, latencies) on ``result``.
+
+    ``first`` and ``last`` are perf_counter times; ``latencies`` (seconds) are
+    measured for stamped messages only (a paced producer's) and empty otherwise.
+    """
     client = StompSocket(address)
     client.write(Frame("SUBSCRIBE", {
         "destination": work.destination, "id": "bench", "ack": work.ack, "receipt": "sub",
@@ -126,12 +177,18 @@ def consume(address: tuple[str, int], work: Workload, ready: object, result: obj
     ready.set()  # type: ignore[attr-defined]
     received = 0
     first = 0.0
-    while received < work.count:
+    latencies: list[float] = []
+    expected = work.count + (1 if work.rate else 0)  # a paced producer ends with an unstamped marker
+    while received < expected:
         frames = client.read_many()
+        now = time.perf_counter_ns()
         acks = []
         for frame in frames:
             if frame.command == "MESSAGE":
                 received += 1
+                stamp = frame.headers.get(STAMP)
+                if stamp is not None and stamp != "0":
+                    latencies.append((now - int(stamp)) / 1e9)
                 if work.ack != "auto":
                     acks.append(encode_frame(Frame("ACK", {"id": frame.headers["ack"]}), "1.2"))
             elif frame.command == "ERROR":
@@ -141,25 +198,81 @@ def consume(address: tuple[str, int], work: Workload, ready: object, result: obj
         if acks:
             client.sock.sendall(b"".join(acks))
     last = time.perf_counter()
-    result.put((first, last))  # type: ignore[attr-defined]
+    result.put((first, last, latencies))  # type: ignore[attr-defined]
     client.close()
+
+
+def _produce_at(address: tuple[str, int], work: Workload, go: object) -> None:
+    go.wait()  # type: ignore[attr-defined]
+    produce(address, work)
+
+
+def run_group(address: tuple[str, int], work: Workload, *, destinations: int = 1, subscribers: int = 1,
+              timeout: float = 300.0) -> tuple[float, list[float]]:
+    """``destinations`` producers, each sending ``work`` to a destination of its own
+    (``work.destination`` + ``.N`` when more than one) with ``subscribers`` consumers
+    on it (use more than one on a topic only: each receives every message).
+
+    Returns (messages delivered per second over all consumers, from the producers'
+    start to the last message received; the latencies the consumers measured).
+    """
+    context = mp.get_context("fork")
+    result = context.Queue()
+    go = context.Event()
+    works = [work if destinations == 1 else replace(work, destination=f"{work.destination}.{index}")
+             for index in range(destinations)]
+    consumers = []
+    for each in works:
+        for _ in range(subscribers):
+            ready = context.Event()
+            consumer = context.Process(target=consume, args=(address, each, ready, result), daemon=True)
+            consumer.start()
+            consumers.append((consumer, ready))
+    producers = [context.Process(target=_produce_at, args=(address, each, go), daemon=True) for each in works]
+    try:
+        for _consumer, ready in consumers:
+            if not ready.wait(30):
+                raise RuntimeError("a consumer did not subscribe")
+        for producer in producers:
+            producer.start()
+        time.sleep(0.2)  # let the producers connect: the clock starts with their first SEND
+        start = time.perf_counter()
+        go.set()
+        outcomes = [result.get(timeout=timeout) for _ in consumers]
+    finally:
+        for process in [*producers, *(consumer for consumer, _ in consumers)]:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+    last = max(outcome[1] for outcome in outcomes)
+    latencies = [latency for outcome in outcomes for latency in outcome[2]]
+    return len(consumers) * work.count / (last - start), latencies
 
 
 def run_pair(address: tuple[str, int], work: Workload, timeout: float = 300.0) -> float:
     """One producer and one consumer process; returns messages/s end to end."""
-    context = mp.get_context("fork")
-    ready = context.Event()
-    result = context.Queue()
-    consumer = context.Process(target=consume, args=(address, work, ready, result), daemon=True)
-    consumer.start()
-    if not ready.wait(30):
-        consumer.kill()
-        raise RuntimeError("consumer did not subscribe")
-    start = time.perf_counter()
-    produce(address, work)
-    _, last = result.get(timeout=timeout)
-    consumer.join(10)
-    return work.count / (last - start)
+    return run_group(address, work, timeout=timeout)[0]
+
+
+@dataclass(slots=True, frozen=True)
+class Latency:
+    """SEND-written to MESSAGE-read times of a paced run, in milliseconds."""
+
+    rate: float
+    count: int
+    p50: float
+    p99: float
+    max: float
+
+
+def run_latency(address: tuple[str, int], work: Workload, timeout: float = 300.0) -> Latency:
+    """One producer paced at ``work.rate`` and one consumer; the latency percentiles."""
+    assert work.rate > 0, "a latency run needs a paced producer"
+    _, latencies = run_group(address, work, timeout=timeout)
+    if len(latencies) < 2:
+        raise RuntimeError(f"only {len(latencies)} stamped messages arrived")
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive")
+    return Latency(work.rate, len(latencies), cuts[49] * 1e3, cuts[98] * 1e3, max(latencies) * 1e3)
 
 
 def send_rate(address: tuple[str, int], work: Workload) -> float:

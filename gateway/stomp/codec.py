@@ -106,6 +106,16 @@ def _unsafe(name: str, value: str, version: str, escaped: bool) -> bool:
     return version != "1.2" and value.endswith("\r")
 
 
+def _header_line(name: str, value: str) -> str:
+    return f"{name}:{value}"
+
+
+def _escape_joined(text: str, version: str) -> str:
+    """:func:`escape_header` for 1.1 and 1.2 by ``str.replace`` (faster on long text)."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+    return text.replace("\r", "\\r") if version == "1.2" else text
+
+
 def encode_frame(
     frame: Frame, version: str, *, add_content_length: bool = True, dropped: list[str] | None = None
 ) -> bytes:
@@ -136,6 +146,12 @@ def encode_frame(
         special = check = "\n" in probe or "\r" in probe or "\x00" in probe or ":" in names
     if not special:
         lines = [f"{name}:{value}" for name, value in headers.items()]
+    elif escaped and not check:
+        # Something to escape (in a MESSAGE, typically the ':' of a message-id) but nothing to leave out,
+        # so no NUL anywhere: escape all names and all values in two translate calls, NUL-separated.
+        # (str.replace scans in C; translate with a multi-character table looks every character up)
+        lines = list(map(_header_line, _escape_joined("\x00".join(headers), version).split("\x00"),
+                         _escape_joined("\x00".join(headers.values()), version).split("\x00")))
     else:
         table = _ESCAPE_12 if version == "1.2" else _ESCAPE_11
         needs_escape = _NEEDS_ESCAPE.search

@@ -151,6 +151,8 @@ class ActiveMQBroker:
     :param xstream: link XStream and Jettison (:data:`EXTRA_JARS`) into the
         broker's lib directory, which ActiveMQ's STOMP ``transformation``
         header needs; ``False`` runs a stock broker as Debian installs it.
+    :param full_jit: let the JVM compile with C2 too (benchmarks: ActiveMQ at
+        its best once warm); tests stop at C1, which starts faster.
     """
 
     def __init__(
@@ -164,8 +166,10 @@ class ActiveMQBroker:
         stomp_no_delay: bool = False,
         tls: TlsFiles | None = None,
         xstream: bool = True,
+        full_jit: bool = False,
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        self.full_jit = full_jit
         self.xstream = xstream
         self.stomp_no_delay = stomp_no_delay
         self.tls = tls
@@ -269,7 +273,7 @@ class ActiveMQBroker:
             "-Xms64m",
             f"-Xmx{self.heap}",
             "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            *([] if self.full_jit else ["-XX:TieredStopAtLevel=1"]),
             "-Djava.awt.headless=true",
             f"-Djava.io.tmpdir={self.tmp_dir}",
             f"-Dactivemq.home={ACTIVEMQ_HOME}",

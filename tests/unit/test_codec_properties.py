@@ -218,3 +218,20 @@ def test_garbage_never_crashes_and_chunking_does_not_change_the_outcome(
     assert isinstance(whole[-1:][0] if whole else None, StompProtocolError) == isinstance(
         pieces[-1:][0] if pieces else None, StompProtocolError
     )
+
+
+@SETTINGS
+@given(st.sampled_from(["1.1", "1.2"]), st.sampled_from(sorted(COMMANDS)),
+       st.dictionaries(header_text, header_text, max_size=6))
+def test_encoded_headers_are_each_escaped_as_escape_header_says(version: str, command: str,
+                                                                 headers: dict[str, str]) -> None:
+    """encode_frame escapes a whole frame's names and values at once; the result is, header by header,
+    what escape_header gives (or, for what cannot be written, the header is left out)."""
+    dropped: list[str] = []
+    encoded = encode_frame(Frame(command, headers, b""), version, add_content_length=False, dropped=dropped)
+    if command in UNESCAPED_COMMANDS:
+        return
+    expected = [f"{escape_header(name, version)}:{escape_header(value, version)}"
+                for name, value in headers.items() if name not in dropped]
+    head = encoded.decode("utf-8").split("\n\n", 1)[0]
+    assert head.split("\n")[1:] == ([] if not expected else "\n".join(expected).split("\n"))
