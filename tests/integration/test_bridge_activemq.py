@@ -120,12 +120,9 @@ def test_embedded_to_activemq_across_gateway_crashes(tmp_path: Path, activemq: A
         print(f"embedded -> activemq {qos} batch {batch}: {tally.summary()}")
         assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
         if qos == "ONCE_AND_ONLY_ONCE":
-            # docs/bridges.md: a JMS target cannot be asked what it holds, so a SIGKILL within about a
-            # millisecond of ActiveMQ's confirmation (before the duplicate store's commit) resends that one
-            # batch.  Two kills: at most two batches twice, each copy at most once more.
-            assert len(tally.duplicated) <= 2 * batch, (
-                f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})")
-            assert all(len(copies) == 2 for copies in tally.duplicated.values()), tally.summary()
+            # docs/bridges.md: a SIGKILL between ActiveMQ's confirmation and the duplicate store's
+            # commit is resolved at the restart by browsing the target queue
+            assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
     except BaseException:
         print(gateway.log()[-4000:])
         raise
