@@ -42,7 +42,11 @@ def browse_duplicate_ids(protocol: StompClientProtocol, destination: str, subscr
     when the queue holds more than ``limit`` messages (nothing is consumed).  Fails with
     ConnectorUnavailable when the connection ends first, with the broker's error when it
     refuses the browse."""
-    result: Deferred[set[str] | None] = Deferred()
+    def cancel(_: Deferred[set[str] | None]) -> None:  # timed out: the browse goes on no longer
+        if not protocol.closed:
+            protocol.unsubscribe(subscription_id, receipt=False)
+
+    result: Deferred[set[str] | None] = Deferred(cancel)
     ids: set[str] = set()
     seen = [0]
 
