@@ -144,6 +144,12 @@ class Capability(StrEnum):
     live subscriptions go on (the embedded broker is in this process: nothing to reconnect)."""
     HEALTH_TRACKS_BROKER = "health-tracks-broker"
     """:meth:`IStatusReporting.health` reports down while the broker is unreachable."""
+    HELD_MESSAGE_IDS = "held-message-ids"
+    """The connector tells which messages it holds at a destination by the id a bridge gave
+    them (the message id, or the ``_AMQ_DUPL_ID`` property the bridge also sets): the in-doubt
+    probe of :mod:`gateway.bridges.probe`.  A JMS broker over STOMP answers for queues only
+    (by browsing them); ``why_cannot_tell(destination)``, where a connector offers it, says
+    for which destinations it cannot."""
 
 
 class ITransactionalAcks(Interface):

@@ -19,8 +19,9 @@ ActiveMQ Artemis on top of any two :class:`~gateway.interfaces.IConnector`:
   are skipped, the ids of a confirmed batch are committed before the
   acknowledgement, and non-persistent messages are refused (logged, counted
   as dropped);
-* **the message sent** is a copy: target destination, a new message id,
-  redelivery flags cleared; with ``add_message_id_in_header`` the source id is
+* **the message sent** is a copy: target destination, a new message id
+  (AT_MOST_ONCE and ONCE_AND_ONLY_ONCE: one derived from the source id, also
+  set as the ``_AMQ_DUPL_ID`` property), redelivery flags cleared; with ``add_message_id_in_header`` the source id is
   appended to ``AMQ_BRIDGE_MSG_ID_LIST`` (comma-separated, one id per hop);
   the bridge's transformer chain runs before that;
 * **resilience**: a failed subscription (or subscribe) is retried every
@@ -60,6 +61,7 @@ from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import held_message_ids, source_id_of, target_message_id
 from gateway.connectors.kafka_records import ORIGIN_HEADER
+from gateway.connectors.stomp_browse import DUPLICATE_ID
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
@@ -684,8 +686,10 @@ class Bridge:
         out = message.copy()
         out.destination = destination
         if self.config.qos != DUPLICATES_OK and original.message_id:
-            # the in-doubt check finds these copies at the target by their id
+            # the in-doubt check finds these copies at the target by their id; a JMS broker over
+            # STOMP sets its own message-id, so the id also travels as Artemis's duplicate id
             out.message_id = target_message_id(self.name, source_key(original))
+            out.properties[DUPLICATE_ID] = out.message_id
         else:
             out.message_id = new_message_id()
         out.redelivered = False

@@ -8,13 +8,21 @@ delivered: so a crash after the target stored a batch but before the
 bridge's duplicate store recorded it is resolved by looking, not by
 resending.
 
-A connector answers if it offers ``held_message_ids(destination) ->
-Deferred[set[str]]``; the embedded broker is answered here by reading its
-queues (the queue itself, or every subscriber queue of a topic, pending and
-in flight) and Kafka by reading the newest records of the target topic
+Connectors that can answer declare
+:attr:`~gateway.interfaces.Capability.HELD_MESSAGE_IDS`.  A connector answers
+itself if it offers ``held_message_ids(destination) -> Deferred[set[str] |
+None]``: a JMS broker over STOMP browses a queue and reads the
+``_AMQ_DUPL_ID`` property the bridge sets on its copies
+(:mod:`gateway.connectors.stomp_browse`; a topic answers None, and
+:func:`why_cannot_tell` says so, which makes a ONCE_AND_ONLY_ONCE bridge into
+it a configuration error).  The embedded broker is answered here by reading
+its queues (the queue itself, or every subscriber queue of a topic, pending
+and in flight) and Kafka by reading the newest records of the target topic
 (committed ones only; behind ``[routing]``, the topic of the route the
-destination alone decides).  Other connectors (a JMS broker over STOMP) answer
-None: for them the window stays open (see :mod:`gateway.bridges.dedup`).
+destination alone decides).  Other connectors answer None: for them the
+window stays open (see :mod:`gateway.bridges.dedup`).  What a consumer took
+from the target between the send and the probe is not held any more: the
+duplicate store still answers for what the bridge recorded.
 """
 
 from __future__ import annotations
@@ -39,6 +47,16 @@ def source_id_of(bridge: str, target_id: str) -> str | None:
     if not target_id.startswith(prefix):
         return None
     return target_id[len(prefix):] or None
+
+
+def why_cannot_tell(connector: IConnector, destination: str) -> str | None:
+    """Why ``connector`` can never say which messages it holds at ``destination``, when it
+    knows so in advance (a topic of a JMS broker over STOMP), else None."""
+    ask = getattr(connector, "why_cannot_tell", None)
+    if ask is None:
+        return None
+    reason: str | None = ask(destination)
+    return reason
 
 
 def held_message_ids(connector: IConnector, destination: str, *, tail: int = 1000) -> Deferred[set[str] | None]:

@@ -35,6 +35,7 @@ from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import ONCE_AND_ONLY_ONCE, BridgeConfig, BridgeEndpoint, parse_bridges
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
+from gateway.bridges.probe import why_cannot_tell
 from gateway.deferreds import gather
 from gateway.errors import ConfigError, GatewayError
 from gateway.interfaces import IConnector
@@ -321,6 +322,14 @@ def build_bridge_service(
     for config in bridges:
         source = _connector_for(config.source, f"{config.key}.source", connectors, owned, path, connector_factory)
         target = _connector_for(config.target, f"{config.key}.target", connectors, owned, path, connector_factory)
+        if config.qos == ONCE_AND_ONLY_ONCE:
+            unprobeable = why_cannot_tell(target, config.target.destination)
+            if unprobeable is not None:
+                raise ConfigError(
+                    f"ONCE_AND_ONLY_ONCE into connector {config.target.connector!r} needs a target that can say "
+                    f"which messages it holds (a lost confirmation is resolved by looking), and {unprobeable}; "
+                    "use a queue target, or DUPLICATES_OK and duplicate detection at the consumers (docs/bridges.md)",
+                    path=path, key=f"{config.key}.qos")
         plan = _kafka_transactions_plan(config, source, target) if config.qos == ONCE_AND_ONLY_ONCE else ""
         if isinstance(plan, tuple):
             from gateway.bridges.kafka_exactly_once import KafkaExactlyOnceBridge

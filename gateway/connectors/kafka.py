@@ -175,7 +175,8 @@ def topic_for_destination(destination: str, topics: dict[str, str] | None = None
     return name
 
 
-KAFKA_CAPABILITIES = frozenset({Capability.NACK, Capability.PREFETCH, Capability.DURABLE, Capability.RECONNECT})
+KAFKA_CAPABILITIES = frozenset({Capability.NACK, Capability.PREFETCH, Capability.DURABLE, Capability.RECONNECT,
+                                Capability.HELD_MESSAGE_IDS})
 """What a Kafka connector offers (:class:`~gateway.interfaces.Capability`).  Not: selectors on
 queues (one shared group commits one offset per partition), a new durable subscription starting
 empty (a new group reads from the earliest offset), the redelivered flag on what a closed

@@ -71,6 +71,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.connectors.stomp_browse import browse_duplicate_ids
 from gateway.connectors.stomp_mapping import forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
@@ -98,6 +99,10 @@ __all__ = [
     "StompBrokerSettings",
     "durable_subscription_name",
 ]
+
+
+BROWSE_LIMIT = 100_000
+"""At most this many messages are browsed to tell which ones a queue holds (the in-doubt probe)."""
 
 
 class _SessionHandle(Protocol):
@@ -179,7 +184,8 @@ class StompBrokerConnector:
     log = Logger()
     capabilities = frozenset(Capability) - {Capability.NACK}
     """Everything but a redelivering NACK: ActiveMQ takes a STOMP NACK as a poison
-    acknowledgement and dead-letters the message at once (the NACK is relayed as it is)."""
+    acknowledgement and dead-letters the message at once (the NACK is relayed as it is).
+    :attr:`~gateway.interfaces.Capability.HELD_MESSAGE_IDS` for queues only (browsing)."""
 
     def __init__(
         self,
@@ -704,6 +710,35 @@ class StompBrokerConnector:
             return failure
 
         return work.addCallbacks(established, refused)
+
+    # -- the in-doubt probe --------------------------------------------------
+
+    def why_cannot_tell(self, destination: str) -> str | None:
+        """Why :meth:`held_message_ids` cannot answer for ``destination`` (None: it can)."""
+        if destination.startswith("/queue/"):
+            return None
+        return (f"{destination} is not a queue: a JMS broker over STOMP can only be asked which messages it "
+                "holds by browsing a queue")
+
+    def held_message_ids(self, destination: str) -> Deferred[set[str] | None]:
+        """The bridge copy ids (:data:`~gateway.connectors.stomp_browse.DUPLICATE_ID`) of the
+        messages queued at ``destination``, by browsing it (:mod:`gateway.connectors.stomp_browse`);
+        None for a topic, or a queue of more than :data:`BROWSE_LIMIT` messages.  Bounded by
+        ``send_timeout``, the wait for a reconnection included."""
+        if self.why_cannot_tell(destination) is not None:
+            return succeed(None)
+        subscription_id = f"{self.name}-browse-{next(self._subscription_ids)}"
+        work = self._when_ready()
+        work.addCallback(lambda protocol: browse_duplicate_ids(protocol, destination, subscription_id,
+                                                               limit=BROWSE_LIMIT))
+
+        def answered(held: set[str] | None) -> set[str] | None:
+            if held is None:
+                self.log.warn("connector {name}: {destination} holds more than {limit} messages; not browsed "
+                              "to the end", name=self.name, destination=destination, limit=BROWSE_LIMIT)
+            return held
+
+        return self._bounded(work, f"browse of {destination}").addCallback(answered)
 
     def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
         """Delete an inactive durable subscription (and its backlog) at the broker."""

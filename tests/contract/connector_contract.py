@@ -186,6 +186,25 @@ class ConnectorContract:
         _, consumer = await subscribe(target.connector, SubscriptionSpec(queue))
         assert await consumer.nothing_more(1.0)
 
+    @pytest_twisted.ensureDeferred
+    async def test_the_in_doubt_probe_names_what_a_queue_holds(self, target: Target) -> None:
+        """A bridge's copies carry their id as the message id and as ``_AMQ_DUPL_ID``: the
+        connector says which of them it holds (a lost confirmation is resolved by looking)."""
+        requires(target.connector, Capability.HELD_MESSAGE_IDS)
+        from gateway.bridges.probe import held_message_ids
+        from gateway.connectors.stomp_browse import DUPLICATE_ID
+
+        queue = await target.queue()
+        assert not await held_message_ids(target.connector, queue)
+        sent = [text(queue, f"h{i}") for i in range(3)]
+        for message in sent:
+            message.properties[DUPLICATE_ID] = message.message_id
+        await target.connector.send_batch(sent)
+        held = await held_message_ids(target.connector, queue)
+        assert held is not None and {message.message_id for message in sent} <= held
+        _, consumer = await subscribe(target.connector, SubscriptionSpec(queue))
+        assert texts(await consumer.take(3)) == ["h0", "h1", "h2"], "the probe consumed nothing"
+
     # -- subscriptions ---------------------------------------------------------
 
     @pytest_twisted.ensureDeferred

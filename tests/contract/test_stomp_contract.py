@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pytest_twisted
 
 from gateway.connectors.stomp_broker import StompBrokerConnector
 from gateway.message.model import Message, StreamMessage, new_message_id
-from tests.contract.connector_contract import ConnectorContract, Target, unique
+from tests.contract.connector_contract import ConnectorContract, Target, text, unique
 from tests.support.activemq import ActiveMQBroker, activemq
 from tests.support.reactor_waits import reactor, until, wait_for
 from tests.support.tcp_proxy import TcpProxy
@@ -78,3 +79,22 @@ class TestStompBrokerConnector(ConnectorContract):
             target = ActiveMQTarget(activemq, proxy, heartbeat=[0, 0])  # a stall must not look like a dead peer
             yield target
             target.stop()
+
+    @pytest_twisted.ensureDeferred
+    async def test_the_in_doubt_probe_cannot_answer_for_a_topic_or_a_queue_over_its_bound(
+            self, target: ActiveMQTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A topic keeps nothing to browse; a queue deeper than the bound is not browsed to its end:
+        both answer None ("cannot tell"), never a partial set taken for the whole."""
+        import gateway.connectors.stomp_broker as stomp_broker
+        from gateway.bridges.probe import held_message_ids, why_cannot_tell
+
+        connector = target.connector
+        topic, queue = await target.topic(), await target.queue()
+        assert why_cannot_tell(connector, queue) is None
+        assert "not a queue" in (why_cannot_tell(connector, topic) or "")
+        assert await held_message_ids(connector, topic) is None
+        await connector.send_batch([text(queue, f"d{i}") for i in range(5)])
+        monkeypatch.setattr(stomp_broker, "BROWSE_LIMIT", 4)
+        assert await held_message_ids(connector, queue) is None
+        monkeypatch.setattr(stomp_broker, "BROWSE_LIMIT", 5)
+        assert await held_message_ids(connector, queue) == set()

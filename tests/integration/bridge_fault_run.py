@@ -504,11 +504,8 @@ def report(case: str, outcome: Outcome) -> None:
 
 def known_gap(source: str, target: str, qos: str, fault: str) -> str | None:
     """Why docs/bridges.md does not promise ONCE_AND_ONLY_ONCE's "no duplicate" for this
-    case (it still promises "nothing lost"), or None."""
-    if target == "amq" and qos == "ONCE_AND_ONLY_ONCE" and fault in ("kill", "broker-restart", "cut-target"):
-        return ("a JMS broker over STOMP cannot say which messages it holds: a batch whose confirmation was "
-                "lost, or that a crash caught between the confirmation and the duplicate store's commit, "
-                "is sent again")
+    case (it still promises "nothing lost"), or None.  None now: the last gap (ONCE_AND_ONLY_ONCE
+    into a JMS broker over STOMP) closed when the connector learnt to browse its target queue."""
     return None
 
 

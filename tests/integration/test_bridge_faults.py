@@ -40,8 +40,10 @@ SAMPLE = {
     ("kafka", "kafka", "DUPLICATES_OK", "routed"),
     ("kafka", "embedded", "ONCE_AND_ONLY_ONCE", "recreate"),
     ("kafka", "embedded", "ONCE_AND_ONLY_ONCE", "rebalance"),
+    ("kafka", "amq", "ONCE_AND_ONLY_ONCE", "cut-target"),
 }
-"""The cases of the normal suite: one per fault that the issue found broken, and the crash."""
+"""The cases of the normal suite: one per fault that the issue found broken, the crash, and a lost
+confirmation of a JMS broker over STOMP (resolved by browsing the target queue)."""
 
 
 def cases() -> Iterator[object]:

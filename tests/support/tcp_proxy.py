@@ -6,7 +6,9 @@ open connection and refuses new ones (they are accepted and closed at once,
 as a broker that went away); :meth:`TcpProxy.restore` forwards again.
 :meth:`TcpProxy.stall` stops reading what clients send (connections stay open,
 the other direction flows: a broker that does not keep up) until
-:meth:`TcpProxy.flow`; ``client_buffer`` sets the proxy's receive buffer on
+:meth:`TcpProxy.flow`; :meth:`TcpProxy.mute` drops what the target sends
+(a client's requests arrive, their answers never: a confirmation lost on the
+way) until :meth:`TcpProxy.unmute`; ``client_buffer`` sets the proxy's receive buffer on
 the client side, so a stall backs up into the client sooner.  It runs
 on plain threads (one acceptor, one pump thread per connection), needs no
 Twisted reactor and no event loop, so any test (or benchmark) can use it.
@@ -27,6 +29,7 @@ class TcpProxy:
         self.target = (target_host, target_port)
         self.client_buffer = client_buffer
         self._stalled = threading.Event()
+        self._muted = threading.Event()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if client_buffer:  # inherited by accepted sockets
@@ -64,6 +67,14 @@ class TcpProxy:
     def flow(self) -> None:
         """Read from clients again after :meth:`stall`."""
         self._stalled.clear()
+
+    def mute(self) -> None:
+        """Drop what the target sends (client requests still go through) until :meth:`unmute`."""
+        self._muted.set()
+
+    def unmute(self) -> None:
+        """Forward what the target sends again."""
+        self._muted.clear()
 
     def restore(self) -> None:
         """Forward new connections again."""
@@ -129,6 +140,8 @@ class TcpProxy:
                     data = source.recv(65536)
                     if not data:
                         return
+                    if source is upstream and self._muted.is_set():
+                        continue  # the answer is lost on the way
                     peer[source].sendall(data)
                 with self._lock:
                     if pair not in self._pairs:
