@@ -186,6 +186,10 @@ def _call(consumer: Any, forward: Any, method: str, args: tuple[Any, ...]) -> An
     if method == "get_watermark_offsets":
         (partition,), timeout = _in([args[0]]), args[1]
         return consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
+    if method == "assignment":
+        return _out(consumer.assignment())
+    if method == "consumer_group_metadata":
+        return consumer.consumer_group_metadata()  # bytes in confluent-kafka 2.x
     if method == "close":
         consumer.close()
         return None
@@ -310,6 +314,13 @@ class ConsumerProcess:
     def get_watermark_offsets(self, partition: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
         low, high = self._call("get_watermark_offsets", _out([partition])[0], timeout)
         return low, high
+
+    def assignment(self) -> list[Any]:
+        return _in(self._call("assignment"))
+
+    def consumer_group_metadata(self) -> Any:
+        """The group metadata a transactional producer sends offsets with."""
+        return self._call("consumer_group_metadata")
 
     def close(self) -> None:
         """Close the consumer (leaves the group) and let the child end; a dead child is reaped."""
