@@ -7,11 +7,13 @@ start-up with one message naming file, key and problem) and returns the
 :class:`GatewayService`, which starts the connectors (recovering stored
 messages) before it opens any listener.  At start-up the process raises its
 open-file limit to the hard limit (one descriptor per connection), and every
-listener gets the configured listen backlog unless its spec names one.
+listener gets the configured listen backlog unless its spec names one; a native
+crash (SIGSEGV ...) writes every thread's Python stack to standard error (faulthandler).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import resource
@@ -174,11 +176,24 @@ class GatewayService(service.MultiService):
         self.log.failure("jmsgateway did not stop cleanly", failure)
 
 
+def enable_crash_traces() -> None:
+    """On SIGSEGV, SIGFPE, SIGABRT, SIGBUS or SIGILL, write every thread's Python stack to
+    the process's standard error (file descriptor 2, which twistd leaves alone when it
+    logs to a file) before the process dies: a native crash leaves a trace to read."""
+    stream = sys.__stderr__
+    try:
+        if stream is not None:
+            faulthandler.enable(file=stream, all_threads=True)
+    except (OSError, ValueError, AttributeError):  # no usable descriptor 2 (closed by the caller)
+        log.warn("crash traces are off: standard error has no file descriptor")
+
+
 def makeService(options: Options) -> GatewayService:
     """Build the gateway service tree from parsed options."""
     from twisted.internet import reactor
 
     overrides = list(options["set"])
+    enable_crash_traces()
     raise_open_file_limit()
     try:
         config = load_config(options["config"], overrides)

@@ -4,7 +4,9 @@
 :class:`~gateway.bridges.bridge.Bridge` (start/stop/pause/resume returning
 Deferreds, the same states and metrics) but its own engine, because the
 Kafka connector's subscriptions commit offsets on their own: one thread owns
-a confluent-kafka ``Consumer`` (``read_committed``, no auto commit) and a
+a confluent-kafka ``Consumer`` (``read_committed``, no auto commit; in a child
+process, :mod:`gateway.connectors.kafka_consumer_host`, so a librdkafka crash on a
+deleted source topic is one failed attempt, not the gateway's end) and a
 transactional ``Producer`` (``transactional.id = jmsgateway-bridge-<name>``)
 and loops::
 
@@ -45,6 +47,7 @@ from gateway.bridges.config import BridgeConfig
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import target_message_id
 from gateway.connectors.kafka import REFUSED_CODES
+from gateway.connectors.kafka_consumer_host import ConsumerProcess
 from gateway.connectors.kafka_records import message_to_record, record_to_message
 from gateway.errors import MessageRefused
 from gateway.message.model import Message
@@ -233,7 +236,7 @@ class KafkaExactlyOnceBridge:
         return config
 
     def _run(self) -> None:
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Producer
 
         call = self.reactor.callFromThread
         consumer: Any = None
@@ -251,7 +254,10 @@ class KafkaExactlyOnceBridge:
                         producer = Producer(self._producer_config())
                         producer.init_transactions(30)  # fences and aborts what a crashed run left open
                     if consumer is None:
-                        consumer = Consumer(self._consumer_config())
+                        # in a child process: librdkafka crashes on a deleted source topic (see
+                        # gateway.connectors.kafka_consumer_host); a crash is a failed attempt here
+                        consumer = ConsumerProcess(self._consumer_config(),
+                                                   label=f"topic {self.source_topic} (group {self.group})")
                         consumer.subscribe([self.source_topic])
                         call(self._set_state, "paused" if self._paused else "running")
                     if not self._serve_commands(consumer):

@@ -37,7 +37,8 @@ reactor thread polls the producer while records are in flight, so delivery
 reports run there (a RECEIPT means Kafka acknowledged with ``acks=all``);
 :meth:`~KafkaConnector.send` and :meth:`~KafkaConnector.send_record` wrap it
 in a Deferred.  Subscriptions: one consumer per subscription in its own
-thread (:mod:`gateway.connectors.kafka_subscription`).  Groups: a durable
+thread (:mod:`gateway.connectors.kafka_subscription`), the librdkafka consumer
+itself in a child process (:mod:`gateway.connectors.kafka_consumer_host`).  Groups: a durable
 subscription uses ``<prefix>.<client id>.<durable name>``, a queue
 destination the shared ``<prefix>.queue.<topic>`` (competing consumers,
 earliest offset for a new group), any other subscription a group of its own
@@ -59,6 +60,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.connectors.kafka_consumer_host import ConsumerProcess
 from gateway.connectors.kafka_records import Header, message_to_record
 from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import KafkaSubscription
@@ -664,8 +666,6 @@ class KafkaConnector:
     def _start_subscription(self, spec: SubscriptionSpec, consumer: IConsumer, topic: str,
                             matches: Any) -> Deferred[KafkaSubscription]:
         group, earliest = self.group_for(spec, topic)
-        from confluent_kafka import Consumer
-
         config = self.consumer_config(group, earliest)
         subscription = KafkaSubscription(
             self.reactor,
@@ -673,7 +673,7 @@ class KafkaConnector:
             consumer,
             topic=topic,
             group=group,
-            consumer_factory=lambda: Consumer(config),
+            consumer_factory=lambda: ConsumerProcess(config, label=f"topic {topic} (group {group})"),
             text_records=self.settings.text_records,
             matches=matches,
             poll_timeout=self.settings.poll_timeout,

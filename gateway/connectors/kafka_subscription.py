@@ -1,6 +1,8 @@
 """One STOMP subscription served by one Kafka consumer in its own polling thread.
 
-The thread owns the confluent-kafka ``Consumer`` and the offset bookkeeping
+The thread owns the consumer (a confluent-kafka ``Consumer`` in a child process,
+:class:`~gateway.connectors.kafka_consumer_host.ConsumerProcess`, so a librdkafka
+crash ends this subscription, not the gateway) and the offset bookkeeping
 (:class:`~gateway.connectors.kafka_offsets.OffsetTracker`); the reactor
 thread talks to it only through a command queue, and the thread hands
 records back with ``reactor.callFromThread``.  So the reactor never blocks
@@ -16,6 +18,8 @@ and the consumer is never touched by two threads.
 * ``prefetch``: deliveries stall while that many are unacknowledged, and on
   ``pause()`` (transport back-pressure) until ``resume()``; a long stall
   pauses the partitions (see :meth:`KafkaSubscription._fetch`).
+* A deleted topic (its records' errors say so) or a crashed consumer process ends
+  the subscription: ``consumer.subscription_failed`` with the reason.
 * Rebalances: a revoked partition's deliveries stay with the client (they count
   against ``prefetch``; their acks are kept).  When it comes back unconsumed by
   anyone else they are not handed out again; otherwise what comes again is
@@ -38,11 +42,15 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.connectors.kafka_consumer_host import ConsumerCrashed
 from gateway.connectors.kafka_offsets import DeliveryTag, OffsetTracker
 from gateway.connectors.kafka_records import record_to_message
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
+
+TOPIC_GONE = frozenset({3, -188, 100})
+"""Record errors meaning the topic is gone: UNKNOWN_TOPIC_OR_PART, _UNKNOWN_TOPIC, UNKNOWN_TOPIC_ID."""
 
 
 @dataclass(slots=True)
@@ -208,11 +216,15 @@ class KafkaSubscription:
                 [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
             self._loop(kafka_consumer)
+        except ConnectorError as exc:
+            self.log.warn("kafka subscription {group} to topic {topic} ended: {error}", group=self.group,
+                          topic=self.topic, error=exc)
+            error = exc
         except Exception as exc:
             self.log.failure("kafka subscription {group} to {topic} failed", group=self.group, topic=self.topic)
-            error = exc if isinstance(exc, ConnectorError) else ConnectorError(f"kafka consumer failed: {exc}")
+            error = ConnectorError(f"kafka consumer of {self.topic} failed: {exc}")
         finally:
-            if kafka_consumer is not None:
+            if kafka_consumer is not None and not isinstance(error, ConsumerCrashed):
                 try:
                     self._commit(kafka_consumer)
                 except Exception:
@@ -292,6 +304,9 @@ class KafkaSubscription:
                         continue
                     if error.fatal():
                         raise ConnectorError(f"kafka consumer of {self.topic}: {error.str()}")
+                    if error.code() in TOPIC_GONE:
+                        raise ConnectorError(f"kafka topic {self.topic!r} no longer exists ({error.str()}); "
+                                             f"the subscription of group {self.group} ended")
                     self.log.warn("kafka consumer of {topic}: {error}", topic=self.topic, error=error.str())
                     continue
                 if record.partition() not in self._tracker.partitions:

@@ -348,21 +348,21 @@ class FaultRun:
         intruder.close()
 
     def recreate(self, gateway: GatewayProcess) -> None:
-        """Once the first records are bridged, delete the source topic and create it again
-        with new records whose offsets (and fallback ids) repeat the old ones.  The gateway
-        is down meanwhile: deleting a topic under a live subscription crashed it (SIGSEGV in
-        librdkafka with Tansu), which is not what this case is about."""
+        """Once the first records are bridged, delete the source topic under the running
+        bridge and create it again with new records whose offsets (and fallback ids) repeat
+        the old ones.  The gateway must stay up (librdkafka's SIGSEGV on a deleted topic ends
+        only the consumer's child process); the bridge's source fails and is retried."""
         from confluent_kafka.admin import AdminClient
 
         self.settle(quiet=2.0, timeout=60)
-        gateway.stop()
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for future in admin.delete_topics([self.topic("src")], operation_timeout=15).values():
             future.result(15)
         time.sleep(1.0)
+        assert gateway.process is not None and gateway.process.poll() is None, (
+            f"the gateway died when its source topic was deleted:\n{gateway.log()[-3000:]}")
         create_topics(self.bootstrap, self.topic("src"), partitions=2)
         self.produce_source(range(self.count), prefix="n")
-        gateway.start()
 
     # -- reading ----------------------------------------------------------------------------
 
