@@ -197,7 +197,7 @@ def python_value(value: Any, api: JmsApi) -> PropertyValue:
     convert = _CONVERTERS.get(kind)
     if convert is None:
         if kind in (str, bool, int, float, bytes):  # converted by JPype already
-            return value  # type: ignore[no-any-return]
+            return value
         convert = _CONVERTERS[kind] = _converter(value)
     result: PropertyValue = convert(value)
     return result

@@ -51,8 +51,11 @@ user = "gateway"
 password = "secret"
 failure_retry_interval = 300
 send_timeout = 15000
-connection_factory = {{ class = "org.apache.activemq.ActiveMQConnectionFactory", properties = {{ brokerURL = "{broker.openwire_url}", watchTopicAdvisories = false }} }}
 {extra}
+
+[connectors.{name}.connection_factory]
+class = "org.apache.activemq.ActiveMQConnectionFactory"
+properties = {{ brokerURL = "{broker.openwire_url}", watchTopicAdvisories = false }}
 """
 
 
@@ -376,6 +379,7 @@ def test_jndi_destinations_are_looked_up(tmp_path: Path, activemq: ActiveMQBroke
     config = jndi_style(activemq, extra='destinations = "jndi"') + f'"queue.orders" = "{physical}"\n' + ROUTES \
         + '\n[[destinations]]\npattern = "/queue/orders"\nconnector = "amq"\n'
     gateway = GatewayProcess(tmp_path / "gw", config).start()
+    gateway.wait_for_log("connected to", 30)
     clients = StompClients(gateway.address)
     try:
         clients.connect(text=True).send("/queue/orders", "via jndi", receipt=True)
