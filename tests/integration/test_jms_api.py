@@ -376,8 +376,9 @@ def test_unresolvable_jndi_name_stops_the_gateway_with_the_key(tmp_path: Path,
 
 def test_jndi_destinations_are_looked_up(tmp_path: Path, activemq: ActiveMQBroker) -> None:  # noqa: F811
     physical = unique("jmsapi.physical")
-    config = jndi_style(activemq, extra='destinations = "jndi"') + f'"queue.orders" = "{physical}"\n' + ROUTES \
-        + '\n[[destinations]]\npattern = "/queue/orders"\nconnector = "amq"\n'
+    lookup = 'destinations = "jndi"\nclient_id = "jndi-lookup"'
+    config = (jndi_style(activemq, extra=lookup) + f'"queue.orders" = "{physical}"\n' + ROUTES
+              + '\n[[destinations]]\npattern = "/queue/orders"\nconnector = "amq"\n')
     gateway = GatewayProcess(tmp_path / "gw", config).start()
     gateway.wait_for_log("connected to", 30)
     clients = StompClients(gateway.address)
