@@ -23,10 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_admin import http
 from tests.integration.test_jms_api import classpath_toml
 from tests.support.activemq import ActiveMQBroker, activemq, fresh_activemq  # noqa: F401
 from tests.support.gateway import GatewayProcess
 from tests.support.jms_client import JmsClient
+from tests.support.ports import free_port
 from tests.support.stomp_clients import Client, StompClients
 from tests.support.waiting import wait_until
 
@@ -82,6 +84,13 @@ def collect_until(jms: JmsClient, destination: str, received: list, count: int) 
     while len(received) < count:
         assert time.monotonic() < deadline, f"only {len(received)} of {count} messages bridged"
         received += jms.receive_all(destination, 200, 0.2)
+
+
+def connector_health(admin: int) -> tuple[bool, str]:
+    """The ``amq`` connector's entry in the admin endpoint's /health: (UP?, detail)."""
+    _, document, _ = http(admin, "GET", "/health")
+    entry = document["components"]["connectors"]["amq"]
+    return entry["status"] == "UP", entry["detail"]
 
 
 SQLITE = ["--set", "broker.persistence='sqlite'"]
@@ -185,7 +194,9 @@ def test_activemq_killed_and_restarted_mid_stream(tmp_path: Path,
     """Receipted SENDs through the gateway while ActiveMQ is SIGKILLed and restarted: every
     receipted one is there afterwards; the subscriber gets messages again without help."""
     queue, watched = unique("restart"), unique("restart-sub")
-    config = connector_toml(fresh_activemq) + '[[destinations]]\npattern = "/queue/jmsapi.*"\nconnector = "amq"\n'
+    admin = free_port()
+    config = (connector_toml(fresh_activemq) + '[[destinations]]\npattern = "/queue/jmsapi.*"\nconnector = "amq"\n'
+              + f'[admin]\nlisten = ["tcp:{admin}:interface=127.0.0.1"]\n')
     gateway = GatewayProcess(tmp_path / "gw", config).start()
     gateway.wait_for_log("connected to", 30)
     clients = StompClients(gateway.address)
@@ -211,10 +222,15 @@ def test_activemq_killed_and_restarted_mid_stream(tmp_path: Path,
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
         wait_until(lambda: len(receipted) >= 100, 30, "100 receipted sends")
+        assert connector_health(admin) == (True, f"connected to {fresh_activemq.openwire_url}")
         fresh_activemq.kill()
+        gateway.wait_for_log("lost connection to tcp://127.0.0.1", 30)
+        up, detail = connector_health(admin)
+        assert not up and fresh_activemq.openwire_url in detail, detail
+        assert "jmsgateway_jms_broker_up{connector=\"amq\"} 0.0" in http(admin, "GET", "/metrics")[1]
         time.sleep(1.0)
         fresh_activemq.start()
-        gateway.wait_for_log("lost connection to tcp://127.0.0.1", 30)
+        wait_until(lambda: connector_health(admin)[0], 60, "health UP again")
         count = len(receipted)
         wait_until(lambda: len(receipted) >= count + 100, 60, "sends receipted again after the restart")
         stop.set()
