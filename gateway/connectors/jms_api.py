@@ -58,7 +58,7 @@ from gateway.connectors.jms_provider import (
     lookup,
     register_classpath,
 )
-from gateway.connectors.jms_settings import JmsSettings
+from gateway.connectors.jms_settings import JmsConnectorOptions, JmsSettings
 from gateway.connectors.jms_subscription import JmsSubscription
 from gateway.connectors.stomp_settings import StompBrokerMetrics
 from gateway.connectors.stomp_subscription import durable_subscription_name
@@ -325,9 +325,11 @@ class JmsConnector:
         register_classpath(settings)
 
     @classmethod
-    def from_config(cls, name: str, options: dict[str, Any], *, reactor: Any, gateway_id: str = "jmsgateway",
-                    registry: Any = None, path: str = "") -> JmsConnector:
+    def from_config(cls, name: str, options: dict[str, Any] | JmsConnectorOptions, *, reactor: Any,
+                    gateway_id: str = "jmsgateway", registry: Any = None, path: str = "") -> JmsConnector:
         """Build the connector ``[connectors.<name>]`` describes (no JVM is started here)."""
+        if isinstance(options, JmsConnectorOptions):
+            options = options.table()
         base_dir = os.path.dirname(os.path.abspath(path)) if path else ""
         settings = JmsSettings.from_config(name, options, gateway_id=gateway_id, base_dir=base_dir, path=path)
         return cls(name, settings, reactor=reactor, registry=registry)

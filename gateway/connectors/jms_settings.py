@@ -1,5 +1,7 @@
 """Configuration of the ``jms`` connector (any JMS provider through the JMS API).
 
+:class:`JmsConnectorOptions` declares the ``[connectors.NAME]`` table with
+``type = "jms"`` (the config's schema and key tables are built from it);
 :class:`JmsSettings.from_config` checks a ``[connectors.NAME]`` table with
 ``type = "jms"`` and names the key of any problem, without starting a JVM:
 classpath entries are resolved (jars, folders, globs; relative to the config
@@ -42,9 +44,78 @@ import glob
 import os
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
 
 from gateway.errors import ConfigError, did_you_mean
+from gateway.schema import Bool, Int, Retries, Section, Str, Strings
+
+Scalar = Str | Int | float | Bool
+
+
+class JmsFactoryOptions(Section):
+    """A ConnectionFactory made from its class and set up through bean setters."""
+
+    class_: Str = Field(alias="class")
+    """The provider's ConnectionFactory class (no-argument constructor)."""
+    properties: dict[str, Scalar] = {}
+    """Bean properties: brokerURL = "..." calls setBrokerURL("..."); a.b calls getA().setB(...)."""
+
+
+class JmsJndiOptions(Section):
+    """The ConnectionFactory looked up in JNDI."""
+
+    environment: dict[str, Scalar] = {}
+    """InitialContext environment (java.naming.factory.initial, java.naming.provider.url, ...)."""
+    properties_file: Str | None = None
+    """A jndi.properties file merged under environment (relative to the config file)."""
+    connection_factory: Annotated[Str, Field(min_length=1)] = "ConnectionFactory"
+    """The ConnectionFactory's JNDI name."""
+
+
+class JmsConnectorOptions(Section):
+    """Any JMS 1.1/2.0/3.0 provider through the JMS API, in-process (JPype), from its own client jars."""
+
+    __tag__: ClassVar[str] = "jms"
+    type: Literal["jms"]
+    """The connector type: a JMS provider through the JMS API."""
+    classpath: Strings | Str
+    """The provider's client jars: files, folders (their *.jar) and globs, relative to the config file."""
+    api: Literal["auto", "javax", "jakarta"] = "auto"
+    """The JMS API namespace: javax (JMS 1.1/2.0) or jakarta (3.0); auto reads it from the jars."""
+    connection_factory: JmsFactoryOptions | None = None
+    """The ConnectionFactory from its class and bean properties (or give jndi)."""
+    jndi: JmsJndiOptions | None = None
+    """The ConnectionFactory from JNDI (or give connection_factory)."""
+    user: Str | None = None
+    """User of createConnection(user, password); absent: createConnection()."""
+    password: Str | None = None
+    """Its password."""
+    client_id: Str | None = None
+    """The connection's client id, which names durable subscriptions (default <gateway id>-<connector name>)."""
+    destinations: Literal["session", "jndi"] = "session"
+    """session: /queue/x and /topic/y made with createQueue/createTopic; jndi: looked up by name (x, y)."""
+    failure_retry_interval: Annotated[Int, Field(ge=1)] = 5000
+    """Milliseconds between reconnection attempts."""
+    max_retries: Retries = -1
+    """Reconnection attempts before giving up; -1 retries forever."""
+    send_timeout: Annotated[Int, Field(ge=1)] = 30000
+    """Milliseconds a send may wait for the provider to be back."""
+    max_waiting_sends: Annotated[Int, Field(ge=0)] = 10000
+    """Sends allowed to wait for a reconnection at once; more fail at once."""
+    max_burst: Annotated[Int, Field(ge=1)] = 500
+    """Sends committed together at most (one local transaction of the producer session)."""
+    max_pending_sends: Annotated[Int, Field(ge=1)] = 5000
+    """Sends queued for the producer thread past which STOMP senders are paused (flow control)."""
+    receive_timeout: Annotated[Int, Field(ge=1)] = 100
+    """Milliseconds a consumer thread's receive(timeout) blocks."""
+    jvm_options: Strings = ()
+    """Extra JVM options (the JVM starts once per process, with every jms connector's)."""
+
+    def table(self) -> dict[str, Any]:
+        """The options as the TOML table they came from."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
 
 API_NAMESPACES = ("javax", "jakarta")
 
