@@ -237,7 +237,7 @@ class JmsSettings:
             raise bad(f"must be \"session\" (createQueue/createTopic) or \"jndi\", not {destinations!r}",
                       "destinations")
         jvm_options = options.get("jvm_options", [])
-        if not isinstance(jvm_options, list) or not all(isinstance(o, str) for o in jvm_options):
+        if not isinstance(jvm_options, list | tuple) or not all(isinstance(o, str) for o in jvm_options):
             raise bad(f"must be a list of strings, not {jvm_options!r}", "jvm_options")
 
         factory_class: str | None = None
@@ -279,7 +279,7 @@ class JmsSettings:
 def _classpath(raw: Any, base_dir: str, bad: Any) -> tuple[str, ...]:
     if isinstance(raw, str):
         raw = [raw]
-    if not isinstance(raw, list) or not raw or not all(isinstance(entry, str) for entry in raw):
+    if not isinstance(raw, list | tuple) or not raw or not all(isinstance(entry, str) for entry in raw):
         raise bad("must be a list of jar files, folders or globs (the provider's client jars)", "classpath")
     entries: list[str] = []
     for index, entry in enumerate(raw):

@@ -400,3 +400,15 @@ def test_no_vendor_class_name_in_the_gateway_code() -> None:
         text = path.read_text()
         found += [f"{path.relative_to(REPO)}: {vendor}" for vendor in vendors if vendor in text]
     assert found == []
+
+
+def test_without_jpype_the_gateway_stops_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       activemq: ActiveMQBroker) -> None:  # noqa: F811
+    hidden = tmp_path / "hide"
+    (hidden / "jpype").mkdir(parents=True)
+    (hidden / "jpype" / "__init__.py").write_text('raise ImportError("No module named \'jpype\'")\n')
+    monkeypatch.setenv("PYTHONPATH", str(hidden))
+    output = GatewayProcess(tmp_path / "gw", factory_style(activemq)).start_fails(60)
+    assert "jmsgateway cannot start" in output
+    assert "needs JPype: pip install 'jmsgateway[jms]'" in output
+    assert "Traceback" not in output

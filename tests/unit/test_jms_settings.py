@@ -143,3 +143,19 @@ def test_read_properties_continuations(tmp_path: Path) -> None:
     path = tmp_path / "p.properties"
     path.write_text("a = one \\\n  two\n! bang comment\nb:2\nc\n")
     assert read_properties(str(path)) == {"a": "one two", "b": "2", "c": ""}
+
+
+def test_the_config_file_takes_a_jms_table_and_names_a_bad_type(tmp_path: Path) -> None:
+    from gateway.config import parse_config
+
+    raw = options(tmp_path, classpath=[str(tmp_path / "*.jar")], jvm_options=["-Xmx64m"])
+    config = parse_config({"connectors": {"amq": raw}}, "gw.toml")
+    connector = create_connector("amq", config.connectors["amq"], reactor=None, gateway_id="gw", registry=None)
+    settings = connector.settings  # type: ignore[attr-defined]
+    assert settings.factory_class == "com.example.Factory" and settings.jvm_options == ("-Xmx64m",)
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"connectors": {"amq": {**raw, "type": "jsm"}}}, "gw.toml")
+    assert caught.value.key == "connectors.amq.type" and "did you mean 'jms'" in caught.value.problem
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"connectors": {"amq": {**raw, "max_retry": 1}}}, "gw.toml")
+    assert caught.value.key == "connectors.amq.max_retry"
