@@ -118,198 +118,192 @@ def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:  # noqa: F811
 RECEIPTED = pytest.mark.parametrize("receipt", [True, False], ids=["receipted", "unreceipted"])
 
 
-@RECEIPTED
-def test_stomp_send_without_content_length_is_a_jms_text_message_with_every_header(
-        clients: StompClients, jms: JmsClient, receipt: bool) -> None:
-    queue = "/queue/" + unique("jmsapi.text")
-    client = clients.connect(text=True)
-    client.send(queue, "grüße ✓ 日本", receipt=receipt, **{
-        "correlation-id": "corr-9", "reply-to": "/queue/jmsapi.replies", "type": "order", "priority": "8",
-        "persistent": "true", "expires": "4102444800000", "customer": "acme",
-    })
-    received = jms.receive(queue, 10)
-    assert received is not None
-    assert received.jms_type == "text"
-    assert received.body == "grüße ✓ 日本"
-    assert received.correlation_id == "corr-9"
-    assert received.reply_to == "/queue/jmsapi.replies"
-    assert received.type == "order"
-    assert received.priority == 8
-    assert received.persistent is True
-    assert received.expiration == 4102444800000 or abs(received.expiration - 4102444800000) < 5000
-    assert received.properties == {"customer": "acme"}
+class TestJmsConnectorThroughTheGateway:
+    """What any connector must do behind the gateway (send, receipts, mapping, subscribe, ack/nack,
+    prefetch, selectors, durable subscriptions, the GlassFish rule, transactions), here for the
+    ``jms`` connector once per configuration style: the shape of a ConnectorContract subclass
+    whose connector-making fixture is ``jms_gateway``."""
 
+    @RECEIPTED
+    def test_stomp_send_without_content_length_is_a_jms_text_message_with_every_header(self,
+            clients: StompClients, jms: JmsClient, receipt: bool) -> None:
+        queue = "/queue/" + unique("jmsapi.text")
+        client = clients.connect(text=True)
+        client.send(queue, "grüße ✓ 日本", receipt=receipt, **{
+            "correlation-id": "corr-9", "reply-to": "/queue/jmsapi.replies", "type": "order", "priority": "8",
+            "persistent": "true", "expires": "4102444800000", "customer": "acme",
+        })
+        received = jms.receive(queue, 10)
+        assert received is not None
+        assert received.jms_type == "text"
+        assert received.body == "grüße ✓ 日本"
+        assert received.correlation_id == "corr-9"
+        assert received.reply_to == "/queue/jmsapi.replies"
+        assert received.type == "order"
+        assert received.priority == 8
+        assert received.persistent is True
+        assert received.expiration == 4102444800000 or abs(received.expiration - 4102444800000) < 5000
+        assert received.properties == {"customer": "acme"}
 
-def test_non_persistent_default_priority_and_no_expiry(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.plain")
-    clients.connect(text=True).send(queue, "plain", receipt=True)
-    received = jms.receive(queue, 10)
-    assert received is not None
-    assert received.persistent is False and received.priority == 4 and received.expiration == 0
-    assert received.correlation_id is None and received.reply_to is None and received.type is None
+    def test_non_persistent_default_priority_and_no_expiry(self, clients: StompClients, jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.plain")
+        clients.connect(text=True).send(queue, "plain", receipt=True)
+        received = jms.receive(queue, 10)
+        assert received is not None
+        assert received.persistent is False and received.priority == 4 and received.expiration == 0
+        assert received.correlation_id is None and received.reply_to is None and received.type is None
 
+    @RECEIPTED
+    def test_stomp_send_with_content_length_is_a_jms_bytes_message_with_exact_bytes(self,
+            clients: StompClients, jms: JmsClient, receipt: bool) -> None:
+        queue = "/queue/" + unique("jmsapi.bytes")
+        body = b"\x00\x01raw\xff\x00" + "é".encode() + bytes(range(256))
+        clients.connect().send(queue, body, receipt=receipt)
+        received = jms.receive(queue, 10)
+        assert received is not None
+        assert received.jms_type == "bytes"
+        assert received.body == body
 
-@RECEIPTED
-def test_stomp_send_with_content_length_is_a_jms_bytes_message_with_exact_bytes(
-        clients: StompClients, jms: JmsClient, receipt: bool) -> None:
-    queue = "/queue/" + unique("jmsapi.bytes")
-    body = b"\x00\x01raw\xff\x00" + "é".encode() + bytes(range(256))
-    clients.connect().send(queue, body, receipt=receipt)
-    received = jms.receive(queue, 10)
-    assert received is not None
-    assert received.jms_type == "bytes"
-    assert received.body == body
+    def test_typed_properties_through_the_types_header(self, clients: StompClients, jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.typed")
+        types = json.dumps({"count": "int", "big": "long", "ratio": "double", "urgent": "boolean", "code": "string"})
+        clients.connect(text=True).send(queue, "typed", receipt=True, **{
+            "jmsgateway.types": types, "count": "42", "big": "9000000000", "ratio": "0.5", "urgent": "true",
+            "code": "007", "note": "text",
+        })
+        received = jms.receive(queue, 10)
+        assert received is not None
+        assert received.properties == {"count": 42, "big": 9000000000, "ratio": 0.5, "urgent": True, "code": "007",
+                                       "note": "text"}
 
+    def test_a_bad_types_header_is_an_error_and_nothing_is_sent(self, clients: StompClients, jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.badtype")
+        client = clients.connect(text=True)
+        client.connection.send(queue, "x", headers={"jmsgateway.types": '{"n": "int"}', "n": "many", "receipt": "r1"})
+        error = client.error(10)
+        assert error is not None
+        assert "is not a int" in error.body.decode() + error.headers.get("message", "")
+        assert jms.receive(queue, 0.5) is None
 
-def test_typed_properties_through_the_types_header(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.typed")
-    types = json.dumps({"count": "int", "big": "long", "ratio": "double", "urgent": "boolean", "code": "string"})
-    clients.connect(text=True).send(queue, "typed", receipt=True, **{
-        "jmsgateway.types": types, "count": "42", "big": "9000000000", "ratio": "0.5", "urgent": "true",
-        "code": "007", "note": "text",
-    })
-    received = jms.receive(queue, 10)
-    assert received is not None
-    assert received.properties == {"count": 42, "big": 9000000000, "ratio": 0.5, "urgent": True, "code": "007",
-                                   "note": "text"}
+    def test_jms_messages_reach_a_stomp_subscriber_with_their_headers(self, clients: StompClients,
+                                                                      jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.out")
+        client = clients.connect()
+        client.subscribe(queue, ack="client-individual")
+        jms.send_text(queue, "from JMS ✓\x00end", correlation_id="c-1", jms_type="note", priority=7,
+                      reply_to="/queue/jmsapi.back", persistent=True, time_to_live=600_000,
+                      properties={"n": 7, "flag": True, "s": "v"})
+        jms.send_bytes(queue, b"\x01\x00\x03")
+        frames = client.messages(2)
+        by_body = {frame.body: frame for frame in frames}
+        text = by_body["from JMS ✓\x00end".encode()]
+        assert "content-length" not in text.headers or text.headers["content-length"] == str(len(text.body))
+        assert text.headers["correlation-id"] == "c-1"
+        assert text.headers["type"] == "note"
+        assert text.headers["priority"] == "7"
+        assert text.headers["persistent"] == "true"
+        assert text.headers["reply-to"] == "/queue/jmsapi.back"
+        assert int(text.headers["expires"]) > 0
+        assert text.headers["destination"] == queue
+        assert (text.headers["n"], text.headers["flag"], text.headers["s"]) == ("7", "true", "v")
+        assert by_body[b"\x01\x00\x03"].headers["content-length"] == "3"
+        for frame in frames:
+            client.ack(frame)
+        client.disconnect()
+        assert jms.receive(queue, 1) is None  # acknowledged at the provider
 
+    def test_nothing_is_acknowledged_before_the_client_acks(self, clients: StompClients, jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.noack")
+        client = clients.connect()
+        client.subscribe(queue, ack="client-individual")
+        jms.send_text(queue, "one")
+        jms.send_text(queue, "two")
+        frames = client.messages(2)
+        client.ack(frames[1])  # the second only: the first must survive the connection
+        client.drop()
+        # "one" was never acknowledged; "two" was acked in the same window of the JMS session,
+        # which is committed only once all of it is settled: it may come again (at least once).
+        again = jms.receive_until_quiet(queue, 2.0)
+        assert [m.body for m in again][:1] == ["one"] and again[0].redelivered
+        assert {m.body for m in again} <= {"one", "two"}
 
-def test_a_bad_types_header_is_an_error_and_nothing_is_sent(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.badtype")
-    client = clients.connect(text=True)
-    client.connection.send(queue, "x", headers={"jmsgateway.types": '{"n": "int"}', "n": "many", "receipt": "r1"})
-    error = client.error(10)
-    assert error is not None
-    assert "is not a int" in error.body.decode() + error.headers.get("message", "")
-    assert jms.receive(queue, 0.5) is None
+    def test_nack_redelivers_only_what_was_nacked(self, clients: StompClients, jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.nack")
+        client = clients.connect()
+        client.subscribe(queue, ack="client-individual")
+        jms.send_text(queue, "keep")
+        jms.send_text(queue, "again")
+        first, second = client.messages(2)
+        assert (first.body, second.body) == (b"keep", b"again")
+        client.ack(first)
+        client.nack(second)
+        redelivered = client.message(10)
+        assert redelivered.body == b"again" and redelivered.headers.get("redelivered") == "true"
+        client.ack(redelivered)
+        assert client.no_message(1.0)
+        client.disconnect()
+        assert jms.receive(queue, 1) is None
 
+    def test_prefetch_bounds_the_unacknowledged_deliveries(self, clients: StompClients, jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.prefetch")
+        client = clients.connect()
+        client.subscribe(queue, ack="client-individual", **{"activemq.prefetchSize": "2"})
+        for index in range(5):
+            jms.send_text(queue, f"m{index}")
+        frames = client.messages(2)
+        assert client.no_message(1.0)  # two unacknowledged: nothing more
+        for frame in frames:
+            client.ack(frame)
+        more = client.messages(2)
+        assert [frame.body for frame in more] == [b"m2", b"m3"]
 
-def test_jms_messages_reach_a_stomp_subscriber_with_their_headers(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.out")
-    client = clients.connect()
-    client.subscribe(queue, ack="client-individual")
-    jms.send_text(queue, "from JMS ✓\x00end", correlation_id="c-1", jms_type="note", priority=7,
-                  reply_to="/queue/jmsapi.back", persistent=True, time_to_live=600_000,
-                  properties={"n": 7, "flag": True, "s": "v"})
-    jms.send_bytes(queue, b"\x01\x00\x03")
-    frames = client.messages(2)
-    by_body = {frame.body: frame for frame in frames}
-    text = by_body["from JMS ✓\x00end".encode()]
-    assert "content-length" not in text.headers or text.headers["content-length"] == str(len(text.body))
-    assert text.headers["correlation-id"] == "c-1"
-    assert text.headers["type"] == "note"
-    assert text.headers["priority"] == "7"
-    assert text.headers["persistent"] == "true"
-    assert text.headers["reply-to"] == "/queue/jmsapi.back"
-    assert int(text.headers["expires"]) > 0
-    assert text.headers["destination"] == queue
-    assert (text.headers["n"], text.headers["flag"], text.headers["s"]) == ("7", "true", "v")
-    assert by_body[b"\x01\x00\x03"].headers["content-length"] == "3"
-    for frame in frames:
-        client.ack(frame)
-    client.disconnect()
-    assert jms.receive(queue, 1) is None  # acknowledged at the provider
+    def test_topic_with_selector_and_auto_ack(self, clients: StompClients, jms: JmsClient) -> None:
+        topic = "/topic/" + unique("jmsapi.topic")
+        client = clients.connect()
+        client.subscribe(topic, selector="level > 2")
+        jms.send_text(topic, "low", properties={"level": 1})
+        jms.send_text(topic, "high", properties={"level": 5})
+        assert client.message(10).body == b"high"
+        assert client.no_message()
 
+    def test_durable_topic_subscription_keeps_messages_while_away(self, clients: StompClients, jms: JmsClient) -> None:
+        topic = "/topic/" + unique("jmsapi.durable")
+        name = unique("sub")
+        client = clients.connect(**{"client-id": "durable-client"})
+        client.subscribe(topic, ack="client-individual", **{"activemq.subscriptionName": name})
+        client.disconnect()
+        jms.send_text(topic, "while away")
+        back = clients.connect(**{"client-id": "durable-client"})
+        back.subscribe(topic, ack="client-individual", **{"activemq.subscriptionName": name})
+        frame = back.message(10)
+        assert frame.body == b"while away"
+        back.ack(frame)
 
-def test_nothing_is_acknowledged_before_the_client_acks(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.noack")
-    client = clients.connect()
-    client.subscribe(queue, ack="client-individual")
-    jms.send_text(queue, "one")
-    jms.send_text(queue, "two")
-    frames = client.messages(2)
-    client.ack(frames[1])  # the second only: the first must survive the connection
-    client.drop()
-    # "one" was never acknowledged; "two" was acked in the same window of the JMS session,
-    # which is committed only once all of it is settled: it may come again (at least once).
-    again = jms.receive_until_quiet(queue, 2.0)
-    assert [m.body for m in again][:1] == ["one"] and again[0].redelivered
-    assert {m.body for m in again} <= {"one", "two"}
+    def test_map_message_gets_error_and_close_and_stays_at_the_provider(self, clients: StompClients,
+                                                                        jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.map")
+        client = clients.connect()
+        client.subscribe(queue, ack="client-individual")
+        jms.send_map(queue, {"name": "widget"})
+        error = client.error(10)
+        assert error is not None
+        assert "MapMessage" in error.body.decode()
+        assert client.listener.disconnected.wait(5)
+        again = jms.receive(queue, 10)
+        assert again is not None and again.jms_type == "map" and again.body == {"name": "widget"}
 
+    def test_client_transaction_is_one_provider_transaction(self, clients: StompClients, jms: JmsClient) -> None:
+        queue = "/queue/" + unique("jmsapi.tx")
+        client = clients.connect(text=True)
+        client.begin("tx-1")
+        client.send(queue, "one", transaction="tx-1")
+        client.send(queue, "two", transaction="tx-1")
+        assert jms.receive(queue, 0.5) is None
+        client.commit("tx-1")
+        assert [m.body for m in jms.receive_all(queue, 2, 10)] == ["one", "two"]
 
-def test_nack_redelivers_only_what_was_nacked(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.nack")
-    client = clients.connect()
-    client.subscribe(queue, ack="client-individual")
-    jms.send_text(queue, "keep")
-    jms.send_text(queue, "again")
-    first, second = client.messages(2)
-    assert (first.body, second.body) == (b"keep", b"again")
-    client.ack(first)
-    client.nack(second)
-    redelivered = client.message(10)
-    assert redelivered.body == b"again" and redelivered.headers.get("redelivered") == "true"
-    client.ack(redelivered)
-    assert client.no_message(1.0)
-    client.disconnect()
-    assert jms.receive(queue, 1) is None
-
-
-def test_prefetch_bounds_the_unacknowledged_deliveries(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.prefetch")
-    client = clients.connect()
-    client.subscribe(queue, ack="client-individual", **{"activemq.prefetchSize": "2"})
-    for index in range(5):
-        jms.send_text(queue, f"m{index}")
-    frames = client.messages(2)
-    assert client.no_message(1.0)  # two unacknowledged: nothing more
-    for frame in frames:
-        client.ack(frame)
-    more = client.messages(2)
-    assert [frame.body for frame in more] == [b"m2", b"m3"]
-
-
-def test_topic_with_selector_and_auto_ack(clients: StompClients, jms: JmsClient) -> None:
-    topic = "/topic/" + unique("jmsapi.topic")
-    client = clients.connect()
-    client.subscribe(topic, selector="level > 2")
-    jms.send_text(topic, "low", properties={"level": 1})
-    jms.send_text(topic, "high", properties={"level": 5})
-    assert client.message(10).body == b"high"
-    assert client.no_message()
-
-
-def test_durable_topic_subscription_keeps_messages_while_away(clients: StompClients, jms: JmsClient) -> None:
-    topic = "/topic/" + unique("jmsapi.durable")
-    name = unique("sub")
-    client = clients.connect(**{"client-id": "durable-client"})
-    client.subscribe(topic, ack="client-individual", **{"activemq.subscriptionName": name})
-    client.disconnect()
-    jms.send_text(topic, "while away")
-    back = clients.connect(**{"client-id": "durable-client"})
-    back.subscribe(topic, ack="client-individual", **{"activemq.subscriptionName": name})
-    frame = back.message(10)
-    assert frame.body == b"while away"
-    back.ack(frame)
-
-
-def test_map_message_gets_error_and_close_and_stays_at_the_provider(clients: StompClients,
-                                                                    jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.map")
-    client = clients.connect()
-    client.subscribe(queue, ack="client-individual")
-    jms.send_map(queue, {"name": "widget"})
-    error = client.error(10)
-    assert error is not None
-    assert "MapMessage" in error.body.decode()
-    assert client.listener.disconnected.wait(5)
-    again = jms.receive(queue, 10)
-    assert again is not None and again.jms_type == "map" and again.body == {"name": "widget"}
-
-
-def test_client_transaction_is_one_provider_transaction(clients: StompClients, jms: JmsClient) -> None:
-    queue = "/queue/" + unique("jmsapi.tx")
-    client = clients.connect(text=True)
-    client.begin("tx-1")
-    client.send(queue, "one", transaction="tx-1")
-    client.send(queue, "two", transaction="tx-1")
-    assert jms.receive(queue, 0.5) is None
-    client.commit("tx-1")
-    assert [m.body for m in jms.receive_all(queue, 2, 10)] == ["one", "two"]
-
-
-def test_health_reports_the_provider(jms_gateway: GatewayProcess) -> None:
-    assert "connected to tcp://127.0.0.1:" in jms_gateway.log()
+    def test_health_reports_the_provider(self, jms_gateway: GatewayProcess) -> None:
+        assert "connected to tcp://127.0.0.1:" in jms_gateway.log()
 
 
 # -- configuration and start-up errors ----------------------------------------------------------
