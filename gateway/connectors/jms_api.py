@@ -475,7 +475,7 @@ class JmsConnector:
             producer.start()
         made: Deferred[None] = Deferred()
         producer.items.put((link, made))
-        restoring = [made] + [subscription.establish(link) for subscription in self._subscriptions]
+        restoring = [made] + [self._restore(subscription, link) for subscription in list(self._subscriptions)]
         done = defer.gatherResults(restoring, consumeErrors=True)
 
         def ready(_: object) -> None:
@@ -500,6 +500,21 @@ class JmsConnector:
 
         done.addCallbacks(ready, not_ready)
         return None
+
+    def _restore(self, subscription: JmsSubscription, link: Link) -> Deferred[None]:
+        """Make ``subscription`` again on ``link``; one the provider now refuses (its selector, its
+        durable name in use) ends alone, without taking the connection down."""
+        def refused(failure: Failure) -> None:
+            if failure.check(ConnectorUnavailable):
+                failure.raiseException()
+            self.log.warn("connector {name}: cannot restore the subscription to {destination}: {error}",
+                          name=self.name, destination=subscription.spec.destination, error=failure.getErrorMessage())
+            self._forget(subscription)
+            error = failure.value
+            subscription.fail(error if isinstance(error, Exception) else ConnectorError(str(error)))
+            return None
+
+        return subscription.establish(link).addErrback(refused)
 
     def _open_failed(self, failure: Failure, generation: int) -> None:
         if self.state == "stopped" or generation != self.generation:

@@ -250,3 +250,39 @@ def test_activemq_killed_and_restarted_mid_stream(tmp_path: Path,
         stop.set()
         clients.close()
         gateway.stop()
+
+
+def test_sends_wait_a_bounded_time_for_a_provider_that_is_away(tmp_path: Path,
+                                                               fresh_activemq: ActiveMQBroker) -> None:  # noqa: F811
+    """While ActiveMQ is down a SEND waits at most send_timeout, then gets an ERROR; a SEND made
+    while it is down and answered after it is back is delivered."""
+    queue = unique("away")
+    config = (connector_toml(fresh_activemq).replace("send_timeout = 20000", "send_timeout = 6000")
+              + '[[destinations]]\npattern = "/queue/jmsapi.*"\nconnector = "amq"\n')
+    gateway = GatewayProcess(tmp_path / "gw", config).start()
+    gateway.wait_for_log("connected to", 30)
+    clients = StompClients(gateway.address)
+    try:
+        fresh_activemq.kill()
+        gateway.wait_for_log("lost connection to tcp://127.0.0.1", 30)
+        client = clients.connect(text=True)
+        started = time.monotonic()
+        client.connection.send(queue, "lost cause", headers={"receipt": "r-away"})
+        error = client.error(15)
+        waited = time.monotonic() - started
+        assert error is not None and error.headers.get("receipt-id") == "r-away"
+        assert "within 6.0s" in error.body.decode(), error.body
+        assert 5 <= waited <= 15, waited
+        late = clients.connect(text=True)
+        late.connection.send(queue, "made it", headers={"receipt": "r-late"})
+        fresh_activemq.start()
+        late.wait_receipt("r-late", timeout=30)
+        with JmsClient(fresh_activemq.openwire_url) as jms:
+            received = jms.receive(queue, 10)
+        assert received is not None and received.body == "made it"
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        clients.close()
+        gateway.stop()
