@@ -279,18 +279,25 @@ class TestJmsConnectorThroughTheGateway:
         assert frame.body == b"while away"
         back.ack(frame)
 
-    def test_map_message_gets_error_and_close_and_stays_at_the_provider(self, clients: StompClients,
-                                                                        jms: JmsClient) -> None:
-        queue = "/queue/" + unique("jmsapi.map")
+    @pytest.mark.parametrize(("kind", "ack"), [("map", "client-individual"), ("stream", "auto"),
+                                               ("object", "client")])
+    def test_map_stream_object_messages_get_error_and_close_and_stay_at_the_provider(
+            self, clients: StompClients, jms: JmsClient, kind: str, ack: str) -> None:
+        queue = "/queue/" + unique(f"jmsapi.{kind}")
         client = clients.connect()
-        client.subscribe(queue, ack="client-individual")
-        jms.send_map(queue, {"name": "widget"})
+        client.subscribe(queue, ack=ack)
+        if kind == "map":
+            jms.send_map(queue, {"name": "widget", "count": 3})
+        elif kind == "stream":
+            jms.send_stream(queue, ["a", 1, True])
+        else:
+            jms.send_object(queue, "a serialized string")
         error = client.error(10)
         assert error is not None
-        assert "MapMessage" in error.body.decode()
+        assert f"{kind.capitalize()}Message" in error.body.decode()
         assert client.listener.disconnected.wait(5)
-        again = jms.receive(queue, 10)
-        assert again is not None and again.jms_type == "map" and again.body == {"name": "widget"}
+        again = jms.receive(queue, 10)  # not acknowledged: the provider still has it
+        assert again is not None and again.jms_type == kind and again.redelivered
 
     def test_client_transaction_is_one_provider_transaction(self, clients: StompClients, jms: JmsClient) -> None:
         queue = "/queue/" + unique("jmsapi.tx")
