@@ -24,12 +24,14 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_admin import http
+from tests.integration.test_flow_control import Sender, rss_mb
 from tests.integration.test_jms_api import classpath_toml
 from tests.support.activemq import ActiveMQBroker, activemq, fresh_activemq  # noqa: F401
 from tests.support.gateway import GatewayProcess
 from tests.support.jms_client import JmsClient
 from tests.support.ports import free_port
 from tests.support.stomp_clients import Client, StompClients
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.activemq
@@ -286,3 +288,44 @@ def test_sends_wait_a_bounded_time_for_a_provider_that_is_away(tmp_path: Path,
     finally:
         clients.close()
         gateway.stop()
+
+
+def test_a_stalled_provider_holds_its_sender_back_and_loses_nothing(tmp_path: Path,
+                                                                    activemq: ActiveMQBroker) -> None:  # noqa: F811
+    """The OpenWire connection stalls (a proxy stops reading): the producer thread blocks, queued
+    sends pass max_pending_sends, the connector's Congestion stops reading from the STOMP sender,
+    the gateway's memory stays flat; once the path flows again every message arrives."""
+    count, body = 6000, b"x" * 4096
+    destination = unique("flow")
+    with TcpProxy("127.0.0.1", activemq.openwire_port, client_buffer=65536) as proxy:
+        config = (connector_toml(activemq).replace(activemq.openwire_url, f"tcp://127.0.0.1:{proxy.port}")
+                  .replace("send_timeout = 20000", "send_timeout = 120000\nmax_pending_sends = 200")
+                  + '[[destinations]]\npattern = "/queue/jmsapi.*"\nconnector = "amq"\n')
+        gateway = GatewayProcess(tmp_path / "gw", config).start()
+        gateway.wait_for_log("connected to", 30)
+        clients = StompClients(gateway.address)
+        try:
+            assert gateway.process is not None
+            clients.connect().send(destination, b"warm-up", receipt=True)
+            before = rss_mb(gateway.process.pid)
+            proxy.stall()
+            sender = Sender(clients, destination, count, body)
+            sender.start()
+            time.sleep(4)
+            held_at, grown = sender.sent, rss_mb(gateway.process.pid) - before
+            assert sender.is_alive() and held_at < count, "the sender was never held back"
+            assert grown < 25, f"the gateway buffered {grown:.0f} MB for a stalled provider"
+            proxy.flow()
+            sender.join(120)
+            assert not sender.is_alive() and sender.error is None and sender.sent == count
+            sender.client.send(destination, b"last", receipt=True, timeout=60)
+            with JmsClient(activemq.openwire_url) as jms:
+                received = jms.receive_all(destination, count + 2, timeout=120)
+            assert len(received) == count + 2
+            assert received[-1].body == b"last"
+        except BaseException:
+            print(gateway.log()[-4000:])
+            raise
+        finally:
+            clients.close()
+            gateway.stop()
