@@ -329,3 +329,23 @@ def test_a_stalled_provider_holds_its_sender_back_and_loses_nothing(tmp_path: Pa
         finally:
             clients.close()
             gateway.stop()
+
+
+def test_a_bridge_side_with_its_own_login_gets_a_private_connection(tmp_path: Path,
+                                                                    activemq: ActiveMQBroker) -> None:  # noqa: F811
+    source, target = unique("cred-src"), unique("cred-dst")
+    sent = fill(activemq, source, 20)
+    config = connector_toml(activemq) + bridge_toml("cred", ("amq", source), ("amq", target), qos="DUPLICATES_OK",
+                                                    max_batch_size=5, max_batch_time=20)
+    config = config.replace(f'target = {{ connector = "amq", destination = "{target}" }}',
+                            f'target = {{ connector = "amq", destination = "{target}", user = "bridger", '
+                            'password = "pw" }')
+    gateway = GatewayProcess(tmp_path / "gw", config).start()
+    try:
+        with JmsClient(activemq.openwire_url) as jms:
+            received = jms.receive_all(target, 20, 60)
+        assert set(seqs_of(received)) == sent
+        log = gateway.wait_for_log("connected to", 10)
+        assert log.count("connector amq: connected to") >= 2  # the gateway's and the bridge side's own
+    finally:
+        gateway.stop()
