@@ -35,7 +35,7 @@ from zope.interface import implementer
 from gateway.connectors.jms_mapping import from_jms, to_jms
 from gateway.connectors.jms_provider import SESSION_TRANSACTED, JavaThread, java_error
 from gateway.connectors.stomp_subscription import durable_subscription_name
-from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
+from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ITransactedSubscription, SubscriptionSpec
 from gateway.message.model import Message
 
@@ -117,6 +117,9 @@ class JmsSubscription:
             self.thread.commands.put(_Command("ack", [tag]))
 
     def _settle(self, what: str, tags: list[Any]) -> Deferred[None]:
+        if self.spec.strict_acks and any(tag[0] != self.epoch for tag in tags):
+            # made on an earlier session: the provider delivers it again, it was not acknowledged
+            return fail(StaleDelivery(f"{what} of a delivery from an earlier session of {self.spec.destination}"))
         if self.closed:
             return succeed(None)
         done: Deferred[None] = Deferred()
@@ -248,11 +251,10 @@ class ConsumerThread(JavaThread):
                 return False
             return not (self.batch and self._batch_remaining() <= 0)
         prefetch = max(1, self.subscription.spec.prefetch)
-        if len(self.outstanding) >= prefetch:
-            return False
-        # Settled deliveries wait for the rest of their window (one commit acknowledges every
-        # message the session received): past half the prefetch, take no more until it commits.
-        return len(self.acked) + len(self.nacked) < max(1, prefetch // 2)
+        # prefetch bounds the unsettled deliveries; settled ones wait for the rest of their window
+        # (one commit acknowledges every message the session received), at most another prefetch.
+        unsettled = len(self.outstanding) - len(self.acked) - len(self.nacked)
+        return unsettled < prefetch and len(self.outstanding) < 2 * prefetch
 
     # -- commands ----------------------------------------------------------------
 
@@ -273,6 +275,7 @@ class ConsumerThread(JavaThread):
                 self.paused = False
             elif kind == "close":
                 self.running = False
+                self._commit_acked_prefix()
                 self._drop_session()
                 self._answer(command.done, None)
         except Exception as error:  # a JMS call failed: the connection is in trouble
@@ -389,6 +392,33 @@ class ConsumerThread(JavaThread):
         self.session.commit()
         self._clear_window()
         self._answer(command.done, None)
+
+    def _commit_acked_prefix(self) -> None:
+        """On close: keep the acknowledgements of the window's leading acked deliveries.  The
+        session is rolled back and exactly those are received again (the provider redelivers in
+        order) and committed; if anything else comes first, everything is rolled back (at least once)."""
+        session, consumer = self.session, self.consumer
+        if session is None or consumer is None or not self.acked or self.nacked:
+            return
+        prefix: list[str] = []
+        for tag, message_id in self.outstanding.items():
+            if tag not in self.acked:
+                break
+            prefix.append(message_id)
+        if not prefix:
+            return
+        if len(prefix) == len(self.outstanding):
+            session.commit()
+            self.outstanding.clear()
+            self.acked.clear()
+            return
+        session.rollback()
+        for expected in prefix:
+            again = consumer.receive(max(1000, self.connector.settings.receive_timeout))
+            if again is None or str(again.getJMSMessageID()) != expected:
+                session.rollback()
+                return
+        session.commit()
 
     def _clear_window(self) -> None:
         self.outstanding.clear()
