@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from gateway.config import GatewayConfig
+from gateway.connectors.jms_settings import JmsConnectorOptions
 from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.stomp_settings import StompConnectorOptions
 from gateway.schema import expected, unwrap
@@ -42,7 +43,8 @@ def _tables() -> list[tuple[str, type[BaseModel]]]:
     for name, info in fields.items():
         if name == "connectors":  # one table per connector kind
             tables += [('[connectors.NAME] with uri = "stomp://…" or "stomp+ssl://…"', StompConnectorOptions),
-                       ('[connectors.NAME] with uri = "kafka://…"', KafkaSettings)]
+                       ('[connectors.NAME] with uri = "kafka://…"', KafkaSettings),
+                       ('[connectors.NAME] with type = "jms"', JmsConnectorOptions)]
         model = _model_in(info.annotation)
         if model is None:
             continue

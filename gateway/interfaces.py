@@ -269,6 +269,46 @@ class IFlowControlled(IConnector):
     congestion = Attribute("the connector's :class:`gateway.flow.Congestion`")
 
 
+class ITransactedSubscription(ISubscription):
+    """A subscription whose deliveries can be acknowledged in the same local
+    transaction as sends to the same provider (:class:`ILocalTransactionSource`).
+
+    Deliveries come in whole batches; until a batch is settled (forwarded,
+    acknowledged or rejected) no further message is delivered.
+    """
+
+    def forward(messages: list[Message], tags: list[Any]) -> Any:
+        """Send ``messages`` (their destinations in the target connector's namespace)
+        and acknowledge the deliveries ``tags`` in one local transaction of the
+        provider: after a crash both happened or neither did.  ``tags`` must name
+        every delivery of the batch.  Returns a Deferred firing once committed;
+        it fails with ConnectorError (the batch then comes again)."""
+
+
+class ILocalTransactionSource(IConnector):
+    """A connector that can consume and send in one local transaction (a JMS
+    transacted session): the exactly-once path of a bridge between two
+    destinations of one provider (seed 000: "sending and acknowledging the
+    messages in the same local transaction")."""
+
+    def shares_transactions_with(target: IConnector) -> bool:
+        """Whether sends to ``target`` can join this connector's local transactions
+        (the same provider, reached with the same account)."""
+
+    def subscribe_transacted(spec: SubscriptionSpec, consumer: IConsumer, max_batch_time: int) -> Any:
+        """As :meth:`IConnector.subscribe`, firing with an :class:`ITransactedSubscription`
+        that delivers batches of at most ``spec.prefetch`` messages, a batch closed
+        ``max_batch_time`` ms after its first message (``-1``: only full batches)."""
+
+
+class ICredentialed(IConnector):
+    """A connector that can make a copy of itself logging in as another user
+    (a bridge side's own ``user`` / ``password``)."""
+
+    def with_credentials(user: str, password: str | None) -> IConnector:
+        """A new, not yet started connector like this one, logging in as ``user``."""
+
+
 class IFrameForwarder(IPostingConnector):
     """A posting connector that can take a client's SEND frame as it is.
 

@@ -64,7 +64,7 @@ from gateway.connectors.kafka_records import ORIGIN_HEADER
 from gateway.connectors.stomp_browse import DUPLICATE_ID
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, StaleDelivery
-from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
+from gateway.interfaces import IConnector, IConsumer, ILocalTransactionSource, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, new_message_id
 
 MESSAGE_ID_LIST = "AMQ_BRIDGE_MSG_ID_LIST"
@@ -168,7 +168,12 @@ class Bridge:
         dedup: DuplicateStore | None = None,
         chains: Any = None,
     ) -> None:
-        if config.qos == ONCE_AND_ONLY_ONCE and dedup is None:
+        self.local_transaction = bool(config.qos == ONCE_AND_ONLY_ONCE
+                                      and ILocalTransactionSource.providedBy(source)
+                                      and source.shares_transactions_with(target))
+        """ONCE_AND_ONLY_ONCE within one provider: consume and send in one local transaction
+        (no duplicate store)."""
+        if config.qos == ONCE_AND_ONLY_ONCE and dedup is None and not self.local_transaction:
             raise ValueError(f"bridge {config.name}: ONCE_AND_ONLY_ONCE needs a duplicate store")
         self.config = config
         self.name = config.name
@@ -221,7 +226,7 @@ class Bridge:
         self.log.info("bridge {name} starting: {source} -> {target} ({qos})", name=self.name,
                       source=self._describe(self.config.source), target=self._describe(self.config.target),
                       qos=self.config.qos)
-        if self.config.qos == ONCE_AND_ONLY_ONCE:
+        if self.config.qos == ONCE_AND_ONLY_ONCE and not self.local_transaction:
             checked = self._resolve_in_doubt()
             self._in_doubt = checked
             checked.addCallback(lambda _: self._subscribe() if self.state == STARTING else None)
@@ -426,7 +431,8 @@ class Bridge:
             destination=config.source.destination,
             selector=config.selector,
             ack_mode="client-individual",
-            prefetch=config.prefetch,
+            # a transacted source delivers whole batches, each settled before the next
+            prefetch=config.max_batch_size if ILocalTransactionSource.providedBy(self.source) else config.prefetch,
             durable_name=config.subscription_name,
             client_id=config.client_id,
             owner=f"bridge:{self.name}",
@@ -437,7 +443,10 @@ class Bridge:
         consumer = _SourceConsumer(self)
         self._consumer = consumer
         self._source_ok = False
-        d = maybeDeferred(self.source.subscribe, self._spec(), consumer)
+        if ILocalTransactionSource.providedBy(self.source):
+            d = maybeDeferred(self.source.subscribe_transacted, self._spec(), consumer, self.config.max_batch_time)
+        else:
+            d = maybeDeferred(self.source.subscribe, self._spec(), consumer)
         d.addCallbacks(self._subscribed, self._subscribe_failed, callbackArgs=(consumer,), errbackArgs=(consumer,))
 
     def _subscribed(self, subscription: ISubscription, consumer: _SourceConsumer) -> None:
@@ -578,7 +587,6 @@ class Bridge:
         """ONCE_AND_ONLY_ONCE: (messages to send, tags only to acknowledge): non-persistent
         messages, those the duplicate store knows and repeats within the batch (a source
         that redelivered after a reconnection while the first delivery was pending) are skipped."""
-        assert self.dedup is not None
         skipped: list[tuple[_SourceConsumer, Any]] = []
         candidates: list[tuple[_SourceConsumer, Message, Any]] = []
         seen: set[str] = set()
@@ -597,7 +605,8 @@ class Bridge:
                 continue
             seen.add(key)
             candidates.append((consumer, message, tag))
-        d = self.dedup.known(self.name, [key for key in seen if key])
+        # a local transaction needs no duplicate store: the provider commits consume and send together
+        d = self.dedup.known(self.name, [key for key in seen if key]) if self.dedup is not None else succeed(set())
 
         def split(known: set[str]) -> tuple[list[tuple[_SourceConsumer, Message, Any]], list[Any]]:
             accepted = []
@@ -625,6 +634,8 @@ class Bridge:
         if config.qos == AT_MOST_ONCE:
             d.addCallback(lambda outgoing: self._ack(tags).addCallback(lambda _: outgoing))
             d.addCallback(self._send)
+        elif self.local_transaction:
+            d.addCallback(lambda outgoing: self._send_and_ack_locally(outgoing, tags))
         elif config.qos == ONCE_AND_ONLY_ONCE:
             ids = [key for key in (source_key(message) for _, message, _ in accepted) if key]
             d.addCallback(self._send)
@@ -819,6 +830,30 @@ class Bridge:
 
         attempt()
         return done
+
+    def _send_and_ack_locally(self, outgoing: list[Message], tags: list[tuple[_SourceConsumer, Any]]) -> Any:
+        """Send the batch and acknowledge it at the source in one local transaction of the
+        provider; a failure rolls both back and the source delivers the batch again."""
+        consumers = {consumer for consumer, _ in tags}
+        consumer = next(iter(consumers), None)
+        if consumer is None or consumer.subscription is None or not consumer.active or len(consumers) > 1:
+            raise _Abandoned()  # that subscription is gone: the provider delivers the batch again
+        subscription: Any = consumer.subscription  # an ITransactedSubscription (subscribe_transacted)
+        d: Deferred[None] = maybeDeferred(subscription.forward, outgoing, [tag for _, tag in tags])
+
+        def done(_: object) -> None:
+            self.forwarded += len(outgoing)
+            self._forward_fields.inc(len(outgoing))
+            self._target_ok = True
+            if self._source_ok:
+                self.retries = 0
+
+        def failed(failure: Failure) -> None:
+            self.metrics.failed.labels(self.name).inc()
+            self._source_lost(consumer, ConnectorError(f"local transaction failed: {failure.getErrorMessage()}"))
+            raise _Abandoned()
+
+        return d.addCallbacks(done, failed)
 
     def _record(self, ids: list[str]) -> Deferred[None]:
         assert self.dedup is not None

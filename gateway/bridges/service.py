@@ -38,7 +38,7 @@ from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import why_cannot_tell
 from gateway.deferreds import gather
 from gateway.errors import ConfigError, GatewayError
-from gateway.interfaces import IConnector
+from gateway.interfaces import IConnector, ILocalTransactionSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.app import Gateway
@@ -345,6 +345,12 @@ def build_bridge_service(
         if plan and _kafka_side(source) is not None and _kafka_side(target) is not None:
             BridgeService.log.warn("bridge {name}: ONCE_AND_ONLY_ONCE without Kafka transactions ({why}); it uses "
                                    "the duplicate store", name=config.name, why=plan)
+        if config.qos == ONCE_AND_ONLY_ONCE and ILocalTransactionSource.providedBy(source) \
+                and source.shares_transactions_with(target):
+            needs_dedup.remove(config)  # one local transaction of the provider (jms -> same provider)
+            built.append(Bridge(config, source, target, clock=reactor, metrics=metrics,
+                                chains=_chains_for(config, plugin_manager, transform_config, registry, reactor, path)))
+            continue
         if config.qos == ONCE_AND_ONLY_ONCE and dedup is None:
             dedup = DuplicateStore(os.path.join(data_dir, DEDUP_DATABASE), reactor)
         built.append(Bridge(

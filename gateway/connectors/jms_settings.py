@@ -1,0 +1,399 @@
+"""Configuration of the ``jms`` connector (any JMS provider through the JMS API).
+
+:class:`JmsConnectorOptions` declares the ``[connectors.NAME]`` table with
+``type = "jms"`` (the config's schema and key tables are built from it);
+:class:`JmsSettings.from_config` checks a ``[connectors.NAME]`` table with
+``type = "jms"`` and names the key of any problem, without starting a JVM:
+classpath entries are resolved (jars, folders, globs; relative to the config
+file) and a missing one is reported with its key, and the JMS API namespace
+(``javax`` or ``jakarta``) is read from the jars when not set.  What only a
+JVM can tell (an unknown class, a JNDI name that does not resolve) is checked
+when the connector starts (:mod:`gateway.connectors.jms_provider`).
+
+Keys (times in milliseconds)::
+
+    [connectors.NAME]
+    type = "jms"
+    classpath = ["lib/*.jar", "/opt/vendor/lib"]   # jars, folders (their *.jar), globs
+    api = "auto"                   # "javax" | "jakarta" | "auto" (read from the jars)
+    user = "gateway"               # createConnection(user, password); absent: createConnection()
+    password = "secret"
+    client_id = "gw-amq"           # the connection's client id (default <gateway id>-<name>)
+    destinations = "session"       # "session": createQueue/createTopic; "jndi": looked up by name
+    failure_retry_interval = 5000
+    max_retries = -1               # -1: forever
+    send_timeout = 30000           # how long a send may wait for the provider (and its commit)
+    max_waiting_sends = 10000      # sends allowed to wait for a reconnection at once
+    max_burst = 500                # sends committed together in one local transaction at most
+    max_pending_sends = 5000       # queued sends past which senders are paused (flow control)
+    receive_timeout = 100          # a consumer thread's blocking receive(timeout)
+    jvm_options = ["-Xmx256m"]     # extra JVM options (the JVM starts once per process)
+
+    # either a ConnectionFactory class set up through its bean setters ...
+    connection_factory = { class = "com.example.jms.ConnectionFactory", properties = { brokerURL = "..." } }
+    # ... or JNDI
+    [connectors.NAME.jndi]
+    environment = { "java.naming.factory.initial" = "...", "java.naming.provider.url" = "..." }
+    properties_file = "jndi.properties"     # optional, merged under environment
+    connection_factory = "ConnectionFactory"  # the factory's JNDI name (default)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import zipfile
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
+
+from gateway.errors import ConfigError, did_you_mean
+from gateway.schema import Bool, Int, Retries, Section, Str, Strings
+
+Scalar = Str | Int | float | Bool
+
+
+class JmsFactoryOptions(Section):
+    """A ConnectionFactory made from its class and set up through bean setters."""
+
+    class_: Str = Field(alias="class")
+    """The provider's ConnectionFactory class (no-argument constructor)."""
+    properties: dict[str, Scalar] = {}
+    """Bean properties: brokerURL = "..." calls setBrokerURL("..."); a.b calls getA().setB(...)."""
+
+
+class JmsJndiOptions(Section):
+    """The ConnectionFactory looked up in JNDI."""
+
+    environment: dict[str, Scalar] = {}
+    """InitialContext environment (java.naming.factory.initial, java.naming.provider.url, ...)."""
+    properties_file: Str | None = None
+    """A jndi.properties file merged under environment (relative to the config file)."""
+    connection_factory: Annotated[Str, Field(min_length=1)] = "ConnectionFactory"
+    """The ConnectionFactory's JNDI name."""
+
+
+class JmsConnectorOptions(Section):
+    """Any JMS 1.1/2.0/3.0 provider through the JMS API, in-process (JPype), from its own client jars."""
+
+    __tag__: ClassVar[str] = "jms"
+    type: Literal["jms"]
+    """The connector type: a JMS provider through the JMS API."""
+    classpath: Strings | Str
+    """The provider's client jars: files, folders (their *.jar) and globs, relative to the config file."""
+    api: Literal["auto", "javax", "jakarta"] = "auto"
+    """The JMS API namespace: javax (JMS 1.1/2.0) or jakarta (3.0); auto reads it from the jars."""
+    connection_factory: JmsFactoryOptions | None = None
+    """The ConnectionFactory from its class and bean properties (or give jndi)."""
+    jndi: JmsJndiOptions | None = None
+    """The ConnectionFactory from JNDI (or give connection_factory)."""
+    user: Str | None = None
+    """User of createConnection(user, password); absent: createConnection()."""
+    password: Str | None = None
+    """Its password."""
+    client_id: Str | None = None
+    """The connection's client id, which names durable subscriptions (default <gateway id>-<connector name>)."""
+    destinations: Literal["session", "jndi"] = "session"
+    """session: /queue/x and /topic/y made with createQueue/createTopic; jndi: looked up by name (x, y)."""
+    failure_retry_interval: Annotated[Int, Field(ge=1)] = 5000
+    """Milliseconds between reconnection attempts."""
+    max_retries: Retries = -1
+    """Reconnection attempts before giving up; -1 retries forever."""
+    send_timeout: Annotated[Int, Field(ge=1)] = 30000
+    """Milliseconds a send may wait for the provider to be back."""
+    max_waiting_sends: Annotated[Int, Field(ge=0)] = 10000
+    """Sends allowed to wait for a reconnection at once; more fail at once."""
+    max_burst: Annotated[Int, Field(ge=1)] = 500
+    """Sends committed together at most (one local transaction of the producer session)."""
+    max_pending_sends: Annotated[Int, Field(ge=1)] = 5000
+    """Sends queued for the producer thread past which STOMP senders are paused (flow control)."""
+    receive_timeout: Annotated[Int, Field(ge=1)] = 100
+    """Milliseconds a consumer thread's receive(timeout) blocks."""
+    jvm_options: Strings = ()
+    """Extra JVM options (the JVM starts once per process, with every jms connector's)."""
+
+    def table(self) -> dict[str, Any]:
+        """The options as the TOML table they came from."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+API_NAMESPACES = ("javax", "jakarta")
+
+_OPTIONS = (
+    "type",
+    "classpath",
+    "api",
+    "user",
+    "password",
+    "client_id",
+    "destinations",
+    "failure_retry_interval",
+    "max_retries",
+    "send_timeout",
+    "max_waiting_sends",
+    "max_burst",
+    "max_pending_sends",
+    "receive_timeout",
+    "jvm_options",
+    "connection_factory",
+    "jndi",
+)
+_FACTORY_KEYS = ("class", "properties")
+_JNDI_KEYS = ("environment", "properties_file", "connection_factory")
+
+PropertyValue = str | int | float | bool
+
+
+@dataclass(slots=True, frozen=True)
+class JmsSettings:
+    """A ``jms`` connector's checked configuration (times in milliseconds)."""
+
+    name: str
+    classpath: tuple[str, ...]
+    api: str
+    user: str | None = None
+    password: str | None = None
+    client_id: str = ""
+    destinations: str = "session"
+    factory_class: str | None = None
+    factory_properties: tuple[tuple[str, PropertyValue], ...] = ()
+    jndi_environment: tuple[tuple[str, str], ...] = ()
+    jndi_factory_name: str = "ConnectionFactory"
+    failure_retry_interval: int = 5000
+    max_retries: int = -1
+    send_timeout: int = 30000
+    max_waiting_sends: int = 10000
+    max_burst: int = 500
+    max_pending_sends: int = 5000
+    receive_timeout: int = 100
+    jvm_options: tuple[str, ...] = ()
+    path: str = field(default="", compare=False)
+    """The config file, for error messages."""
+
+    def key(self, option: str) -> str:
+        """The dotted config key of ``option``."""
+        return f"connectors.{self.name}.{option}"
+
+    @property
+    def provider(self) -> str:
+        """How the logs name the provider: its URL when one is configured, else the factory."""
+        for name, value in self.jndi_environment:
+            if name == "java.naming.provider.url":
+                return value
+        for prop, setting in self.factory_properties:
+            if "url" in prop.lower() and isinstance(setting, str):
+                return setting
+        if self.factory_class:
+            return self.factory_class
+        return f"jndi:{self.jndi_factory_name}"
+
+    def identity(self) -> tuple[Any, ...]:
+        """What makes two connectors the same provider account (one local transaction can span them)."""
+        return (self.classpath, self.api, self.factory_class, self.factory_properties, self.jndi_environment,
+                self.jndi_factory_name, self.user, self.password, self.destinations)
+
+    @classmethod
+    def from_config(cls, name: str, options: dict[str, Any], *, gateway_id: str = "jmsgateway",
+                    base_dir: str = "", path: str = "") -> JmsSettings:
+        """Check ``options``; ConfigError names the file, key and problem.  Relative paths
+        (classpath, ``jndi.properties_file``) are relative to ``base_dir``."""
+
+        def key(option: str) -> str:
+            return f"connectors.{name}.{option}"
+
+        def bad(problem: str, option: str) -> ConfigError:
+            return ConfigError(problem, path=path, key=key(option))
+
+        for option in options:
+            if option not in _OPTIONS:
+                raise bad(f"unknown option{did_you_mean(option, _OPTIONS)}", option)
+        if options.get("type") != "jms":
+            raise bad(f"must be \"jms\" for this connector, not {options.get('type')!r}", "type")
+
+        def integer(option: str, default: int, minimum: int) -> int:
+            value = options.get(option, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise bad(f"must be an integer >= {minimum}, not {value!r}", option)
+            return value
+
+        def text(option: str, default: str | None) -> str | None:
+            value = options.get(option, default)
+            if value is not None and not isinstance(value, str):
+                raise bad(f"must be a string, not {value!r}", option)
+            return value
+
+        classpath = _classpath(options.get("classpath"), base_dir, bad)
+        api = text("api", "auto") or "auto"
+        if api not in (*API_NAMESPACES, "auto"):
+            raise bad(f"must be \"javax\", \"jakarta\" or \"auto\", not {api!r}", "api")
+        if api == "auto":
+            found = detect_api(classpath)
+            if found is None:
+                raise bad("no JMS API (javax.jms or jakarta.jms) in these jars: add the JMS API jar of the "
+                          "provider, or set api = \"javax\" / \"jakarta\"", "classpath")
+            api = found
+        destinations = text("destinations", "session") or "session"
+        if destinations not in ("session", "jndi"):
+            raise bad(f"must be \"session\" (createQueue/createTopic) or \"jndi\", not {destinations!r}",
+                      "destinations")
+        jvm_options = options.get("jvm_options", [])
+        if not isinstance(jvm_options, list | tuple) or not all(isinstance(o, str) for o in jvm_options):
+            raise bad(f"must be a list of strings, not {jvm_options!r}", "jvm_options")
+
+        factory_class: str | None = None
+        factory_properties: tuple[tuple[str, PropertyValue], ...] = ()
+        environment: tuple[tuple[str, str], ...] = ()
+        factory_name = "ConnectionFactory"
+        has_factory, has_jndi = "connection_factory" in options, "jndi" in options
+        if has_factory == has_jndi:
+            raise bad("give either connection_factory = { class = ..., properties = {...} } or a [jndi] "
+                      "table (environment, connection_factory), exactly one of them", "connection_factory")
+        if has_factory:
+            factory_class, factory_properties = _factory(options["connection_factory"], bad)
+        else:
+            environment, factory_name = _jndi(options["jndi"], base_dir, bad)
+        return cls(
+            name=name,
+            classpath=classpath,
+            api=api,
+            user=text("user", None),
+            password=text("password", None),
+            client_id=text("client_id", f"{gateway_id}-{name}") or f"{gateway_id}-{name}",
+            destinations=destinations,
+            factory_class=factory_class,
+            factory_properties=factory_properties,
+            jndi_environment=environment,
+            jndi_factory_name=factory_name,
+            failure_retry_interval=integer("failure_retry_interval", 5000, 1),
+            max_retries=integer("max_retries", -1, -1),
+            send_timeout=integer("send_timeout", 30000, 1),
+            max_waiting_sends=integer("max_waiting_sends", 10000, 0),
+            max_burst=integer("max_burst", 500, 1),
+            max_pending_sends=integer("max_pending_sends", 5000, 1),
+            receive_timeout=integer("receive_timeout", 100, 1),
+            jvm_options=tuple(jvm_options),
+            path=path,
+        )
+
+
+def _classpath(raw: Any, base_dir: str, bad: Any) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list | tuple) or not raw or not all(isinstance(entry, str) for entry in raw):
+        raise bad("must be a list of jar files, folders or globs (the provider's client jars)", "classpath")
+    entries: list[str] = []
+    for index, entry in enumerate(raw):
+        where = f"classpath[{index}]"
+        pattern = os.path.expanduser(entry)
+        if base_dir and not os.path.isabs(pattern):
+            pattern = os.path.join(base_dir, pattern)
+        if glob.has_magic(pattern):
+            matches = sorted(glob.glob(pattern))
+            if not matches:
+                raise bad(f"{entry!r} matches no file", where)
+        elif os.path.isdir(pattern):
+            matches = [pattern, *sorted(glob.glob(os.path.join(pattern, "*.jar")))]
+        elif os.path.isfile(pattern):
+            matches = [pattern]
+        else:
+            raise bad(f"{entry!r}: no such jar or folder", where)
+        for match in matches:
+            real = os.path.realpath(match)
+            if real not in entries:
+                entries.append(real)
+    return tuple(entries)
+
+
+def detect_api(classpath: tuple[str, ...]) -> str | None:
+    """``javax`` or ``jakarta``: the JMS API the classpath holds (``javax`` if both), None if neither."""
+    found: set[str] = set()
+    for entry in classpath:
+        for namespace in API_NAMESPACES:
+            member = f"{namespace}/jms/ConnectionFactory.class"
+            if os.path.isdir(entry):
+                if os.path.isfile(os.path.join(entry, member)):
+                    found.add(namespace)
+                continue
+            try:
+                with zipfile.ZipFile(entry) as jar:
+                    jar.getinfo(member)
+                found.add(namespace)
+            except (KeyError, OSError, zipfile.BadZipFile):
+                continue
+    for namespace in API_NAMESPACES:
+        if namespace in found:
+            return namespace
+    return None
+
+
+def _factory(raw: Any, bad: Any) -> tuple[str, tuple[tuple[str, PropertyValue], ...]]:
+    if not isinstance(raw, dict):
+        raise bad("must be a table { class = \"...\", properties = {...} }", "connection_factory")
+    for option in raw:
+        if option not in _FACTORY_KEYS:
+            raise bad(f"unknown option{did_you_mean(option, _FACTORY_KEYS)}", f"connection_factory.{option}")
+    class_name = raw.get("class")
+    if not isinstance(class_name, str) or not class_name:
+        raise bad("needs the ConnectionFactory's class name", "connection_factory.class")
+    properties = raw.get("properties", {})
+    if not isinstance(properties, dict):
+        raise bad("must be a table of bean properties", "connection_factory.properties")
+    for prop, value in properties.items():
+        if isinstance(value, dict | list) or value is None:
+            raise bad(f"must be a string, number or boolean, not {value!r}", f"connection_factory.properties.{prop}")
+    return class_name, tuple(properties.items())
+
+
+def _jndi(raw: Any, base_dir: str, bad: Any) -> tuple[tuple[tuple[str, str], ...], str]:
+    if not isinstance(raw, dict):
+        raise bad("must be a table (environment, properties_file, connection_factory)", "jndi")
+    for option in raw:
+        if option not in _JNDI_KEYS:
+            raise bad(f"unknown option{did_you_mean(option, _JNDI_KEYS)}", f"jndi.{option}")
+    environment: dict[str, str] = {}
+    properties_file = raw.get("properties_file")
+    if properties_file is not None:
+        if not isinstance(properties_file, str):
+            raise bad("must be the path of a jndi.properties file", "jndi.properties_file")
+        file_path = properties_file if os.path.isabs(properties_file) or not base_dir else \
+            os.path.join(base_dir, properties_file)
+        try:
+            environment.update(read_properties(file_path))
+        except OSError as error:
+            raise bad(f"cannot read {properties_file!r}: {error.strerror}", "jndi.properties_file") from None
+    table = raw.get("environment", {})
+    if not isinstance(table, dict):
+        raise bad("must be a table of InitialContext properties", "jndi.environment")
+    for name, value in table.items():
+        if isinstance(value, dict | list) or value is None:
+            raise bad(f"must be a string, not {value!r}", f"jndi.environment.{name}")
+        environment[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    if "java.naming.factory.initial" not in environment:
+        raise bad("needs java.naming.factory.initial (the provider's InitialContextFactory class), in "
+                  "environment or properties_file", "jndi.environment")
+    factory_name = raw.get("connection_factory", "ConnectionFactory")
+    if not isinstance(factory_name, str) or not factory_name:
+        raise bad("must be the ConnectionFactory's JNDI name", "jndi.connection_factory")
+    return tuple(environment.items()), factory_name
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java ``.properties`` file's ``key = value`` / ``key: value`` lines (comments, blank
+    lines and trailing-backslash continuations handled; no unicode escapes)."""
+    result: dict[str, str] = {}
+    with open(path, encoding="latin-1") as handle:
+        pending = ""
+        for raw_line in handle:
+            line = pending + raw_line.strip()
+            pending = ""
+            if not line or line[0] in "#!":
+                continue
+            if line.endswith("\\"):
+                pending = line[:-1]
+                continue
+            cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+            if cut < 0:
+                result[line] = ""
+            else:
+                result[line[:cut].strip()] = line[cut + 1:].strip()
+    return result
