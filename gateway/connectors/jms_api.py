@@ -297,7 +297,8 @@ class JmsConnector:
     """
 
     log = Logger()
-    capabilities = frozenset(Capability) - {Capability.REDELIVERED_AFTER_CLOSE, Capability.RECONNECT}
+    capabilities = frozenset(Capability) - {Capability.REDELIVERED_AFTER_CLOSE, Capability.RECONNECT,
+                                            Capability.HELD_MESSAGE_IDS}  # (no QueueBrowser probe yet)
     """NACK (a rollback: redelivered), prefetch, selectors, durable subscriptions, transactions,
     health following the provider.  Not declared yet: REDELIVERED_AFTER_CLOSE (a close that keeps
     the acked prefix of a window re-receives it, and the provider then does not flag the rest) and
