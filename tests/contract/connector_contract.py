@@ -38,9 +38,10 @@ from gateway.interfaces import (
     ISubscription,
     SubscriptionSpec,
 )
-from gateway.message.model import Message, TextMessage, new_message_id, now_millis
+from gateway.message.model import Message, StreamMessage, TextMessage, new_message_id, now_millis
 from tests.support.consumers import CollectingConsumer
-from tests.support.reactor_waits import sleep, until
+from tests.support.reactor_waits import sleep, until, wait_for
+from tests.support.tcp_proxy import TcpProxy
 
 
 def unique(prefix: str = "contract") -> str:
@@ -114,6 +115,47 @@ class Target:
 
 
 @implementer(IConsumer)
+class ProxiedTarget(Target):
+    """A connector to the real ActiveMQ, directly or through ``proxy`` (a
+    :class:`~tests.support.tcp_proxy.TcpProxy`): cutting the proxy is the broker going
+    away, stalling it a broker that does not keep up.  Refuses a StreamMessage."""
+
+    def __init__(self, connector: IConnector, proxy: TcpProxy | None) -> None:
+        super().__init__(connector)
+        self.proxy = proxy
+        wait_for(connector.start)
+
+    async def queue(self) -> str:
+        return f"/queue/{unique()}"
+
+    async def topic(self) -> str:
+        return f"/topic/{unique()}"
+
+    def refused(self, destination: str) -> Message:
+        return StreamMessage(destination=destination, message_id=new_message_id(), items=[1, 2])
+
+    def _proxy(self) -> TcpProxy:
+        assert self.proxy is not None, "only a faulty_target has a proxy"
+        return self.proxy
+
+    async def go_away(self) -> None:
+        self._proxy().cut()
+        await until(lambda: self.connector.state != "connected", what="the connector to see the cut")
+
+    async def come_back(self) -> IConnector:
+        self._proxy().restore()
+        return self.connector
+
+    def stall(self) -> None:
+        self._proxy().stall()
+
+    def flow(self) -> None:
+        self._proxy().flow()
+
+    def stop(self) -> None:
+        wait_for(self.connector.stop)
+
+
 class RefusingConsumer(CollectingConsumer):
     """Takes nothing (``deliver`` returns False), as a session does while its connection closes."""
 

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from gateway.connectors.jms_api import JmsConnector
-from gateway.message.model import Message, StreamMessage, new_message_id
-from tests.contract.connector_contract import ConnectorContract, Target, unique
+from tests.contract.connector_contract import ConnectorContract, ProxiedTarget, unique
 from tests.support.activemq import ActiveMQBroker, activemq
-from tests.support.reactor_waits import reactor, until, wait_for
+from tests.support.reactor_waits import reactor
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.activemq
@@ -28,7 +27,7 @@ CLIENT_JARS = [f"/usr/share/activemq/lib/{jar}" for jar in (
     "geronimo-j2ee-management-1.1-spec.jar")]
 
 
-class JmsApiTarget(Target):
+class JmsApiTarget(ProxiedTarget):
     """A ``jms`` connector to ActiveMQ over OpenWire, directly or through ``proxy``."""
 
     def __init__(self, broker: ActiveMQBroker, proxy: TcpProxy | None = None, **options: Any) -> None:
@@ -38,39 +37,7 @@ class JmsApiTarget(Target):
                                          "properties": {"brokerURL": url, "watchTopicAdvisories": False}},
                   **options}
         connector = JmsConnector.from_config("jms", config, reactor=reactor, gateway_id=unique("gw"))
-        super().__init__(connector)
-        self.proxy = proxy
-        wait_for(connector.start)
-
-    async def queue(self) -> str:
-        return f"/queue/{unique()}"
-
-    async def topic(self) -> str:
-        return f"/topic/{unique()}"
-
-    def refused(self, destination: str) -> Message:
-        return StreamMessage(destination=destination, message_id=new_message_id(), items=[1, 2])
-
-    async def go_away(self) -> None:
-        assert self.proxy is not None
-        self.proxy.cut()
-        await until(lambda: self.connector.state != "connected", what="the connector to see the cut")
-
-    async def come_back(self) -> JmsConnector:
-        assert self.proxy is not None
-        self.proxy.restore()
-        return self.connector  # type: ignore[return-value]
-
-    def stall(self) -> None:
-        assert self.proxy is not None
-        self.proxy.stall()
-
-    def flow(self) -> None:
-        assert self.proxy is not None
-        self.proxy.flow()
-
-    def stop(self) -> None:
-        wait_for(self.connector.stop)
+        super().__init__(connector, proxy)
 
 
 class TestJmsApiConnector(ConnectorContract):

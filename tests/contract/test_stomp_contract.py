@@ -14,56 +14,23 @@ import pytest
 import pytest_twisted
 
 from gateway.connectors.stomp_broker import StompBrokerConnector
-from gateway.message.model import Message, StreamMessage, new_message_id
-from tests.contract.connector_contract import ConnectorContract, Target, text, unique
+from tests.contract.connector_contract import ConnectorContract, ProxiedTarget, text, unique
 from tests.support.activemq import ActiveMQBroker, activemq
-from tests.support.reactor_waits import reactor, until, wait_for
+from tests.support.reactor_waits import reactor
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.activemq
 __all__ = ["activemq"]
 
 
-class ActiveMQTarget(Target):
+class ActiveMQTarget(ProxiedTarget):
     """A ``stomp://`` connector to ActiveMQ, directly or through ``proxy``."""
 
     def __init__(self, broker: ActiveMQBroker, proxy: TcpProxy | None = None, **options: Any) -> None:
         uri = f"stomp://127.0.0.1:{proxy.port}" if proxy else broker.stomp_uri
         config = {"uri": uri, "failure_retry_interval": 200, "send_timeout": 30_000, **options}
         connector = StompBrokerConnector.from_config("activemq", config, reactor=reactor, gateway_id=unique("gw"))
-        super().__init__(connector)
-        self.proxy = proxy
-        wait_for(connector.start)
-
-    async def queue(self) -> str:
-        return f"/queue/{unique()}"
-
-    async def topic(self) -> str:
-        return f"/topic/{unique()}"
-
-    def refused(self, destination: str) -> Message:
-        return StreamMessage(destination=destination, message_id=new_message_id(), items=[1, 2])
-
-    async def go_away(self) -> None:
-        assert self.proxy is not None
-        self.proxy.cut()
-        await until(lambda: self.connector.state != "connected", what="the connector to see the cut")
-
-    async def come_back(self) -> StompBrokerConnector:
-        assert self.proxy is not None
-        self.proxy.restore()
-        return self.connector
-
-    def stall(self) -> None:
-        assert self.proxy is not None
-        self.proxy.stall()
-
-    def flow(self) -> None:
-        assert self.proxy is not None
-        self.proxy.flow()
-
-    def stop(self) -> None:
-        wait_for(self.connector.stop)
+        super().__init__(connector, proxy)
 
 
 class TestStompBrokerConnector(ConnectorContract):
