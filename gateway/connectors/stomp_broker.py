@@ -75,7 +75,7 @@ from gateway.connectors.stomp_browse import browse_duplicate_ids
 from gateway.connectors.stomp_mapping import forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
-from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, SelectorError
+from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, MessageRefused, SelectorError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
@@ -221,6 +221,9 @@ class StompBrokerConnector:
         self.transformation_refused = ""
         """Why SUBSCRIBEs go without the configured ``transformation`` (the broker
         closed the connection at one), or empty."""
+        self.send_transformation_refused = ""
+        """Why Map and Object messages are refused at once: the broker closed the
+        connection at a SEND carrying their ``transformation``, or empty."""
         self._reconnect_at_once = False
         self.congestion = Congestion(f"connector {name}")
         """Paused by the broker connection's transport while its write buffer is full
@@ -345,6 +348,7 @@ class StompBrokerConnector:
             "waiting_sends": len(self._waiters),
             "transformation": self.subscribe_transformation,
             "transformation_refused": self.transformation_refused,
+            "send_transformation_refused": self.send_transformation_refused,
         }
 
     # -- the SUBSCRIBE transformation ----------------------------------------
@@ -542,6 +546,41 @@ class StompBrokerConnector:
 
     # -- sending -------------------------------------------------------------
 
+    def _send_parts(self, message: Message) -> tuple[dict[str, str], bytes, bool]:
+        """:func:`send_frame_parts`, refusing at once a message whose ``transformation``
+        the broker already refused by closing the connection at it."""
+        headers, body, text = send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type)
+        if self.send_transformation_refused and "transformation" in headers:
+            raise MessageRefused(f"message {message.message_id}: {self.send_transformation_refused}")
+        return headers, body, text
+
+    def _closed_at_transformed_send(self, protocol: StompClientProtocol | None, transformation: str,
+                                    failure: Failure) -> Failure:
+        """``failure``, or a :class:`MessageRefused` if it is the broker closing the
+        connection, without an ERROR frame, at a SEND that carried ``transformation``:
+        how an ActiveMQ without XStream/Jettison refuses a Map or Object message.  Such a
+        message is refused for good (a bridge fails or dead-letters it instead of
+        sending it again for ever); one warning names the cause and the fix."""
+        if not (transformation and protocol is not None and protocol.closed and protocol.error is None
+                and failure.check(ConnectorUnavailable)):
+            return failure
+        if not self.send_transformation_refused:
+            self.send_transformation_refused = (
+                f"the broker closed the connection at a SEND with transformation:{transformation} "
+                "(ActiveMQ does that without the XStream and Jettison jars in its lib directory); "
+                "Map and Object messages are refused"
+            )
+            self.log.warn(
+                "connector {name}: {uri} closed the connection, without an ERROR frame, at a SEND with "
+                "transformation:{transformation}: ActiveMQ does that when XStream and Jettison are not on its "
+                "classpath. Map and Object messages to it are refused from now on. Fix: link xstream.jar and "
+                "jettison.jar into the broker's lib directory and restart the gateway (docs/jms.md)",
+                name=self.name,
+                uri=self.settings.uri,
+                transformation=transformation,
+            )
+        return Failure(MessageRefused(f"{failure.getErrorMessage()}: {self.send_transformation_refused}"))
+
     def send(self, message: Message) -> Deferred[None]:
         """SEND with a receipt; fires once the broker confirmed.
 
@@ -551,25 +590,27 @@ class StompBrokerConnector:
         ``send_timeout``.
         """
         try:
-            headers, body, text = send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type)
+            headers, body, text = self._send_parts(message)
         except ConnectorError as error:
             self._sent_failed.inc()
             return fail(error)
         destination = message.destination
+        transformation = headers.get("transformation", "")
         protocol = self._protocol
         if protocol is not None:
             sending = protocol.send(destination, body, headers, text=text)
+            sending.addErrback(lambda failure: self._closed_at_transformed_send(protocol, transformation, failure))
             return sending.addCallbacks(self._send_confirmed, self._send_failed, errbackArgs=(message,))
-        written: list[bool] = []
+        written: list[StompClientProtocol] = []
 
         def send(protocol: StompClientProtocol) -> Deferred[Any]:
-            written.append(True)
+            written.append(protocol)
             return protocol.send(destination, body, headers, text=text)
 
         def settled(failure: Failure) -> Failure:
             if not written and isinstance(failure.value, ConnectorError):
                 failure.value.in_doubt = False  # the SEND never went out
-            return failure
+            return self._closed_at_transformed_send(written[0] if written else None, transformation, failure)
 
         work = self._when_ready()
         work.addCallback(send)
@@ -593,7 +634,7 @@ class StompBrokerConnector:
             self.send(message).addCallbacks(lambda _: settled(None, None), lambda f: settled(f.value, None))
             return
         try:
-            headers, body, text = send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type)
+            headers, body, text = self._send_parts(message)
         except ConnectorError as error:
             self._sent_failed.inc()
             settled(error, None)
@@ -638,27 +679,25 @@ class StompBrokerConnector:
         if not messages:
             return succeed(None)
         try:
-            parts = [
-                (message.destination, *send_frame_parts(message, amq_msg_type=self.settings.amq_msg_type))
-                for message in messages
-            ]
+            parts = [(message.destination, *self._send_parts(message)) for message in messages]
         except ConnectorError as error:
             self._sent_failed.inc(len(messages))
             return fail(error)
         transaction = f"{self.settings.client_id}-tx-{next(self._transaction_ids)}"
-        committed: list[bool] = []
+        transformation = next((p[1]["transformation"] for p in parts if "transformation" in p[1]), "")
+        committed: list[StompClientProtocol] = []
 
         def transact(protocol: StompClientProtocol) -> Deferred[Any]:
             protocol.begin(transaction)
             for destination, headers, body, text in parts:
                 protocol.send(destination, body, headers, text=text, receipt=False, transaction=transaction)
-            committed.append(True)
+            committed.append(protocol)
             return protocol.commit(transaction)
 
         def settled(failure: Failure) -> Failure:
             if not committed and isinstance(failure.value, ConnectorError):
                 failure.value.in_doubt = False  # no COMMIT went out: the broker rolls the transaction back
-            return failure
+            return self._closed_at_transformed_send(committed[0] if committed else None, transformation, failure)
 
         work = self._when_ready()
         work.addCallback(transact)

@@ -119,3 +119,51 @@ listen = "tcp:{admin}:interface=127.0.0.1"
     assert "XStream and Jettison" in health()["detail"]
     status = http(admin, "GET", "/status")[1]["connectors"]["amq"]
     assert status["transformation"] == "" and "XStream" in status["transformation_refused"]
+
+
+def test_a_bridge_whose_target_refuses_a_message_type_fails_instead_of_retrying_for_ever(
+    make_gateway: Callable[..., GatewayProcess], stock_activemq: ActiveMQBroker
+) -> None:
+    """A map message can reach a STOMP broker only as ``transformation:jms-map-json``; a stock
+    ActiveMQ closes the connection at it.  The bridge must not resend it for ever: it fails,
+    naming the message and the cause, and the message stays at the source (DUPLICATES_OK)."""
+    admin = free_port()
+    target = unique("stock-refused")
+    gateway = make_gateway(connector_toml(stock_activemq) + f"""
+[admin]
+listen = "tcp:{admin}:interface=127.0.0.1"
+
+[[bridges]]
+name = "maps"
+qos = "DUPLICATES_OK"
+failure_retry_interval = 200
+source = {{ connector = "embedded", destination = "/queue/maps" }}
+target = {{ connector = "amq", destination = "{target}" }}
+""")
+    sender = Client(gateway.address, text=True)
+    try:
+        sender.send("/queue/maps", '{"map":{"entry":[{"string":["k","v"]}]}}', receipt=True,
+                    transformation="jms-map-json", persistent="true")
+    finally:
+        sender.disconnect()
+
+    def bridge() -> dict[str, object]:
+        status, document, _ = http(admin, "GET", "/bridges/maps")
+        assert status == 200, document
+        return dict(document)
+
+    try:
+        wait_until(lambda: bridge()["state"] == "failed", timeout=30, what="bridge failed")
+    except AssertionError:
+        raise AssertionError(f"{bridge()}\n{gateway.log()[-3000:]}") from None
+    state = bridge()
+    assert "jms-map-json" in str(state["last_error"]) or "MapMessage" in str(state["last_error"]), state
+    assert int(str(state["retries"])) < 10, state
+    assert gateway.log().count("closed the connection, without an ERROR frame, at a SEND with") == 1
+    consumer = Client(gateway.address)
+    try:
+        consumer.subscribe("/queue/maps", "s", ack="client-individual")
+        frame = consumer.message(timeout=15)
+        assert frame.headers.get("transformation") == "jms-map-json" or b"k" in frame.body
+    finally:
+        consumer.disconnect()
