@@ -1,0 +1,201 @@
+"""The STOMP hot path in one process, without sockets: CPU-µs per message.
+
+Builds the gateway's own objects (:class:`gateway.app.Gateway` from the shipped
+config with the memory store, on a :class:`twisted.internet.task.Clock`),
+connects STOMP 1.2 clients through a transport that keeps what the server
+writes in a list (dropped after each reactor turn, as a socket would take
+it) and feeds the producer's SENDs in 200-frame reads, as the load
+generator of :mod:`bench.bench_throughput` writes them.  Only the server's calls are timed
+(not the clients' decoding and ACK building).  Every message is one
+SEND decoded, the session's SEND handling, the broker's dispatch, the
+MESSAGE built and encoded (and, with client acks, the ACK decoded and
+applied).  The kernel's send/recv and epoll are not in it: this measures
+the interpreter work per message, the part the optimisations change.
+
+Run: ``.venv/bin/python -m bench.hotpath_inprocess [--count N] [--rounds N] [--cprofile] [--workload W]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from twisted.internet.address import IPv4Address
+from twisted.internet.task import Clock
+
+from bench.common import host_state
+from gateway.app import Gateway
+from gateway.config import parse_config
+from gateway.stomp.codec import FrameDecoder, encode_frame
+from gateway.stomp.frame import Frame
+from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
+from tests.support.gateway import default_config
+
+WORKLOADS = ("auto", "client-individual", "client", "topic", "1k")
+
+
+class SinkTransport:
+    """What a TCP transport offers the protocol; keeps writes until :meth:`take`."""
+
+    disconnecting = False
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.producer: Any = None
+        self.paused = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def writeSequence(self, data: list[bytes]) -> None:
+        self.written.extend(data)
+
+    def take(self) -> bytes:
+        data = b"".join(self.written)
+        self.written.clear()
+        return data
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.producer = producer
+
+    def unregisterProducer(self) -> None:
+        self.producer = None
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+
+    def getPeer(self) -> IPv4Address:
+        return IPv4Address("TCP", "127.0.0.1", 40000)
+
+    def getHost(self) -> IPv4Address:
+        return IPv4Address("TCP", "127.0.0.1", 61613)
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        pass
+
+    def loseConnection(self) -> None:
+        self.disconnecting = True
+
+    def abortConnection(self) -> None:
+        self.disconnecting = True
+
+
+class Client:
+    """One STOMP 1.2 connection to the in-process server."""
+
+    def __init__(self, factory: StompServerFactory, clock: Clock) -> None:
+        self.clock = clock
+        self.transport = SinkTransport()
+        self.protocol: StompServerProtocol = factory.buildProtocol(None)
+        self.protocol.makeConnection(self.transport)  # type: ignore[arg-type]
+        self.decoder = FrameDecoder(version="1.2")
+        self.feed(encode_frame(Frame("CONNECT", {"accept-version": "1.2", "host": "localhost",
+                                                  "heart-beat": "0,0"}), "1.2"))
+        assert self.frames()[0].command == "CONNECTED"
+
+    def feed(self, data: bytes) -> None:
+        self.protocol.dataReceived(data)
+        while self.protocol._unread:  # the next input slices, one reactor turn each
+            self.clock.advance(0)
+
+    def frames(self) -> list[Frame]:
+        return [item for item in self.decoder.feed(self.transport.take()) if isinstance(item, Frame)]
+
+
+def build() -> tuple[Gateway, Clock]:
+    clock = Clock()
+    workdir = tempfile.mkdtemp(prefix="bench-hotpath-")
+    raw = default_config().replace('# persistence = "sqlite"', 'persistence = "memory"')
+    config = parse_config(__import__("tomllib").loads(raw))
+    config.gateway.data_dir = workdir
+    gateway = Gateway(config, clock)
+    gateway.start()
+    return gateway, clock
+
+
+def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> float:
+    """µs of CPU per message (per delivery for the topic) for ``count`` messages of ``workload``."""
+    gateway, clock = build()
+    factory = gateway.factory
+    producer = Client(factory, clock)
+    destination = "/topic/hot" if workload == "topic" else "/queue/hot"
+    ack = "auto" if workload in ("auto", "topic", "1k") else workload
+    consumers = [Client(factory, clock) for _ in range(10 if workload == "topic" else 1)]
+    for index, consumer in enumerate(consumers):
+        consumer.feed(encode_frame(Frame("SUBSCRIBE", {"destination": destination, "id": str(index), "ack": ack,
+                                                       "activemq.prefetchSize": "1000", "receipt": "s"}), "1.2"))
+        assert consumer.frames()[0].command == "RECEIPT"
+    body = b"x" * (1024 if workload == "1k" else 100)
+    send = encode_frame(Frame("SEND", {"destination": destination, "persistent": "false"}, body), "1.2")
+    batch = 200
+    chunk = send * batch
+    received = 0
+    used = 0.0  # only the server's work is timed (the clients' decoding and ACK building is not)
+    clock_time = time.process_time
+    gc.collect()
+    if profiler is not None:
+        profiler.enable()
+    for _ in range(count // batch):
+        started = clock_time()
+        producer.feed(chunk)
+        used += clock_time() - started
+        producer.transport.take()
+        for consumer in consumers:
+            data = consumer.transport.take()
+            if ack == "auto":
+                received += data.count(b"MESSAGE\n")
+                continue
+            frames = consumer.decoder.feed(data)
+            received += len(frames)
+            if ack == "client-individual":
+                acks = [encode_frame(Frame("ACK", {"id": frame.headers["ack"]}), "1.2") for frame in frames]
+            else:
+                acks = [encode_frame(Frame("ACK", {"id": frames[-1].headers["ack"]}), "1.2")] if frames else []
+            started = clock_time()
+            consumer.feed(b"".join(acks))
+            used += clock_time() - started
+            consumer.transport.take()
+    if profiler is not None:
+        profiler.disable()
+    expected = (count // batch) * batch * len(consumers)
+    assert received == expected, (received, expected)
+    gateway.stop()
+    return used / expected * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.hotpath_inprocess", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=50_000, help="messages per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per workload (the median is printed)")
+    parser.add_argument("--workload", choices=WORKLOADS, action="append", help="default: all")
+    parser.add_argument("--cprofile", action="store_true", help="one round under cProfile, top functions")
+    args = parser.parse_args(argv)
+    print(f"host: {host_state()}", flush=True)
+    workloads = args.workload or list(WORKLOADS)
+    if args.cprofile:
+        profiler = cProfile.Profile()
+        for workload in workloads:
+            run(workload, args.count, profiler)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        return 0
+    run("auto", 10_000)  # warm up
+    for workload in workloads:
+        figures = [run(workload, args.count) for _ in range(args.rounds)]
+        print(f"  {workload:<18} {statistics.median(figures):6.2f} µs/message (median of {args.rounds}; "
+              f"min {min(figures):.2f}, max {max(figures):.2f})", flush=True)
+    print(f"host at the end: {host_state()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
