@@ -196,6 +196,12 @@ class StompServerProtocol(Protocol):
                 self.factory.headers_dropped(frame, self.version, dropped)
                 dropped.clear()
 
+    def send_message(self, data: bytes) -> None:
+        if not self._closing:
+            self.messages_out += 1
+            self.factory.traffic.sent += 1
+            self.transport.write(data)  # type: ignore[union-attr]
+
     def send_heartbeat(self) -> None:
         if not self._closing:
             self.transport.write(HEARTBEAT)  # type: ignore[union-attr]

@@ -56,6 +56,7 @@ from gateway.login_throttle import LoginThrottle
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.stomp.codec import unrepresentable
+from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.frame import VERSIONS, Frame
 
 SERVER_NAME = f"jmsgateway/{__version__}"
@@ -72,6 +73,10 @@ class FrameSink(Protocol):
     """What the session writes to: the protocol glue."""
 
     def send_frame(self, frame: Frame) -> None: ...
+
+    def send_message(self, data: bytes) -> None:
+        """Write a MESSAGE frame already encoded for the negotiated version (:mod:`gateway.stomp.delivery`)."""
+        ...
 
     def send_heartbeat(self) -> None: ...
 
@@ -142,6 +147,8 @@ class StompSubscription:
         each MESSAGE it received, an earlier ACK covered this one)."""
         self.closed = False
         self.backlog: list[tuple[Message, Any]] | None = None
+        self.encoder: MessageEncoder | None = None
+        """Writes this subscription's MESSAGE frames (made at the first delivery, for the session's version)."""
 
     def deliver(self, message: Message, tag: Any) -> bool:
         if self.closed:
@@ -782,7 +789,15 @@ class StompSession:
                 message_id = message.message_id
                 subscription.message_ids[key] = message_id
                 subscription.by_message_id.setdefault(message_id, []).append(key)
-        self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
+        encoder = subscription.encoder
+        if encoder is None or encoder.version != self.version:
+            encoder = subscription.encoder = MessageEncoder(subscription.id, subscription.destination, self.version)
+        data = encoder.encode(message, ack)
+        if data is None:  # (a header only the general encoder writes, or leaves out)
+            self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
+        else:
+            self.last_sent = self.clock.seconds()
+            self.sink.send_message(data)
         return True
 
     def _outbound_failed(self, failure: Failure, subscription: StompSubscription, message: Message) -> None:

@@ -1,0 +1,169 @@
+"""MESSAGE frames for deliveries, written straight from the message.
+
+:class:`MessageEncoder` belongs to one subscription of one connection: its
+``destination`` and ``subscription`` lines are escaped and encoded once, for
+the connection's version.  :meth:`MessageEncoder.encode` turns a Text or
+Bytes message into the bytes ``encode_frame(message_to_frame(...))`` writes
+(:mod:`gateway.message.convert`, :mod:`gateway.stomp.codec`): the same
+headers in the same order, escaped the same way, without building a headers
+dict and a :class:`~gateway.stomp.frame.Frame` per delivery.  Whatever only
+the general encoder handles - a header the version cannot carry (a NUL, a
+CR, a line break in 1.0, a lone surrogate), left out and counted there; a
+property named like a header field the MESSAGE sets itself - makes it
+answer None, and the caller takes the general path.
+
+A message delivered to several subscriptions in a row (a topic's fan-out)
+has its header text and body encoded once: the last message's are kept and
+used again while the same message object comes back with the same
+redelivery marks (the only fields a broker changes on a message it holds;
+everything else is changed on a copy, :class:`~gateway.message.model.Message`).
+"""
+
+from __future__ import annotations
+
+from gateway.message.convert import property_to_header
+from gateway.message.model import BytesMessage, Message, TextMessage
+
+RESERVED = frozenset(
+    {
+        "destination",
+        "message-id",
+        "correlation-id",
+        "reply-to",
+        "type",
+        "persistent",
+        "priority",
+        "expires",
+        "timestamp",
+        "redelivered",
+        "content-length",
+        "subscription",
+        "ack",
+        "amq-msg-type",
+        "JMSXDeliveryCount",
+    }
+)
+"""Headers a MESSAGE sets itself: a property of one of these names takes the general path (which
+keeps its place or leaves it out as :func:`~gateway.message.convert.message_to_frame` says)."""
+
+
+def _escape(text: str, escaped: bool) -> str | None:
+    """``text`` as a header name or value of a MESSAGE; None where only the general encoder knows
+    what to do (a NUL, a CR; a line break when nothing is escaped)."""
+    if "\\" in text or ":" in text or "\n" in text or "\r" in text or "\x00" in text:
+        if "\x00" in text or "\r" in text:
+            return None
+        if not escaped:
+            return None if "\n" in text else text
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+    return text
+
+
+def _name(text: str, escaped: bool) -> str | None:
+    """A property name as a header name (in 1.0 a ``:`` cannot be in one)."""
+    if not escaped and ":" in text:
+        return None
+    return _escape(text, escaped)
+
+
+class MessageEncoder:
+    """The MESSAGE frames of one subscription, for one STOMP version."""
+
+    __slots__ = ("_escaped", "_prefix", "_subscription", "version")
+
+    _last: tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None = None
+    """The last message encoded (any subscription): message, version, its redelivery marks and
+    property count, then the header lines between ``destination`` and ``subscription``, the
+    ``content-length`` line and the body."""
+
+    def __init__(self, subscription_id: str, destination: str, version: str) -> None:
+        self.version = version
+        escaped = self._escaped = version != "1.0"
+        shown = _escape(destination, escaped)
+        sub_id = _escape(subscription_id, escaped)
+        self._prefix: bytes | None = None  # (None: every MESSAGE of this subscription takes the general path)
+        self._subscription = b""
+        if shown is not None and sub_id is not None:
+            try:
+                self._subscription = f"subscription:{sub_id}\n".encode()
+                self._prefix = f"MESSAGE\ndestination:{shown}\n".encode()
+            except UnicodeEncodeError:
+                pass
+
+    def encode(self, message: Message, ack: str | None) -> bytes | None:
+        """The MESSAGE frame of ``message`` with ``ack`` (1.2, not auto), or None: take the general path."""
+        prefix = self._prefix
+        if prefix is None:
+            return None
+        last = MessageEncoder._last
+        if (
+            last is not None
+            and last[0] is message
+            and last[1] == self.version
+            and last[2] == message.redelivered
+            and last[3] == message.redelivery_count
+            and last[4] == len(message.properties)
+        ):
+            middle, length, body = last[5], last[6], last[7]
+        else:
+            parts = self._parts(message)
+            if parts is None:
+                return None
+            middle, length, body = parts
+            MessageEncoder._last = (message, self.version, message.redelivered, message.redelivery_count,
+                                    len(message.properties), middle, length, body)
+        if ack is None:
+            return b"".join((prefix, middle, self._subscription, length, body, b"\x00"))
+        ack_line = _escape(ack, self._escaped)
+        if ack_line is None:
+            return None
+        try:
+            encoded_ack = f"ack:{ack_line}\n".encode()
+        except UnicodeEncodeError:
+            return None
+        return b"".join((prefix, middle, self._subscription, encoded_ack, length, body, b"\x00"))
+
+    def _parts(self, message: Message) -> tuple[bytes, bytes, bytes] | None:
+        """The header lines from ``message-id`` to ``JMSXDeliveryCount``, the ``content-length``
+        line with the blank line, and the body; None for the general path."""
+        properties = message.properties
+        if properties and not RESERVED.isdisjoint(properties):
+            return None
+        escaped = self._escaped
+        message_id = _escape(message.message_id, escaped)
+        if message_id is None:
+            return None
+        lines = [f"message-id:{message_id}"]
+        for name, field in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
+                            ("type", message.type)):
+            if field is not None:
+                text = _escape(field, escaped)
+                if text is None:
+                    return None
+                lines.append(f"{name}:{text}")
+        if message.persistent:
+            lines.append("persistent:true")
+        lines.append(f"priority:{message.priority}\nexpires:{message.expiration}\ntimestamp:{message.timestamp}")
+        if message.redelivered:
+            lines.append("redelivered:true")
+        for name, value in properties.items():
+            key = _name(name, escaped)
+            text = _escape(value if type(value) is str else property_to_header(value), escaped)
+            if key is None or text is None:
+                return None
+            lines.append(f"{key}:{text}")
+        if isinstance(message, BytesMessage):
+            lines.append("amq-msg-type:bytes")
+            body = message.body
+        else:
+            assert isinstance(message, TextMessage)
+            lines.append("amq-msg-type:text")
+            body = message.text.encode("utf-8") if message.text else b""
+        if message.redelivery_count > 0:
+            lines.append(f"JMSXDeliveryCount:{message.redelivery_count + 1}")
+        lines.append("")
+        try:
+            middle = "\n".join(lines).encode()
+        except UnicodeEncodeError:
+            return None
+        return middle, b"content-length:%d\n\n" % len(body), body
