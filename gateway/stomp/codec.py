@@ -193,8 +193,12 @@ class FrameDecoder:
     After a protocol violation it returns the error as the last item of the
     list and ignores everything fed afterwards.
 
-    The header block (command and headers, up to the blank line) is decoded
-    in one go once it is complete; until then only the bytes that arrived
+    A frame that arrived whole, with LF line ends, no escapes and within the
+    limits (what clients pipeline under load) is read in one pass
+    (:meth:`_whole_frame`); anything else takes the general path, which reads
+    and refuses exactly as if the shortcut were not there.  There, the header
+    block (command and headers, up to the blank line) is decoded in one go
+    once it is complete; until then only the bytes that arrived
     since the previous feed are examined, so decoding is linear in the input
     however it is chunked.  Limits are checked as bytes arrive: an oversized
     frame or header is refused before it is buffered whole.  The frame size
@@ -272,9 +276,11 @@ class FrameDecoder:
         self._buf += data
         try:
             while True:
-                frame = self._next_frame()
+                frame = self._whole_frame() if self._body_start < 0 and self._resume == self._pos else None
                 if frame is None:
-                    break
+                    frame = self._next_frame()
+                    if frame is None:
+                        break
                 yield frame
         except StompProtocolError as error:
             self._failed = True
@@ -295,6 +301,59 @@ class FrameDecoder:
             if self._body_start >= 0:
                 self._body_start -= pos
             self._pos = 0
+
+    def _whole_frame(self) -> Frame | None:
+        """The common case in one go: a frame that arrived whole, with LF line ends, no escapes
+        and within every limit.  None (nothing changed but heart-beats skipped) for anything
+        else, which :meth:`_next_frame` then reads, or refuses, from the same place."""
+        buf = self._buf
+        pos = self._pos
+        end = len(buf)
+        while pos < end and (buf[pos] == 10 or buf[pos] == 0):  # heart-beats, NUL padding
+            pos += 1
+        if pos != self._pos:
+            self._pos = self._scan = self._resume = pos
+        # No NUL may come before the blank line: the first NUL ends the frame, or its body has one.
+        first_nul = buf.find(b"\x00", pos)
+        if first_nul < 0:
+            return None
+        header_end = buf.find(b"\n\n", pos, first_nul)
+        limits = self.limits
+        if header_end < 0 or header_end - pos > limits.max_header_length:
+            return None
+        block = buf[pos:header_end]
+        if b"\r" in block:
+            return None
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        lines = text.split("\n")
+        command = lines[0]
+        if len(lines) - 1 > limits.max_headers or (
+                "\\" in text and self.version != "1.0" and command not in UNESCAPED_COMMANDS):
+            return None
+        headers: dict[str, str] = {}
+        for index in range(1, len(lines)):
+            name, colon, value = lines[index].partition(":")
+            if not colon:
+                return None
+            if name not in headers:
+                headers[name] = value
+        body_start = header_end + 2
+        length = headers.get("content-length")
+        if length is not None:
+            if not (length.isdigit() and length.isascii() and len(length) <= 18):
+                return None
+            terminator = body_start + int(length)
+            if terminator >= end or buf[terminator] != 0:
+                return None
+        else:
+            terminator = first_nul
+        if terminator - pos > limits.max_frame_size:
+            return None
+        self._pos = self._scan = self._resume = terminator + 1
+        return Frame(command, headers, bytes(buf[body_start:terminator]))
 
     def _next_frame(self) -> Frame | None:
         buf = self._buf

@@ -235,3 +235,50 @@ def test_encoded_headers_are_each_escaped_as_escape_header_says(version: str, co
                 for name, value in headers.items() if name not in dropped]
     head = encoded.decode("utf-8").split("\n\n", 1)[0]
     assert head.split("\n")[1:] == ([] if not expected else "\n".join(expected).split("\n"))
+
+
+class GeneralDecoder(FrameDecoder):
+    """The decoder without its whole-frame shortcut (:meth:`FrameDecoder._whole_frame`)."""
+
+    __slots__ = ()
+
+    def _whole_frame(self) -> Frame | None:
+        return None
+
+
+def outcome(items: list[Frame | StompProtocolError]) -> list[object]:
+    return [item if isinstance(item, Frame) else (type(item), item.message, item.detail) for item in items]
+
+
+HEADER_LINES = [b"h:v", b"h:w", b"a:b:c", b"k\\c:v\\n", b"bad\\t:x", b"nocolon", b"h:v\r", b"", b"x" * 30 + b":y",
+                b"content-length:3", b"content-length:0003", b"content-length:99", b"content-length: 3",
+                b"content-length:-1", b"content-length:" + b"9" * 20, "\u00e9:\u65e5".encode(), b"\xff:v"]
+
+
+@st.composite
+def frame_streams(draw: st.DrawFn) -> bytes:
+    """Frames made of a pool of header lines (repeats, escapes, CRs, content-lengths right and wrong,
+    invalid UTF-8) and bodies with and without NULs, with heart-beats between them."""
+    out = []
+    for _ in range(draw(st.integers(min_value=1, max_value=6))):
+        out.append(draw(st.sampled_from([b"", b"\n", b"\r\n", b"\x00", b"\n\n"])))
+        lines = [draw(st.sampled_from([b"SEND", b"CONNECT", b"MESSAGE", b"ACK", b""]))]
+        lines += draw(st.lists(st.sampled_from(HEADER_LINES), max_size=6))
+        out.append(b"\n".join(lines) + draw(st.sampled_from([b"\n\n", b"\n\r\n", b"\n"])))
+        out.append(draw(st.sampled_from([b"abc", b"", b"a\x00c", b"x" * 100])) + b"\x00")
+    return b"".join(out)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(garbage, streams().map(lambda stream: stream[2]), frame_streams()), st.sampled_from(VERSIONS),
+       st.lists(st.integers(min_value=0), max_size=10),
+       st.sampled_from([None, (150, 4, 40), (60, 2, 12), (60, 4, 200)]))
+def test_the_whole_frame_shortcut_reads_and_refuses_exactly_as_the_general_path(
+    data: bytes, version: str, cuts: list[int], limits: tuple[int, int, int] | None
+) -> None:
+    """Same frames, same error (message and detail) at the same place, however the bytes are cut."""
+    bounds = Limits(*limits) if limits else Limits()
+    fast, general = FrameDecoder(bounds, version), GeneralDecoder(bounds, version)
+    for chunk in split(data, cuts):
+        assert outcome(fast.feed(chunk)) == outcome(general.feed(chunk))
+        assert fast.buffered == general.buffered
