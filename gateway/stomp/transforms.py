@@ -67,6 +67,8 @@ class SessionTransforms:
         # transformation in the form it was sent, labelled (ActiveMQ does the same); any other
         # map still meets the GlassFish rule in the session.
         transformation = subscription.transformation or sent_form(message)
+        if self.chains.passes_through("outbound", transformation):  # (the usual case: nothing to build or run)
+            return message
         context = TransformContext(
             "outbound", message.destination, subscription.destination, session.login,
             transformation=transformation,
