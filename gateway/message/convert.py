@@ -85,11 +85,20 @@ def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: 
     message.correlation_id = headers.get("correlation-id")
     message.reply_to = headers.get("reply-to")
     message.type = headers.get("type")
-    message.persistent = persistent_header(headers, default_persistent)
-    priority = priority_header(headers)
-    if priority is not None:
-        message.priority = priority
-    message.expiration = expires_header(headers)
+    # (the helpers check a header's form; most SENDs carry none of these, or only persistent)
+    persistent = headers.get("persistent")
+    if persistent is None:
+        message.persistent = default_persistent
+    elif persistent == "false" or persistent == "true":
+        message.persistent = persistent == "true"
+    else:
+        message.persistent = persistent_header(headers, default_persistent)
+    if "priority" in headers:
+        priority = priority_header(headers)
+        if priority is not None:
+            message.priority = priority
+    if "expires" in headers:
+        message.expiration = expires_header(headers)
     properties = message.properties
     for name, value in headers.items():
         if name not in PROTOCOL_HEADERS:

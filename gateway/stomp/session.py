@@ -37,7 +37,7 @@ from gateway import __version__
 from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
-from gateway.connectors.destination_map import DestinationMap
+from gateway.connectors.destination_map import DestinationMap, Resolved
 from gateway.deferreds import gather
 from gateway.errors import GatewayError, SelectorError, StompProtocolError
 from gateway.flow import Congestion
@@ -61,8 +61,11 @@ from gateway.stomp.frame import VERSIONS, Frame
 
 SERVER_NAME = f"jmsgateway/{__version__}"
 TEMP_PREFIXES = {"/temp-queue/": "/remote-temp-queue/", "/temp-topic/": "/remote-temp-topic/"}
+_TEMP_CLIENT_PREFIXES = tuple(TEMP_PREFIXES)
 
 _session_ids = itertools.count(1)
+_UNSETTLED = (Failure, Deferred)
+"""What the result of a Deferred that has not succeeded is (a tuple: ``Failure | Deferred`` builds a union per call)."""
 
 COVERED_IDS = 4096
 """Message ids a STOMP 1.0/1.1 ``client`` subscription remembers as acknowledged (see
@@ -236,11 +239,13 @@ class StompSession:
 
     def frame_received(self, frame: Frame) -> None:
         """Handle one complete frame from the client."""
-        if self.state in ("closing", "closed", "disconnecting"):
-            return
-        if self.state == "connecting":
-            self._backlog.append(frame)
-            return
+        state = self.state
+        if state != "connected":
+            if state in ("closing", "closed", "disconnecting"):
+                return
+            if state == "connecting":
+                self._backlog.append(frame)
+                return
         try:
             handler = self._handlers.get(frame.command)
             if handler is None:
@@ -337,7 +342,7 @@ class StompSession:
 
     def _track(self, d: Deferred[Any], frame: Frame) -> None:
         """Send the RECEIPT when ``d`` succeeds, ERROR when it fails."""
-        if d.called and not isinstance(getattr(d, "result", None), Failure | Deferred):
+        if d.called and not isinstance(getattr(d, "result", None), _UNSETTLED):
             self._receipt(frame)
             return
         self._pending.add(d)
@@ -502,12 +507,16 @@ class StompSession:
         return transaction
 
     def _on_send(self, frame: Frame) -> None:
-        destination = self._required(frame, "destination")
+        headers = frame.headers
+        destination = headers.get("destination")
+        if not destination:
+            destination = self._required(frame, "destination")  # (raises)
         if self.authorizer is not None and not self._authorized(frame, destination, "write"):
             return
-        transaction = self._transaction(frame)
-        headers = frame.headers
-        if transaction is None and "receipt" not in headers and not destination.startswith("/temp-"):
+        transaction = self._transaction(frame) if "transaction" in headers else None
+        resolved: Resolved | None = None
+        temporary = destination.startswith("/temp-")
+        if transaction is None and "receipt" not in headers and not temporary:
             resolved = self.destinations.resolve(destination)  # (cached; only a forwarding target pays more)
             if (
                 resolved.forward is not None
@@ -519,8 +528,8 @@ class StompSession:
                     self._hold_for(resolved.congestion)
                 return
         message = frame_to_message(frame, default_persistent=self.default_persistent)
-        message.destination = self._server_destination(destination, create=True)
-        if message.reply_to is not None and message.reply_to.startswith(tuple(TEMP_PREFIXES)):
+        message.destination = self._server_destination(destination, create=True) if temporary else destination
+        if message.reply_to is not None and message.reply_to.startswith(_TEMP_CLIENT_PREFIXES):
             message.reply_to = self._server_destination(message.reply_to, create=True)
         sending: Message | None = message
         if self.transformer is not None:
@@ -532,7 +541,8 @@ class StompSession:
                 return
             sending = transformed
         if sending is not None and transaction is None:
-            resolved = self.destinations.resolve(sending.destination)
+            if resolved is None or sending.destination is not destination:  # (a transformer may have moved it)
+                resolved = self.destinations.resolve(sending.destination)
             sending.destination = resolved.destination
             if resolved.post is not None:
                 self._post(resolved.post, sending, frame)
@@ -936,7 +946,7 @@ class StompSession:
             return gather(work)
 
         stored = gather(sends) if sends else succeed(None)
-        if stored.called and not isinstance(getattr(stored, "result", None), Failure | Deferred):
+        if stored.called and not isinstance(getattr(stored, "result", None), _UNSETTLED):
             self._track(settle(None), frame)
             return
         committed: Deferred[Any] = Deferred()
