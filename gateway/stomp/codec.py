@@ -73,6 +73,24 @@ def unescape_header(text: str, version: str) -> str:
     return _ESCAPE_SEQUENCE.sub(replace, text)
 
 
+def _unescape_known(text: str, version: str) -> str | None:
+    """:func:`unescape_header` for 1.1 and 1.2 by ``str.replace`` on text without a NUL (a header
+    block's); None if an escape is undefined (the general path then says which)."""
+    if "\\" not in text:
+        return text
+    # Pairs of backslashes first (str.replace pairs them from the left, as a reader does), held as NUL.
+    held = text.replace("\\\\", "\x00")
+    bare = held.replace("\\c", "").replace("\\n", "")
+    if version == "1.2":
+        bare = bare.replace("\\r", "")
+    if "\\" in bare:
+        return None
+    held = held.replace("\\c", ":").replace("\\n", "\n")
+    if version == "1.2":
+        held = held.replace("\\r", "\r")
+    return held.replace("\x00", "\\")
+
+
 _UNSAFE_NAME_10 = re.compile("[:\n\x00]")
 _NEEDS_ESCAPE = re.compile("[\\\\:\n\r]")
 
@@ -193,8 +211,8 @@ class FrameDecoder:
     After a protocol violation it returns the error as the last item of the
     list and ignores everything fed afterwards.
 
-    A frame that arrived whole, with LF line ends, no escapes and within the
-    limits (what clients pipeline under load) is read in one pass
+    A frame that arrived whole, with LF line ends and within the limits
+    (what clients pipeline under load) is read in one pass
     (:meth:`_whole_frame`); anything else takes the general path, which reads
     and refuses exactly as if the shortcut were not there.  There, the header
     block (command and headers, up to the blank line) is decoded in one go
@@ -303,8 +321,8 @@ class FrameDecoder:
             self._pos = 0
 
     def _whole_frame(self) -> Frame | None:
-        """The common case in one go: a frame that arrived whole, with LF line ends, no escapes
-        and within every limit.  None (nothing changed but heart-beats skipped) for anything
+        """The common case in one go: a frame that arrived whole, with LF line ends, valid
+        escapes and within every limit.  None (nothing changed but heart-beats skipped) for anything
         else, which :meth:`_next_frame` then reads, or refuses, from the same place."""
         buf = self._buf
         pos = self._pos
@@ -330,16 +348,31 @@ class FrameDecoder:
             return None
         lines = text.split("\n")
         command = lines[0]
-        if len(lines) - 1 > limits.max_headers or (
-                "\\" in text and self.version != "1.0" and command not in UNESCAPED_COMMANDS):
+        if len(lines) - 1 > limits.max_headers:
             return None
         headers: dict[str, str] = {}
-        for index in range(1, len(lines)):
-            name, colon, value = lines[index].partition(":")
-            if not colon:
-                return None
-            if name not in headers:
-                headers[name] = value
+        version = self.version
+        if "\\" in text and version != "1.0" and command not in UNESCAPED_COMMANDS:
+            for index in range(1, len(lines)):  # (a MESSAGE's message-id often has an escaped ':')
+                line = lines[index]
+                name, colon, value = line.partition(":")
+                if not colon:
+                    return None
+                if "\\" in line:
+                    known_name = _unescape_known(name, version)
+                    known_value = _unescape_known(value, version)
+                    if known_name is None or known_value is None:
+                        return None
+                    name, value = known_name, known_value
+                if name not in headers:
+                    headers[name] = value
+        else:
+            for index in range(1, len(lines)):
+                name, colon, value = lines[index].partition(":")
+                if not colon:
+                    return None
+                if name not in headers:
+                    headers[name] = value
         body_start = header_end + 2
         length = headers.get("content-length")
         if length is not None:

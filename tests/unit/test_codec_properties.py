@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import StompProtocolError
-from gateway.stomp.codec import FrameDecoder, Limits, encode_frame, escape_header, unescape_header
+from gateway.stomp.codec import FrameDecoder, Limits, _unescape_known, encode_frame, escape_header, unescape_header
 from gateway.stomp.frame import COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -282,3 +282,14 @@ def test_the_whole_frame_shortcut_reads_and_refuses_exactly_as_the_general_path(
     for chunk in split(data, cuts):
         assert outcome(fast.feed(chunk)) == outcome(general.feed(chunk))
         assert fast.buffered == general.buffered
+
+
+@SETTINGS
+@given(st.sampled_from(["1.1", "1.2"]),
+       st.lists(st.sampled_from(["\\", "\\\\", "c", "n", "r", "t", ":", "x", "\n"]), max_size=12).map("".join))
+def test_the_shortcut_unescapes_as_unescape_header_does(version: str, text: str) -> None:
+    try:
+        expected: str | None = unescape_header(text, version)
+    except StompProtocolError:
+        expected = None
+    assert _unescape_known(text, version) == expected
