@@ -64,6 +64,8 @@ TEMP_PREFIXES = {"/temp-queue/": "/remote-temp-queue/", "/temp-topic/": "/remote
 _TEMP_CLIENT_PREFIXES = tuple(TEMP_PREFIXES)
 
 _session_ids = itertools.count(1)
+_STOMP_MESSAGES = (TextMessage, BytesMessage)
+"""The message types a STOMP client can receive (the GlassFish rule)."""
 _UNSETTLED = (Failure, Deferred)
 """What the result of a Deferred that has not succeeded is (a tuple: ``Failure | Deferred`` builds a union per call)."""
 
@@ -778,7 +780,7 @@ class StompSession:
             if subscription.subscription is not None and subscription.ack_mode != "auto":
                 subscription.subscription.ack([tag])
             return True
-        if not isinstance(message, TextMessage | BytesMessage):
+        if not isinstance(message, _STOMP_MESSAGES):
             # The GlassFish rule: only Text and Bytes messages reach STOMP clients.
             hint = ("; SUBSCRIBE with transformation:jms-map-json or jms-map-xml to receive a map"
                     if isinstance(message, MapMessage) else "")
