@@ -1,4 +1,4 @@
-"""Fairness and heart-beats under full load, on the real gateway process.
+"""Fairness, heart-beats and flow control under full load, on the real gateway process.
 
 One connection floods the gateway with pipelined SENDs (200 to a write, as fast
 as the socket takes them) and another drains them, while other connections
@@ -6,6 +6,8 @@ exchange one message at a time with a receipt and others only exchange
 heart-beats.  The flood must not starve anyone: every round trip of the
 others completes within a bound, the gateway's heart-beats to the idle
 connections keep coming, and none of them is closed for a missed heart-beat.
+And a consumer that stops reading is paused by the transport's back-pressure
+while the flood goes to the consumer that reads.
 """
 
 from __future__ import annotations
@@ -161,3 +163,48 @@ def test_a_flooding_connection_starves_neither_the_others_nor_their_heart_beats(
         gap = max(later - earlier for earlier, later in itertools.pairwise(arrivals))
         assert len(arrivals) >= 2 + FLOOD_SECONDS / INTERVAL / 2, f"idle connection {index}: {len(arrivals) - 2} beats"
         assert gap < 3 * INTERVAL, f"idle connection {index}: {gap:.2f}s without a heart-beat (interval {INTERVAL}s)"
+
+
+def test_a_consumer_that_stops_reading_is_paused_and_the_flood_goes_to_the_one_that_reads(
+    make_gateway: Callable[..., GatewayProcess],
+) -> None:
+    """Two auto-ack consumers of one queue; one never reads.  The gateway stops handing it
+    messages once its socket and the transport's buffer are full (auto ack has no prefetch
+    window: only the transport's back-pressure stops it), so the reading one gets the rest."""
+    gateway = make_gateway()
+    address = gateway.address
+    queue = f"/queue/stall.{uuid.uuid4().hex}"
+    total, size = 3_000, 8_192
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect(address)
+    stalled.sendall(b"CONNECT\naccept-version:1.2\nhost:x\nheart-beat:0,0\n\n\x00")
+    stalled.sendall(f"SUBSCRIBE\nid:0\ndestination:{queue}\nack:auto\nreceipt:s\n\n\x00".encode())
+    reader, rest = connect(address, "0,0")
+    buffer = bytearray(rest)
+    reader.sendall(f"SUBSCRIBE\nid:0\ndestination:{queue}\nack:auto\nreceipt:s\n\n\x00".encode())
+    read_frames(reader, buffer, lambda frames: any(f.startswith(b"RECEIPT") for f in frames))
+    time.sleep(0.2)  # (the stalled consumer's SUBSCRIBE is handled by now)
+    producer, _ = connect(address, "0,0")
+    frame = f"SEND\ndestination:{queue}\ncontent-length:{size}\n\n".encode() + b"x" * size + b"\x00"
+    for _ in range(total // 100):
+        producer.sendall(frame * 100)
+    producer.sendall(b"SEND\ndestination:/queue/none\nreceipt:done\n\nx\x00")
+    read_frames(producer, bytearray(), lambda frames: any(f.startswith(b"RECEIPT") for f in frames))
+    received = buffer.count(b"MESSAGE\n")
+    reader.settimeout(3.0)
+    tail = b""
+    try:
+        while received < total:
+            chunk = reader.recv(1 << 20)
+            if not chunk:
+                break
+            received += (tail + chunk).count(b"MESSAGE\n")  # (a command cut by a read is counted once)
+            tail = chunk[-7:]
+    except TimeoutError:
+        pass
+    # Without back-pressure the round robin would give the stalled consumer every other message.
+    assert received >= total * 0.75, f"the reading consumer got {received} of {total}"
+    stalled.close()
+    reader.close()
+    producer.close()
