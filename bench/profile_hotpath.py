@@ -38,8 +38,8 @@ from bench.stomp_load import Workload, run_pair
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # (layer, markers in a frame "function (file:line)"); the innermost frame that matches decides.
-    ("codec decode", ("FrameDecoder.", "unescape_header (")),
-    ("MESSAGE encode", ("gateway/stomp/codec.py",)),  # encode_frame and its helpers
+    ("codec decode", ("FrameDecoder.", "unescape_header (", "_unescape_known (")),
+    ("MESSAGE encode", ("gateway/stomp/codec.py", "gateway/stomp/delivery.py")),  # encode_frame, MessageEncoder
     ("message conversion", ("gateway/message/",)),
     ("broker dispatch", ("gateway/broker/", "gateway/connectors/", "gateway/destinations")),
     ("session", ("gateway/stomp/session.py", "gateway/stomp/transforms.py", "gateway/stomp/traffic.py",
@@ -51,6 +51,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("reactor (epoll, timers)", ("twisted/internet/",)),
     ("prometheus metrics", ("prometheus_client/",)),
 ]
+
+
+IDLE_LEAVES = ("Condition.wait (threading.py", "wait (threading.py")
+"""Leaf frames of a thread that waits (the reactor's idle thread pool), left out of the shares."""
 
 
 def layer_of(stack: list[str]) -> str:
@@ -70,6 +74,8 @@ def attribute(raw: Path) -> tuple[collections.Counter[str], collections.Counter[
         if not stack_text:
             continue
         stack = stack_text.split(";")
+        if stack[-1].startswith(IDLE_LEAVES):  # a thread-pool thread waiting for work (py-spy counts it)
+            continue
         layers[layer_of(stack)] += int(count)
         leaves[stack[-1]] += int(count)
     return layers, leaves
