@@ -344,7 +344,8 @@ class StompSession:
 
     def _track(self, d: Deferred[Any], frame: Frame) -> None:
         """Send the RECEIPT when ``d`` succeeds, ERROR when it fails."""
-        if d.called and not isinstance(getattr(d, "result", None), _UNSETTLED):
+        # (a settled result is mostly None; Deferred is an ABC, so isinstance against it costs ~1 µs)
+        if d.called and (getattr(d, "result", None) is None or not isinstance(d.result, _UNSETTLED)):
             self._receipt(frame)
             return
         self._pending.add(d)
@@ -766,7 +767,7 @@ class StompSession:
             except Exception:
                 self._outbound_failed(Failure(), subscription, message)
                 return False
-            if isinstance(transformed, Deferred):
+            if transformed is not message and isinstance(transformed, Deferred):
                 transformed.addCallback(self._deliver_transformed, subscription, tag)
                 transformed.addErrback(self._outbound_failed, subscription, message)
                 return True
