@@ -21,6 +21,7 @@ import argparse
 import cProfile
 import gc
 import pstats
+import shutil
 import statistics
 import sys
 import tempfile
@@ -173,6 +174,7 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     expected = (count // batch) * batch * len(consumers)
     assert received == expected, (received, expected)
     gateway.stop()
+    shutil.rmtree(gateway.config.gateway.data_dir, ignore_errors=True)
     return used / expected * 1e6
 
 
