@@ -42,7 +42,8 @@ class Gateway:
         self.reactor = reactor
         self.registry = registry or CollectorRegistry()
         self.store = build_store(config, reactor)
-        self.broker = EmbeddedBroker(reactor, config.broker, self.store, self.registry)
+        self.broker = EmbeddedBroker(reactor, config.broker, self.store, self.registry,
+                                     page_path=config.data_path(page_file_name(config.broker.database)))
         self.connectors: dict[str, IConnector] = {"embedded": self.broker}
         for name, options in config.connectors.items():
             self.connectors[name] = create_connector(
@@ -130,6 +131,12 @@ def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
         synchronous=settings.synchronous.upper(), max_size=settings.max_size, min_free=settings.min_free,
     )
     return store
+
+
+def page_file_name(database: str) -> str:
+    """The page file beside the message store ``database`` (``broker.sqlite`` -> ``broker-pages.sqlite``)."""
+    stem, dot, suffix = database.rpartition(".")
+    return f"{stem}-pages.{suffix}" if dot and stem else f"{database}-pages"
 
 
 def build_gateway(config: GatewayConfig, reactor: Any, registry: CollectorRegistry | None = None) -> Gateway:

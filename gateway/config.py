@@ -18,7 +18,7 @@ import os
 import tomllib
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from gateway.admin.settings import AdminSettings
 from gateway.bridges.config import BridgeConfig
@@ -33,6 +33,16 @@ DEFAULT_CONFIG = "etc/jmsgateway.toml"
 
 Positive = Annotated[Int, Field(ge=1)]
 NotNegative = Annotated[Int, Field(ge=0)]
+
+
+def _size(value: Any) -> int:
+    from gateway.broker.limits import parse_size
+
+    return parse_size(value)
+
+
+Size = Annotated[Int, Field(ge=0), BeforeValidator(_size, json_schema_input_type=int | str)]
+"""A size in bytes: an integer, or a string such as "64MB", "1GiB", "512KiB" (K/M/G are powers of 1024)."""
 
 
 class GatewaySection(Section):
@@ -85,6 +95,21 @@ class StompSettings(Section):
     """Connections from one client address (0: no cap)."""
 
 
+class DestinationLimits(Section):
+    """``[broker.destinations."PATTERN"]``: the memory limit and full policy of matching destinations."""
+
+    max_size: Size = 0
+    """Bytes of queued messages one matching destination may hold in memory (0: only memory_limit applies)."""
+    full_policy: Literal["PAGE", "BLOCK", "FAIL", "DROP"] = "PAGE"
+    """What a full destination does with a SEND: PAGE (accept, keep only a window in memory),
+    BLOCK (stop reading from its senders), FAIL (refuse with an ERROR) or DROP (discard, counted)."""
+
+    @field_validator("full_policy", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
 class BrokerSettings(Section):
     """``[broker]``: the embedded broker."""
 
@@ -106,6 +131,11 @@ class BrokerSettings(Section):
     """Largest store in bytes (0: no limit)."""
     min_free: NotNegative = 16 * 1024 * 1024
     """Free disk bytes the store keeps (0: no check)."""
+    memory_limit: Size | None = None
+    """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
+    Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md)."""
+    destinations: dict[str, DestinationLimits] = {}
+    """Destination pattern ("/queue/orders.>", "/queue/*.audit", an fnmatch glob) -> max_size, full_policy."""
 
     @field_validator("synchronous")
     @classmethod

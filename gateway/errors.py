@@ -88,6 +88,13 @@ class MessageRefused(ConnectorError):
     in_doubt = False
 
 
+class DestinationFull(ConnectorError):
+    """The destination reached its memory limit and its ``full_policy`` is FAIL:
+    the message was not taken (nothing stored); it may be sent again later."""
+
+    in_doubt = False
+
+
 class StaleDelivery(ConnectorError):
     """An acknowledgement of a delivery made on a previous connection (or Kafka
     group generation): the source redelivers that message, so it was not acknowledged."""

@@ -269,6 +269,16 @@ class IFlowControlled(IConnector):
     congestion = Attribute("the connector's :class:`gateway.flow.Congestion`")
 
 
+class IDestinationFlowControlled(IConnector):
+    """A connector that holds back the senders of one destination at a time (the
+    embedded broker's ``full_policy = "BLOCK"``); the session waits on the
+    :class:`gateway.flow.Congestion` it gives as it does on :class:`IFlowControlled`'s."""
+
+    def congestion_for(destination: str) -> Any:
+        """The :class:`gateway.flow.Congestion` of ``destination``'s senders, or None when
+        sends to it are never held (asked once per destination and cached)."""
+
+
 class ITransactedSubscription(ISubscription):
     """A subscription whose deliveries can be acknowledged in the same local
     transaction as sends to the same provider (:class:`ILocalTransactionSource`).

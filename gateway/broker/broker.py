@@ -12,6 +12,12 @@ goes to the dead-letter queue.  Expired messages are never delivered.
 Persistent messages (to queues and durable subscriptions) are written to the
 :class:`IMessageStore` before the send's Deferred fires and before anyone can
 consume them; the broker recovers them from the store at start.
+
+Memory is bounded (docs/paging.md): queues hold what fits within
+``memory_limit`` and their destination's ``max_size`` and page the rest out
+(:mod:`gateway.broker.paging`); a destination whose ``full_policy`` is BLOCK,
+FAIL or DROP holds back its senders, refuses or discards instead
+(:mod:`gateway.broker.limits`).
 """
 
 from __future__ import annotations
@@ -20,24 +26,38 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.limits import (
+    BLOCK,
+    DROP,
+    FAIL,
+    PAGE,
+    DestinationPolicies,
+    DestinationPolicy,
+    MemoryUsage,
+    default_memory_limit,
+    message_size,
+)
+from gateway.broker.paging import PageFile
 from gateway.broker.publication import PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
 from gateway.broker.store import DurableRecord, MemoryStore, Snapshot, durable_key
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
-from gateway.errors import ConnectorError, DestinationError, GatewayError
+from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError
+from gateway.flow import Congestion
 from gateway.interfaces import (
     Capability,
     Health,
     IConnector,
     IConsumer,
+    IDestinationFlowControlled,
     IMessageStore,
     IStatusReporting,
     ISubscription,
@@ -87,6 +107,9 @@ class BrokerMetrics:
         "redelivered": "Deliveries returned for redelivery",
         "dead_lettered": "Messages moved to a dead-letter queue",
         "expired": "Expired messages dropped undelivered",
+        "dropped": "Messages discarded because their destination was full (full_policy DROP)",
+        "refused_full": "Sends refused because their destination was full (full_policy FAIL)",
+        "paged_out": "Messages written to the page file because memory was full",
     }
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
@@ -96,18 +119,29 @@ class BrokerMetrics:
         self.redelivered = Tally()
         self.dead_lettered = Tally()
         self.expired = Tally()
+        self.dropped = Tally()
+        self.refused_full = Tally()
+        self.paged_out = Tally()
+        self.gauges: Callable[[], Iterator[Metric]] | None = None
+        """The broker's memory and paging gauges, read at each scrape."""
         self.registry.register(self)
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         for name, documentation in self._COUNTERS.items():
             family = CounterMetricFamily(f"jmsgateway_broker_{name}", documentation)
             family.add_metric([], getattr(self, name).count)
             yield family
+        if self.gauges is not None:
+            yield from self.gauges()
 
 
-@implementer(IConnector, IStatusReporting)
+@implementer(IConnector, IStatusReporting, IDestinationFlowControlled)
 class EmbeddedBroker:
-    """Queues, topics and durable subscriptions in this process (IConnector)."""
+    """Queues, topics and durable subscriptions in this process (IConnector).
+
+    :param page_path: the page file (queues past their memory limit page out
+        there); None keeps pages in SQLite's memory (tests).
+    """
 
     log = Logger()
     name = "embedded"
@@ -120,11 +154,23 @@ class EmbeddedBroker:
         settings: BrokerSettings | None = None,
         store: IMessageStore | None = None,
         registry: CollectorRegistry | None = None,
+        page_path: str | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings or BrokerSettings()
         self.store: IMessageStore = store or MemoryStore()
         self.metrics = BrokerMetrics(registry)
+        self.metrics.gauges = self._gauges
+        self.memory = MemoryUsage(self.settings.memory_limit or default_memory_limit())
+        self.memory.on_release = self._room_made
+        self.policies = DestinationPolicies(self.settings.destinations)
+        self._pages = PageFile(page_path, getattr(clock, "callLater", None))
+        self._congestions: dict[str, Congestion] = {}
+        """Senders of each BLOCK destination (asked for by the sessions)."""
+        self._blocked: set[str] = set()
+        """BLOCK destinations whose senders are held until room is made."""
+        self._full: set[str] = set()
+        """Destinations reported full (logged once per episode)."""
         self.queues: dict[str, MessageQueue] = {}
         self.topics: dict[str, list[MessageQueue]] = {}
         self.durables: dict[str, MessageQueue] = {}
@@ -140,6 +186,7 @@ class EmbeddedBroker:
 
     def start(self) -> Deferred[None]:
         """Open the store and recover its queues and durable subscriptions."""
+        self._pages.discard_stale()
         d: Deferred[Snapshot] = self.store.open()
 
         def recovered(snapshot: Snapshot) -> Deferred[Any]:
@@ -157,6 +204,7 @@ class EmbeddedBroker:
         # after this point are not written (sends and ACKs still fail).
         self._bookkeeping = False
         result: Deferred[None] = self.store.close()
+        self._pages.close()
         return result
 
     def recover(self, snapshot: Snapshot) -> Deferred[Any]:
@@ -194,6 +242,24 @@ class EmbeddedBroker:
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
+
+    def page_file(self) -> PageFile:
+        return self._pages
+
+    def policy(self, destination: str) -> DestinationPolicy:
+        return self.policies.for_destination(destination)
+
+    def paging(self, queue: MessageQueue, started: bool) -> None:
+        if started:
+            self.metrics.paged_out.inc()
+            self.log.warn(
+                "{queue} reached its memory limit ({limit}): paging its messages out to {path}",
+                queue=queue.key, path=self._pages.path or "memory",
+                limit=f"max_size {queue.max_size} bytes" if queue.max_size and queue.full()
+                else f"memory_limit {self.memory.limit} bytes",
+            )
+        else:
+            self.log.info("{queue} read its last paged message back: no longer paging", queue=queue.key)
 
     def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None]:
         self.metrics.consumed.inc()
@@ -256,6 +322,10 @@ class EmbeddedBroker:
             targets = self._targets(message)
         except GatewayError as error:
             return fail(error)
+        if targets and (self.policies or self.memory.full):
+            refusal = self._admit(message, targets)
+            if refusal is not None:
+                return refusal
         if (message.persistent and self._persist_all) or self._publishing.busy(message.destination):
             return self._store_then_enqueue([(message, targets)])
         if message.expiration and message.is_expired(self.now_ms()):
@@ -272,7 +342,100 @@ class EmbeddedBroker:
             plan = [(message, self._targets(message)) for message in messages]
         except GatewayError as error:
             return fail(error)
+        if self.policies or self.memory.full:
+            admitted = []
+            for message, targets in plan:
+                refusal = self._admit(message, targets) if targets else None
+                if refusal is None:
+                    admitted.append((message, targets))
+                elif refusal.called and getattr(refusal, "result", None) is not None:
+                    return refusal  # FAIL: the whole transaction is refused, nothing stored
+            plan = admitted
         return self._store_then_enqueue(plan)
+
+    # -- memory limits -----------------------------------------------------
+
+    def _over(self, queue: MessageQueue, size: int) -> bool:
+        """Whether ``size`` more bytes would pass ``queue``'s ``max_size`` (counting what it
+        paged out) or the broker's ``memory_limit``."""
+        if queue.max_size and queue.memory + queue.paged_size + size > queue.max_size:
+            return True
+        return self.memory.used + size > self.memory.limit
+
+    def _admit(self, message: Message, targets: list[MessageQueue]) -> Deferred[None] | None:
+        """None when ``message`` may go on (PAGE, or room, or BLOCK: taken, senders held);
+        a Deferred to answer the send with when its destination's policy is FAIL or DROP."""
+        destination = message.destination
+        size = 0
+        for queue in targets:
+            policy = queue.policy
+            if policy.full_policy == PAGE:
+                continue
+            size = size or message_size(message)
+            if not self._over(queue, size):
+                continue
+            limit = (f"max_size {queue.max_size} bytes" if queue.max_size and queue.memory + queue.paged_size
+                     + size > queue.max_size else f"memory_limit {self.memory.limit} bytes")
+            self._report_full(destination, policy, limit)
+            if policy.full_policy == BLOCK:
+                self._block(destination)
+                return None
+            if policy.full_policy == DROP:
+                self.metrics.dropped.inc()
+                return succeed(None)
+            self.metrics.refused_full.inc()
+            return fail(DestinationFull(
+                f"{destination} is full: its queued messages reached {limit} (full_policy FAIL); "
+                "the message was not stored"
+            ))
+        if destination in self._full:
+            self._full.discard(destination)
+            self.log.info("{destination} has room again: sends are accepted", destination=destination)
+        return None
+
+    def _report_full(self, destination: str, policy: DestinationPolicy, limit: str) -> None:
+        if destination in self._full:
+            return
+        self._full.add(destination)
+        action = {BLOCK: "its senders are held until consumers make room", FAIL: "sends are refused",
+                  DROP: "sends are discarded"}[policy.full_policy]
+        self.log.warn("{destination} reached its {limit}: {action} (full_policy {policy})",
+                      destination=destination, limit=limit, action=action, policy=policy.full_policy)
+
+    def congestion_for(self, destination: str) -> Congestion | None:
+        """:class:`IDestinationFlowControlled`: the senders of a BLOCK destination."""
+        if self.policy(destination).full_policy != BLOCK:
+            return None
+        congestion = self._congestions.get(destination)
+        if congestion is None:
+            congestion = self._congestions[destination] = Congestion(f"embedded broker destination {destination}")
+        return congestion
+
+    def _block(self, destination: str) -> None:
+        congestion = self.congestion_for(destination)
+        if congestion is None:
+            return
+        congestion.pauseProducing()
+        self._blocked.add(destination)
+        self.memory.waiting = True
+
+    def _room_made(self) -> None:
+        """Memory was freed while BLOCK destinations wait: release those with room now."""
+        for destination in list(self._blocked):
+            try:
+                targets = [self._queue(destination)] if destination_kind(destination) == "queue" \
+                    else self.topics.get(destination, [])
+            except GatewayError:
+                targets = []
+            if any(self._over(queue, 0) for queue in targets):
+                continue
+            self._blocked.discard(destination)
+            self._full.discard(destination)
+            self.log.info("{destination} has room again: its senders are released", destination=destination)
+            congestion = self._congestions.get(destination)
+            if congestion is not None:
+                congestion.resumeProducing()
+        self.memory.waiting = bool(self._blocked)
 
     def _store_then_enqueue(self, plan: list[tuple[Message, list[MessageQueue]]]) -> Deferred[None]:
         """Write the persistent messages of ``plan`` (one transaction), then make all visible.
@@ -516,13 +679,44 @@ class EmbeddedBroker:
         return Health(True, f"{len(self.queues)} queues, {pending} messages pending")
 
     def status(self) -> dict[str, Any]:
-        """Queue depths and consumer counts (admin and tests)."""
+        """Queue depths, consumer counts, memory against the limits, paging (admin and tests)."""
         return {
+            "memory": {"used": self.memory.used, "limit": self.memory.limit, "full": self.memory.full,
+                       "page_file": self._pages.path if self._pages.opened else None},
             "queues": {name: {"pending": len(q), "consumers": len(q.consumers), "inflight": q.inflight}
                        for name, q in self.queues.items()},
             "durables": {key: {"pending": len(q), "active": bool(q.consumers)} for key, q in self.durables.items()},
             "topics": {name: len(subs) for name, subs in self.topics.items()},
+            "paging": {key: _queue_memory(q) for key, q in [*self.queues.items(), *self.durables.items()]},
         }
+
+    def _gauges(self) -> Iterator[Metric]:
+        memory = self.memory
+        yield GaugeMetricFamily("jmsgateway_broker_memory_used_bytes",
+                                "Bytes queued messages take in memory (estimated)", value=memory.used)
+        yield GaugeMetricFamily("jmsgateway_broker_memory_limit_bytes",
+                                "The embedded broker's memory_limit", value=memory.limit)
+        labels = ["destination", "full_policy"]
+        in_memory = GaugeMetricFamily("jmsgateway_broker_destination_memory_bytes",
+                                      "Bytes of a destination's pending messages held in memory", labels=labels)
+        limit = GaugeMetricFamily("jmsgateway_broker_destination_max_size_bytes",
+                                  "A destination's max_size (0: only memory_limit)", labels=labels)
+        paged = GaugeMetricFamily("jmsgateway_broker_paged_messages",
+                                  "Pending messages of a destination paged out to disk", labels=labels)
+        paged_bytes = GaugeMetricFamily("jmsgateway_broker_paged_bytes",
+                                        "Bytes of pending messages of a destination paged out to disk", labels=labels)
+        for key, queue in [*self.queues.items(), *self.durables.items()]:
+            values = [key, queue.policy.full_policy]
+            in_memory.add_metric(values, queue.memory)
+            limit.add_metric(values, queue.max_size)
+            paged.add_metric(values, queue.paged)
+            paged_bytes.add_metric(values, queue.paged_size)
+        yield from (in_memory, limit, paged, paged_bytes)
+
+
+def _queue_memory(queue: MessageQueue) -> dict[str, Any]:
+    return {"memory": queue.memory, "paged": queue.paged, "paged_bytes": queue.paged_size,
+            "max_size": queue.max_size, "full_policy": queue.policy.full_policy}
 
 
 def compile_predicate(selector: str | None) -> Predicate | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,7 +23,10 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
+from gateway.broker.paging import Entry, PageFile, QueuePage
 from gateway.deferreds import gather
+from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, ISubscription, ITransactionalAcks, SubscriptionSpec
 from gateway.message.model import Message
 
@@ -32,7 +36,19 @@ Predicate = Callable[[Message], bool]
 class QueueOwner(Protocol):
     """What a queue needs from the broker that owns it."""
 
+    memory: MemoryUsage
+    """Bytes of queued messages in memory, process-wide."""
+
     def now_ms(self) -> int: ...
+
+    def page_file(self) -> PageFile:
+        """Where queues page out what does not fit in memory."""
+
+    def policy(self, destination: str) -> DestinationPolicy:
+        """The ``max_size`` and ``full_policy`` in force on ``destination``."""
+
+    def paging(self, queue: MessageQueue, started: bool) -> None:
+        """``queue`` started paging out (``started``) or read its last paged message back."""
 
     def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None]:
         """``message`` left ``queue`` for good (acked, auto-acked)."""
@@ -55,13 +71,27 @@ class QueueOwner(Protocol):
         subscription's deletion)."""
 
 
+PAGE_IN_ROWS = 200
+"""Most messages one read of the page brings back into memory."""
+PAGE_IN_BYTES = 1024 * 1024
+"""About the most bytes one read of the page brings back into memory."""
+
+
 class MessageQueue:
     """Pending messages of one queue (or one topic subscriber) and its consumers.
+
+    Pending messages are kept in memory (a heap ordered by priority, then
+    arrival) while they fit: within the destination's ``max_size`` and the
+    broker's ``memory_limit``.  The rest is paged out (:class:`QueuePage`) and
+    read back in order as the memory window drains; a message is always
+    dispatched before every later one, in memory or paged.  A consumer whose
+    selector refuses everything in memory has the page searched for it.
 
     :ivar name: the destination (``/queue/a``) or topic subscriber's topic.
     :ivar key: the store key; durable subscriptions have their own.
     :ivar filter: a predicate a message must pass to enter (topic subscribers'
         selectors are applied here, at publish time).
+    :ivar memory: counted bytes of the pending messages held in memory.
     """
 
     log = Logger()
@@ -75,19 +105,40 @@ class MessageQueue:
         self.filter = filter
         self.durable = durable
         self.selector_text: str | None = None
-        self._heap: list[tuple[int, int, Message]] = []
+        self._heap: list[Entry] = []
         self._seq = itertools.count()
         self.consumers: list[QueueSubscription] = []
         self._rr = 0
         self._dispatching = False
         self._again = False
+        self.memory = 0
+        self.usage: MemoryUsage = owner.memory
+        self.policy: DestinationPolicy = owner.policy(name)
+        self.max_size = self.policy.max_size
+        self.page: QueuePage | None = None
+        self.paged_out = 0
+        """Messages paged out since start."""
+        self._searched: set[QueueSubscription] = set()
+        """Consumers whose selector accepts nothing in the page (searched, and nothing
+        it accepts was paged out since)."""
         self.enqueued = 0
         """Messages that entered this queue since start (redeliveries not counted again)."""
         self.dequeued = 0
         """Messages consumers acknowledged (or auto-acknowledged) from this queue since start."""
 
     def __len__(self) -> int:
-        return len(self._heap)
+        page = self.page
+        return len(self._heap) + (page.count if page is not None else 0)
+
+    @property
+    def paged(self) -> int:
+        """Pending messages paged out."""
+        return self.page.count if self.page is not None else 0
+
+    @property
+    def paged_size(self) -> int:
+        """Counted bytes of the pending messages paged out."""
+        return self.page.size if self.page is not None else 0
 
     @property
     def inflight(self) -> int:
@@ -98,42 +149,118 @@ class MessageQueue:
         """Whether ``message`` passes this queue's filter."""
         return self.filter is None or self.filter(message)
 
+    def full(self, size: int = 0) -> bool:
+        """Whether ``size`` more bytes would pass this queue's or the broker's memory limit."""
+        if self.max_size and self.memory + size > self.max_size:
+            return True
+        usage = self.usage
+        return usage.used + size > usage.limit
+
+    # -- memory and page ----------------------------------------------------
+
+    def _hold(self, entry: Entry) -> None:
+        heapq.heappush(self._heap, entry)
+        self.memory += entry[3]
+        self.usage.add(entry[3])
+
+    def _released(self, entry: Entry) -> None:
+        """``entry`` left the heap for good (delivered, expired, removed)."""
+        self.memory -= entry[3]
+        self.usage.release(entry[3])
+
+    def _page_out(self, entry: Entry) -> bool:
+        page = self.page
+        if page is None:
+            page = self.page = self.owner.page_file().queue()
+        try:
+            page.write([entry])
+        except (StoreError, sqlite3.Error) as error:
+            self.log.warn("message {id} of {queue} kept in memory: it cannot be paged out ({error})",
+                          id=entry[2].message_id, queue=self.name, error=error)
+            return False
+        self.paged_out += 1
+        if page.count == 1:
+            self.owner.paging(self, True)
+        if self._searched:
+            message = entry[2]
+            self._searched = {c for c in self._searched if c.selector is None or not c.selector(message)}
+        return True
+
+    def _page_in(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            self._hold(entry)
+        if entries and self.page is not None and not self.page.count:
+            self.owner.paging(self, False)
+
+    def _taken_from_page(self, entries: list[Entry]) -> list[Entry]:
+        """``entries`` were taken from the page for good (never held in memory)."""
+        if entries and self.page is not None and not self.page.count:
+            self.owner.paging(self, False)
+        return entries
+
+    # -- pending messages -----------------------------------------------------
+
     def enqueue(self, message: Message) -> None:
-        """Add a message and try to dispatch it."""
-        heapq.heappush(self._heap, (-message.priority, next(self._seq), message))
+        """Add a message (paged out when memory is full) and try to dispatch it."""
+        self._add((-message.priority, next(self._seq), message, message_size(message)))
         self.enqueued += 1
         if self.consumers:
             self.dispatch()
 
     def requeue(self, message: Message, seq: int) -> None:
         """Put a message back at its original place in the order."""
-        heapq.heappush(self._heap, (-message.priority, seq, message))
+        self._add((-message.priority, seq, message, message_size(message)))
 
-    def messages(self) -> list[Message]:
-        """Pending messages in dispatch order (for inspection and tests)."""
-        return [entry[2] for entry in sorted(self._heap)]
+    def _add(self, entry: Entry) -> None:
+        page = self.page
+        behind = page is not None and page.head is not None and (entry[0], entry[1]) > page.head
+        if (behind or self.full(entry[3])) and self._page_out(entry):
+            return
+        self._hold(entry)
+
+    def messages(self, limit: int | None = None) -> list[Message]:
+        """Pending messages in dispatch order, paged ones included (for inspection and tests);
+        the first ``limit`` of them."""
+        held = sorted(self._heap)
+        page = self.page
+        if page is None or not page.count:
+            return [entry[2] for entry in held[:limit]]
+        wanted = len(held) + page.count if limit is None else max(0, limit)
+        merged = heapq.merge(held[:wanted], page.peek(wanted))
+        return [entry[2] for entry in itertools.islice(merged, wanted)]
 
     def purge_expired(self) -> int:
-        """Drop every expired pending message; returns how many."""
+        """Drop every expired pending message, in memory or paged; returns how many."""
         now = self.owner.now_ms()
         keep = []
         dropped = 0
         for entry in self._heap:
             if entry[2].is_expired(now):
                 dropped += 1
+                self._released(entry)
                 self.owner.expired(self, entry[2])
             else:
                 keep.append(entry)
         if dropped:
             heapq.heapify(keep)
             self._heap = keep
+        page = self.page
+        if page is not None and page.count:
+            for entry in self._taken_from_page(page.take_expired(now)):
+                dropped += 1
+                self.owner.expired(self, entry[2])
         return dropped
 
     def drain(self) -> list[Message]:
         """Remove and return every pending message (queue deletion)."""
-        drained = [entry[2] for entry in sorted(self._heap)]
+        held = sorted(self._heap)
+        for entry in held:
+            self._released(entry)
         self._heap = []
-        return drained
+        page = self.page
+        if page is not None and page.count:
+            held = list(heapq.merge(held, self._taken_from_page(page.take_all())))
+        return [entry[2] for entry in held]
 
     def remove_pending(self, message_ids: set[str] | None = None) -> list[Message]:
         """Take pending messages out of the queue without delivering them: those whose
@@ -141,12 +268,19 @@ class MessageQueue:
         if message_ids is None:
             return self.drain()
         keep = [entry for entry in self._heap if entry[2].message_id not in message_ids]
-        if len(keep) == len(self._heap):
-            return []
-        taken = [entry[2] for entry in sorted(self._heap) if entry[2].message_id in message_ids]
-        heapq.heapify(keep)
-        self._heap = keep
-        return taken
+        taken = []
+        if len(keep) != len(self._heap):
+            taken = sorted(entry for entry in self._heap if entry[2].message_id in message_ids)
+            for entry in taken:
+                self._released(entry)
+            heapq.heapify(keep)
+            self._heap = keep
+        page = self.page
+        if page is not None and page.count:
+            taken = sorted(taken + self._taken_from_page(page.take_ids(message_ids)))
+        return [entry[2] for entry in taken]
+
+    # -- consumers ------------------------------------------------------------
 
     def add_consumer(self, subscription: QueueSubscription) -> None:
         self.consumers.append(subscription)
@@ -155,6 +289,7 @@ class MessageQueue:
     def remove_consumer(self, subscription: QueueSubscription) -> None:
         if subscription in self.consumers:
             self.consumers.remove(subscription)
+            self._searched.discard(subscription)
             self._rr = 0
 
     def dispatch(self) -> None:
@@ -175,25 +310,58 @@ class MessageQueue:
         heap = self._heap
         consumers = self.consumers
         now = self.owner.now_ms()
-        skipped: list[tuple[int, int, Message]] = []
+        skipped: list[Entry] = []
         try:
-            while heap:
+            while True:
+                page = self.page
+                if page is not None and page.head is not None:
+                    if not skipped:
+                        if not heap or page.head < (heap[0][0], heap[0][1]):
+                            # (the page's head comes before anything in memory)
+                            self._page_in(page.read(PAGE_IN_ROWS, PAGE_IN_BYTES))
+                    elif not heap and not self._search_page(consumers):
+                        return
+                if not heap:
+                    return
                 ready = [consumer for consumer in consumers if consumer.has_credit()]
                 if not ready:
                     return
                 entry = heapq.heappop(heap)
                 message = entry[2]
                 if message.expiration and message.is_expired(now):
+                    self._released(entry)
                     self.owner.expired(self, message)
                     continue
                 target = self._pick(ready, message)
                 if target is None:
                     skipped.append(entry)
                     continue
+                self._released(entry)
                 target.take(entry[1], message)
         finally:
             for entry in skipped:
                 heapq.heappush(heap, entry)
+
+    def _search_page(self, consumers: list[QueueSubscription]) -> bool:
+        """The ready consumers refuse everything memory holds: bring the first paged
+        messages one of their selectors accepts into memory; False when there are none."""
+        page = self.page
+        if page is None or not page.count:
+            return False
+        searching = [c for c in consumers if c.has_credit() and c.selector is not None and c not in self._searched]
+        if not searching:
+            return False
+        selectors = [consumer.selector for consumer in searching if consumer.selector is not None]
+
+        def accepted(message: Message) -> bool:
+            return any(selector(message) for selector in selectors)
+
+        found = page.search(accepted, PAGE_IN_ROWS, PAGE_IN_BYTES)
+        if not found:
+            self._searched.update(searching)
+            return False
+        self._page_in(found)
+        return True
 
     def _pick(self, ready: list[QueueSubscription], message: Message) -> QueueSubscription | None:
         count = len(ready)

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from gateway.config import DestinationRule
 from gateway.errors import ConfigError
 from gateway.flow import Congestion
-from gateway.interfaces import IConnector, IFlowControlled, IFrameForwarder, IPostingConnector
+from gateway.interfaces import (
+    IConnector,
+    IDestinationFlowControlled,
+    IFlowControlled,
+    IFrameForwarder,
+    IPostingConnector,
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,7 +35,8 @@ class Resolved:
     :ivar forward: the connector's ``forward`` when it provides
         :class:`IFrameForwarder`, else None.
     :ivar congestion: the connector's :class:`~gateway.flow.Congestion` when it
-        provides :class:`IFlowControlled`, else None.
+        provides :class:`IFlowControlled` (or the destination's, from
+        :class:`IDestinationFlowControlled`), else None.
     """
 
     connector: IConnector
@@ -44,6 +51,8 @@ class Resolved:
         forward = self.connector.forward if IFrameForwarder.providedBy(self.connector) else None
         object.__setattr__(self, "forward", forward)
         congestion = self.connector.congestion if IFlowControlled.providedBy(self.connector) else None
+        if congestion is None and IDestinationFlowControlled.providedBy(self.connector):
+            congestion = self.connector.congestion_for(self.destination)
         object.__setattr__(self, "congestion", congestion)
 
 

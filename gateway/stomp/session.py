@@ -1030,6 +1030,7 @@ def _error_title(error: GatewayError) -> str:
     names = {
         "DestinationError": "invalid destination",
         "ConnectorUnavailable": "target unavailable",
+        "DestinationFull": "destination full",
         "ConnectorError": "target refused the message",
         "SelectorError": "invalid selector",
         "StoreError": "message store failure",
