@@ -171,11 +171,11 @@ class QueuePage:
             (self.id, rows),
         )
         for row_id, rank, seq, counted, record in cursor:
+            if taken and total + counted > size:
+                break
             taken.append((rank, seq, decode_message(record), counted))
             ids.append((row_id,))
             total += counted
-            if total >= size:
-                break
         cursor.close()
         if not taken:  # (cannot happen while count is right; never loop on it)
             self.count = self.size = 0
@@ -192,10 +192,12 @@ class QueuePage:
         for row_id, rank, seq, counted, record in self._scan():
             message = decode_message(record)
             if predicate(message):
+                if taken and total + counted > size:
+                    break
                 taken.append((rank, seq, message, counted))
                 ids.append((row_id,))
                 total += counted
-                if len(taken) >= rows or total >= size:
+                if len(taken) >= rows:
                     break
         self._forget(ids, taken)
         return taken

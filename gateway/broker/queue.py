@@ -158,6 +158,14 @@ class MessageQueue:
 
     # -- memory and page ----------------------------------------------------
 
+    def _room(self) -> int:
+        """Bytes one read of the page may bring back: what the limits leave, at most
+        :data:`PAGE_IN_BYTES` (a read takes one message even when that is 0)."""
+        room = self.usage.limit - self.usage.used
+        if self.max_size:
+            room = min(room, self.max_size - self.memory)
+        return max(0, min(room, PAGE_IN_BYTES))
+
     def _hold(self, entry: Entry) -> None:
         heapq.heappush(self._heap, entry)
         self.memory += entry[3]
@@ -318,7 +326,7 @@ class MessageQueue:
                     if not skipped:
                         if not heap or page.head < (heap[0][0], heap[0][1]):
                             # (the page's head comes before anything in memory)
-                            self._page_in(page.read(PAGE_IN_ROWS, PAGE_IN_BYTES))
+                            self._page_in(page.read(PAGE_IN_ROWS, self._room()))
                     elif not heap and not self._search_page(consumers):
                         return
                 if not heap:
@@ -356,7 +364,7 @@ class MessageQueue:
         def accepted(message: Message) -> bool:
             return any(selector(message) for selector in selectors)
 
-        found = page.search(accepted, PAGE_IN_ROWS, PAGE_IN_BYTES)
+        found = page.search(accepted, PAGE_IN_ROWS, self._room())
         if not found:
             self._searched.update(searching)
             return False

@@ -119,12 +119,15 @@ class Peer:
 class BrokerMachine(RuleBasedStateMachine):
     """Random client sessions against the broker, checked step by step against the model."""
 
+    memory_limit: int | None = None
+    """The broker's memory_limit (None: its default, nothing pages)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="broker-model-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         self.clock = PumpedClock()
         self.settings = BrokerSettings(persistence="sqlite", max_redeliveries=MAX_REDELIVERIES,
-                                       expiry_check_interval_ms=500)
+                                       expiry_check_interval_ms=500, memory_limit=self.memory_limit)
         self.model = Model(MAX_REDELIVERIES)
         self.model.now_ms = self._now()
         self.peers: dict[int, Peer] = {}
@@ -146,7 +149,8 @@ class BrokerMachine(RuleBasedStateMachine):
     def _start(self) -> None:
         store = SqliteStore(os.path.join(self.directory, "broker.sqlite"), self.clock, synchronous="NORMAL",
                             min_free=0)
-        self.broker = EmbeddedBroker(self.clock, self.settings, store)
+        self.broker = EmbeddedBroker(self.clock, self.settings, store,
+                                     page_path=os.path.join(self.directory, "broker-pages.sqlite"))
         self.clock.wait(self.broker.start())
         self.factory = StompServerFactory(self.clock, DestinationMap({"embedded": self.broker}),
                                           settings=StompSettings(default_prefetch=3))
@@ -506,6 +510,16 @@ def machine_settings(examples: int, steps: int = 50) -> settings:
 
 TestBrokerModel = BrokerMachine.TestCase
 TestBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "300")))
+
+
+class PagingBrokerMachine(BrokerMachine):
+    """The same, with a memory limit of about two messages: nearly every queue pages."""
+
+    memory_limit = 1500
+
+
+TestPagingBrokerModel = PagingBrokerMachine.TestCase
+TestPagingBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "300")))
 
 
 def run(examples: int, steps: int = 50, **kwargs: Any) -> None:
