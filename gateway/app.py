@@ -129,6 +129,7 @@ def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
     store: IMessageStore = SqliteStore(
         config.data_path(settings.database), reactor,
         synchronous=settings.synchronous.upper(), max_size=settings.max_size, min_free=settings.min_free,
+        lazy_recovery=True,
     )
     return store
 

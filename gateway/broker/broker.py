@@ -47,10 +47,11 @@ from gateway.broker.limits import (
 from gateway.broker.paging import PageFile
 from gateway.broker.publication import PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
-from gateway.broker.store import DurableRecord, MemoryStore, Snapshot, durable_key
+from gateway.broker.sqlite_records import decode_message
+from gateway.broker.store import DURABLE_PREFIX, DurableRecord, MemoryStore, Snapshot, StoredRow, durable_key
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
-from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError
+from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, StoreError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     Capability,
@@ -68,6 +69,8 @@ from gateway.message.model import Message
 QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
 TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
 TEMP_PREFIXES = ("/remote-temp-queue/", "/remote-temp-topic/")
+RECOVERY_CHUNK = 5000
+"""Stored messages read at once at start-up (lazy recovery)."""
 
 
 def destination_kind(destination: str) -> str:
@@ -232,11 +235,57 @@ class EmbeddedBroker:
             queue.enqueue(message)
         if snapshot.expired:
             self.metrics.expired.inc(snapshot.expired)
-        self.log.info(
-            "embedded broker recovered {messages} messages, {durables} durable subscriptions, purged {expired}",
-            messages=len(snapshot.messages), durables=len(snapshot.durables), expired=snapshot.expired,
+        read_rows = snapshot.read_rows
+        if read_rows is None:
+            self._recovered(len(snapshot.messages), snapshot)
+            return gather(moves)
+        return self._recover_rows(read_rows, moves).addCallback(
+            lambda _: self._recovered(len(snapshot.messages) + snapshot.stored, snapshot)
         )
-        return gather(moves)
+
+    def _recovered(self, messages: int, snapshot: Snapshot) -> None:
+        paged = sum(queue.paged for queue in [*self.queues.values(), *self.durables.values()])
+        self.log.info(
+            "embedded broker recovered {messages} messages ({paged} paged out), {durables} durable subscriptions, "
+            "purged {expired}",
+            messages=messages, paged=paged, durables=len(snapshot.durables), expired=snapshot.expired,
+        )
+
+    def _recover_rows(
+        self, read_rows: Callable[[int, int], Deferred[list[StoredRow]]], moves: list[Deferred[None]]
+    ) -> Deferred[Any]:
+        """Recover the stored messages a chunk at a time: what does not fit in memory is
+        paged out as stored (never decoded), so a deep backlog is never all in memory."""
+        limit = self.settings.max_redeliveries
+        unknown: set[str] = set()
+
+        def chunk(rows: list[StoredRow]) -> Deferred[Any]:
+            by_queue: dict[MessageQueue, list[StoredRow]] = {}
+            for row in rows:
+                key = row.queue
+                queue = self.durables.get(key) if key.startswith(DURABLE_PREFIX) else self._queue(key)
+                if queue is None:
+                    if key not in unknown:
+                        unknown.add(key)
+                        self.log.warn("dropping stored messages of unknown durable subscription {key}", key=key)
+                    continue
+                if row.redelivery > limit and not queue.name.startswith(self.settings.dead_letter_prefix):
+                    message = _decoded(row)
+                    reason = f"delivery failed {message.redelivery_count} times (limit {limit})"
+                    moves.append(self._dead_letter(queue, message, reason))
+                    continue
+                by_queue.setdefault(queue, []).append(row)
+            for queue, queued in by_queue.items():
+                try:
+                    queue.restore(queued)
+                except ValueError as error:
+                    raise StoreError(f"message store: a stored message on {queue.key} cannot be read ({error})") \
+                        from None
+            if len(rows) < RECOVERY_CHUNK:
+                return gather(moves)
+            return read_rows(rows[-1].seq, RECOVERY_CHUNK).addCallback(chunk)
+
+        return read_rows(0, RECOVERY_CHUNK).addCallback(chunk)
 
     # -- QueueOwner --------------------------------------------------------
 
@@ -712,6 +761,16 @@ class EmbeddedBroker:
             paged.add_metric(values, queue.paged)
             paged_bytes.add_metric(values, queue.paged_size)
         yield from (in_memory, limit, paged, paged_bytes)
+
+
+def _decoded(row: StoredRow) -> Message:
+    try:
+        message = decode_message(row.record)
+    except ValueError as error:
+        raise StoreError(f"message store: stored message {row.seq} on {row.queue} cannot be read ({error})") from None
+    message.redelivery_count = row.redelivery
+    message.redelivered = message.redelivered or row.redelivery > 0
+    return message
 
 
 def _queue_memory(queue: MessageQueue) -> dict[str, Any]:

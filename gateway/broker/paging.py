@@ -40,7 +40,7 @@ CHUNK_ROWS = 500
 _SCHEMA = (
     "CREATE TABLE paged (id INTEGER PRIMARY KEY, queue INTEGER NOT NULL, rank INTEGER NOT NULL, "
     "seq INTEGER NOT NULL, message_id TEXT NOT NULL, expiration INTEGER NOT NULL, size INTEGER NOT NULL, "
-    "record BLOB NOT NULL)",
+    "redelivery INTEGER NOT NULL, record BLOB NOT NULL)",
     "CREATE UNIQUE INDEX paged_order ON paged (queue, rank, seq)",
     "CREATE INDEX paged_expiry ON paged (queue, expiration) WHERE expiration > 0",
 )
@@ -146,18 +146,28 @@ class QueuePage:
 
     def write(self, entries: list[Entry]) -> None:
         """Page out ``entries``."""
+        self.write_rows([
+            (rank, seq, message.message_id, message.expiration, size, message.redelivery_count, encode_message(message))
+            for rank, seq, message, size in entries
+        ])
+
+    def write_rows(self, rows: list[tuple[int, int, str, int, int, int, bytes]]) -> None:
+        """Page out stored records as they are: (rank, seq, message id, expiration, counted size,
+        redelivery count, record) each (recovery: nothing is decoded)."""
+        if not rows:
+            return
         db = self.file.write()
+        page = self.id
         db.executemany(
-            "INSERT INTO paged (queue, rank, seq, message_id, expiration, size, record) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(self.id, rank, seq, message.message_id, message.expiration, size, encode_message(message))
-             for rank, seq, message, size in entries],
+            "INSERT INTO paged (queue, rank, seq, message_id, expiration, size, redelivery, record) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(page, *row) for row in rows],
         )
-        for entry in entries:
-            key = (entry[0], entry[1])
-            if self.head is None or key < self.head:
-                self.head = key
-            self.count += 1
-            self.size += entry[3]
+        first = min((row[0], row[1]) for row in rows)
+        if self.head is None or first < self.head:
+            self.head = first
+        self.count += len(rows)
+        self.size += sum(row[4] for row in rows)
 
     def read(self, rows: int, size: int) -> list[Entry]:
         """Take the first messages (at least one, at most ``rows``, about ``size`` bytes) back."""
@@ -167,13 +177,13 @@ class QueuePage:
         total = 0
         ids: list[tuple[int]] = []
         cursor = self.file.db.execute(
-            "SELECT id, rank, seq, size, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
+            "SELECT id, rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
             (self.id, rows),
         )
-        for row_id, rank, seq, counted, record in cursor:
+        for row_id, rank, seq, counted, redelivery, record in cursor:
             if taken and total + counted > size:
                 break
-            taken.append((rank, seq, decode_message(record), counted))
+            taken.append((rank, seq, _decode(record, redelivery), counted))
             ids.append((row_id,))
             total += counted
         cursor.close()
@@ -183,14 +193,20 @@ class QueuePage:
         self._forget(ids, taken)
         return taken
 
-    def search(self, predicate: Callable[[Message], bool], rows: int, size: int) -> list[Entry]:
+    def search(
+        self, predicate: Callable[[Message], bool], rows: int, size: int, after: Key | None = None,
+        before: Key | None = None,
+    ) -> list[Entry]:
         """Take the first messages ``predicate`` accepts (at most ``rows``, about ``size`` bytes),
-        reading the page from its head in chunks; [] when none does."""
+        reading the page in chunks from its head (or past the key ``after``) up to the key
+        ``before``; [] when none does."""
         taken: list[Entry] = []
         ids: list[tuple[int]] = []
         total = 0
-        for row_id, rank, seq, counted, record in self._scan():
-            message = decode_message(record)
+        for row_id, rank, seq, counted, redelivery, record in self._scan(after):
+            if before is not None and (rank, seq) >= before:
+                break
+            message = _decode(record, redelivery)
             if predicate(message):
                 if taken and total + counted > size:
                     break
@@ -202,12 +218,13 @@ class QueuePage:
         self._forget(ids, taken)
         return taken
 
-    def _scan(self) -> Iterator[tuple[int, int, int, int, bytes]]:
-        after: Key = (-(2**62), -(2**62))
+    def _scan(self, after: Key | None = None) -> Iterator[tuple[int, int, int, int, int, bytes]]:
+        if after is None:
+            after = (-(2**62), -(2**62))
         db = self.file.db
         while True:
             chunk = db.execute(
-                "SELECT id, rank, seq, size, record FROM paged WHERE queue = ? AND (rank, seq) > (?, ?) "
+                "SELECT id, rank, seq, size, redelivery, record FROM paged WHERE queue = ? AND (rank, seq) > (?, ?) "
                 "ORDER BY rank, seq LIMIT ?",
                 (self.id, after[0], after[1], CHUNK_ROWS),
             ).fetchall()
@@ -225,11 +242,11 @@ class QueuePage:
         if not self.count:
             return []
         rows = self.file.db.execute(
-            "SELECT id, rank, seq, size, record FROM paged WHERE queue = ? AND expiration > 0 AND expiration <= ? "
-            "ORDER BY rank, seq",
+            "SELECT id, rank, seq, size, redelivery, record FROM paged "
+            "WHERE queue = ? AND expiration > 0 AND expiration <= ? ORDER BY rank, seq",
             (self.id, now_ms),
         ).fetchall()
-        taken = [(rank, seq, decode_message(record), counted) for _, rank, seq, counted, record in rows]
+        taken = [(rank, seq, _decode(record, redelivery), size) for _, rank, seq, size, redelivery, record in rows]
         self._forget([(row[0],) for row in rows], taken)
         return taken
 
@@ -244,9 +261,10 @@ class QueuePage:
         if not self.count or limit <= 0:
             return []
         rows = self.file.db.execute(
-            "SELECT rank, seq, size, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?", (self.id, limit)
+            "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
+            (self.id, limit),
         ).fetchall()
-        return [(rank, seq, decode_message(record), size) for rank, seq, size, record in rows]
+        return [(rank, seq, _decode(record, redelivery), size) for rank, seq, size, redelivery, record in rows]
 
     def clear(self) -> None:
         """Forget every paged message."""
@@ -270,3 +288,10 @@ class QueuePage:
             "SELECT rank, seq FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT 1", (self.id,)
         ).fetchone()
         self.head = (row[0], row[1]) if row is not None else None
+
+
+def _decode(record: bytes, redelivery: int) -> Message:
+    message = decode_message(record)
+    message.redelivery_count = redelivery
+    message.redelivered = message.redelivered or redelivery > 0
+    return message

@@ -23,8 +23,10 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
-from gateway.broker.paging import Entry, PageFile, QueuePage
+from gateway.broker.limits import MESSAGE_OVERHEAD, DestinationPolicy, MemoryUsage, message_size
+from gateway.broker.paging import Entry, Key, PageFile, QueuePage
+from gateway.broker.sqlite_records import decode_message, record_header
+from gateway.broker.store import StoredRow
 from gateway.deferreds import gather
 from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, ISubscription, ITransactionalAcks, SubscriptionSpec
@@ -215,6 +217,34 @@ class MessageQueue:
         if self.consumers:
             self.dispatch()
 
+    def restore(self, rows: list[StoredRow]) -> None:
+        """Recovery: add stored messages in stored order.  What does not fit in memory is
+        paged out as stored, without being decoded."""
+        paging: list[tuple[int, int, str, int, int, int, bytes]] = []
+        page = self.page
+        for row in rows:
+            priority, expiration = record_header(row.record)
+            size = MESSAGE_OVERHEAD + len(row.record)
+            seq = next(self._seq)
+            self.enqueued += 1
+            if paging or (page is not None and page.count) or self.full(size):
+                paging.append((-priority, seq, row.message_id, expiration, size, row.redelivery, row.record))
+                continue
+            message = decode_message(row.record)
+            message.redelivery_count = row.redelivery
+            message.redelivered = message.redelivered or row.redelivery > 0
+            self._hold((-priority, seq, message, message_size(message)))
+        if paging:
+            if page is None:
+                page = self.page = self.owner.page_file().queue()
+            started = not page.count
+            page.write_rows(paging)
+            self.paged_out += len(paging)
+            if started:
+                self.owner.paging(self, True)
+        if self.consumers:
+            self.dispatch()
+
     def requeue(self, message: Message, seq: int) -> None:
         """Put a message back at its original place in the order."""
         self._add((-message.priority, seq, message, message_size(message)))
@@ -319,6 +349,7 @@ class MessageQueue:
         consumers = self.consumers
         now = self.owner.now_ms()
         skipped: list[Entry] = []
+        searched: Key | None = None  # (the page was searched up to this key in this round)
         try:
             while True:
                 page = self.page
@@ -327,8 +358,13 @@ class MessageQueue:
                         if not heap or page.head < (heap[0][0], heap[0][1]):
                             # (the page's head comes before anything in memory)
                             self._page_in(page.read(PAGE_IN_ROWS, self._room()))
-                    elif not heap and not self._search_page(consumers):
-                        return
+                    elif not heap:
+                        if not self._search_page(consumers):
+                            return
+                    elif page.head < (heap[0][0], heap[0][1]) and (searched is None or searched < heap[0][:2]):
+                        # Selective consumers skip what memory holds: a paged message they accept
+                        # may come before the next one in memory.
+                        searched = self._search_before(consumers, searched, (heap[0][0], heap[0][1]))
                 if not heap:
                     return
                 ready = [consumer for consumer in consumers if consumer.has_credit()]
@@ -349,6 +385,23 @@ class MessageQueue:
         finally:
             for entry in skipped:
                 heapq.heappush(heap, entry)
+
+    def _search_before(self, consumers: list[QueueSubscription], after: Key | None, before: Key) -> Key:
+        """Bring the paged messages between ``after`` and ``before`` that a ready consumer's
+        selector accepts into memory; returns the key searched up to."""
+        page = self.page
+        selectors = [c.selector for c in consumers if c.has_credit() and c.selector is not None]
+        if page is None or not selectors:
+            return before
+
+        def accepted(message: Message) -> bool:
+            return any(selector(message) for selector in selectors)
+
+        found = page.search(accepted, PAGE_IN_ROWS, self._room(), after=after, before=before)
+        if not found:
+            return before
+        self._page_in(found)
+        return (found[-1][0], found[-1][1])
 
     def _search_page(self, consumers: list[QueueSubscription]) -> bool:
         """The ready consumers refuse everything memory holds: bring the first paged

@@ -254,3 +254,15 @@ def decode_message(record: bytes) -> Message:
         return message
     except (struct.error, IndexError, UnicodeDecodeError) as error:
         raise ValueError(f"truncated or garbled record: {error}") from None
+
+
+def record_header(record: bytes) -> tuple[int, int]:
+    """(priority, expiration) of the stored ``record``, without decoding the rest
+    (ValueError if it is not a record this version reads)."""
+    try:
+        version, _, _, priority, expiration, _, _ = _FIXED.unpack_from(record, 0)
+    except struct.error as error:
+        raise ValueError(f"truncated record: {error}") from None
+    if version != RECORD_VERSION:
+        raise ValueError(f"unknown record version {version}")
+    return priority, expiration

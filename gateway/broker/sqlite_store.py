@@ -39,7 +39,7 @@ from zope.interface import implementer
 from gateway.broker.sqlite_records import decode_message, encode_message
 from gateway.broker.sqlite_rows import RowIndex
 from gateway.broker.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
-from gateway.broker.store import DurableRecord, Snapshot
+from gateway.broker.store import DurableRecord, Snapshot, StoredRow
 from gateway.errors import GatewayError, StoreError
 from gateway.interfaces import IMessageStore
 from gateway.message.model import Message
@@ -106,6 +106,9 @@ class SqliteStore:
         process holds before giving up.
     :param connect: opens the connection (tests pass a slow or failing one).
     :param free_space: bytes free on a directory's file system (tests fake a full disk).
+    :param lazy_recovery: :meth:`open` gives the stored messages' count and a reader
+        (:attr:`Snapshot.read_rows`) instead of every message: a deep backlog is
+        never all in memory (the broker pages it, docs/paging.md).
     """
 
     log = Logger()
@@ -122,6 +125,7 @@ class SqliteStore:
         lock_timeout: float = 5.0,
         connect: Callable[..., sqlite3.Connection] | None = None,
         free_space: Callable[[str], int] = disk_free,
+        lazy_recovery: bool = False,
     ) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
             raise StoreError(f"message store {path}: synchronous must be one of {', '.join(_SYNCHRONOUS)}")
@@ -132,6 +136,7 @@ class SqliteStore:
         self.lock_timeout = lock_timeout
         self.min_free = min_free
         self._free_space = free_space
+        self.lazy_recovery = lazy_recovery
         self._directory = os.path.dirname(os.path.abspath(self.path))
         self._page_size = 4096
         journal = TransactionJournal()
@@ -162,7 +167,7 @@ class SqliteStore:
             self.log.info(
                 "message store {path} opened: {messages} messages, {durables} durable subscriptions, "
                 "{expired} expired messages purged",
-                path=self.path, messages=len(snapshot.messages), durables=len(snapshot.durables),
+                path=self.path, messages=len(snapshot.messages) + snapshot.stored, durables=len(snapshot.durables),
                 expired=snapshot.expired,
             )
             return snapshot
@@ -293,6 +298,11 @@ class SqliteStore:
                 )
             ]
             messages = []
+            if self.lazy_recovery:
+                stored, last = db.execute("SELECT count(*), max(seq) FROM messages").fetchone()
+                self._rows.next_seq = max(self._rows.next_seq, (last or 0) + 1)
+                db.execute("COMMIT")
+                return Snapshot(durables=durables, expired=max(0, expired), stored=stored, read_rows=self.read_rows)
             for seq, queue, redelivery, record in db.execute(
                 "SELECT seq, queue, redelivery, record FROM messages ORDER BY seq"
             ):
@@ -313,6 +323,26 @@ class SqliteStore:
                 db.execute("ROLLBACK")
             raise
         return Snapshot(durables=durables, messages=messages, expired=max(0, expired))
+
+    def read_rows(self, after: int, limit: int) -> Deferred[list[StoredRow]]:
+        """Up to ``limit`` stored messages past row ``after``, in stored order, not decoded
+        (lazy recovery: :attr:`Snapshot.read_rows`).  Each row read becomes known to the
+        store's row index (acknowledging it finds it)."""
+        index = self._rows
+
+        def read(db: sqlite3.Connection) -> list[StoredRow]:
+            rows = [
+                StoredRow(*row) for row in db.execute(
+                    "SELECT seq, queue, message_id, redelivery, record FROM messages WHERE seq > ? ORDER BY seq "
+                    "LIMIT ?", (after, limit),
+                )
+            ]
+            for row in rows:
+                index.load(row.queue, row.message_id, row.seq)
+            return rows
+
+        result: Deferred[list[StoredRow]] = self.writer.call(read)
+        return result
 
     def _room(self, db: sqlite3.Connection) -> int:
         """Bytes sends may still add: free disk above the reserve, plus pages freed by acknowledgements.

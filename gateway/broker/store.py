@@ -10,6 +10,7 @@ store lives in :mod:`gateway.broker.sqlite_store`.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,17 +46,39 @@ class DurableRecord:
 
 
 @dataclass(slots=True)
+class StoredRow:
+    """A stored message as the store holds it, not decoded (lazy recovery).
+
+    :ivar seq: its place in the store's order.
+    :ivar record: :func:`gateway.broker.sqlite_records.encode_message` bytes; the
+        stored redelivery count is :attr:`redelivery`, not the record's.
+    """
+
+    seq: int
+    queue: str
+    message_id: str
+    redelivery: int
+    record: bytes
+
+
+@dataclass(slots=True)
 class Snapshot:
     """Everything a store holds, for recovery at start-up.
 
     :ivar messages: (queue key, message) pairs in the order they were stored;
         each message carries its stored redelivery count.
     :ivar expired: how many expired messages the store purged while opening.
+    :ivar stored: messages not in :attr:`messages` (a store that recovers lazily):
+        the broker reads them with ``read_rows`` in chunks, in stored order.
+    :ivar read_rows: ``read_rows(after_seq, limit)`` -> Deferred of up to ``limit``
+        :class:`StoredRow` past ``after_seq``, in order; None when :attr:`messages` has all.
     """
 
     durables: list[DurableRecord] = field(default_factory=list)
     messages: list[tuple[str, Message]] = field(default_factory=list)
     expired: int = 0
+    stored: int = 0
+    read_rows: Callable[[int, int], Deferred[list[StoredRow]]] | None = None
 
 
 @implementer(IMessageStore)

@@ -148,7 +148,7 @@ class BrokerMachine(RuleBasedStateMachine):
 
     def _start(self) -> None:
         store = SqliteStore(os.path.join(self.directory, "broker.sqlite"), self.clock, synchronous="NORMAL",
-                            min_free=0)
+                            min_free=0, lazy_recovery=self.memory_limit is not None)
         self.broker = EmbeddedBroker(self.clock, self.settings, store,
                                      page_path=os.path.join(self.directory, "broker-pages.sqlite"))
         self.clock.wait(self.broker.start())
