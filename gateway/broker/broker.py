@@ -393,8 +393,9 @@ class EmbeddedBroker:
             return fail(error)
         if self.policies or self.memory.full:
             admitted = []
+            batch: dict[MessageQueue | None, int] = {}
             for message, targets in plan:
-                refusal = self._admit(message, targets) if targets else None
+                refusal = self._admit(message, targets, batch) if targets else None
                 if refusal is None:
                     admitted.append((message, targets))
                 elif refusal.called and getattr(refusal, "result", None) is not None:
@@ -404,16 +405,25 @@ class EmbeddedBroker:
 
     # -- memory limits -----------------------------------------------------
 
-    def _over(self, queue: MessageQueue, size: int) -> bool:
-        """Whether ``size`` more bytes would pass ``queue``'s ``max_size`` (counting what it
-        paged out) or the broker's ``memory_limit``."""
-        if queue.max_size and queue.memory + queue.paged_size + size > queue.max_size:
-            return True
-        return self.memory.used + size > self.memory.limit
+    def _over(self, queue: MessageQueue, size: int, batch: dict[MessageQueue | None, int] | None = None) -> bool:
+        """Whether ``size`` more bytes (after those of ``batch``, admitted earlier in the same
+        transaction) would pass ``queue``'s ``max_size`` (counting what it paged out) or the
+        broker's ``memory_limit``."""
+        return self._over_own(queue, size, batch) or \
+            self.memory.used + size + (batch.get(None, 0) if batch else 0) > self.memory.limit
 
-    def _admit(self, message: Message, targets: list[MessageQueue]) -> Deferred[None] | None:
+    @staticmethod
+    def _over_own(queue: MessageQueue, size: int, batch: dict[MessageQueue | None, int] | None) -> bool:
+        if not queue.max_size:
+            return False
+        return queue.memory + queue.paged_size + size + (batch.get(queue, 0) if batch else 0) > queue.max_size
+
+    def _admit(
+        self, message: Message, targets: list[MessageQueue], batch: dict[MessageQueue | None, int] | None = None
+    ) -> Deferred[None] | None:
         """None when ``message`` may go on (PAGE, or room, or BLOCK: taken, senders held);
-        a Deferred to answer the send with when its destination's policy is FAIL or DROP."""
+        a Deferred to answer the send with when its destination's policy is FAIL or DROP.
+        ``batch`` counts what a transaction admitted before this message."""
         destination = message.destination
         size = 0
         for queue in targets:
@@ -421,10 +431,16 @@ class EmbeddedBroker:
             if policy.full_policy == PAGE:
                 continue
             size = size or message_size(message)
-            if not self._over(queue, size):
+            if not self._over(queue, size, batch):
+                if batch is not None:
+                    batch[queue] = batch.get(queue, 0) + size
+                    batch[None] = batch.get(None, 0) + size
                 continue
-            limit = (f"max_size {queue.max_size} bytes" if queue.max_size and queue.memory + queue.paged_size
-                     + size > queue.max_size else f"memory_limit {self.memory.limit} bytes")
+            if self._over_own(queue, size, batch):
+                limit = f"max_size {queue.max_size} bytes"
+            else:
+                limit = f"memory_limit {self.memory.limit} bytes"
+                self.memory.reached()
             self._report_full(destination, policy, limit)
             if policy.full_policy == BLOCK:
                 self._block(destination)

@@ -164,9 +164,10 @@ class DestinationPolicies:
 class MemoryUsage:
     """Bytes of queued messages in memory, process-wide, against ``limit``.
 
-    Reaching the limit is logged once (warning), and once again when usage is
-    back under 90% of it.  ``on_release`` (the broker's) runs when memory is
-    freed while something waits for room (:attr:`waiting`)."""
+    Reaching the limit (:meth:`reached`: a message found no room) is logged
+    once (warning), and once again when usage is back under 90% of it.
+    ``on_release`` (the broker's) runs when memory is freed while something
+    waits for room (:attr:`waiting`)."""
 
     log = Logger()
 
@@ -185,14 +186,19 @@ class MemoryUsage:
 
     def add(self, size: int) -> None:
         self.used += size
-        if self.used >= self.limit and not self._reported:
-            self._reported = True
-            self.full_episodes += 1
-            self.log.warn(
-                "embedded broker memory limit reached: queued messages take {used} of {limit} bytes; "
-                "destinations now apply their full_policy (PAGE pages to disk)",
-                used=self.used, limit=self.limit,
-            )
+
+    def reached(self) -> None:
+        """A message was kept out of memory (paged, held, refused) for want of room: the start
+        of an episode, logged once until usage is back under 90% of the limit."""
+        if self._reported:
+            return
+        self._reported = True
+        self.full_episodes += 1
+        self.log.warn(
+            "embedded broker memory limit reached: queued messages take {used} of {limit} bytes; "
+            "destinations now apply their full_policy (PAGE pages to disk)",
+            used=self.used, limit=self.limit,
+        )
 
     def release(self, size: int) -> None:
         self.used -= size

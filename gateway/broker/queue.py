@@ -228,6 +228,8 @@ class MessageQueue:
             seq = next(self._seq)
             self.enqueued += 1
             if paging or (page is not None and page.count) or self.full(size):
+                if self.usage.used + size > self.usage.limit:
+                    self.usage.reached()
                 paging.append((-priority, seq, row.message_id, expiration, size, row.redelivery, row.record))
                 continue
             message = decode_message(row.record)
@@ -253,6 +255,8 @@ class MessageQueue:
         page = self.page
         behind = page is not None and page.head is not None and (entry[0], entry[1]) > page.head
         if (behind or self.full(entry[3])) and self._page_out(entry):
+            if self.usage.used + entry[3] > self.usage.limit:
+                self.usage.reached()
             return
         self._hold(entry)
 
