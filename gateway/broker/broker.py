@@ -260,6 +260,8 @@ class EmbeddedBroker:
         unknown: set[str] = set()
 
         def chunk(rows: list[StoredRow]) -> Deferred[Any]:
+            # The next chunk is read (on the store's thread) while this one is placed.
+            following = read_rows(rows[-1].seq, RECOVERY_CHUNK) if len(rows) == RECOVERY_CHUNK else None
             by_queue: dict[MessageQueue, list[StoredRow]] = {}
             for row in rows:
                 key = row.queue
@@ -281,9 +283,9 @@ class EmbeddedBroker:
                 except ValueError as error:
                     raise StoreError(f"message store: a stored message on {queue.key} cannot be read ({error})") \
                         from None
-            if len(rows) < RECOVERY_CHUNK:
+            if following is None:
                 return gather(moves)
-            return read_rows(rows[-1].seq, RECOVERY_CHUNK).addCallback(chunk)
+            return following.addCallback(chunk)
 
         return read_rows(0, RECOVERY_CHUNK).addCallback(chunk)
 

@@ -17,39 +17,62 @@ import bisect
 
 from gateway.broker.sqlite_writer import TransactionJournal
 
+Rows = int | list[int]
+"""The row of a message id on one queue, or its rows (oldest first) when it is there more than once."""
+
+
+def _first(rows: Rows) -> int:
+    return rows if isinstance(rows, int) else rows[0]
+
 
 class RowIndex:
-    """(queue key, message id) -> row numbers, oldest first."""
+    """(queue key, message id) -> row numbers, oldest first.
+
+    A message id held once (nearly always) maps to its row number alone, not a
+    list: a deep backlog's index costs the id, the number and a dict slot.
+    """
 
     __slots__ = ("_journal", "_queues", "next_seq")
 
     def __init__(self, journal: TransactionJournal) -> None:
         self._journal = journal
-        self._queues: dict[str, dict[str, list[int]]] = {}
+        self._queues: dict[str, dict[str, Rows]] = {}
         self.next_seq = 1
 
     def __len__(self) -> int:
-        return sum(len(seqs) for ids in self._queues.values() for seqs in ids.values())
+        return sum(1 if isinstance(rows, int) else len(rows) for ids in self._queues.values() for rows in ids.values())
 
     def load(self, queue: str, message_id: str, seq: int) -> None:
         """Record a row found in the file (recovery; rows come in ``seq`` order)."""
-        self._queues.setdefault(queue, {}).setdefault(message_id, []).append(seq)
+        self._add(queue, message_id, seq)
         if seq >= self.next_seq:
             self.next_seq = seq + 1
+
+    def _add(self, queue: str, message_id: str, seq: int) -> None:
+        ids = self._queues.get(queue)
+        if ids is None:
+            ids = self._queues[queue] = {}
+        rows = ids.get(message_id)
+        if rows is None:
+            ids[message_id] = seq
+        elif isinstance(rows, int):
+            ids[message_id] = sorted((rows, seq))
+        else:
+            bisect.insort(rows, seq)
 
     def allocate(self, queue: str, message_id: str) -> int:
         """The row number for a new row of ``message_id`` on ``queue``."""
         seq = self.next_seq
         self.next_seq += 1
-        self._queues.setdefault(queue, {}).setdefault(message_id, []).append(seq)
+        self._add(queue, message_id, seq)
         self._journal.record(lambda: self._forget(queue, message_id, seq))
         return seq
 
     def find(self, queue: str, message_id: str) -> int | None:
         """The oldest row of ``message_id`` on ``queue``, if any."""
         ids = self._queues.get(queue)
-        seqs = ids.get(message_id) if ids is not None else None
-        return seqs[0] if seqs else None
+        rows = ids.get(message_id) if ids is not None else None
+        return _first(rows) if rows is not None else None
 
     def take(self, queue: str, message_id: str) -> int | None:
         """Remove and return the oldest row of ``message_id`` on ``queue``."""
@@ -69,16 +92,19 @@ class RowIndex:
             self._queues[queue] = ids
 
         self._journal.record(restore)
-        return [seq for seqs in ids.values() for seq in seqs]
+        return [seq for rows in ids.values() for seq in ([rows] if isinstance(rows, int) else rows)]
 
     def _forget(self, queue: str, message_id: str, seq: int) -> None:
         ids = self._queues[queue]
-        seqs = ids[message_id]
-        seqs.remove(seq)
-        if not seqs:
+        rows = ids[message_id]
+        if isinstance(rows, int):
             del ids[message_id]
-            if not ids:
-                del self._queues[queue]
+        else:
+            rows.remove(seq)
+            if len(rows) == 1:
+                ids[message_id] = rows[0]
+        if not ids:
+            del self._queues[queue]
 
     def _restore(self, queue: str, message_id: str, seq: int) -> None:
-        bisect.insort(self._queues.setdefault(queue, {}).setdefault(message_id, []), seq)
+        self._add(queue, message_id, seq)
