@@ -341,15 +341,17 @@ class IFrameForwarder(IPostingConnector):
 class IMessageStore(Interface):
     """Durable storage behind the embedded broker (memory or SQLite).
 
-    The broker keeps every live message in memory; the store makes the
-    persistent ones survive a restart.  Every write returns a Deferred that
+    The broker keeps a window of each queue in memory and pages the rest
+    (docs/paging.md); the store makes the persistent ones survive a restart.  Every write returns a Deferred that
     fires once the write is durable; writes issued together may share one
     commit (group commit).  Implementations never block the reactor.
     """
 
     def open() -> Any:
         """Open the store and return a Deferred firing with a
-        :class:`gateway.broker.store.Snapshot` of what it holds (for recovery).
+        :class:`gateway.broker.store.Snapshot` of what it holds (for recovery):
+        every message, or their count and a reader of them in chunks
+        (``Snapshot.read_rows``, lazy recovery).
         Fails with StoreError naming the file if it cannot be read."""
 
     def close() -> Any:

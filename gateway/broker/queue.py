@@ -7,6 +7,10 @@ paused by transport back-pressure (``auto``).  Messages a consumer's
 selector refuses stay for the others.  A queue is also the private backlog
 of each topic subscriber, so the same code serves both.
 
+Pending messages are held in memory while they fit (``memory_limit``, the
+destination's ``max_size``); the rest is paged out (:mod:`gateway.broker.paging`)
+and read back in order.
+
 The queue knows nothing of stores or dead letters: it calls back into its
 :class:`QueueOwner` (the broker) for those.
 """
