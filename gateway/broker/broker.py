@@ -364,6 +364,7 @@ class EmbeddedBroker:
             subscribers = self.topics.get(queue.name, [])
             if queue in subscribers:
                 subscribers.remove(queue)
+            queue.discard()  # (a topic subscriber's backlog ends with it: its memory and pages go)
         return None
 
     # -- IConnector --------------------------------------------------------
@@ -653,10 +654,10 @@ class EmbeddedBroker:
         if queue is not None:
             for subscription in list(queue.consumers):
                 subscription.consumer.subscription_failed(DestinationError(f"{destination} was deleted"))
-            dropped = queue.drain()
+            dropped = queue.discard()
             if dropped:
                 self.log.info("deleted {destination} with {count} undelivered messages",
-                              destination=destination, count=len(dropped))
+                              destination=destination, count=dropped)
         self.topics.pop(destination, None)
 
     # -- internals ---------------------------------------------------------
@@ -690,7 +691,7 @@ class EmbeddedBroker:
             subscribers = self.topics.get(queue.name, [])
             if queue in subscribers:
                 subscribers.remove(queue)
-            queue.drain()
+            queue.discard()
         result: Deferred[None] = self.store.remove_durable(key)
         return result
 

@@ -46,7 +46,7 @@ class QueueOperations:
 
     def browse(self, destination: str, limit: int = 100) -> list[Message]:
         """The first ``limit`` pending messages of the queue, in delivery order; nothing is consumed."""
-        return self.queue(destination).messages()[:max(0, limit)]
+        return self.queue(destination).messages(max(0, limit))
 
     def purge(self, destination: str) -> Deferred[int]:
         """Drop every pending message of the queue; fires with how many once the store forgot them."""

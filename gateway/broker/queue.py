@@ -308,6 +308,19 @@ class MessageQueue:
             held = list(heapq.merge(held, self._taken_from_page(page.take_all())))
         return [entry[2] for entry in held]
 
+    def discard(self) -> int:
+        """Forget every pending message without reading the paged ones back (a dropped
+        durable subscription, a deleted temporary queue); returns how many there were."""
+        count = len(self)
+        for entry in self._heap:
+            self._released(entry)
+        self._heap = []
+        page = self.page
+        if page is not None and page.count:
+            page.clear()
+            self.owner.paging(self, False)
+        return count
+
     def remove_pending(self, message_ids: set[str] | None = None) -> list[Message]:
         """Take pending messages out of the queue without delivering them: those whose
         id is in ``message_ids`` (None: all), in dispatch order.  In-flight ones stay."""

@@ -406,3 +406,29 @@ def test_block_on_the_global_limit() -> None:
     assert congestion is not None and congestion.congested
     broker.subscribe(SubscriptionSpec("/queue/limited.e", ack_mode="auto"), Sink())
     assert not congestion.congested
+
+
+def test_a_topic_subscriber_that_leaves_gives_its_memory_and_pages_back(run: Run) -> None:
+    broker = run.broker
+    assert broker is not None
+    sink = Sink()
+    subscription = run.subscribe(sink, destination="/topic/gone", ack_mode="client", prefetch=1)
+    run.send(*[text("/topic/gone", body, persistent=False) for body in bodies(40)])
+    queue = broker.topics["/topic/gone"][0]
+    assert queue.paged > 20 and broker.memory.used > 0
+    run.wait(subscription.close())
+    assert broker.memory.used == 0 and queue.paged == 0
+
+
+def test_a_dropped_durable_subscription_and_a_deleted_temporary_queue_free_their_pages(run: Run) -> None:
+    broker = run.broker
+    assert broker is not None
+    durable = run.subscribe(Sink(), destination="/topic/d", client_id="c", durable_name="x", ack_mode="client")
+    run.wait(durable.close())
+    broker.create_temporary("/remote-temp-queue/t1")
+    run.send(*[text("/topic/d", body) for body in bodies(30)], *[text("/remote-temp-queue/t1", body)
+                                                                  for body in bodies(30)])
+    assert broker.durables["durable:c:x"].paged and broker.queues["/remote-temp-queue/t1"].paged
+    run.wait(broker.unsubscribe_durable("c", "x"))
+    broker.delete_destination("/remote-temp-queue/t1")
+    assert broker.memory.used == 0
