@@ -522,11 +522,12 @@ TestPagingBrokerModel = PagingBrokerMachine.TestCase
 TestPagingBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "300")))
 
 
-def run(examples: int, steps: int = 50, **kwargs: Any) -> None:
-    """Run the machine ``examples`` times (bench.bench_model)."""
+def run(examples: int, steps: int = 50, *, paging: bool = False, **kwargs: Any) -> None:
+    """Run the machine ``examples`` times (bench.bench_model); ``paging``: the one with a tiny memory limit."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    run_state_machine_as_test(BrokerMachine, settings=machine_settings(examples, steps), **kwargs)
+    machine = PagingBrokerMachine if paging else BrokerMachine
+    run_state_machine_as_test(machine, settings=machine_settings(examples, steps), **kwargs)
 
 
 def test_resuming_stops_when_the_transport_fills_again() -> None:
