@@ -36,6 +36,10 @@ Key = tuple[int, int]
 
 CHUNK_ROWS = 500
 """Rows read at once when a selector searches the page."""
+WRITE_ROWS = 64
+"""Paged-out messages written to the file together ..."""
+WRITE_BYTES = 256 * 1024
+"""... or fewer when their records take this many bytes."""
 
 _SCHEMA = (
     "CREATE TABLE paged (id INTEGER PRIMARY KEY, queue INTEGER NOT NULL, rank INTEGER NOT NULL, "
@@ -132,11 +136,13 @@ class QueuePage:
     :ivar head: the (rank, seq) key of the first paged message, None when empty.
     """
 
-    __slots__ = ("count", "file", "head", "id", "size")
+    __slots__ = ("_unwritten", "_unwritten_size", "count", "file", "head", "id", "size")
 
     def __init__(self, file: PageFile, id: int) -> None:
         self.file = file
         self.id = id
+        self._unwritten: list[tuple[Any, ...]] = []
+        self._unwritten_size = 0
         self.count = 0
         self.size = 0
         self.head: Key | None = None
@@ -153,44 +159,68 @@ class QueuePage:
 
     def write_rows(self, rows: list[tuple[int, int, str, int, int, int, bytes]]) -> None:
         """Page out stored records as they are: (rank, seq, message id, expiration, counted size,
-        redelivery count, record) each (recovery: nothing is decoded)."""
+        redelivery count, record) each (recovery: nothing is decoded).  Rows are written in
+        groups (:data:`WRITE_ROWS`); a read of the page writes what waits first."""
         if not rows:
             return
-        db = self.file.write()
+        unwritten = self._unwritten
         page = self.id
-        db.executemany(
-            "INSERT INTO paged (queue, rank, seq, message_id, expiration, size, redelivery, record) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(page, *row) for row in rows],
-        )
-        first = min((row[0], row[1]) for row in rows)
-        if self.head is None or first < self.head:
-            self.head = first
+        for row in rows:
+            unwritten.append((page, *row))
+            self._unwritten_size += len(row[6])
+            key = (row[0], row[1])
+            if self.head is None or key < self.head:
+                self.head = key
+            self.size += row[4]
         self.count += len(rows)
-        self.size += sum(row[4] for row in rows)
+        if len(unwritten) >= WRITE_ROWS or self._unwritten_size >= WRITE_BYTES:
+            self._write()
+
+    def _write(self) -> sqlite3.Connection:
+        """The connection, once what waits is written."""
+        db = self.file.write()
+        if self._unwritten:
+            db.executemany(
+                "INSERT INTO paged (queue, rank, seq, message_id, expiration, size, redelivery, record) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                self._unwritten,
+            )
+            self._unwritten = []
+            self._unwritten_size = 0
+        return db
 
     def read(self, rows: int, size: int) -> list[Entry]:
         """Take the first messages (at least one, at most ``rows``, about ``size`` bytes) back."""
         if not self.count:
             return []
+        db = self._write()
+        found = db.execute(
+            "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
+            (self.id, rows + 1),
+        ).fetchall()
         taken: list[Entry] = []
         total = 0
-        ids: list[tuple[int]] = []
-        cursor = self.file.db.execute(
-            "SELECT id, rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
-            (self.id, rows),
-        )
-        for row_id, rank, seq, counted, redelivery, record in cursor:
+        last = min(len(found), rows)
+        for index in range(last):
+            rank, seq, counted, redelivery, record = found[index]
             if taken and total + counted > size:
+                last = index
                 break
             taken.append((rank, seq, _decode(record, redelivery), counted))
-            ids.append((row_id,))
             total += counted
-        cursor.close()
         if not taken:  # (cannot happen while count is right; never loop on it)
             self.count = self.size = 0
             self.head = None
-        self._forget(ids, taken)
+            return []
+        end = taken[-1]
+        db.execute("DELETE FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?)", (self.id, end[0], end[1]))
+        self.count -= len(taken)
+        self.size -= total
+        if last < len(found):
+            self.head = (found[last][0], found[last][1])
+        else:
+            self.count = self.size = 0
+            self.head = None
         return taken
 
     def search(
@@ -221,7 +251,7 @@ class QueuePage:
     def _scan(self, after: Key | None = None) -> Iterator[tuple[int, int, int, int, int, bytes]]:
         if after is None:
             after = (-(2**62), -(2**62))
-        db = self.file.db
+        db = self._write()
         while True:
             chunk = db.execute(
                 "SELECT id, rank, seq, size, redelivery, record FROM paged WHERE queue = ? AND (rank, seq) > (?, ?) "
@@ -241,7 +271,7 @@ class QueuePage:
         """Take the messages expired at ``now_ms``."""
         if not self.count:
             return []
-        rows = self.file.db.execute(
+        rows = self._write().execute(
             "SELECT id, rank, seq, size, redelivery, record FROM paged "
             "WHERE queue = ? AND expiration > 0 AND expiration <= ? ORDER BY rank, seq",
             (self.id, now_ms),
@@ -260,7 +290,7 @@ class QueuePage:
         """The first ``limit`` paged messages, left where they are."""
         if not self.count or limit <= 0:
             return []
-        rows = self.file.db.execute(
+        rows = self._write().execute(
             "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
             (self.id, limit),
         ).fetchall()
@@ -268,6 +298,8 @@ class QueuePage:
 
     def clear(self) -> None:
         """Forget every paged message."""
+        self._unwritten = []
+        self._unwritten_size = 0
         if self.count:
             self.file.write().execute("DELETE FROM paged WHERE queue = ?", (self.id,))
         self.count = self.size = 0

@@ -81,6 +81,8 @@ PAGE_IN_ROWS = 200
 """Most messages one read of the page brings back into memory."""
 PAGE_IN_BYTES = 1024 * 1024
 """About the most bytes one read of the page brings back into memory."""
+PAGE_IN_FLOOR = 64 * 1024
+"""What one read of the page may bring back even when the limits leave no room."""
 
 
 class MessageQueue:
@@ -170,7 +172,10 @@ class MessageQueue:
         room = self.usage.limit - self.usage.used
         if self.max_size:
             room = min(room, self.max_size - self.memory)
-        return max(0, min(room, PAGE_IN_BYTES))
+        # (when other queues hold the memory, still read a useful chunk: an eighth of the
+        # limit, at most 64 KiB; the overshoot is bounded by that per queue being consumed)
+        floor = min(PAGE_IN_FLOOR, self.usage.limit // 8, self.max_size // 8 if self.max_size else PAGE_IN_FLOOR)
+        return max(0, floor, min(room, PAGE_IN_BYTES))
 
     def _hold(self, entry: Entry) -> None:
         heapq.heappush(self._heap, entry)
