@@ -66,6 +66,8 @@ class PageFile:
         self._queues = 0
         self._commit_scheduled = False
         self.opened = False
+        self.failing = False
+        """Whether the last page-out failed (logged once until one succeeds)."""
 
     def discard_stale(self) -> None:
         """Delete a page file an earlier process left (its messages were not persistent,
@@ -73,8 +75,13 @@ class PageFile:
         if self.path is None:
             return
         for suffix in ("", "-journal", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(self.path + suffix)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                self.log.warn("page file {path} cannot be deleted: {error}", path=self.path + suffix, error=error)
+                return
 
     def queue(self) -> QueuePage:
         """A new, empty page for one queue."""
@@ -163,6 +170,7 @@ class QueuePage:
         groups (:data:`WRITE_ROWS`); a read of the page writes what waits first."""
         if not rows:
             return
+        self.file.db  # noqa: B018 (opens the file now: a file that cannot be opened fails this write alone)
         unwritten = self._unwritten
         page = self.id
         for row in rows:

@@ -193,10 +193,13 @@ class MessageQueue:
             page = self.page = self.owner.page_file().queue()
         try:
             page.write([entry])
-        except (StoreError, sqlite3.Error) as error:
-            self.log.warn("message {id} of {queue} kept in memory: it cannot be paged out ({error})",
-                          id=entry[2].message_id, queue=self.name, error=error)
+        except (StoreError, sqlite3.Error, OSError) as error:
+            if not page.file.failing:  # (once, not per message)
+                page.file.failing = True
+                self.log.error("messages of {queue} are kept in memory past the limit: they cannot be paged out "
+                               "({error})", queue=self.name, error=error)
             return False
+        page.file.failing = False
         self.paged_out += 1
         if page.count == 1:
             self.owner.paging(self, True)

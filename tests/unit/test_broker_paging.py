@@ -432,3 +432,19 @@ def test_a_dropped_durable_subscription_and_a_deleted_temporary_queue_free_their
     run.wait(broker.unsubscribe_durable("c", "x"))
     broker.delete_destination("/remote-temp-queue/t1")
     assert broker.memory.used == 0
+
+
+def test_a_page_file_that_cannot_be_written_keeps_messages_in_memory_and_says_so_once(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    events: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        broker = EmbeddedBroker(Clock(), BrokerSettings(memory_limit=2 * ONE), page_path=str(blocker / "pages.sqlite"))
+        broker.start()
+        for body in bodies(10):
+            assert broker.send(text("/queue/q", body, persistent=False)).called
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    assert [m.text for m in broker.queues["/queue/q"].messages()] == bodies(10)  # type: ignore[attr-defined]
+    assert len([e for e in events if "cannot be paged out" in e.get("log_format", "")]) == 1
