@@ -174,6 +174,13 @@ class EmbeddedBroker:
         """BLOCK destinations whose senders are held until room is made."""
         self._full: set[str] = set()
         """Destinations reported full (logged once per episode)."""
+        self._store_congestion = Congestion("embedded broker message store")
+        """The senders of every destination but the BLOCK ones, held while the store is behind."""
+        self._writing = 0
+        """Counted bytes of the messages waiting for the store to write them."""
+        self._write_hold = max(1024 * 1024, min(self.memory.limit // 4, 32 * 1024 * 1024))
+        """Past this many bytes waiting for the store, senders are held (until half of it)."""
+        self._store_held = False
         self.queues: dict[str, MessageQueue] = {}
         self.topics: dict[str, list[MessageQueue]] = {}
         self.durables: dict[str, MessageQueue] = {}
@@ -471,12 +478,15 @@ class EmbeddedBroker:
                       destination=destination, limit=limit, action=action, policy=policy.full_policy)
 
     def congestion_for(self, destination: str) -> Congestion | None:
-        """:class:`IDestinationFlowControlled`: the senders of a BLOCK destination."""
+        """:class:`IDestinationFlowControlled`: the senders of ``destination``: its own for a BLOCK
+        destination, else the senders of every destination (held while the store is behind)."""
         if self.policy(destination).full_policy != BLOCK:
-            return None
+            return self._store_congestion
         congestion = self._congestions.get(destination)
         if congestion is None:
             congestion = self._congestions[destination] = Congestion(f"embedded broker destination {destination}")
+            if self._store_held:
+                congestion.pauseProducing()
         return congestion
 
     def _block(self, destination: str) -> None:
@@ -501,7 +511,7 @@ class EmbeddedBroker:
             self._full.discard(destination)
             self.log.info("{destination} has room again: its senders are released", destination=destination)
             congestion = self._congestions.get(destination)
-            if congestion is not None:
+            if congestion is not None and not self._store_held:
                 congestion.resumeProducing()
         self.memory.waiting = bool(self._blocked)
 
@@ -537,13 +547,40 @@ class EmbeddedBroker:
         if not entries:
             settle(True)
             return succeed(None)
+        size = sum(message_size(message) for message, _ in plan)
+        self._writing_started(size)
         written: Deferred[None] = self.store.add_batch(entries)
 
+        def stored(_: object) -> None:
+            self._writing_ended(size)
+            settle(True)
+
         def failed(failure: Any) -> Any:
+            self._writing_ended(size)
             settle(False)
             return failure
 
-        return written.addCallbacks(lambda _: settle(True), failed)
+        return written.addCallbacks(stored, failed)
+
+    def _writing_started(self, size: int) -> None:
+        """``size`` bytes of messages wait for the store: past :attr:`_write_hold`, senders are held
+        (a pipelined sender of persistent messages must not outrun the disk without bound)."""
+        self._writing += size
+        if self._writing > self._write_hold and not self._store_held:
+            self._store_held = True
+            self.log.debug("{bytes} bytes wait for the message store: holding the senders", bytes=self._writing)
+            self._store_congestion.pauseProducing()
+            for congestion in self._congestions.values():
+                congestion.pauseProducing()
+
+    def _writing_ended(self, size: int) -> None:
+        self._writing -= size
+        if self._store_held and self._writing <= self._write_hold // 2:
+            self._store_held = False
+            self._store_congestion.resumeProducing()
+            for destination, congestion in list(self._congestions.items()):
+                if destination not in self._blocked:
+                    congestion.resumeProducing()
 
     def _shower(self, message: Message, targets: list[MessageQueue]) -> Callable[[], None]:
         return lambda: self._enqueue([(message, targets)])
