@@ -69,7 +69,7 @@ from gateway.message.model import Message
 QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
 TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
 TEMP_PREFIXES = ("/remote-temp-queue/", "/remote-temp-topic/")
-RECOVERY_CHUNK = 5000
+RECOVERY_CHUNK = 2000
 """Stored messages read at once at start-up (lazy recovery)."""
 
 

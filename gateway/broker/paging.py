@@ -103,7 +103,7 @@ class PageFile:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
         db.execute("PRAGMA locking_mode = EXCLUSIVE")
-        db.execute("PRAGMA cache_size = -32768")  # 32 MiB of SQLite page cache
+        db.execute("PRAGMA cache_size = -8192")  # 8 MiB of SQLite page cache
         for statement in _SCHEMA:
             db.execute(statement)
         self.opened = True
