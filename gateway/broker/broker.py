@@ -787,7 +787,9 @@ class EmbeddedBroker:
         """Queue depths, consumer counts, memory against the limits, paging (admin and tests)."""
         return {
             "memory": {"used": self.memory.used, "limit": self.memory.limit, "full": self.memory.full,
-                       "page_file": self._pages.path if self._pages.opened else None},
+                       "page_file": self._pages.path if self._pages.opened else None,
+                       "waiting_for_store": self._writing, "senders_held": self._store_held,
+                       "blocked": sorted(self._blocked)},
             "queues": {name: {"pending": len(q), "consumers": len(q.consumers), "inflight": q.inflight}
                        for name, q in self.queues.items()},
             "durables": {key: {"pending": len(q), "active": bool(q.consumers)} for key, q in self.durables.items()},
