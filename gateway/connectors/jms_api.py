@@ -297,13 +297,10 @@ class JmsConnector:
     """
 
     log = Logger()
-    capabilities = frozenset(Capability) - {Capability.REDELIVERED_AFTER_CLOSE, Capability.RECONNECT,
-                                            Capability.HELD_MESSAGE_IDS}  # (no QueueBrowser probe yet)
+    capabilities = frozenset(Capability) - {Capability.RECONNECT, Capability.HELD_MESSAGE_IDS}
     """NACK (a rollback: redelivered), prefetch, selectors, durable subscriptions, transactions,
-    health following the provider.  Not declared yet: REDELIVERED_AFTER_CLOSE (a close that keeps
-    the acked prefix of a window re-receives it, and the provider then does not flag the rest) and
-    RECONNECT (the contract's proxy-cut test does not see a subscription go on, although a killed and
-    restarted ActiveMQ is recovered: tests/integration/test_jms_api_bridge.py) - open work."""
+    health following the provider, redelivery flagged after close (a copy returned to a queue
+    carries the mark, :mod:`gateway.connectors.jms_subscription`)."""
 
     def __init__(self, name: str, settings: JmsSettings, *, reactor: Any,
                  registry: CollectorRegistry | None = None) -> None:

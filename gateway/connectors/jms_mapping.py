@@ -19,7 +19,8 @@ The mapping is docs/jms.md's table, as the ``stomp://`` connector applies it:
 From the provider: Text, Bytes, Map, Object (payload not deserialized: empty,
 ``encoding = "java-serialized"``) and Stream messages, every header field,
 JMSXDeliveryCount as :attr:`Message.redelivery_count` and the properties with
-their Python types.
+their Python types.  A copy the connector returned to a queue in place of an unacknowledged
+message (:func:`returned_copy`) is read back as the original: its message id, redelivered.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ from gateway.message.model import (
 
 TYPES_PROPERTY = "jmsgateway.types"
 """The property (a STOMP header) naming the Java types of string properties."""
+
+RETURNED_ID = "JMSGW_ORIGINAL_ID"
+"""On a copy the connector sent back to a queue in place of an unacknowledged message (see
+:func:`returned_copy`): the original's JMSMessageID, the message id the gateway shows."""
+RETURNED_COUNT = "JMSGW_DELIVERY_COUNT"
+"""On such a copy: how often the original was delivered (an int)."""
 
 _TYPES = ("string", "boolean", "byte", "short", "int", "long", "float", "double")
 _DELIVERY_COUNT = "JMSXDeliveryCount"
@@ -260,4 +267,47 @@ def from_jms(jms: Any, api: JmsApi, destination: str) -> Message:
         count = None
     if count is not None:
         message.redelivery_count = max(0, int(count.longValue() if hasattr(count, "longValue") else count) - 1)
+    original = properties.pop(RETURNED_ID, None)
+    earlier = properties.pop(RETURNED_COUNT, None)
+    if isinstance(original, str) and original:
+        message.message_id = original
+        message.redelivered = True
+        message.redelivery_count += earlier if isinstance(earlier, int) and earlier > 0 else 1
     return message
+
+
+def returned_copy(original: Any, api: JmsApi) -> tuple[Any, int, int, int]:
+    """``original`` (a message this session received) made ready to be sent back to its queue
+    in its place: its headers, body and properties as they are, plus :data:`RETURNED_ID` and
+    :data:`RETURNED_COUNT`, which :func:`from_jms` turns back into the original's message id and
+    a redelivery.  Returns ``(message, delivery mode, priority, time to live)`` for ``send``."""
+    names = original.getPropertyNames()
+    kept: list[tuple[str, Any]] = []
+    while names.hasMoreElements():
+        name = str(names.nextElement())
+        if name.startswith("JMSX") and name not in ("JMSXGroupID", "JMSXGroupSeq"):
+            continue  # set by the provider
+        kept.append((name, original.getObjectProperty(name)))
+    first_id = str(original.getJMSMessageID())
+    earlier = 0
+    for name, value in kept:
+        if name == RETURNED_ID and value is not None:
+            first_id = str(value)
+        elif name == RETURNED_COUNT and value is not None:
+            earlier = int(value.longValue() if hasattr(value, "longValue") else value)
+    try:
+        count = original.getObjectProperty(_DELIVERY_COUNT)
+        delivered = int(count.longValue() if hasattr(count, "longValue") else count) if count is not None else 1
+    except Exception:  # a provider without JMSX properties
+        delivered = 1
+    original.clearProperties()  # makes them writable (a received message's are read-only)
+    for name, value in kept:
+        if name not in (RETURNED_ID, RETURNED_COUNT):
+            original.setObjectProperty(name, value)
+    original.setStringProperty(RETURNED_ID, first_id)
+    original.setIntProperty(RETURNED_COUNT, api.JInt(earlier + max(1, delivered)))
+    if isinstance(original, (api.BytesMessage, api.StreamMessage)):
+        original.reset()
+    expiration = int(original.getJMSExpiration())
+    time_to_live = max(1, expiration - now_millis()) if expiration else 0
+    return original, int(original.getJMSDeliveryMode()), int(original.getJMSPriority()), time_to_live

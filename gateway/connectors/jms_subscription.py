@@ -10,6 +10,8 @@ consumer acked it.  A NACK rolls the session back; the deliveries acked in
 that window are recognised when the provider redelivers them and committed
 without being delivered again.  While deliveries wait to be settled the thread
 receives no further message: ``prefetch`` bounds what is unacknowledged.
+On close, a window both acked and not is settled exactly (:meth:`ConsumerThread._close_window`:
+for a queue, the unacked messages go back as marked copies in the commit that acks the window).
 
 The thread blocks in ``receive(receive_timeout)`` when it may take a message and
 on its command queue otherwise (no busy polling); messages go to the reactor
@@ -32,7 +34,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.connectors.jms_mapping import from_jms, to_jms
+from gateway.connectors.jms_mapping import from_jms, returned_copy, to_jms
 from gateway.connectors.jms_provider import SESSION_TRANSACTED, JavaThread, java_error
 from gateway.connectors.stomp_subscription import durable_subscription_name
 from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError, StaleDelivery
@@ -41,6 +43,11 @@ from gateway.message.model import Message
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.connectors.jms_api import JmsConnector, Link
+
+
+PREFIX_REDELIVERY_WAIT = 5000
+"""ms a closing durable topic subscription waits for each acknowledged message the provider
+redelivers after its rollback (a provider may delay redeliveries: ActiveMQ by 1 s by default)."""
 
 
 class _Command:
@@ -198,6 +205,8 @@ class ConsumerThread(JavaThread):
         self.paused = False
         self.outstanding: dict[Any, str] = {}
         """tag -> JMSMessageID of every delivery since the last commit/rollback, in order."""
+        self.received: dict[Any, Any] = {}
+        """tag -> the JMS message itself, for the same deliveries (copied back on close)."""
         self.acked: set[Any] = set()
         self.nacked: set[Any] = set()
         self.waiting: list[Deferred[None]] = []
@@ -275,7 +284,7 @@ class ConsumerThread(JavaThread):
                 self.paused = False
             elif kind == "close":
                 self.running = False
-                self._commit_acked_prefix()
+                self._close_window()
                 self._drop_session()
                 self._answer(command.done, None)
         except Exception as error:  # a JMS call failed: the connection is in trouble
@@ -362,6 +371,7 @@ class ConsumerThread(JavaThread):
         else:
             self.session.commit()
         self.outstanding.clear()
+        self.received.clear()
         self.acked.clear()
         self.nacked.clear()
         self.batch = []
@@ -393,12 +403,71 @@ class ConsumerThread(JavaThread):
         self._clear_window()
         self._answer(command.done, None)
 
+    def _close_window(self) -> None:
+        """On close: the window's acknowledged deliveries stay acknowledged, the others come again.
+
+        One JMS commit acknowledges every message the session received, so a window holding
+        both is settled by what the destination allows:
+
+        * a queue: one transaction acknowledges the whole window and sends a copy of each
+          unacknowledged message back to its queue (:func:`~gateway.connectors.jms_mapping.returned_copy`:
+          same body, headers and properties, marked with the original message id and delivery
+          count, so the gateway delivers it again as the same message, flagged redelivered);
+          nothing is lost and nothing acknowledged comes again, whatever the provider's
+          redelivery order, delay or other consumers;
+        * a durable topic subscription (a copy would reach every subscriber): the acknowledged
+          leading deliveries are received again after a rollback and committed
+          (:meth:`_commit_acked_prefix`); one acknowledged after an unacknowledged one comes again;
+        * a non-durable topic subscription: what it held ends with it (JMS), nothing to do.
+
+        A window with nothing acknowledged is rolled back (the provider redelivers it, flagged),
+        a window all acknowledged is committed."""
+        session = self.session
+        if session is None or not self.outstanding:
+            return
+        unsettled = [tag for tag in self.outstanding if tag not in self.acked]
+        if not unsettled:
+            session.commit()
+            self._clear_window()
+            return
+        if len(unsettled) == len(self.outstanding):
+            return  # closing the session rolls it back
+        destination = self.subscription.spec.destination
+        if destination.startswith("/queue/"):
+            self._return_copies(unsettled)
+        elif self.subscription.spec.durable_name:
+            self._commit_acked_prefix()
+
+    def _return_copies(self, unsettled: list[Any]) -> None:
+        """Acknowledge the window and send copies of ``unsettled`` back, in one transaction."""
+        session, link = self.session, self.link
+        count = len(unsettled)
+        try:
+            if self.producer is None:
+                self.producer = session.createProducer(None)
+            for tag in unsettled:
+                original = self.received[tag]
+                copy, mode, priority, ttl = returned_copy(original, link.api)
+                where = original.getJMSDestination() or link.destination(session, self.subscription.spec.destination)
+                self.producer.send(where, copy, mode, priority, ttl)
+            session.commit()
+        except Exception as error:
+            with contextlib.suppress(Exception):  # the connection may be gone: then so is the transaction
+                session.rollback()
+            self.log.warn("jms {name}: closing {destination}: could not return {count} unacknowledged messages "
+                          "as copies ({error}); the provider redelivers the whole window, acknowledged ones "
+                          "included", name=self.connector.name, destination=self.subscription.spec.destination,
+                          count=count, error=java_error(error))
+            return
+        self._clear_window()
+
     def _commit_acked_prefix(self) -> None:
-        """On close: keep the acknowledgements of the window's leading acked deliveries.  The
-        session is rolled back and exactly those are received again (the provider redelivers in
-        order) and committed; if anything else comes first, everything is rolled back (at least once)."""
+        """On close of a durable topic subscription: keep the acknowledgements of the window's
+        leading acked deliveries.  The session is rolled back and exactly those are received
+        again (the provider redelivers in order) and committed; if anything else comes first,
+        everything is rolled back (at least once)."""
         session, consumer = self.session, self.consumer
-        if session is None or consumer is None or not self.acked or self.nacked:
+        if session is None or consumer is None:
             return
         prefix: list[str] = []
         for tag, message_id in self.outstanding.items():
@@ -407,21 +476,22 @@ class ConsumerThread(JavaThread):
             prefix.append(message_id)
         if not prefix:
             return
-        if len(prefix) == len(self.outstanding):
-            session.commit()
-            self.outstanding.clear()
-            self.acked.clear()
-            return
         session.rollback()
+        self._clear_window()
+        wait = max(PREFIX_REDELIVERY_WAIT, self.connector.settings.receive_timeout)
         for expected in prefix:
-            again = consumer.receive(max(1000, self.connector.settings.receive_timeout))
+            again = consumer.receive(wait)
             if again is None or str(again.getJMSMessageID()) != expected:
                 session.rollback()
+                self.log.warn("jms {name}: closing {destination}: the provider did not redeliver the acknowledged "
+                              "messages first; they come again", name=self.connector.name,
+                              destination=self.subscription.spec.destination)
                 return
         session.commit()
 
     def _clear_window(self) -> None:
         self.outstanding.clear()
+        self.received.clear()
         self.acked.clear()
         self.nacked.clear()
         self.batch = []
@@ -430,6 +500,7 @@ class ConsumerThread(JavaThread):
     def _drop_session(self) -> None:
         session, self.session, self.consumer, self.producer = self.session, None, None, None
         self.outstanding.clear()
+        self.received.clear()
         self.acked.clear()
         self.nacked.clear()
         self.batch = []
@@ -461,6 +532,7 @@ class ConsumerThread(JavaThread):
         tag = (self.epoch, next(self.sequence))
         message_id = str(received.getJMSMessageID())
         self.outstanding[tag] = message_id
+        self.received[tag] = received
         if message_id in self.acked_before_rollback and bool(received.getJMSRedelivered()):
             self.acked_before_rollback.discard(message_id)
             self.acked.add(tag)  # its consumer acked it before the rollback another NACK caused

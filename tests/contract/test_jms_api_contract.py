@@ -53,11 +53,3 @@ class TestJmsApiConnector(ConnectorContract):
             target = JmsApiTarget(activemq, proxy, max_pending_sends=50)
             yield target
             target.stop()
-
-    # A known defect, not a declared gap: JMS acknowledges a whole session at once, and the
-    # connector's per-message acks over a transacted session sometimes bring an acknowledged
-    # message back after close (issue 19 stays open until this passes every time).
-    test_what_a_closed_subscription_left_unacknowledged_comes_again = pytest.mark.xfail(
-        reason="jms connector: an individually acked message can come again after close (known defect)",
-        strict=False,
-    )(ConnectorContract.test_what_a_closed_subscription_left_unacknowledged_comes_again)
