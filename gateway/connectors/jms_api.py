@@ -297,7 +297,7 @@ class JmsConnector:
     """
 
     log = Logger()
-    capabilities = frozenset(Capability) - {Capability.RECONNECT, Capability.HELD_MESSAGE_IDS}
+    capabilities = frozenset(Capability) - {Capability.HELD_MESSAGE_IDS}
     """NACK (a rollback: redelivered), prefetch, selectors, durable subscriptions, transactions,
     health following the provider, redelivery flagged after close (a copy returned to a queue
     carries the mark, :mod:`gateway.connectors.jms_subscription`)."""

@@ -12,11 +12,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pytest_twisted
+from twisted.logger import formatEvent, globalLogPublisher
 
 from gateway.connectors.jms_api import JmsConnector
-from tests.contract.connector_contract import ConnectorContract, ProxiedTarget, unique
+from gateway.errors import ConnectorUnavailable
+from gateway.interfaces import SubscriptionSpec
+from tests.contract.connector_contract import ConnectorContract, ProxiedTarget, subscribe, text, texts, unique
 from tests.support.activemq import ActiveMQBroker, activemq
-from tests.support.reactor_waits import reactor
+from tests.support.reactor_waits import reactor, sleep, until
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.activemq
@@ -53,3 +57,73 @@ class TestJmsApiConnector(ConnectorContract):
             target = JmsApiTarget(activemq, proxy, max_pending_sends=50)
             yield target
             target.stop()
+
+
+# -- reconnection limits (issue 19: reconnect every failure_retry_interval up to max_retries) ----------
+
+
+@pytest.fixture
+def giving_up_target(activemq: ActiveMQBroker) -> Iterator[JmsApiTarget]:
+    with TcpProxy("127.0.0.1", activemq.openwire_port) as proxy:
+        target = JmsApiTarget(activemq, proxy, max_retries=2, failure_retry_interval=100)
+        yield target
+        target.stop()
+
+
+@pytest.fixture
+def proxied_target(activemq: ActiveMQBroker) -> Iterator[JmsApiTarget]:
+    with TcpProxy("127.0.0.1", activemq.openwire_port) as proxy:
+        target = JmsApiTarget(activemq, proxy)
+        yield target
+        target.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_connector_gives_up_after_max_retries(giving_up_target: JmsApiTarget) -> None:
+    """The provider stays away: the connector retries ``max_retries`` times, then is failed
+    (health DOWN naming the provider), a waiting send fails, the subscription ends, and the
+    log says so naming the provider URL."""
+    target = giving_up_target
+    proxy, connector = target._proxy(), target.connector
+    lines: list[str] = []
+
+    def observe(event: dict[str, Any]) -> None:
+        lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        queue = await target.queue()
+        _, consumer = await subscribe(connector, SubscriptionSpec(queue))
+        await target.go_away()
+        waiting = connector.send(text(queue, "never"))
+        await until(lambda: connector.state == "failed", timeout=30, what="the connector to give up")
+        with pytest.raises(ConnectorUnavailable):
+            await waiting
+        health = connector.health()
+        assert not health.up and proxy.address in health.detail, health.detail
+        assert consumer.failures and isinstance(consumer.failures[0], ConnectorUnavailable)
+        assert connector.failed_attempts == 3
+        log = "\n".join(lines)
+        assert f"lost connection to tcp://{proxy.address}" in log, log
+        assert f"giving up on tcp://{proxy.address} after 2 retries" in log, log
+    finally:
+        globalLogPublisher.removeObserver(observe)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_subscription_made_while_the_provider_is_away_starts_when_it_is_back(
+        proxied_target: JmsApiTarget) -> None:
+    """Made while the connection is down: it waits (no failure) and starts on the reconnection;
+    a send made meanwhile waits and is delivered to it."""
+    target = proxied_target
+    connector = target.connector
+    queue = await target.queue()
+    await target.go_away()
+    _, consumer = await subscribe(connector, SubscriptionSpec(queue))
+    sent = connector.send(text(queue, "while away"))
+    await sleep(0.5)
+    assert not sent.called
+    await target.come_back()
+    await sent
+    assert texts(await consumer.take(1, timeout=30)) == ["while away"]
+    assert consumer.failures == []
