@@ -47,6 +47,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.connectors.jms_browse import BrowseThread, browse_duplicate_ids
 from gateway.connectors.jms_mapping import to_jms
 from gateway.connectors.jms_provider import (
     SESSION_TRANSACTED,
@@ -81,6 +82,9 @@ from gateway.interfaces import (
 from gateway.message.model import Message
 
 Settled = Callable[[Exception | None, Any], None]
+
+BROWSE_LIMIT = 100_000
+"""At most this many messages are browsed to tell which ones a queue holds (the in-doubt probe)."""
 
 
 class Link:
@@ -297,10 +301,11 @@ class JmsConnector:
     """
 
     log = Logger()
-    capabilities = frozenset(Capability) - {Capability.HELD_MESSAGE_IDS}
+    capabilities = frozenset(Capability)
     """NACK (a rollback: redelivered), prefetch, selectors, durable subscriptions, transactions,
-    health following the provider, redelivery flagged after close (a copy returned to a queue
-    carries the mark, :mod:`gateway.connectors.jms_subscription`)."""
+    health following the provider, reconnection, redelivery flagged after close (a copy returned
+    to a queue carries the mark, :mod:`gateway.connectors.jms_subscription`), held message ids
+    (a QueueBrowser, :mod:`gateway.connectors.jms_browse`; a topic answers None)."""
 
     def __init__(self, name: str, settings: JmsSettings, *, reactor: Any,
                  registry: CollectorRegistry | None = None) -> None:
@@ -322,6 +327,7 @@ class JmsConnector:
         self._subscriptions: list[JmsSubscription] = []
         self._closing: dict[tuple[str, str], Deferred[None]] = {}
         self._first: Deferred[None] | None = None
+        self._link_waiters: list[Deferred[Link]] = []
         self._retry: Any = None
         self._sweep: LoopingCall | None = None
         self._sent_ok = self.metrics.sends.labels(name, "ok")
@@ -387,6 +393,7 @@ class JmsConnector:
         if self._sweep is not None and self._sweep.running:
             self._sweep.stop()
         self._fail_waiting(ConnectorUnavailable(f"connector {self.name} stopped"))
+        self._release_link_waiters(ConnectorUnavailable(f"connector {self.name} stopped"))
         closing = [subscription.close() for subscription in list(self._subscriptions)]
         self._subscriptions.clear()
         link, self.link = self.link, None
@@ -496,6 +503,7 @@ class JmsConnector:
                           api=self.settings.api, count=len(self._subscriptions))
             self._first_done(None)
             self._dispatch_waiting()
+            self._release_link_waiters(None)
 
         def not_ready(failure: Failure) -> None:
             error = failure.value
@@ -583,6 +591,7 @@ class JmsConnector:
 
     def _give_up(self, error: Exception) -> None:
         self._first_done(error)
+        self._release_link_waiters(error)
         self._fail_waiting(error)
         subscriptions, self._subscriptions = self._subscriptions, []
         for subscription in subscriptions:
@@ -779,6 +788,69 @@ class JmsConnector:
                 session.close()
 
         return control.call(remove)
+
+    # -- the in-doubt probe ------------------------------------------------------
+
+    def held_message_ids(self, destination: str) -> Deferred[set[str] | None]:
+        """The bridge copy ids (:data:`~gateway.connectors.stomp_browse.DUPLICATE_ID`) of the
+        messages queued at ``destination``, through a QueueBrowser
+        (:mod:`gateway.connectors.jms_browse`); None for a topic, or a queue of more than
+        :data:`BROWSE_LIMIT` messages.  Bounded by ``send_timeout``, the wait for a
+        reconnection included; ConnectorUnavailable after that."""
+        if not destination.startswith("/queue/"):
+            return succeed(None)
+        result: Deferred[set[str] | None] = Deferred()
+        timeout = self.settings.send_timeout / 1000.0
+
+        def expire() -> None:
+            if not result.called:
+                result.errback(ConnectorUnavailable(f"no answer from {self.settings.provider} within {timeout}s to "
+                                                    f"the browse of {destination} ({self.state}: {self.last_error})"))
+
+        timer = self.reactor.callLater(timeout, expire)
+
+        def answer(held: set[str] | None, error: BaseException | None) -> None:
+            if timer.active():
+                timer.cancel()
+            if result.called:
+                return
+            if error is not None:
+                result.errback(Failure(error if isinstance(error, ConnectorError) else
+                                       ConnectorError(f"browse of {destination}: {java_error(error)}")))
+                return
+            if held is None:
+                self.log.warn("connector {name}: {destination} holds more than {limit} messages; not browsed to "
+                              "the end", name=self.name, destination=destination, limit=BROWSE_LIMIT)
+            result.callback(held)
+
+        def browse(link: Link) -> None:
+            if result.called:
+                return
+            BrowseThread(f"jms-{self.name}-browse", self.jpype(),
+                         lambda: browse_duplicate_ids(link, destination, limit=BROWSE_LIMIT),
+                         lambda held, error: self.reactor.callFromThread(answer, held, error)).start()
+
+        self._when_connected().addCallbacks(browse, lambda failure: answer(None, failure.value))
+        return result
+
+    def _when_connected(self) -> Deferred[Link]:
+        """Fires with the open connection, now or once it is (re)opened; fails when the
+        connector stops or gives up."""
+        if self.link is not None and self.state == "connected":
+            return succeed(self.link)
+        if self.state in ("stopped", "failed"):
+            return fail(ConnectorUnavailable(f"connector {self.name} is {self.state}"))
+        waiter: Deferred[Link] = Deferred()
+        self._link_waiters.append(waiter)
+        return waiter
+
+    def _release_link_waiters(self, error: Exception | None) -> None:
+        waiters, self._link_waiters = self._link_waiters, []
+        for waiter in waiters:
+            if error is None and self.link is not None:
+                waiter.callback(self.link)
+            else:
+                waiter.errback(error or ConnectorUnavailable(f"connector {self.name} is not connected"))
 
     def shares_transactions_with(self, target: IConnector) -> bool:
         """:class:`ILocalTransactionSource`: this connector, or one of the same provider account."""

@@ -127,3 +127,25 @@ async def test_a_subscription_made_while_the_provider_is_away_starts_when_it_is_
     await sent
     assert texts(await consumer.take(1, timeout=30)) == ["while away"]
     assert consumer.failures == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_browse_probe_waits_for_the_provider_and_a_topic_cannot_tell(proxied_target: JmsApiTarget) -> None:
+    """The in-doubt probe (a QueueBrowser) asked while the provider is away answers once it is
+    back; a topic keeps nothing to browse (None: cannot tell)."""
+    from gateway.bridges.probe import held_message_ids
+    from gateway.connectors.stomp_browse import DUPLICATE_ID
+
+    target = proxied_target
+    connector = target.connector
+    queue = await target.queue()
+    copy = text(queue, "copy")
+    copy.properties[DUPLICATE_ID] = "ID:bridge-b:ID:source-1"
+    await connector.send(copy)
+    assert await held_message_ids(connector, await target.topic()) is None
+    await target.go_away()
+    asked = held_message_ids(connector, queue)
+    await sleep(0.5)
+    assert not asked.called
+    await target.come_back()
+    assert await asked == {"ID:bridge-b:ID:source-1"}
