@@ -19,6 +19,7 @@ a :class:`JavaThread`.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any
 
@@ -65,16 +66,38 @@ def start_jvm(settings: JmsSettings) -> Any:
             for entry in missing:
                 jpype.addClassPath(entry)
             return jpype
-        try:
-            jvm_path = jpype.getDefaultJVMPath()
-        except jpype.JVMNotFoundException as error:
-            raise ConfigError(f"the jms connector needs a Java runtime (set JAVA_HOME): {error}",
-                              path=settings.path, key=settings.key("type")) from None
+        jvm_path = _jvm_path(jpype, settings)
         # -Xrs: the JVM leaves SIGTERM/SIGINT to twistd (no Java shutdown hooks on a signal).
-        jpype.startJVM(jvm_path, "-Xrs", *_jvm_options, classpath=list(_classpath), convertStrings=False,
-                       interrupt=False)
+        try:
+            jpype.startJVM(jvm_path, "-Xrs", *_jvm_options, classpath=list(_classpath), convertStrings=False,
+                           interrupt=False)
+        except Exception as error:  # a bad JVM option, a broken runtime
+            raise ConfigError(f"cannot start the JVM {jvm_path} with options {['-Xrs', *_jvm_options]}: {error}",
+                              path=settings.path, key=settings.key("jvm_options")) from None
         log.info("jms: JVM started ({path}) with {count} classpath entries", path=jvm_path, count=len(_classpath))
         return jpype
+
+
+def _jvm_path(jpype: Any, settings: JmsSettings) -> str:
+    """The JVM library to load: from ``JAVA_HOME`` when it is set (as Java's own launchers
+    do: a JAVA_HOME that holds no runtime is an error, not a silent fallback), else the one
+    JPype finds (``java`` on the PATH, the usual install folders)."""
+    key = settings.key("type")
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and not os.path.isdir(java_home):
+        raise ConfigError(f"the jms connector needs a Java runtime: JAVA_HOME={java_home!r} is not a folder",
+                          path=settings.path, key=key)
+    try:
+        jvm_path = str(jpype.getDefaultJVMPath())
+    except Exception as error:  # JVMNotFoundException, JVMNotSupportedException
+        raise ConfigError(f"the jms connector needs a Java runtime (install one or set JAVA_HOME): {error}",
+                          path=settings.path, key=key) from None
+    homes = {os.path.abspath(java_home) + os.sep, os.path.realpath(java_home) + os.sep} if java_home else set()
+    if homes and not any(path.startswith(home) for home in homes
+                         for path in (os.path.abspath(jvm_path), os.path.realpath(jvm_path))):
+        raise ConfigError(f"the jms connector needs a Java runtime: JAVA_HOME={java_home!r} holds none "
+                          "(no libjvm under it)", path=settings.path, key=key)
+    return jvm_path
 
 
 def _started_classpath(jpype: Any) -> set[str]:

@@ -435,6 +435,34 @@ def test_without_jpype_the_gateway_stops_with_one_line(tmp_path: Path, monkeypat
     (hidden / "jpype" / "__init__.py").write_text('raise ImportError("No module named \'jpype\'")\n')
     monkeypatch.setenv("PYTHONPATH", str(hidden))
     output = GatewayProcess(tmp_path / "gw", factory_style(activemq)).start_fails(60)
-    assert "jmsgateway cannot start" in output
-    assert "needs JPype: pip install 'jmsgateway[jms]'" in output
-    assert "Traceback" not in output
+    _one_start_up_line(output, "connectors.amq.type", "needs JPype: pip install 'jmsgateway[jms]'")
+
+
+def _one_start_up_line(output: str, *expected: str) -> None:
+    """One critical log line says why (twistd copies its stderr copy into the log too)."""
+    lines = [line for line in output.splitlines() if "#critical] jmsgateway cannot start" in line]
+    assert len(lines) == 1, output
+    for text in expected:
+        assert text in lines[0], lines[0]
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("java_home", ["nowhere", "empty"])
+def test_without_a_java_runtime_the_gateway_stops_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 activemq: ActiveMQBroker,  # noqa: F811
+                                                                 java_home: str) -> None:
+    """JAVA_HOME naming no folder, or a folder without a Java runtime: one start-up line naming
+    the connector's key and JAVA_HOME, exit status 1, no JVM taken from elsewhere."""
+    home = tmp_path / java_home
+    if java_home == "empty":
+        (home / "bin").mkdir(parents=True)
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    output = GatewayProcess(tmp_path / "gw", factory_style(activemq)).start_fails(60)
+    _one_start_up_line(output, "connectors.amq.type", "needs a Java runtime", f"JAVA_HOME={str(home)!r}")
+    assert "JVM started" not in output
+
+
+def test_a_jvm_that_refuses_its_options_stops_the_gateway_with_one_line(tmp_path: Path,
+                                                                        activemq: ActiveMQBroker) -> None:  # noqa: F811
+    output = GatewayProcess(tmp_path / "gw", factory_style(activemq, extra='jvm_options = ["-Xbogus"]')).start_fails(60)
+    _one_start_up_line(output, "connectors.amq.jvm_options", "cannot start the JVM")
