@@ -2,12 +2,13 @@
 messages from a source to a target while a fault strikes, then an exact count.
 
 Sides: ``embedded`` (the gateway's own broker, filled over STOMP with receipts),
-``amq`` (ActiveMQ 5.17 over STOMP, filled directly), ``kafka`` (Tansu, filled
-directly with plain records: no ``jms.MessageId``, so the bridge sees fallback
-ids).  Every message carries a ``seq``.  At the end the target is read, and so
-is what is left at the source (the embedded queue through a gateway started
-with the bridge disabled, ActiveMQ's queue directly, the Kafka records past the
-bridge's committed offset).  Then, for every confirmed seq:
+``amq`` (ActiveMQ 5.17 over STOMP, filled directly), ``jms`` (the same ActiveMQ
+through the JMS-API connector: its OpenWire client jars in the gateway's JVM; filled and
+read over STOMP like ``amq``), ``kafka`` (Tansu, filled directly with plain records: no
+``jms.MessageId``, so the bridge sees fallback ids).  Every message carries a
+``seq``.  At the end the target is read, and so is what is left at the source
+(the embedded queue through a gateway started with the bridge disabled,
+ActiveMQ's queue directly, the Kafka records past the bridge's committed offset).  Then, for every confirmed seq:
 
 * ``lost``: neither at the target nor left at the source (acknowledged, not
   sent): allowed under AT_MOST_ONCE only;
@@ -39,7 +40,7 @@ from tests.support.stomp_clients import Client
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
-SIDES = ("embedded", "amq", "kafka")
+SIDES = ("embedded", "amq", "kafka", "jms")
 QOS_MODES = ("AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE")
 FAULTS = ("kill", "cut-source", "cut-target", "broker-restart", "refused", "transformer-reject", "rebalance",
           "routed", "recreate")
@@ -50,6 +51,14 @@ POISON = 120
 BIG = 1_200_000
 """A body over Kafka's default ``message.max.bytes`` (1 MB)."""
 COMPRESSION_FLAG = "JMSGW_COMPRESSION"
+ACTIVEMQ_SIDES = ("amq", "jms")
+"""The sides that are the ActiveMQ broker (over STOMP, over OpenWire through the JMS API)."""
+JMS_CLIENT_JARS = [f"/usr/share/activemq/lib/{jar}" for jar in (
+    "activemq-client.jar", "geronimo-jms_1.1_spec.jar", "hawtbuf.jar", "slf4j-api.jar",
+    "geronimo-j2ee-management-1.1-spec.jar")]
+REFUSED_TYPES = '{"n": "int"}'
+"""The poison of a ``refused`` case into the jms target: a ``jmsgateway.types`` header declaring
+property ``n`` an int, and ``n`` not a number: no JMS message can be made of it, for good."""
 
 
 def applies(source: str, target: str, fault: str) -> str | None:
@@ -60,10 +69,11 @@ def applies(source: str, target: str, fault: str) -> str | None:
         return "the embedded broker has no connection to cut"
     if fault == "cut-target" and source == target == "kafka":
         return "one Kafka connection serves both sides: cut-source covers it"
-    if fault == "broker-restart" and "amq" not in (source, target):
+    if fault == "broker-restart" and not {source, target} & set(ACTIVEMQ_SIDES):
         return "Tansu keeps its topics in memory: only ActiveMQ is restarted"
-    if fault == "refused" and target != "kafka":
-        return "only Kafka refuses a message for good here (one over message.max.bytes)"
+    if fault == "refused" and target not in ("kafka", "jms"):
+        return ("only Kafka (a record over message.max.bytes) and the jms connector (a property that cannot be "
+                "typed) refuse a message for good here")
     if fault in ("rebalance", "recreate") and source != "kafka":
         return "a Kafka source fault"
     if fault == "routed" and target != "kafka":
@@ -148,8 +158,8 @@ class FaultRun:
     def connector(self, side: str, role: str) -> str:
         if side == "embedded":
             return "embedded"
-        if side == "amq":
-            return f"amq_{role}"
+        if side in ACTIVEMQ_SIDES:
+            return f"{side}_{role}"
         return "kafka"
 
     # -- configuration ----------------------------------------------------------
@@ -163,6 +173,16 @@ class FaultRun:
                 port = self.amq_proxy.port if cut and self.amq_proxy is not None else self.brokers.activemq.stomp_port
                 parts.append(f'[connectors.amq_{role}]\nuri = "stomp://127.0.0.1:{port}"\n'
                              "failure_retry_interval = 200\nsend_timeout = 20000\nheartbeat = [0, 0]\n")
+            if side == "jms":
+                assert self.brokers.activemq is not None
+                cut = (role == "src" and self.fault == "cut-source") or (role == "dst" and self.fault == "cut-target")
+                port = (self.amq_proxy.port if cut and self.amq_proxy is not None
+                        else self.brokers.activemq.openwire_port)
+                parts.append(f'[connectors.jms_{role}]\ntype = "jms"\nclasspath = {json.dumps(JMS_CLIENT_JARS)}\n'
+                             "failure_retry_interval = 200\nsend_timeout = 20000\n"
+                             'connection_factory = { class = "org.apache.activemq.ActiveMQConnectionFactory", '
+                             f'properties = {{ brokerURL = "tcp://127.0.0.1:{port}", '
+                             "watchTopicAdvisories = false } }\n")
         if "kafka" in (self.source, self.target):
             consumer = ", ".join(f'"{key}" = {value}' for key, value in group_settings().items())
             parts.append(f'[connectors.kafka]\nuri = "kafka://{self.bootstrap}"\nconsumer = {{ {consumer} }}\n')
@@ -189,8 +209,15 @@ class FaultRun:
         """Kafka -> Kafka ONCE_AND_ONLY_ONCE: the transactions engine (no pending deliveries to hold)."""
         return self.source == self.target == "kafka" and self.qos == "ONCE_AND_ONLY_ONCE"
 
+    @property
+    def batches_at_source(self) -> bool:
+        """No deliveries wait in the bridge one by one: Kafka's transactions engine, or a jms
+        source (a transacted session hands whole batches, forwarded at once): the cut strikes
+        mid-stream, between small batches."""
+        return self.kafka_transactions or self.source == "jms"
+
     def batching(self) -> list[str]:
-        if self.fault == "cut-source" and not self.kafka_transactions:
+        if self.fault == "cut-source" and not self.batches_at_source:
             # Every delivery waits in the bridge while the connection is cut and the broker
             # redelivers on the next one: what the acknowledgements of the first deliveries say matters.
             return [f"max_batch_size = {self.count + 100}", "max_batch_time = 3000"]
@@ -203,7 +230,7 @@ class FaultRun:
 
     def fill_external(self) -> None:
         """Fill an ActiveMQ or Kafka source before the gateway starts."""
-        if self.source == "amq":
+        if self.source in ACTIVEMQ_SIDES:
             assert self.brokers.activemq is not None
             client = Client(("127.0.0.1", self.brokers.activemq.stomp_port))
             try:
@@ -212,7 +239,7 @@ class FaultRun:
                     seq, receipt = f"s-{index}", f"r-{self.tag}-{index}"
                     events.append((seq, client.listener.receipt_event(receipt)))
                     headers, body = self.poison_parts(index, {"seq": seq, "persistent": "true", "receipt": receipt})
-                    client.connection.send(self.destination("amq", "src"), body, headers=headers)
+                    client.connection.send(self.destination(self.source, "src"), body, headers=headers)
                 for seq, event in events:
                     assert event.wait(60), f"no receipt from ActiveMQ for {seq}"
                     self.receipted.add(seq)
@@ -231,6 +258,9 @@ class FaultRun:
             value = f"body {prefix}-{index}".encode()
             if self.poison(index) and self.fault == "refused":
                 value = b"x" * BIG
+            if self.poison(index) and self.fault == "refused" and self.target == "jms":
+                value = f"body {prefix}-{index}".encode()
+                headers += [("jms.jmsgateway.types", REFUSED_TYPES.encode()), ("jms.n", b"not a number")]
             if self.poison(index) and self.fault == "transformer-reject":
                 headers.append((f"jms.{COMPRESSION_FLAG}", b"gzip"))
                 value = b"\xff\xfe not gzip"  # not UTF-8: a BytesMessage
@@ -248,6 +278,9 @@ class FaultRun:
         body: str | bytes = f"body s-{index}"
         if self.poison(index) and self.fault == "refused":
             body = b"x" * BIG
+            if self.target == "jms":
+                body = f"body s-{index}"
+                headers = {**headers, "jmsgateway.types": REFUSED_TYPES, "n": "not a number"}
         if self.poison(index) and self.fault == "transformer-reject":
             headers = {**headers, COMPRESSION_FLAG: "gzip"}
             body = b"not gzip at all"
@@ -317,7 +350,7 @@ class FaultRun:
             gateway.kill()
             gateway.start()
         elif self.fault in ("cut-source", "cut-target"):
-            proxy = self.amq_proxy if "amq" in self.side_of_cut() else self.kafka_proxy
+            proxy = self.amq_proxy if self.side_of_cut() in ACTIVEMQ_SIDES else self.kafka_proxy
             assert proxy is not None
             proxy.cut()
             time.sleep(1.0)
@@ -373,7 +406,7 @@ class FaultRun:
                 seq = dict(record.headers() or ()).get("jms.seq")
                 arrived[seq.decode() if seq else f"?{record.offset()}"] += 1
             return arrived
-        address = gateway.address if self.target == "embedded" else ("127.0.0.1", self.brokers.activemq.stomp_port)  # type: ignore[union-attr]
+        address = gateway.address if self.target == "embedded" else ("127.0.0.1", self.brokers.activemq.stomp_port)  # type: ignore[union-attr]  # amq, jms
         return drain_counting(address, self.destination(self.target, "dst"))
 
     def read_leftovers(self, gateway: GatewayProcess) -> set[str]:
@@ -387,9 +420,9 @@ class FaultRun:
                 if record.offset() >= max(0, committed[record.partition()]):
                     left.add(dict(record.headers() or ()).get("jms.seq", b"?").decode())
             return left
-        if self.source == "amq":
+        if self.source in ACTIVEMQ_SIDES:
             return set(drain_counting(("127.0.0.1", self.brokers.activemq.stomp_port),  # type: ignore[union-attr]
-                                      self.destination("amq", "src")))
+                                      self.destination(self.source, "src")))
         gateway.config_path.write_text(gateway.config_path.read_text().replace("enabled = true", "enabled = false"))
         gateway.start()
         try:
@@ -400,9 +433,11 @@ class FaultRun:
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        if self.fault in ("cut-source", "cut-target") and "amq" in self.side_of_cut():
+        if self.fault in ("cut-source", "cut-target") and self.side_of_cut() in ACTIVEMQ_SIDES:
             assert self.brokers.activemq is not None
-            self.amq_proxy = TcpProxy("127.0.0.1", self.brokers.activemq.stomp_port)
+            broker = self.brokers.activemq
+            port = broker.stomp_port if self.side_of_cut() == "amq" else broker.openwire_port
+            self.amq_proxy = TcpProxy("127.0.0.1", port)
         if "kafka" in (self.source, self.target):
             create_topics(self.bootstrap, self.topic("dst"))
         self.fill_external()
@@ -416,7 +451,7 @@ class FaultRun:
             if self.source == "embedded":
                 filler = self.fill_embedded(gateway)
                 filler.start()
-            if self.fault == "cut-source" and not self.kafka_transactions:
+            if self.fault == "cut-source" and not self.batches_at_source:
                 self.strike(gateway, lambda: int(self.status().get("pending") or 0) >= min(self.count, 100))
             else:
                 self.strike(gateway, lambda: int(self.status().get("forwarded") or 0) > 0 or

@@ -1,6 +1,7 @@
 """The bridge fault matrix (issue 25): source x target (embedded, ActiveMQ over STOMP,
-Kafka) x QoS x fault, each run bridging hundreds of messages through the real gateway
-process and counting exactly (tests/integration/bridge_fault_run.py says how).
+Kafka, ActiveMQ over OpenWire through the JMS-API connector) x QoS x fault, each run
+bridging hundreds of messages through the real gateway process and counting exactly
+(tests/integration/bridge_fault_run.py says how).
 
 The whole matrix is a long run: ``pytest -m fault_matrix tests/integration/test_bridge_faults.py``
 (deselected by default).  A sample, one case per fault, runs with the normal suite.
@@ -41,6 +42,8 @@ SAMPLE = {
     ("kafka", "embedded", "ONCE_AND_ONLY_ONCE", "recreate"),
     ("kafka", "embedded", "ONCE_AND_ONLY_ONCE", "rebalance"),
     ("kafka", "amq", "ONCE_AND_ONLY_ONCE", "cut-target"),
+    ("jms", "embedded", "ONCE_AND_ONLY_ONCE", "cut-source"),
+    ("embedded", "jms", "ONCE_AND_ONLY_ONCE", "kill"),
 }
 """The cases of the normal suite: one per fault that the issue found broken, the crash, and a lost
 confirmation of a JMS broker over STOMP (resolved by browsing the target queue)."""
@@ -54,7 +57,7 @@ def cases() -> Iterator[object]:
                     if applies(source, target, fault) is not None:
                         continue
                     marks = [] if (source, target, qos, fault) in SAMPLE else [pytest.mark.fault_matrix]
-                    if "amq" in (source, target):
+                    if {source, target} & {"amq", "jms"}:
                         marks.append(pytest.mark.activemq)
                     if "kafka" in (source, target):
                         marks.append(pytest.mark.kafka)
@@ -68,7 +71,7 @@ def brokers(request: pytest.FixtureRequest) -> Brokers:
     a proxied Tansu of its own to cut)."""
     source, target, fault = (request.node.callspec.params[key] for key in ("source", "target", "fault"))
     found = Brokers()
-    if "amq" in (source, target):
+    if {source, target} & {"amq", "jms"}:
         fixture = "fresh_activemq" if fault == "broker-restart" else "activemq"
         broker: ActiveMQBroker = request.getfixturevalue(fixture)
         found.activemq = broker
