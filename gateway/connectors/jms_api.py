@@ -63,7 +63,13 @@ from gateway.connectors.jms_settings import JmsConnectorOptions, JmsSettings
 from gateway.connectors.jms_subscription import JmsSubscription
 from gateway.connectors.stomp_settings import StompBrokerMetrics
 from gateway.connectors.stomp_subscription import durable_subscription_name
-from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, DestinationError
+from gateway.errors import (
+    ConfigError,
+    ConnectorError,
+    ConnectorUnavailable,
+    DestinationError,
+    MessageRefused,
+)
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
@@ -669,7 +675,7 @@ class JmsConnector:
                 item.settled(None, None)
             elif outcome == REFUSED:
                 self._sent_failed.inc(count)
-                item.settled(ConnectorError(f"{self.settings.provider} refused message "
+                item.settled(MessageRefused(f"{self.settings.provider} refused message "
                                             f"{item.messages[0].message_id}: {reason}"), None)
             elif outcome == RETRY and self.state not in ("stopped", "failed") \
                     and item.deadline > self.reactor.seconds():

@@ -37,7 +37,14 @@ from zope.interface import implementer
 from gateway.connectors.jms_mapping import from_jms, returned_copy, to_jms
 from gateway.connectors.jms_provider import SESSION_TRANSACTED, JavaThread, java_error
 from gateway.connectors.stomp_subscription import durable_subscription_name
-from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError, StaleDelivery
+from gateway.errors import (
+    ConnectorError,
+    ConnectorUnavailable,
+    DestinationError,
+    MessageRefused,
+    SelectorError,
+    StaleDelivery,
+)
 from gateway.interfaces import IConsumer, ITransactedSubscription, SubscriptionSpec
 from gateway.message.model import Message
 
@@ -397,7 +404,7 @@ class ConsumerThread(JavaThread):
         except (ConnectorError, link.api.InvalidDestinationException, link.api.MessageFormatException) as error:
             self.session.rollback()
             self._clear_window()
-            self._answer_error(command.done, ConnectorError(f"refused by the provider: {java_error(error)}"))
+            self._answer_error(command.done, MessageRefused(f"refused by the provider: {java_error(error)}"))
             return
         self.session.commit()
         self._clear_window()

@@ -149,3 +149,23 @@ async def test_the_browse_probe_waits_for_the_provider_and_a_topic_cannot_tell(p
     assert not asked.called
     await target.come_back()
     assert await asked == {"ID:bridge-b:ID:source-1"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_message_the_provider_cannot_take_is_refused_for_good(proxied_target: JmsApiTarget) -> None:
+    """A type JMS cannot carry, a property that cannot be typed, alone or in a batch: the send
+    fails with MessageRefused (permanent: a bridge fails at once instead of retrying for ever)."""
+    from gateway.errors import MessageRefused
+
+    target = proxied_target
+    connector = target.connector
+    queue = await target.queue()
+    untyped = text(queue, "untyped", n="not a number")
+    untyped.properties["jmsgateway.types"] = '{"n": "int"}'
+    for refused in (target.refused(queue), untyped):
+        with pytest.raises(MessageRefused):
+            await connector.send(refused)
+        with pytest.raises(MessageRefused):
+            await connector.send_batch([text(queue, "fine"), refused])
+    _, consumer = await subscribe(connector, SubscriptionSpec(queue))
+    assert await consumer.nothing_more(1.0)
