@@ -17,6 +17,8 @@ thread of its own and no JMS call runs on the reactor thread:
   together or not at all;
 * each subscription has a consumer thread and session
   (:mod:`gateway.connectors.jms_subscription`).
+* the in-doubt probe of a bridge (:meth:`JmsConnector.held_message_ids`) browses a
+  queue on a thread and session of its own (:mod:`gateway.connectors.jms_browse`).
 
 Failures: the connection's ``ExceptionListener`` or any failed JMS call marks
 the connection down (health DOWN, ``jmsgateway_jms_broker_up`` 0, a log line

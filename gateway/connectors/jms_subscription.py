@@ -455,7 +455,9 @@ class ConsumerThread(JavaThread):
             for tag in unsettled:
                 original = self.received[tag]
                 copy, mode, priority, ttl = returned_copy(original, link.api)
-                where = original.getJMSDestination() or link.destination(session, self.subscription.spec.destination)
+                where = original.getJMSDestination()
+                if where is None:
+                    where = link.destination(session, self.subscription.spec.destination)
                 self.producer.send(where, copy, mode, priority, ttl)
             session.commit()
         except Exception as error:
