@@ -850,6 +850,13 @@ class Bridge:
 
         def failed(failure: Failure) -> None:
             self.metrics.failed.labels(self.name).inc()
+            error = failure.value
+            if isinstance(error, ConnectorError) and error.permanent:
+                # rolled back: the batch stays at the source; sending it again gives the same answer
+                self._fail(f"the target {self._describe(self.config.target)} refused a message of a batch of "
+                           f"{len(outgoing)} (ids {', '.join(m.message_id for m in outgoing[:5])}"
+                           f"{' ...' if len(outgoing) > 5 else ''}) for good: {error}")
+                raise _Abandoned()
             self._source_lost(consumer, ConnectorError(f"local transaction failed: {failure.getErrorMessage()}"))
             raise _Abandoned()
 

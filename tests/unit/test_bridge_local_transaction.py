@@ -13,7 +13,7 @@ from zope.interface import implementer
 from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import parse_bridge
 from gateway.bridges.service import build_bridge_service
-from gateway.errors import ConnectorUnavailable
+from gateway.errors import ConnectorUnavailable, MessageRefused
 from gateway.interfaces import ILocalTransactionSource, ITransactedSubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 
@@ -28,6 +28,8 @@ class FakeTransacted:
         if self.source.refuse:
             self.source.refuse -= 1
             return fail(ConnectorUnavailable("connection lost during commit"))
+        if self.source.refuse_for_good:
+            return fail(MessageRefused("refused by the provider: a property that cannot be typed"))
         self.source.committed.append(([m.destination for m in messages], list(tags)))
         return succeed(None)
 
@@ -61,6 +63,7 @@ class FakeProvider:
         self.acked: list[Any] = []
         self.sent: list[Message] = []
         self.refuse = 0
+        self.refuse_for_good = False
 
     def start(self) -> Any:
         return succeed(None)
@@ -130,6 +133,21 @@ def test_a_failed_local_transaction_resubscribes_and_the_batch_comes_again() -> 
     assert len(provider.subscriptions) == 2
     provider.deliver(5)  # the provider rolled back: the same batch again
     assert len(provider.committed) == 1 and bridge.forwarded == 5 and bridge.state == "running"
+
+
+def test_a_message_the_target_refuses_for_good_fails_the_bridge_at_once() -> None:
+    """The transaction was rolled back (the batch stays at the source): resubscribing would
+    only bring it back to be refused again, until the provider's redelivery limit moved the
+    message away (the fault matrix saw ActiveMQ put it in its DLQ: lost to the bridge)."""
+    clock, provider = Clock(), FakeProvider()
+    bridge = Bridge(config("ONCE_AND_ONLY_ONCE"), provider, provider, clock=clock)  # type: ignore[arg-type]
+    provider.refuse_for_good = True
+    bridge.start()
+    provider.deliver(5)
+    assert bridge.state == "failed" and "for good" in bridge.last_error
+    assert provider.subscriptions[0].closed and provider.committed == []
+    clock.advance(1.0)
+    assert len(provider.subscriptions) == 1, "no resubscription"
 
 
 def test_non_persistent_messages_are_acknowledged_in_the_transaction_but_not_sent() -> None:
