@@ -271,9 +271,9 @@ class Consumer:
     """A raw STOMP 1.2 subscriber that reads MESSAGE frames in bulk."""
 
     def __init__(self, address: tuple[str, int], destination: str, *, ack: str = "auto", prefetch: int = 1000,
-                 **headers: str) -> None:
+                 client_id: str = "", **headers: str) -> None:
         self.sock = RawStomp(address, timeout=60)
-        self.sock.connect()
+        self.sock.connect(extra=f"client-id:{client_id}\n" if client_id else "")
         extra = "".join(f"{name}:{value}\n" for name, value in headers.items())
         self.sock.send(f"SUBSCRIBE\nid:s\ndestination:{destination}\nack:{ack}\n"
                        f"activemq.prefetchSize:{prefetch}\nreceipt:subscribed\n{extra}\n\x00")
@@ -307,6 +307,15 @@ class Consumer:
             assert isinstance(item, Frame), item
             self.keep(item)
         return self.messages
+
+    def ack_frame(self, command: str, frame: Frame) -> None:
+        """ACK or NACK ``frame`` (client-individual), waiting for the receipt."""
+        self.sock.send(f"{command}\nid:{frame.headers['ack']}\nreceipt:{command}-{frame.headers['ack']}\n\n\x00")
+        while True:
+            item = self.sock.frame(30)
+            if item.command == "RECEIPT":
+                return
+            self.keep(item)
 
     def close(self) -> None:
         self.sock.close()
@@ -449,11 +458,13 @@ def test_block_policy_holds_the_queue_near_its_max_size(paging_gateway: Callable
         producer.close()
 
 
-def send_each_with_receipt(producer: Producer, destination: str, count: int, size: int) -> tuple[list[int], Frame]:
+def send_each_with_receipt(producer: Producer, destination: str, count: int, size: int,
+                           **headers: str) -> tuple[list[int], Frame]:
     """SEND one at a time with a receipt until an ERROR; the receipted seqs and the ERROR."""
     accepted: list[int] = []
     for seq in range(count):
-        producer.stomp.send(send_frame(destination, numbered_body(seq, size), seq=str(seq), receipt=str(seq)))
+        producer.stomp.send(send_frame(destination, numbered_body(seq, size), seq=str(seq), receipt=str(seq),
+                                       **headers))
         error = producer.await_receipt(str(seq), timeout=10)
         if error is not None:
             return accepted, error
@@ -466,7 +477,7 @@ def test_fail_policy_answers_an_error_naming_the_destination_and_the_limit_and_s
     gateway = paging_gateway(destinations={"/queue/strict.>": {"max_size": "64KB", "full_policy": "FAIL"}})
     destination, size = "/queue/strict.orders", 8 * KB
     producer = Producer(gateway.address)
-    accepted, error = send_each_with_receipt(producer, destination, 100, size)
+    accepted, error = send_each_with_receipt(producer, destination, 100, size, persistent="true")
     producer.close()
     assert 0 < len(accepted) * size <= 64 * KB, f"{len(accepted)} messages of {size} B accepted"
     text = error.headers.get("message", "") + "\n" + error.body.decode(errors="replace")
@@ -475,7 +486,10 @@ def test_fail_policy_answers_an_error_naming_the_destination_and_the_limit_and_s
     assert error.headers.get("receipt-id") == str(len(accepted)), error.headers  # which SEND was refused
     assert gateway.metric("jmsgateway_broker_refused_full_total") == 1, gateway.metrics()
 
-    # nothing of the refused SEND was stored: the queue holds exactly what was receipted
+    # nothing of the refused SEND was stored: the queue holds exactly what was receipted, also
+    # after a restart (the refused message was persistent: it is not in the store either)
+    gateway.kill()
+    gateway.start()
     consumer = Consumer(gateway.address, destination)
     frames = consumer.take(len(accepted))
     assert seqs(consumer.quiet(0.5)) == accepted
@@ -641,6 +655,58 @@ def test_priority_order_and_fifo_hold_across_the_window_boundary(
         f"delivery {first_wrong}: seq {got[first_wrong]} (priority {priorities[got[first_wrong]]}) "
         f"where seq {expected[first_wrong]} (priority {priorities[expected[first_wrong]]}) was due")
     assert_numbered(frames, size)
+
+
+def test_durable_subscribers_of_a_topic_each_get_a_backlog_past_the_limit_in_order(
+        paging_gateway: Callable[..., PagingGateway]) -> None:
+    limit_mb, count, size = 4, 2_000, 8 * KB  # 16 MB to each of two subscribers: four times the limit
+    gateway = paging_gateway(memory_limit=f"{limit_mb}MB")
+    topic = "/topic/prices"
+    readers = [f"reader-{index}" for index in range(2)]
+    for reader in readers:  # subscribe, then go away: the backlog waits for them
+        Consumer(gateway.address, topic, client_id=reader, **{"activemq.subscriptionName": "prices"}).close()
+    wait_until(lambda: len(gateway.broker_status()["durables"]) == 2 and not any(
+        durable["active"] for durable in gateway.broker_status()["durables"].values()), 10, "two idle durables")
+    before = gateway.rss_mb()
+    with RssPeak(gateway.pid) as rss:
+        flood(gateway.address, topic, count, size, persistent=True)
+    assert rss.peak - before < limit_mb + OVERHEAD_MB, f"RSS grew by {rss.peak - before:.0f} MB"
+    paging = gateway.broker_status()["paging"]
+    assert all(page["paged"] > 0 for page in paging.values() if page.get("paged") is not None), paging
+    for reader in readers:
+        consumer = Consumer(gateway.address, topic, client_id=reader, **{"activemq.subscriptionName": "prices"})
+        frames = consumer.take(count)
+        assert seqs(consumer.quiet(0.3)) == list(range(count)), f"{reader} got its backlog out of order"
+        assert_numbered(frames, size)
+        consumer.close()
+
+
+def test_nacked_messages_of_a_paged_queue_are_redelivered_then_dead_lettered(
+        paging_gateway: Callable[..., PagingGateway]) -> None:
+    gateway = paging_gateway(memory_limit="1MB")
+    destination, count, size = "/queue/nacked", 600, 8 * KB  # 4.8 MB: about five times the limit
+    flood(gateway.address, destination, count, size, persistent=True)
+    consumer = Consumer(gateway.address, destination, ack="client-individual", prefetch=1)
+    deliveries: dict[int, int] = {}
+    acked: list[int] = []
+    while len(acked) < count - 1:
+        frame = consumer.take(len(consumer.messages) + 1)[-1]
+        seq = int(frame.headers["seq"])
+        deliveries[seq] = deliveries.get(seq, 0) + 1
+        if deliveries[seq] > 1:
+            assert frame.headers.get("redelivered") == "true", frame.headers
+        if seq == 0:  # refused every time: after max_redeliveries (6) it goes to the DLQ
+            consumer.ack_frame("NACK", frame)
+        else:
+            consumer.ack_frame("ACK", frame)
+            acked.append(seq)
+    assert acked == list(range(1, count)), "the other messages were not delivered once each, in order"
+    assert deliveries[0] == 7, deliveries[0]
+    assert consumer.quiet(0.5)[-1].headers["seq"] == str(count - 1), "a message came again"
+    consumer.close()
+    dead = drain(gateway.address, "/queue/DLQ.nacked", 1)
+    assert seqs(dead) == [0]
+    assert_numbered(dead, size)
 
 
 # -- what an operator sees ----------------------------------------------------------------------
