@@ -271,7 +271,9 @@ class Consumer:
     """A raw STOMP 1.2 subscriber that reads MESSAGE frames in bulk."""
 
     def __init__(self, address: tuple[str, int], destination: str, *, ack: str = "auto", prefetch: int = 1000,
-                 client_id: str = "", **headers: str) -> None:
+                 client_id: str = "", durable: str = "", **headers: str) -> None:
+        if durable:
+            headers["activemq.subscriptionName"] = durable
         self.sock = RawStomp(address, timeout=60)
         self.sock.connect(extra=f"client-id:{client_id}\n" if client_id else "")
         extra = "".join(f"{name}:{value}\n" for name, value in headers.items())
@@ -664,7 +666,7 @@ def test_durable_subscribers_of_a_topic_each_get_a_backlog_past_the_limit_in_ord
     topic = "/topic/prices"
     readers = [f"reader-{index}" for index in range(2)]
     for reader in readers:  # subscribe, then go away: the backlog waits for them
-        Consumer(gateway.address, topic, client_id=reader, **{"activemq.subscriptionName": "prices"}).close()
+        Consumer(gateway.address, topic, client_id=reader, durable="prices").close()
     wait_until(lambda: len(gateway.broker_status()["durables"]) == 2 and not any(
         durable["active"] for durable in gateway.broker_status()["durables"].values()), 10, "two idle durables")
     before = gateway.rss_mb()
@@ -674,7 +676,7 @@ def test_durable_subscribers_of_a_topic_each_get_a_backlog_past_the_limit_in_ord
     paging = gateway.broker_status()["paging"]
     assert all(page["paged"] > 0 for page in paging.values() if page.get("paged") is not None), paging
     for reader in readers:
-        consumer = Consumer(gateway.address, topic, client_id=reader, **{"activemq.subscriptionName": "prices"})
+        consumer = Consumer(gateway.address, topic, client_id=reader, durable="prices")
         frames = consumer.take(count)
         assert seqs(consumer.quiet(0.3)) == list(range(count)), f"{reader} got its backlog out of order"
         assert_numbered(frames, size)
