@@ -676,14 +676,28 @@ def test_durable_subscribers_of_a_topic_each_get_a_backlog_past_the_limit_in_ord
     paging = gateway.broker_status()["paging"]
     durables = [page for key, page in paging.items() if key.startswith("durable:")]
     assert len(durables) == 2 and all(page["paged"] > 0 for page in durables), paging
-    stored = sum(path.stat().st_size for path in gateway.process.data_dir.glob("broker.sqlite*")) / MB
-    print(f"store after {count * size / MB:.0f} MB to two durable subscribers: {stored:.0f} MB")
     for reader in readers:
         consumer = Consumer(gateway.address, topic, client_id=reader, durable="prices")
         frames = consumer.take(count)
         assert seqs(consumer.quiet(0.3)) == list(range(count)), f"{reader} got its backlog out of order"
         assert_numbered(frames, size)
         consumer.close()
+
+
+def test_a_topic_message_is_stored_once_for_all_its_durable_subscribers(
+        paging_gateway: Callable[..., PagingGateway]) -> None:
+    """Topic fan-out keeps one stored copy, not one per subscriber (issue 27: "where the store allows";
+    the SQLite store is ours), so four idle durable subscribers do not take four times the disk."""
+    count, size = 1_000, 16 * KB  # 16 MB
+    gateway = paging_gateway(memory_limit="4MB")
+    topic = "/topic/fanout"
+    for index in range(4):
+        Consumer(gateway.address, topic, client_id=f"reader-{index}", durable="all").close()
+    wait_until(lambda: len(gateway.broker_status()["durables"]) == 4, 10, "four durable subscriptions")
+    empty = sum(path.stat().st_size for path in gateway.process.data_dir.glob("broker.sqlite*")) / MB
+    flood(gateway.address, topic, count, size, persistent=True)
+    stored = sum(path.stat().st_size for path in gateway.process.data_dir.glob("broker.sqlite*")) / MB - empty
+    assert stored < 2 * count * size / MB, f"{stored:.0f} MB stored for {count * size / MB:.0f} MB to 4 subscribers"
 
 
 def test_nacked_messages_of_a_paged_queue_are_redelivered_then_dead_lettered(
