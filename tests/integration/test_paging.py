@@ -11,11 +11,17 @@ pattern a ``max_size`` and a ``full_policy`` with Artemis' meanings:
 - FAIL: answer the SEND with an ERROR naming the destination and the limit;
 - DROP: discard and count.
 
+Sizes are binary ("64MB" is 64 MiB), as ActiveMQ and Artemis read them.
+
 Every test is black-box: raw sockets pipelining SENDs (a test must take seconds,
 not minutes), the gateway's resident memory from ``/proc/<pid>/status``, its
-``/metrics`` and ``/status`` over HTTP, and its log file.  Memory bounds are
-"limit plus a fixed overhead" above the RSS of the same gateway before the load,
-so an unbounded queue (which grows by the whole backlog) fails them.
+``/metrics`` and ``/status`` over HTTP, its data directory and its log file.
+Memory bounds are "limit plus a fixed overhead" (:data:`OVERHEAD_MB`) above the
+RSS of the same gateway before the load, so an unbounded queue (which grows by
+the whole backlog) fails them.  Besides floods and the four policies: a SIGKILL
+while paging, the page file's end at restart, a restart with a deep persistent
+backlog, a selector, priorities, durable subscribers, NACK and the DLQ, and topic
+fan-out on paged destinations; what /metrics, /status and the log say.
 """
 
 from __future__ import annotations
@@ -514,6 +520,7 @@ def test_drop_policy_discards_and_counts_in_metrics(paging_gateway: Callable[...
     producer.close()
 
     consumer = Consumer(gateway.address, destination)
+    consumer.take(1, timeout=10)
     kept = seqs(consumer.quiet(0.5))
     consumer.close()
     assert kept == list(range(len(kept))), f"DROP kept {kept}: not the first messages, in order"
