@@ -38,6 +38,7 @@ from gateway.interfaces import (
     Health,
     IConnector,
     IConsumer,
+    IHeldMessages,
     IMessageStore,
     IStatusReporting,
     ISubscription,
@@ -105,7 +106,7 @@ class BrokerMetrics:
             yield family
 
 
-@implementer(IConnector, IStatusReporting)
+@implementer(IConnector, IStatusReporting, IHeldMessages)
 class EmbeddedBroker:
     """Queues, topics and durable subscriptions in this process (IConnector)."""
 
@@ -523,6 +524,22 @@ class EmbeddedBroker:
             "durables": {key: {"pending": len(q), "active": bool(q.consumers)} for key, q in self.durables.items()},
             "topics": {name: len(subs) for name, subs in self.topics.items()},
         }
+
+    def why_cannot_tell(self, destination: str) -> str | None:
+        """:class:`IHeldMessages`: the broker can always look."""
+        return None
+
+    def held_message_ids(self, destination: str, tail: int = 0) -> Deferred[set[str] | None]:
+        """:class:`IHeldMessages`: the ids pending or delivered and unacknowledged at the queue, or
+        at every subscriber queue of the topic (``tail`` does not apply)."""
+        queues = [self.queues[destination]] if destination in self.queues else []
+        queues.extend(self.topics.get(destination, ()))
+        ids: set[str] = set()
+        for queue in queues:
+            ids.update(message.message_id for message in queue.messages())
+            for consumer in queue.consumers:
+                ids.update(message.message_id for message in consumer.unacked.values())
+        return succeed(ids)
 
 
 def compile_predicate(selector: str | None) -> Predicate | None:
