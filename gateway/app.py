@@ -22,11 +22,11 @@ from gateway.authorization import build_authorizer
 from gateway.bridges.service import bridges_for_gateway
 from gateway.config import GatewayConfig
 from gateway.connectors.configured import configured_connectors
-from gateway.connectors.destination_map import DestinationMap
 from gateway.deferreds import gather
 from gateway.identity import resolve_gateway_id
 from gateway.interfaces import IConnector
 from gateway.login_throttle import build_login_throttle
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.transforms import SessionTransforms
 from gateway.transform import TransformChains, parse_transform_config, plugin_manager_for
