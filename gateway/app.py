@@ -1,5 +1,8 @@
-"""Composition of one gateway: connectors, destination map, portal, transformers
-and the STOMP factory, built from a :class:`GatewayConfig`.
+"""Composition of one gateway: connectors, destination map, portal, transformers,
+bridges and the STOMP factory, built from a :class:`GatewayConfig`.
+
+Imports go one way: this module uses :mod:`gateway.bridges` and
+:mod:`gateway.connectors.configured`; neither imports it.
 
 Nothing here listens on a socket; :mod:`gateway.tap` does that once
 :meth:`Gateway.start` has brought the connectors up.
@@ -16,16 +19,14 @@ from twisted.logger import Logger
 from gateway.admin.settings import parse_admin_settings
 from gateway.auth import build_portal
 from gateway.authorization import build_authorizer
-from gateway.broker.broker import EmbeddedBroker
-from gateway.broker.store import MemoryStore
+from gateway.bridges.service import bridges_for_gateway
 from gateway.config import GatewayConfig
-from gateway.connectors.destination_map import DestinationMap
-from gateway.connectors.registry import create_connector
+from gateway.connectors.configured import configured_connectors
 from gateway.deferreds import gather
 from gateway.identity import resolve_gateway_id
-from gateway.interfaces import IConnector, IMessageStore
+from gateway.interfaces import IConnector
 from gateway.login_throttle import build_login_throttle
-from gateway.routing.service import build_kafka_router
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.transforms import SessionTransforms
 from gateway.transform import TransformChains, parse_transform_config, plugin_manager_for
@@ -41,20 +42,13 @@ class Gateway:
         self.config = config
         self.reactor = reactor
         self.registry = registry or CollectorRegistry()
-        self.store = build_store(config, reactor)
-        self.broker = EmbeddedBroker(reactor, config.broker, self.store, self.registry,
-                                     page_path=config.data_path(page_file_name(config.broker.database)))
-        self.connectors: dict[str, IConnector] = {"embedded": self.broker}
-        for name, options in config.connectors.items():
-            self.connectors[name] = create_connector(
-                name, options, reactor=reactor, gateway_id=config.id, registry=self.registry, path=config.path
-            )
-        router = build_kafka_router(config.routing, config.path, self.connectors, origin=config.id, clock=reactor,
-                                    registry=self.registry)
-        if router is not None:
-            # The router takes the Kafka connector's place: sends are routed, subscriptions reach Kafka.
-            self.connectors[router.config.connector] = router
-        self.router = router
+        built = configured_connectors(config, reactor, self.registry)
+        assert built.broker is not None
+        self.broker = built.broker
+        self.store = self.broker.store
+        self.connectors: dict[str, IConnector] = built.by_name
+        """Name -> connector; ``[routing]``'s router in its Kafka connector's place."""
+        self.router = built.router
         """The Kafka router when ``[routing]`` is configured (also in :attr:`connectors`)."""
         self.destinations = DestinationMap(self.connectors, config.destinations)
         self.portal = build_portal(config.auth, config.path, reactor)
@@ -80,9 +74,9 @@ class Gateway:
             authorizer=self.authorizer,
             throttle=self.login_throttle if self.portal is not None else None,
         )
-        from gateway.bridges.service import bridges_for_gateway
-
-        self.bridges = bridges_for_gateway(self)
+        self.bridges = bridges_for_gateway(config, self.connectors, reactor, registry=self.registry,
+                                           plugin_manager=self.plugin_manager,
+                                           transform_config=self.transform_config)
 
     def start(self) -> Deferred[Any]:
         """Start every connector, then the bridges; fires once the bridges' in-doubt
@@ -117,27 +111,6 @@ def _watch_then(d: Deferred[Any], result: Any) -> Deferred[Any]:
 
     d.addBoth(fired)
     return done
-
-
-def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
-    """The embedded broker's message store as configured."""
-    if config.broker.persistence == "memory":
-        return MemoryStore()
-    from gateway.broker.sqlite_store import SqliteStore
-
-    settings = config.broker
-    store: IMessageStore = SqliteStore(
-        config.data_path(settings.database), reactor,
-        synchronous=settings.synchronous.upper(), max_size=settings.max_size, min_free=settings.min_free,
-        lazy_recovery=True,
-    )
-    return store
-
-
-def page_file_name(database: str) -> str:
-    """The page file beside the message store ``database`` (``broker.sqlite`` -> ``broker-pages.sqlite``)."""
-    stem, dot, suffix = database.rpartition(".")
-    return f"{stem}-pages.{suffix}" if dot and stem else f"{database}-pages"
 
 
 def build_gateway(config: GatewayConfig, reactor: Any, registry: CollectorRegistry | None = None) -> Gateway:

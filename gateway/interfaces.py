@@ -147,9 +147,9 @@ class Capability(StrEnum):
     HELD_MESSAGE_IDS = "held-message-ids"
     """The connector tells which messages it holds at a destination by the id a bridge gave
     them (the message id, or the ``_AMQ_DUPL_ID`` property the bridge also sets): the in-doubt
-    probe of :mod:`gateway.bridges.probe`.  A JMS broker over STOMP answers for queues only
-    (by browsing them); ``why_cannot_tell(destination)``, where a connector offers it, says
-    for which destinations it cannot."""
+    probe of :mod:`gateway.bridges.probe`, through :class:`IHeldMessages`.  A JMS broker over
+    STOMP answers for queues only (by browsing them); :meth:`IHeldMessages.why_cannot_tell`
+    says for which destinations it cannot."""
 
 
 class ITransactionalAcks(Interface):
@@ -319,6 +319,117 @@ class ICredentialed(IConnector):
         """A new, not yet started connector like this one, logging in as ``user``."""
 
 
+class IHeldMessages(IConnector):
+    """A connector that can say which messages it holds at a destination: the in-doubt probe
+    of ONCE_AND_ONLY_ONCE bridges (:mod:`gateway.bridges.probe`,
+    :attr:`Capability.HELD_MESSAGE_IDS`).
+
+    The ids asked about are those a bridge gave its copies: the message id, or the
+    ``_AMQ_DUPL_ID`` property the bridge also sets (a broker that assigns its own message ids).
+    """
+
+    def why_cannot_tell(destination: str) -> str | None:
+        """Why :meth:`held_message_ids` can never answer for ``destination``, known in advance
+        (a topic of a JMS broker over STOMP): a ONCE_AND_ONLY_ONCE bridge into it is then a
+        configuration error.  None when it may answer."""
+
+    def held_message_ids(destination: str, tail: int) -> Any:
+        """A Deferred firing with the ids of the messages held at ``destination`` (pending or
+        delivered and not acknowledged), or None when it cannot tell.
+
+        :param tail: for a log (Kafka): how many of the newest records of each partition
+            to read; the batches in doubt are among the last a bridge wrote."""
+
+
+class ITransactionalCopy(Interface):
+    """Records moved from a source log to a target log, the source's positions committed in
+    the same transaction as the copies (Kafka's consume-transform-produce).  Made by
+    :meth:`IExactlyOnceSource.transactional_copy`; driven from ONE thread (not the reactor's):
+    every method blocks."""
+
+    def open() -> bool:
+        """Create what is missing (the transactional producer: fences and aborts what a crashed
+        run left open; the consumer).  True when the consumer was (re)created."""
+
+    def consume(max_count: int, timeout: float) -> list[Message]:
+        """Up to ``max_count`` messages, waiting at most ``timeout`` seconds for the first;
+        remembered as the batch the next :meth:`commit` commits the positions of."""
+
+    def commit(messages: list[Message]) -> None:
+        """In one transaction: send ``messages`` (their destinations ignored: the target is
+        fixed) and commit the positions of everything consumed since the last commit."""
+
+    def recover(error: Exception) -> None:
+        """After a failed :meth:`consume` / :meth:`commit`: abort the transaction and rewind to
+        the first message not committed (what must be replaced is rebuilt by :meth:`open`)."""
+
+    def permanent(error: Exception) -> bool:
+        """Whether ``error`` is about the batch itself (a record too large, not authorised):
+        trying the batch again gives the same answer."""
+
+    def close() -> None:
+        """Close the consumer, flush the producer."""
+
+
+class IExactlyOnceTarget(IConnector):
+    """A connector whose sends can be part of a transaction of an :class:`IExactlyOnceSource`
+    (Kafka, or ``[routing]`` in its place)."""
+
+    def transactional_target(destination: str) -> Any:
+        """What :meth:`IExactlyOnceSource.transactional_copy` needs to write ``destination``
+        (opaque to callers), or a ``str`` saying why sends there cannot join a transaction."""
+
+
+class IExactlyOnceSource(IConnector):
+    """A connector that can consume and commit its consumer positions in the transaction of a
+    producer: a bridge's ONCE_AND_ONLY_ONCE without a duplicate store (Kafka -> Kafka)."""
+
+    def transactional_copy(destination: str, target: IExactlyOnceTarget, target_destination: str, *,
+                           bridge: str, durable_name: str | None, client_id: str | None,
+                           from_earliest: bool) -> Any:
+        """An :class:`ITransactionalCopy` from ``destination`` to the target's
+        ``target_destination`` for the bridge called ``bridge`` (its consumer group follows
+        ``durable_name`` / ``client_id`` as a durable subscription's would; a new one starts at
+        the earliest position when ``from_earliest``), or a ``str`` saying why not (another
+        cluster, a destination routing decides by more than its name)."""
+
+
+class ITopicLog(IConnector):
+    """A connector on a log of topics (Kafka) that ``[routing]`` publishes records to
+    (:mod:`gateway.routing`): records go to a topic a route names, not to a destination."""
+
+    settings = Attribute("The connector's settings (``bootstrap``: where the cluster is, for logs).")
+    congestion = Attribute("the connector's :class:`gateway.flow.Congestion`")
+
+    def topic_of(destination: str) -> str:
+        """The topic ``destination`` names (DestinationError if none)."""
+
+    def produce(topic: str, key: bytes | None, value: bytes | None, headers: list[Any], settled: Any) -> None:
+        """Produce one record; ``settled(error, record)`` runs once on the reactor thread
+        (``record``: the acknowledged record, with ``topic()``, ``partition()``, ``offset()``)."""
+
+    def send_record(topic: str, key: bytes | None, value: bytes | None, headers: list[Any]) -> Any:
+        """Produce one record; a Deferred firing on the cluster's acknowledgement."""
+
+    def send_records(records: list[Any]) -> Any:
+        """Publish ``(topic, key, value, headers)`` records as one unit; a Deferred."""
+
+    def check_topic(topic: str) -> Any:
+        """A Deferred firing if ``topic`` exists (or need not), failing hard otherwise."""
+
+    def missing_topics(topics: Any) -> list[str]:
+        """Those of ``topics`` the cluster did not list at the last check."""
+
+    def held_ids_in_topic(topic: str, tail: int) -> Any:
+        """:meth:`IHeldMessages.held_message_ids` for a topic rather than a destination."""
+
+    def health() -> Health:
+        """As :meth:`IStatusReporting.health`."""
+
+    def status() -> dict[str, Any]:
+        """As :meth:`IStatusReporting.status`."""
+
+
 class IFrameForwarder(IPostingConnector):
     """A posting connector that can take a client's SEND frame as it is.
 
@@ -336,6 +447,52 @@ class IFrameForwarder(IPostingConnector):
         is never called - when this SEND needs the message path; raises
         :class:`~gateway.errors.StompProtocolError` for a header or body the
         message path refuses, before anything is sent."""
+
+
+class BridgeState(StrEnum):
+    """The states of a bridge (:attr:`IBridge.state`), whatever its quality of service."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    RETRYING = "retrying"
+    """A connector failed; the bridge tries again every ``failure_retry_interval``."""
+    FAILED = "failed"
+    """Gave up (retries exhausted, an error no retry fixes); :meth:`IBridge.start` tries again."""
+    STOPPED = "stopped"
+
+
+class IBridge(Interface):
+    """One bridge's control API (the admin endpoint, the console, ``jmsgateway bridge``).
+
+    Every method returns a Deferred and never blocks; whatever the quality of service
+    (:mod:`gateway.bridges.qos`), the states are :class:`BridgeState`'s.
+    """
+
+    name = Attribute("The bridge's configured name.")
+    config = Attribute("Its :class:`~gateway.bridges.config.BridgeConfig` (``enabled``: started with the service).")
+    state = Attribute("Its :class:`BridgeState`.")
+
+    def start() -> Any:
+        """Start consuming; fires once it runs (or failed / was stopped meanwhile: :attr:`state`
+        says which).  Restarts a failed bridge."""
+
+    def stop() -> Any:
+        """Finish the batch in flight and stop; what was not acknowledged stays at the source."""
+
+    def pause() -> Any:
+        """Stop consuming; fires once the batch in flight is done."""
+
+    def resume() -> Any:
+        """Consume again after :meth:`pause`."""
+
+    def status() -> dict[str, Any]:
+        """What the admin endpoint shows: at least ``name``, ``state``, ``qos``, ``source``,
+        ``target``, ``forwarded``, ``retries``, ``last_error``."""
+
+    def in_doubt_resolved() -> Any:
+        """Fires once the in-doubt check of the last :meth:`start` is done (at once when
+        there is none): consumers of the target may take messages from then on."""
 
 
 class IMessageStore(Interface):

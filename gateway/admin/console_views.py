@@ -10,15 +10,17 @@ and is cheap enough for a page refreshing every few seconds.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
 from gateway.admin.health import bridge_health, gateway_health
 from gateway.admin.rates import RateHistory
-from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.operations import CAUSE_PROPERTY, ORIGIN_PROPERTY, QueueOperations
 from gateway.message.model import BytesMessage, Message, TextMessage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gateway.broker.broker import EmbeddedBroker
 
 PREVIEW_CHARS = 1024
 """How much of a body a browsed message shows."""

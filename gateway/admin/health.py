@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.bridges.bridge import FAILED, RETRYING
-from gateway.interfaces import IStatusReporting
+from gateway.interfaces import BridgeState, IStatusReporting
 
 UP, DOWN, UNKNOWN = "UP", "DOWN", "UNKNOWN"
 
@@ -32,7 +31,7 @@ def bridge_health(status: Mapping[str, Any]) -> dict[str, str]:
     """The health of a bridge, from its ``status()``."""
     state = status["state"]
     detail = state if not status.get("last_error") else f"{state}: {status['last_error']}"
-    return {"status": DOWN if state in (FAILED, RETRYING) else UP, "detail": detail}
+    return {"status": DOWN if state in (BridgeState.FAILED, BridgeState.RETRYING) else UP, "detail": detail}
 
 
 def gateway_health(gateway_id: str, connectors: Mapping[str, Any], bridges: list[dict[str, Any]]) -> dict[str, Any]:

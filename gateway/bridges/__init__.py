@@ -1,10 +1,13 @@
 """Bridges: consume from one connector, send to another, with a quality of service.
 
 The JMS bridge of JBoss Messaging / ActiveMQ Artemis over the gateway's
-connectors.  Modules: :mod:`~gateway.bridges.config` (``[[bridges]]``),
-:mod:`~gateway.bridges.bridge` (the engine), :mod:`~gateway.bridges.dedup`
-(the ONCE_AND_ONLY_ONCE duplicate store), :mod:`~gateway.bridges.kafka_exactly_once`
-(Kafka -> Kafka through Kafka transactions), :mod:`~gateway.bridges.metrics`,
+connectors, which it knows only through :mod:`gateway.interfaces`.  Modules:
+:mod:`~gateway.bridges.config` (``[[bridges]]``, the registry of QoS modes),
+:mod:`~gateway.bridges.qos` (one strategy class per mode),
+:mod:`~gateway.bridges.bridge` (the per-batch engine), :mod:`~gateway.bridges.dedup`
+(the ONCE_AND_ONLY_ONCE duplicate store), :mod:`~gateway.bridges.transactional_copy`
+(ONCE_AND_ONLY_ONCE through a log's transactions: Kafka -> Kafka),
+:mod:`~gateway.bridges.probe` (the in-doubt probe), :mod:`~gateway.bridges.metrics`,
 :mod:`~gateway.bridges.service` (the service, control API, ``jmsgateway bridge``).
 See docs/bridges.md.
 """

@@ -11,7 +11,7 @@ ActiveMQ Artemis on top of any two :class:`~gateway.interfaces.IConnector`:
   ``max_batch_time`` ms after the first one (``-1``: only a full batch),
   then go to the target as one unit (:meth:`IConnector.send_batch`; one
   message: :meth:`IConnector.send`); one batch is in flight at a time;
-* **quality of service** per batch:
+* **quality of service** per batch, a strategy of :mod:`gateway.bridges.qos`:
   ``AT_MOST_ONCE`` acknowledges at the source, then sends;
   ``DUPLICATES_OK`` sends, waits for the target's confirmation, then acknowledges;
   ``ONCE_AND_ONLY_ONCE`` is DUPLICATES_OK plus the
@@ -56,23 +56,31 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.bridges.config import AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE, BridgeConfig
+from gateway.bridges.config import BridgeConfig
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import held_message_ids, source_id_of, target_message_id
+from gateway.bridges.qos import BatchQuality, batch_quality
 from gateway.connectors.kafka_records import ORIGIN_HEADER
 from gateway.connectors.stomp_browse import DUPLICATE_ID
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, StaleDelivery
-from gateway.interfaces import IConnector, IConsumer, ILocalTransactionSource, ISubscription, SubscriptionSpec
+from gateway.interfaces import (
+    BridgeState,
+    IBridge,
+    IConnector,
+    IConsumer,
+    ILocalTransactionSource,
+    ISubscription,
+    SubscriptionSpec,
+)
 from gateway.message.model import Message, new_message_id
 
 MESSAGE_ID_LIST = "AMQ_BRIDGE_MSG_ID_LIST"
 """Property listing the source message ids of every hop (the name Artemis uses)."""
 
-STARTING, RUNNING, PAUSED, RETRYING, FAILED, STOPPED = (
-    "starting", "running", "paused", "retrying", "failed", "stopped",
-)
+STARTING, RUNNING, PAUSED, RETRYING, FAILED, STOPPED = BridgeState
+"""The states of every bridge (:class:`~gateway.interfaces.BridgeState`)."""
 
 
 class BridgeFailed(ConnectorError):
@@ -143,6 +151,7 @@ class _SourceConsumer:
             self.bridge._source_lost(self, reason)
 
 
+@implementer(IBridge)
 class Bridge:
     """A running bridge (see the module docstring).
 
@@ -153,6 +162,8 @@ class Bridge:
     :param metrics: shared metrics; a private set when None.
     :param dedup: the duplicate store (required for ONCE_AND_ONLY_ONCE).
     :param chains: the transformer chain to run on each message, or None.
+    :param qos: the quality-of-service strategy; by default the first per-batch strategy of
+        ``config.qos`` that joins ``source`` and ``target`` (:func:`~gateway.bridges.qos.batch_quality`).
     """
 
     log = Logger()
@@ -167,14 +178,11 @@ class Bridge:
         metrics: BridgeMetrics | None = None,
         dedup: DuplicateStore | None = None,
         chains: Any = None,
+        qos: BatchQuality | None = None,
     ) -> None:
-        self.local_transaction = bool(config.qos == ONCE_AND_ONLY_ONCE
-                                      and ILocalTransactionSource.providedBy(source)
-                                      and source.shares_transactions_with(target))
-        """ONCE_AND_ONLY_ONCE within one provider: consume and send in one local transaction
-        (no duplicate store)."""
-        if config.qos == ONCE_AND_ONLY_ONCE and dedup is None and not self.local_transaction:
-            raise ValueError(f"bridge {config.name}: ONCE_AND_ONLY_ONCE needs a duplicate store")
+        self.qos = qos if qos is not None else batch_quality(config, source, target)
+        if self.qos.uses_dedup and dedup is None:
+            raise ValueError(f"bridge {config.name}: {config.qos} needs a duplicate store")
         self.config = config
         self.name = config.name
         self.source = source
@@ -183,7 +191,7 @@ class Bridge:
         self.metrics = metrics or BridgeMetrics()
         self.dedup = dedup
         self.chains = chains
-        self.state = STOPPED
+        self.state: BridgeState = STOPPED
         self.last_error: str | None = None
         self.forwarded = 0
         self.retries = 0
@@ -226,7 +234,7 @@ class Bridge:
         self.log.info("bridge {name} starting: {source} -> {target} ({qos})", name=self.name,
                       source=self._describe(self.config.source), target=self._describe(self.config.target),
                       qos=self.config.qos)
-        if self.config.qos == ONCE_AND_ONLY_ONCE and not self.local_transaction:
+        if self.qos.checks_target_at_start:
             checked = self._resolve_in_doubt()
             self._in_doubt = checked
             checked.addCallback(lambda _: self._subscribe() if self.state == STARTING else None)
@@ -331,7 +339,7 @@ class Bridge:
     def _describe(side: Any) -> str:
         return f"{side.connector}:{side.destination}"
 
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: BridgeState) -> None:
         if state != self.state:
             self.state = state
             self.metrics.state.labels(self.name).state(state)
@@ -577,8 +585,7 @@ class Bridge:
         """Transform, send and acknowledge one batch per the QoS; never fails
         for a connector's fault (those become retries or a failed bridge)."""
         self._batch_sizes.observe(len(batch))
-        once = self.config.qos == ONCE_AND_ONLY_ONCE
-        d = self._not_yet_delivered(batch) if once else succeed((batch, []))
+        d = self.qos.select(self, batch)
         d.addCallback(self._forward_fresh)
         d.addErrback(self._batch_failed)
         return d.addCallback(lambda _: None)
@@ -628,29 +635,16 @@ class Bridge:
 
     def _forward_fresh(self, split: tuple[list[tuple[_SourceConsumer, Message, Any]], list[Any]]) -> Deferred[None]:
         accepted, skipped = split
-        config = self.config
         tags = [(consumer, tag) for consumer, _, tag in accepted] + skipped
         d = self._transform([message for _, message, _ in accepted])
-        if config.qos == AT_MOST_ONCE:
-            d.addCallback(lambda outgoing: self._ack(tags).addCallback(lambda _: outgoing))
-            d.addCallback(self._send)
-        elif self.local_transaction:
-            d.addCallback(lambda outgoing: self._send_and_ack_locally(outgoing, tags))
-        elif config.qos == ONCE_AND_ONLY_ONCE:
-            ids = [key for key in (source_key(message) for _, message, _ in accepted) if key]
-            d.addCallback(self._send)
-            d.addCallback(lambda _: self._record(ids))
-            d.addCallback(lambda _: self._ack_behind(tags))
-        else:
-            d.addCallback(self._send)
-            d.addCallback(lambda _: self._ack_behind(tags))
+        self.qos.forward(self, d, accepted, tags)
         return d.addCallback(lambda _: None)
 
     def _batch_failed(self, failure: Failure) -> None:
         if failure.check(_NotAcknowledged):
             return
         if failure.check(_Abandoned):
-            if self.config.qos == AT_MOST_ONCE:
+            if self.qos.acknowledges_first:
                 self.metrics.dropped.labels(self.name, "abandoned").inc()
             return
         if failure.check(BridgeFailed):
@@ -696,7 +690,7 @@ class Bridge:
     def _addressed(self, message: Message, original: Message, destination: str) -> Message:
         out = message.copy()
         out.destination = destination
-        if self.config.qos != DUPLICATES_OK and original.message_id:
+        if self.qos.derives_ids and original.message_id:
             # the in-doubt check finds these copies at the target by their id; a JMS broker over
             # STOMP sets its own message-id, so the id also travels as Artemis's duplicate id
             out.message_id = target_message_id(self.name, source_key(original))
@@ -769,7 +763,7 @@ class Bridge:
                     reason = (f"the target {self._describe(self.config.target)} refused a message of a batch of "
                               f"{len(remaining)} (ids {', '.join(m.message_id for m in remaining[:5])}"
                               f"{' ...' if len(remaining) > 5 else ''}) for good: {error}")
-                    if self.config.qos == AT_MOST_ONCE:  # acknowledged already: these are lost
+                    if self.qos.acknowledges_first:  # acknowledged already: these are lost
                         self.metrics.dropped.labels(self.name, "refused").inc(len(remaining))
                 self._fail(reason)
                 done.errback(_Abandoned())
@@ -777,7 +771,7 @@ class Bridge:
             self._target_ok = False
             self._update_state()
             self._send_waiters.add(done)  # stop() or a failure abandons it while it waits
-            if self.config.qos == DUPLICATES_OK or not error.in_doubt:
+            if not self.qos.resends_in_doubt or not error.in_doubt:
                 self._retry_later(reason, attempt)
             else:
                 self._retry_later(reason, resend)
@@ -791,7 +785,7 @@ class Bridge:
             def looked(answers: list[set[str] | None]) -> None:
                 if done.called:
                     return
-                if self.config.qos == AT_MOST_ONCE and any(answer is None for answer in answers):
+                if self.qos.acknowledges_first and any(answer is None for answer in answers):
                     drop()
                     return
                 held: set[str] = set()
@@ -809,7 +803,7 @@ class Bridge:
             def unknown(failure: Failure) -> None:
                 self.log.warn("bridge {name}: cannot ask the target what it holds before a retry: {error}",
                               name=self.name, error=failure.getErrorMessage())
-                if self.config.qos == AT_MOST_ONCE:
+                if self.qos.acknowledges_first:
                     drop()
                 else:
                     attempt()
@@ -909,7 +903,7 @@ class Bridge:
             if failure.check(StaleDelivery):
                 self.log.warn("bridge {name}: {error}; dropping the deliveries held from that connection",
                               name=self.name, error=failure.getErrorMessage())
-            if self.config.qos == AT_MOST_ONCE:
+            if self.qos.acknowledges_first:
                 raise _NotAcknowledged()  # not acknowledged: sending could duplicate
 
         return d.addCallbacks(lambda _: None, failed)

@@ -18,7 +18,16 @@ from gateway.schema import Bool, Int, KeyProblem, Retries, Section, Str, Table, 
 AT_MOST_ONCE = "AT_MOST_ONCE"
 DUPLICATES_OK = "DUPLICATES_OK"
 ONCE_AND_ONLY_ONCE = "ONCE_AND_ONLY_ONCE"
-QOS_MODES: tuple[str, ...] = (AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE)
+QOS_STRATEGIES: dict[str, tuple[str, ...]] = {
+    AT_MOST_ONCE: ("gateway.bridges.qos:AtMostOnce",),
+    DUPLICATES_OK: ("gateway.bridges.qos:DuplicatesOk",),
+    ONCE_AND_ONLY_ONCE: ("gateway.bridges.qos:TransactionalCopy", "gateway.bridges.qos:LocalTransaction",
+                         "gateway.bridges.qos:OnceAndOnlyOnce"),
+}
+"""The registry of quality-of-service modes: mode -> its strategy classes
+(:mod:`gateway.bridges.qos`), tried in order; the ``qos`` option takes these names.
+Named by path, so this module imports no Twisted."""
+QOS_MODES: tuple[str, ...] = tuple(QOS_STRATEGIES)
 
 DEFAULT_RETRY_INTERVAL_MS = 5000
 DEFAULT_BATCH_TIME_MS = 100

@@ -2,19 +2,20 @@
 and ``jmsgateway bridge`` (the bridges alone, without STOMP listeners).
 
 :func:`build_bridge_service` turns validated :class:`BridgeConfig` entries and
-the gateway's connectors into a :class:`BridgeService`: one
-:class:`~gateway.bridges.bridge.Bridge` each (Kafka -> Kafka under
-ONCE_AND_ONLY_ONCE: a :class:`~gateway.bridges.kafka_exactly_once.KafkaExactlyOnceBridge`),
-the shared duplicate store (``<data_dir>/bridges.sqlite``) when a bridge
-needs it, a transformer chain per bridge that names transformers, and a
-private connector per side that gives its own user/password (the connector
-must offer ``with_credentials(user, password)``).
+connectors into a :class:`BridgeService`: one :class:`~gateway.interfaces.IBridge`
+each, built by the first strategy of its quality of service that joins its two
+connectors (:mod:`gateway.bridges.qos`), the shared duplicate store
+(``<data_dir>/bridges.sqlite``) when a bridge needs it, a transformer chain per
+bridge that names transformers, and a private connector per side that gives its
+own user/password (the connector must provide
+:class:`~gateway.interfaces.ICredentialed`).  Connectors are known here only by
+:mod:`gateway.interfaces`.
 
 :class:`BridgeService` starts the bridges when it starts (call
-``startService`` once the connectors are up; :func:`bridges_for_gateway`
-builds it for a :class:`~gateway.app.Gateway`) and stops them first when it
-stops.  Control: ``service.bridge(name)`` then ``.start()``, ``.stop()``,
-``.pause()``, ``.resume()``, ``.status()``; ``service.status()`` lists all.
+``startService`` once the connectors are up; the gateway does,
+:func:`bridges_for_gateway` builds it from a ``GatewayConfig``) and stops them
+first when it stops.  Control: ``service.bridge(name)`` then ``.start()``,
+``.stop()``, ``.pause()``, ``.resume()``, ``.status()``; ``service.status()`` lists all.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -31,19 +31,19 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from gateway.bridges.bridge import Bridge
-from gateway.bridges.config import ONCE_AND_ONLY_ONCE, BridgeConfig, BridgeEndpoint, parse_bridges
+from gateway.bridges.config import BridgeConfig, BridgeEndpoint, parse_bridges
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.probe import why_cannot_tell
+from gateway.bridges.qos import DEDUP_DATABASE, BuildContext, build_bridge, strategies_for
 from gateway.deferreds import gather
 from gateway.errors import ConfigError, GatewayError
-from gateway.interfaces import IConnector, ILocalTransactionSource
+from gateway.interfaces import IBridge, IConnector, ICredentialed
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gateway.app import Gateway
+    from gateway.config import GatewayConfig
 
-DEDUP_DATABASE = "bridges.sqlite"
+__all__ = ["DEDUP_DATABASE", "BridgeService", "bridges_for_gateway", "build_bridge_service", "run_standalone"]
 
 
 class BridgeService(service.MultiService):
@@ -53,17 +53,20 @@ class BridgeService(service.MultiService):
 
     def __init__(
         self,
-        bridges: list[Any],
+        bridges: list[IBridge],
         *,
         reactor: Any,
         dedup: DuplicateStore | None = None,
         owned_connectors: list[IConnector] | None = None,
         metrics: BridgeMetrics | None = None,
+        duplicate_windows: list[int] | None = None,
     ) -> None:
         super().__init__()
-        self.bridges: dict[str, Any] = {bridge.name: bridge for bridge in bridges}
+        self.bridges: dict[str, IBridge] = {bridge.name: bridge for bridge in bridges}
         self.reactor = reactor
         self.dedup = dedup
+        self.duplicate_windows = list(duplicate_windows or [])
+        """The ``duplicate_window`` of every bridge using :attr:`dedup` (how often it is purged)."""
         self.owned_connectors = list(owned_connectors or [])
         self.metrics = metrics
         self._purge: LoopingCall | None = None
@@ -79,7 +82,7 @@ class BridgeService(service.MultiService):
         """Bridge names in configuration order."""
         return list(self.bridges)
 
-    def bridge(self, name: str) -> Any:
+    def bridge(self, name: str) -> IBridge:
         """The bridge called ``name``; KeyError with a suggestion otherwise."""
         found = self.bridges.get(name)
         if found is None:
@@ -130,8 +133,7 @@ class BridgeService(service.MultiService):
         return d.addCallback(lambda _: None)
 
     def _start_purging(self, dedup: DuplicateStore) -> None:
-        windows = [b.config.duplicate_window for b in self.bridges.values() if b.config.qos == ONCE_AND_ONLY_ONCE]
-        interval = min(60.0, max(0.5, min(windows, default=60_000) / 10_000.0))
+        interval = min(60.0, max(0.5, min(self.duplicate_windows, default=60_000) / 10_000.0))
         self._purge = LoopingCall(lambda: dedup.purge().addErrback(self._purge_failed))
         self._purge.clock = self.reactor
         self._purge.start(interval, now=False)
@@ -158,29 +160,18 @@ class BridgeService(service.MultiService):
         return d.addCallback(lambda _: None)
 
 
-ConnectorFactory = Callable[[str, str, "str | None"], IConnector]
-"""Builds a private connector like the named one, logging in as (user, password)."""
-
-
-def _connector_for(
-    side: BridgeEndpoint,
-    key: str,
-    connectors: dict[str, IConnector],
-    owned: list[IConnector],
-    path: str,
-    factory: ConnectorFactory | None,
-) -> IConnector:
+def _connector_for(side: BridgeEndpoint, key: str, connectors: dict[str, IConnector], owned: list[IConnector],
+                   path: str) -> IConnector:
+    """The connector of one bridge side: the named one, or a private copy logging in as the
+    side's own ``user`` (:class:`~gateway.interfaces.ICredentialed`)."""
     connector = connectors[side.connector]
     if side.user is None:
         return connector
-    own = getattr(connector, "with_credentials", None)
+    credentialed = ICredentialed(connector, None)
     try:
-        if own is not None:
-            private: IConnector = own(side.user, side.password)
-        elif factory is not None:
-            private = factory(side.connector, side.user, side.password)
-        else:
-            raise ConfigError("")
+        if credentialed is None:
+            raise ConfigError("it has no login of its own (in-process, or it does not provide ICredentialed)")
+        private: IConnector = credentialed.with_credentials(side.user, side.password)
     except ConfigError as exc:
         reason = f": {exc.problem}" if exc.problem else ""
         raise ConfigError(
@@ -191,47 +182,6 @@ def _connector_for(
         ) from None
     owned.append(private)
     return private
-
-
-CREDENTIAL_OPTIONS: dict[str, tuple[str, ...]] = {
-    "stomp": ("login", "passcode"),
-    "stomp+ssl": ("login", "passcode"),
-    "kafka": ("sasl.username", "sasl.password"),
-}
-"""Where each connector scheme takes a login: STOMP CONNECT headers, Kafka SASL settings."""
-
-
-def credential_factory(raw: dict[str, Any], *, reactor: Any, gateway_id: str, registry: Any,
-                       path: str = "") -> ConnectorFactory:
-    """A :data:`ConnectorFactory` building private connectors from ``[connectors]`` tables."""
-    from gateway.connectors.registry import create_connector
-
-    def build(name: str, user: str, password: str | None) -> IConnector:
-        options = raw.get(name)
-        if options is None:
-            raise ConfigError("it is built into the gateway (in-process, no login)")
-        if not isinstance(options, dict):  # validated options: the keys the file gave
-            options = options.model_dump(exclude_unset=True)
-        scheme = str(options.get("uri", "")).split("://", 1)[0]
-        names = CREDENTIAL_OPTIONS.get(scheme)
-        if names is None:
-            raise ConfigError(f"scheme {scheme!r} has no login options")
-        private = dict(options)
-        if scheme == "kafka":
-            for side in ("producer", "consumer"):
-                table = dict(private.get(side, {}))
-                table[names[0]] = user
-                if password is not None:
-                    table[names[1]] = password
-                private[side] = table
-        else:
-            private[names[0]] = user
-            if password is not None:
-                private[names[1]] = password
-        return create_connector(name, private, reactor=reactor, gateway_id=gateway_id,
-                                registry=CollectorRegistry(), path=path)
-
-    return build
 
 
 def _chains_for(config: BridgeConfig, plugin_manager: Any, transform_config: Any, registry: Any, reactor: Any,
@@ -259,39 +209,6 @@ def _chains_for(config: BridgeConfig, plugin_manager: Any, transform_config: Any
     return TransformChains(plugin_manager, chain_config, registry=CollectorRegistry(), clock=reactor)
 
 
-def _kafka_side(connector: IConnector) -> Any:
-    """The Kafka connector behind ``connector`` (itself, or the one ``[routing]`` wraps), else None."""
-    from gateway.connectors.kafka import KafkaConnector
-    from gateway.routing.service import KafkaRouter
-
-    if isinstance(connector, KafkaConnector):
-        return connector
-    if isinstance(connector, KafkaRouter):
-        return connector.connector
-    return None
-
-
-def _kafka_transactions_plan(config: BridgeConfig, source: IConnector, target: IConnector
-                             ) -> tuple[Any, Any, str | None, str | None] | str:
-    """How a Kafka -> Kafka ONCE_AND_ONLY_ONCE bridge runs on Kafka transactions:
-    (source connector, target connector, target topic, key header), or why it cannot
-    (the duplicate store is used then)."""
-    from gateway.routing.service import KafkaRouter
-
-    kafka_source, kafka_target = _kafka_side(source), _kafka_side(target)
-    if kafka_source is None or kafka_target is None:
-        return "not Kafka on both sides"
-    if set(kafka_source.settings.bootstrap.split(",")) != set(kafka_target.settings.bootstrap.split(",")):
-        return "source and target are different Kafka clusters (offsets commit on the target's)"
-    if isinstance(target, KafkaRouter):
-        route = target.forward_route(config.target.destination)
-        if route is None:
-            return (f"[routing] decides the topic of {config.target.destination} by more than the destination "
-                    "(a selector or a header test comes first)")
-        return kafka_source, kafka_target, route.topic, route.key
-    return kafka_source, kafka_target, None, None
-
-
 def build_bridge_service(
     bridges: list[BridgeConfig],
     connectors: dict[str, IConnector],
@@ -303,7 +220,6 @@ def build_bridge_service(
     transform_config: Any = None,
     path: str = "",
     dedup: DuplicateStore | None = None,
-    connector_factory: ConnectorFactory | None = None,
 ) -> BridgeService:
     """A :class:`BridgeService` for ``bridges`` over ``connectors`` (raises ConfigError).
 
@@ -312,92 +228,87 @@ def build_bridge_service(
     :param plugin_manager: the gateway's transformer plugins, for ``transformers``.
     :param transform_config: the gateway's ``[transform]`` (option defaults, timeout).
     :param dedup: a duplicate store to use instead of ``<data_dir>/bridges.sqlite``.
-    :param connector_factory: builds a private connector for a side with its own
-        user/password (when the connector has no ``with_credentials``).
     """
     metrics = BridgeMetrics.for_registry(registry)
     owned: list[IConnector] = []
-    needs_dedup = [b for b in bridges if b.qos == ONCE_AND_ONLY_ONCE]
-    built: list[Any] = []
+    context = BuildContext(reactor, metrics, lambda config: _chains_for(config, plugin_manager, transform_config,
+                                                                        registry, reactor, path),
+                           data_dir=data_dir, dedup=dedup)
+    built: list[IBridge] = []
     for config in bridges:
-        source = _connector_for(config.source, f"{config.key}.source", connectors, owned, path, connector_factory)
-        target = _connector_for(config.target, f"{config.key}.target", connectors, owned, path, connector_factory)
-        if config.qos == ONCE_AND_ONLY_ONCE:
+        source = _connector_for(config.source, f"{config.key}.source", connectors, owned, path)
+        target = _connector_for(config.target, f"{config.key}.target", connectors, owned, path)
+        if strategies_for(config.qos)[0].needs_held_ids:
             unprobeable = why_cannot_tell(target, config.target.destination)
             if unprobeable is not None:
                 raise ConfigError(
-                    f"ONCE_AND_ONLY_ONCE into connector {config.target.connector!r} needs a target that can say "
+                    f"{config.qos} into connector {config.target.connector!r} needs a target that can say "
                     f"which messages it holds (a lost confirmation is resolved by looking), and {unprobeable}; "
                     "use a queue target, or DUPLICATES_OK and duplicate detection at the consumers (docs/bridges.md)",
                     path=path, key=f"{config.key}.qos")
-        plan = _kafka_transactions_plan(config, source, target) if config.qos == ONCE_AND_ONLY_ONCE else ""
-        if isinstance(plan, tuple):
-            from gateway.bridges.kafka_exactly_once import KafkaExactlyOnceBridge
-
-            kafka_source, kafka_target, topic, key_header = plan
-            built.append(KafkaExactlyOnceBridge(
-                config, kafka_source, kafka_target, clock=reactor, metrics=metrics,
-                chains=_chains_for(config, plugin_manager, transform_config, registry, reactor, path),
-                target_topic=topic, key_header=key_header,
-            ))
-            needs_dedup.remove(config)
-            continue
-        if plan and _kafka_side(source) is not None and _kafka_side(target) is not None:
-            BridgeService.log.warn("bridge {name}: ONCE_AND_ONLY_ONCE without Kafka transactions ({why}); it uses "
-                                   "the duplicate store", name=config.name, why=plan)
-        if config.qos == ONCE_AND_ONLY_ONCE and ILocalTransactionSource.providedBy(source) \
-                and source.shares_transactions_with(target):
-            needs_dedup.remove(config)  # one local transaction of the provider (jms -> same provider)
-            built.append(Bridge(config, source, target, clock=reactor, metrics=metrics,
-                                chains=_chains_for(config, plugin_manager, transform_config, registry, reactor, path)))
-            continue
-        if config.qos == ONCE_AND_ONLY_ONCE and dedup is None:
-            dedup = DuplicateStore(os.path.join(data_dir, DEDUP_DATABASE), reactor)
-        built.append(Bridge(
-            config, source, target, clock=reactor, metrics=metrics,
-            dedup=dedup if config.qos == ONCE_AND_ONLY_ONCE else None,
-            chains=_chains_for(config, plugin_manager, transform_config, registry, reactor, path),
-        ))
-    if dedup is not None:
-        for config in needs_dedup:
-            dedup.register(config.name, config.duplicate_window)
-    return BridgeService(built, reactor=reactor, dedup=dedup if needs_dedup else None, owned_connectors=owned,
-                         metrics=metrics)
+        built.append(build_bridge(config, source, target, context))
+    store = context.dedup
+    users = context.dedup_users
+    if store is not None:
+        for config in users:
+            store.register(config.name, config.duplicate_window)
+    return BridgeService(built, reactor=reactor, dedup=store if users else None, owned_connectors=owned,
+                         metrics=metrics, duplicate_windows=[config.duplicate_window for config in users])
 
 
-def bridges_for_gateway(gateway: Gateway) -> BridgeService:
-    """The bridges of ``gateway``'s configuration over its connectors (raises ConfigError)."""
-    config = gateway.config
-    bridges = parse_bridges(config.bridges, config.path, set(gateway.connectors))
+def bridges_for_gateway(config: GatewayConfig, connectors: dict[str, IConnector], reactor: Any, *,
+                        registry: CollectorRegistry | None = None, plugin_manager: Any = None,
+                        transform_config: Any = None) -> BridgeService:
+    """The bridges of a gateway's configuration over its ``connectors`` (raises ConfigError).
+
+    :param plugin_manager: the gateway's transformer plugins; :param transform_config: its
+        ``[transform]`` (both built from ``config`` when a bridge names transformers and they
+        are not given).
+    """
+    bridges = parse_bridges(config.bridges, config.path, set(connectors))
+    if plugin_manager is None and any(bridge.transformers for bridge in bridges):
+        from gateway.transform import parse_transform_config, plugin_manager_for
+
+        transform_config = parse_transform_config(config.transform, config.path)
+        plugin_manager = plugin_manager_for(transform_config)
     return build_bridge_service(
         bridges,
-        gateway.connectors,
-        gateway.reactor,
-        registry=gateway.registry,
+        connectors,
+        reactor,
+        registry=registry,
         data_dir=config.data_dir,
-        plugin_manager=gateway.plugin_manager,
-        transform_config=gateway.transform_config,
+        plugin_manager=plugin_manager,
+        transform_config=transform_config,
         path=config.path,
-        connector_factory=credential_factory(config.connectors, reactor=gateway.reactor, gateway_id=config.id,
-                                             registry=gateway.registry, path=config.path),
     )
+
+
+def used_connectors(config: GatewayConfig) -> set[str]:
+    """The connectors the configured bridges name (a standalone bridge builds only these)."""
+    return {side.connector for bridge in config.bridges for side in (bridge.source, bridge.target)}
 
 
 def run_standalone(config_path: str, overrides: list[str] | None = None, *, only: list[str] | None = None) -> int:
     """``jmsgateway bridge --config FILE``: run the configured bridges (no STOMP
-    listener) until SIGINT/SIGTERM.  Returns the exit status.
+    listener, no login portal, no admin endpoint) until SIGINT/SIGTERM, with only the
+    connectors they use (the embedded broker only when a bridge names it).  Returns the
+    exit status.
 
     :param only: run just these bridges (names); the others are not started.
     """
     from twisted.internet import reactor
 
-    from gateway.app import build_gateway
     from gateway.config import load_config
+    from gateway.connectors.configured import configured_connectors
+    from gateway.identity import resolve_gateway_id
 
     try:
         config = load_config(config_path, overrides or [])
-        gateway = build_gateway(config, reactor)
-        bridges = gateway.bridges
+        config.gateway.id = resolve_gateway_id(config.id, config.data_dir)
+        parse_bridges(config.bridges, config.path, {"embedded", *config.connectors})  # names every connector known
+        registry = CollectorRegistry()
+        connectors = configured_connectors(config, reactor, registry, used_connectors(config)).by_name
+        bridges = bridges_for_gateway(config, connectors, reactor, registry=registry)
         for name in only or []:
             bridges.bridge(name)
     except ConfigError as error:
@@ -416,7 +327,9 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
     os.makedirs(config.data_dir, exist_ok=True)
     status = {"code": 0}
 
-    def started(_: object) -> None:  # Gateway.start has started the bridges after the connectors
+    def started(_: object) -> None:  # the connectors are up: start the bridges
+        bridges.startService()
+
         def show(_: object) -> None:
             for bridge in bridges.bridges.values():
                 print(f"jmsgateway bridge: {bridge.name}: {bridge.state}", flush=True)
@@ -430,11 +343,12 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
         reactor.stop()
 
     def shutdown() -> Deferred[Any]:
-        stopped: Deferred[Any] = gateway.stop()  # stops the bridges, then the connectors
-        return stopped
+        stopped: Deferred[Any] = bridges.stopService() if bridges.running else gather([])
+        return stopped.addCallback(  # the bridges first, then the connectors
+            lambda _: DeferredList([c.stop() for c in connectors.values()], consumeErrors=True))
 
     reactor.addSystemEventTrigger("before", "shutdown", shutdown)
-    reactor.callWhenRunning(lambda: gateway.start().addCallbacks(started, failed))
+    reactor.callWhenRunning(lambda: gather(c.start() for c in connectors.values()).addCallbacks(started, failed))
     reactor.run()
     return status["code"]
 

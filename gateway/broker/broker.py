@@ -59,6 +59,7 @@ from gateway.interfaces import (
     IConnector,
     IConsumer,
     IDestinationFlowControlled,
+    IHeldMessages,
     IMessageStore,
     IStatusReporting,
     ISubscription,
@@ -138,7 +139,7 @@ class BrokerMetrics:
             yield from self.gauges()
 
 
-@implementer(IConnector, IStatusReporting, IDestinationFlowControlled)
+@implementer(IConnector, IStatusReporting, IDestinationFlowControlled, IHeldMessages)
 class EmbeddedBroker:
     """Queues, topics and durable subscriptions in this process (IConnector).
 
@@ -796,6 +797,23 @@ class EmbeddedBroker:
             "topics": {name: len(subs) for name, subs in self.topics.items()},
             "paging": {key: _queue_memory(q) for key, q in [*self.queues.items(), *self.durables.items()]},
         }
+
+    def why_cannot_tell(self, destination: str) -> str | None:
+        """:class:`IHeldMessages`: the broker can always look."""
+        return None
+
+    def held_message_ids(self, destination: str, tail: int = 0) -> Deferred[set[str] | None]:
+        """:class:`IHeldMessages`: the ids pending (paged ones included) or delivered and
+        unacknowledged at the queue, or at every subscriber queue of the topic (``tail``
+        does not apply)."""
+        queues = [self.queues[destination]] if destination in self.queues else []
+        queues.extend(self.topics.get(destination, ()))
+        ids: set[str] = set()
+        for queue in queues:
+            ids.update(message.message_id for message in queue.messages())
+            for consumer in queue.consumers:
+                ids.update(message.message_id for message in consumer.unacked.values())
+        return succeed(ids)
 
     def _gauges(self) -> Iterator[Metric]:
         memory = self.memory

@@ -81,6 +81,7 @@ from gateway.interfaces import (
     IConsumer,
     ICredentialed,
     IFlowControlled,
+    IHeldMessages,
     ILocalTransactionSource,
     IPostingConnector,
     IStatusReporting,
@@ -298,7 +299,8 @@ class ControlThread(JavaThread):
         self.detach(jpype)
 
 
-@implementer(IPostingConnector, IFlowControlled, IStatusReporting, ILocalTransactionSource, ICredentialed)
+@implementer(IPostingConnector, IFlowControlled, IStatusReporting, ILocalTransactionSource, ICredentialed,
+             IHeldMessages)
 class JmsConnector:
     """:class:`~gateway.interfaces.IConnector` for a JMS provider through the JMS API.
 
@@ -799,8 +801,13 @@ class JmsConnector:
 
     # -- the in-doubt probe ------------------------------------------------------
 
-    def held_message_ids(self, destination: str) -> Deferred[set[str] | None]:
-        """The bridge copy ids (:data:`~gateway.connectors.stomp_browse.DUPLICATE_ID`) of the
+    def why_cannot_tell(self, destination: str) -> str | None:
+        """:class:`IHeldMessages`: a topic answers None at run time (no configuration error)."""
+        return None
+
+    def held_message_ids(self, destination: str, tail: int = 0) -> Deferred[set[str] | None]:
+        """:class:`IHeldMessages` (``tail`` does not apply): the bridge copy ids
+        (:data:`~gateway.connectors.stomp_browse.DUPLICATE_ID`) of the
         messages queued at ``destination``, through a QueueBrowser
         (:mod:`gateway.connectors.jms_browse`); None for a topic, or a queue of more than
         :data:`BROWSE_LIMIT` messages.  Bounded by ``send_timeout``, the wait for a

@@ -66,7 +66,20 @@ from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import KafkaSubscription
 from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
-from gateway.interfaces import Capability, Health, IConsumer, IFlowControlled, IStatusReporting, SubscriptionSpec
+from gateway.interfaces import (
+    Capability,
+    Health,
+    IConnector,
+    IConsumer,
+    ICredentialed,
+    IExactlyOnceSource,
+    IExactlyOnceTarget,
+    IFlowControlled,
+    IHeldMessages,
+    IStatusReporting,
+    ITopicLog,
+    SubscriptionSpec,
+)
 from gateway.message.model import Message
 
 HARD_ERROR_CODES = frozenset(
@@ -186,7 +199,8 @@ subscription left unacknowledged (a new group member cannot know), health follow
 cluster (it says whether the producer runs; librdkafka reconnects by itself)."""
 
 
-@implementer(IFlowControlled, IStatusReporting)
+@implementer(IFlowControlled, IStatusReporting, ITopicLog, ICredentialed, IHeldMessages, IExactlyOnceSource,
+             IExactlyOnceTarget)
 class KafkaConnector:
     """Sends to and subscribes from Kafka (see the module docstring).
 
@@ -233,6 +247,19 @@ class KafkaConnector:
         """Build the connector from its ``[connectors.<name>]`` table."""
         settings = KafkaSettings.from_options(options, name=name, client_id=gateway_id, path=path)
         return cls(reactor, settings, name=name, gateway_id=gateway_id)
+
+    def with_credentials(self, user: str, password: str | None) -> KafkaConnector:
+        """:class:`ICredentialed`: a new connector like this one, logging in with SASL as ``user``
+        (``sasl.username`` / ``sasl.password`` of its producer and consumers)."""
+        tables: dict[str, Any] = {}
+        for side in ("producer", "consumer"):
+            table = dict(getattr(self.settings, side))
+            table["sasl.username"] = user
+            if password is not None:
+                table["sasl.password"] = password
+            tables[side] = table
+        return KafkaConnector(self.reactor, self.settings.model_copy(update=tables), name=self.name,
+                              gateway_id=self.gateway_id)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -714,3 +741,56 @@ class KafkaConnector:
 
         d.addErrback(failed)
         return d
+
+    # ------------------------------------------------- bridges: in-doubt probe, transactions
+
+    def why_cannot_tell(self, destination: str) -> str | None:
+        """:class:`IHeldMessages`: a topic can always be read."""
+        return None
+
+    def held_message_ids(self, destination: str, tail: int) -> Deferred[set[str] | None]:
+        """:class:`IHeldMessages`: the ``jms.MessageId`` headers of the newest ``tail`` committed
+        records of each partition of the destination's topic."""
+        try:
+            topic = self.topic_of(destination)
+        except DestinationError as exc:
+            return fail(exc)
+        return self.held_ids_in_topic(topic, tail)
+
+    def held_ids_in_topic(self, topic: str, tail: int) -> Deferred[set[str] | None]:
+        """:meth:`held_message_ids` of ``topic`` (a thread reads it, the consumer in a child process)."""
+        from gateway.connectors.kafka_transactions import held_record_ids
+
+        result: Deferred[set[str] | None] = deferToThreadPool(self.reactor, self._pool(), held_record_ids,
+                                                              self.settings, topic, tail)
+        return result
+
+    def same_cluster(self, other: KafkaConnector) -> bool:
+        """Whether ``other`` names the same bootstrap servers."""
+        return set(self.settings.bootstrap.split(",")) == set(other.settings.bootstrap.split(","))
+
+    def transactional_target(self, destination: str) -> tuple[KafkaConnector, str, str | None]:
+        """:class:`IExactlyOnceTarget`: (this connector, the destination's topic, the key header)."""
+        return self, self.topic_of(destination), self.settings.key_header
+
+    def transactional_copy(self, destination: str, target: IConnector, target_destination: str, *,
+                           bridge: str, durable_name: str | None, client_id: str | None,
+                           from_earliest: bool) -> Any:
+        """:class:`IExactlyOnceSource`: a :class:`~gateway.connectors.kafka_transactions.KafkaTransactionalCopy`
+        into ``target`` (an :class:`IExactlyOnceTarget` of the same cluster), or why not."""
+        from gateway.connectors.kafka_transactions import KafkaTransactionalCopy
+
+        if not IExactlyOnceTarget.providedBy(target):
+            return "not Kafka on both sides"
+        plan = target.transactional_target(target_destination)
+        if isinstance(plan, str):
+            return plan
+        kafka_target, target_topic, key_header = plan
+        if not self.same_cluster(kafka_target):
+            return "source and target are different Kafka clusters (offsets commit on the target's)"
+        prefix = self.settings.group_prefix
+        group = f"{prefix}.{client_id}.{durable_name}" if durable_name else f"{prefix}.bridge.{bridge}"
+        return KafkaTransactionalCopy(
+            self, kafka_target, bridge=bridge, source_destination=destination,
+            source_topic=self.topic_of(destination), target_topic=target_topic, key_header=key_header,
+            group=group, from_earliest=from_earliest)

@@ -188,6 +188,12 @@ def _call(consumer: Any, forward: Any, method: str, args: tuple[Any, ...]) -> An
         return consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
     if method == "assignment":
         return _out(consumer.assignment())
+    if method == "position":
+        return _out(consumer.position(_in(args[0])))
+    if method == "partitions":
+        topic, timeout = args
+        found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        return None if found is None or found.error is not None else sorted(found.partitions)
     if method == "consumer_group_metadata":
         return consumer.consumer_group_metadata()  # bytes in confluent-kafka 2.x
     if method == "close":
@@ -317,6 +323,14 @@ class ConsumerProcess:
 
     def assignment(self) -> list[Any]:
         return _in(self._call("assignment"))
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        return _in(self._call("position", _out(partitions)))
+
+    def partitions(self, topic: str, timeout: float = -1) -> list[int] | None:
+        """The partition numbers of ``topic``, or None when the cluster does not list it."""
+        result: list[int] | None = self._call("partitions", topic, timeout)
+        return result
 
     def consumer_group_metadata(self) -> Any:
         """The group metadata a transactional producer sends offsets with."""

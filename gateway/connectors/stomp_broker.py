@@ -82,8 +82,10 @@ from gateway.interfaces import (
     Capability,
     Health,
     IConsumer,
+    ICredentialed,
     IFlowControlled,
     IFrameForwarder,
+    IHeldMessages,
     IStatusReporting,
     ISubscription,
     SubscriptionSpec,
@@ -170,7 +172,7 @@ class _BrokerSessionEndpoint:
         return attempt.addCallback(handshake).addErrback(failed)
 
 
-@implementer(IFrameForwarder, IFlowControlled, IStatusReporting)
+@implementer(IFrameForwarder, IFlowControlled, IStatusReporting, ICredentialed, IHeldMessages)
 class StompBrokerConnector:
     """:class:`~gateway.interfaces.IConnector` for a JMS broker spoken to over STOMP.
 
@@ -247,6 +249,15 @@ class StompBrokerConnector:
         except ConfigError as error:
             raise ConfigError(error.problem, path=path, key=error.key) from None
         return cls(name, settings, reactor=reactor, registry=registry)
+
+    def with_credentials(self, user: str, password: str | None) -> StompBrokerConnector:
+        """:class:`ICredentialed`: a new connector to the same broker, CONNECTing as ``user``
+        (its own metrics registry: the shared one names this connector already)."""
+        update: dict[str, Any] = {"login": user}
+        if password is not None:
+            update["passcode"] = password
+        return StompBrokerConnector(self.name, self.settings.model_copy(update=update), reactor=self.reactor,
+                                    registry=CollectorRegistry())
 
     def _default_endpoint(self) -> IStreamClientEndpoint:
         settings = self.settings
@@ -753,14 +764,15 @@ class StompBrokerConnector:
     # -- the in-doubt probe --------------------------------------------------
 
     def why_cannot_tell(self, destination: str) -> str | None:
-        """Why :meth:`held_message_ids` cannot answer for ``destination`` (None: it can)."""
+        """:class:`IHeldMessages`: why :meth:`held_message_ids` cannot answer for ``destination`` (None: it can)."""
         if destination.startswith("/queue/"):
             return None
         return (f"{destination} is not a queue: a JMS broker over STOMP can only be asked which messages it "
                 "holds by browsing a queue")
 
-    def held_message_ids(self, destination: str) -> Deferred[set[str] | None]:
-        """The bridge copy ids (:data:`~gateway.connectors.stomp_browse.DUPLICATE_ID`) of the
+    def held_message_ids(self, destination: str, tail: int = 0) -> Deferred[set[str] | None]:
+        """:class:`IHeldMessages` (``tail`` does not apply: a queue is browsed whole): the bridge
+        copy ids (:data:`~gateway.connectors.stomp_browse.DUPLICATE_ID`) of the
         messages queued at ``destination``, by browsing it (:mod:`gateway.connectors.stomp_browse`);
         None for a topic, or a queue of more than :data:`BROWSE_LIMIT` messages.  Bounded by
         ``send_timeout``, the wait for a reconnection included."""

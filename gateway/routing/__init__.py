@@ -1,4 +1,9 @@
-"""Routing STOMP messages to Kafka topics, the Confluent JMS-Bridge's way.
+"""Routing: which connector serves a destination, and routes from STOMP destinations to Kafka topics.
+
+* :mod:`gateway.routing.destination_map` - ``[[destinations]]``: destination -> connector and the
+  name it has there (every connector; the STOMP session and authorization use it);
+
+Kafka routes, the Confluent JMS-Bridge's way:
 
 * :mod:`gateway.routing.config` - routes from TOML and the JMS-Bridge properties syntax;
 * :mod:`gateway.routing.predicates` - ``msg.address == x`` / ``msg.header.X == y`` / selectors;

@@ -32,10 +32,23 @@ from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, Settled
+from gateway.connectors.kafka import DeliveryReport, KafkaDeliveryError, Settled
 from gateway.connectors.kafka_records import Header, origin_of
 from gateway.errors import ConfigError, ConnectorError, DestinationError, MessageRefused
-from gateway.interfaces import Health, IConsumer, IFlowControlled, IFrameForwarder, IStatusReporting, SubscriptionSpec
+from gateway.interfaces import (
+    Health,
+    IConnector,
+    IConsumer,
+    ICredentialed,
+    IExactlyOnceSource,
+    IExactlyOnceTarget,
+    IFlowControlled,
+    IFrameForwarder,
+    IHeldMessages,
+    IStatusReporting,
+    ITopicLog,
+    SubscriptionSpec,
+)
 from gateway.message.model import Message, new_message_id, now_millis
 from gateway.routing.config import Route, RoutingConfig, RoutingSection, parse_routing_config
 from gateway.routing.frame_records import frame_record
@@ -78,7 +91,8 @@ DEAD_LETTER_ROUTE = "*dead-letter*"
 """The name :attr:`KafkaRouter.missing_topics` gives the dead-letter topic."""
 
 
-@implementer(IFrameForwarder, IFlowControlled, IStatusReporting)
+@implementer(IFrameForwarder, IFlowControlled, IStatusReporting, ICredentialed, IHeldMessages, IExactlyOnceSource,
+             IExactlyOnceTarget)
 class KafkaRouter:
     """Routes messages to Kafka by a :class:`RoutingConfig`.
 
@@ -93,7 +107,7 @@ class KafkaRouter:
     def __init__(
         self,
         config: RoutingConfig,
-        connector: KafkaConnector,
+        connector: Any,
         *,
         origin: str,
         clock: Any,
@@ -413,6 +427,44 @@ class KafkaRouter:
         result: Deferred[Any] = self.connector.unsubscribe_durable(client_id, durable_name)
         return result
 
+    # ------------------------------------------------- bridges: credentials, probe, transactions
+
+    def with_credentials(self, user: str, password: str | None) -> IConnector:
+        """:class:`ICredentialed`: the Kafka connector's private copy (not routed: a bridge
+        side with its own login writes to the destination's topic)."""
+        private: IConnector = self.connector.with_credentials(user, password)
+        return private
+
+    def why_cannot_tell(self, destination: str) -> str | None:
+        """:class:`IHeldMessages`: known only when asked (see :meth:`held_message_ids`)."""
+        return None
+
+    def held_message_ids(self, destination: str, tail: int) -> Deferred[set[str] | None]:
+        """:class:`IHeldMessages`: the route decides the topic; it can be read only when the
+        destination alone decides the route (:meth:`forward_route`), else None."""
+        route = self.forward_route(destination)
+        if route is None:
+            return succeed(None)
+        result: Deferred[set[str] | None] = self.connector.held_ids_in_topic(route.topic, tail)
+        return result
+
+    def transactional_target(self, destination: str) -> tuple[Any, str, str | None] | str:
+        """:class:`IExactlyOnceTarget`: the Kafka connector, the topic and key of the route the
+        destination alone decides, or why there is none."""
+        route = self.forward_route(destination)
+        if route is None:
+            return (f"[routing] decides the topic of {destination} by more than the destination "
+                    "(a selector or a header test comes first)")
+        return self.connector, route.topic, route.key
+
+    def transactional_copy(self, destination: str, target: IConnector, target_destination: str, *,
+                           bridge: str, durable_name: str | None, client_id: str | None,
+                           from_earliest: bool) -> Any:
+        """:class:`IExactlyOnceSource`: consuming is the Kafka connector's."""
+        return self.connector.transactional_copy(destination, target, target_destination, bridge=bridge,
+                                                 durable_name=durable_name, client_id=client_id,
+                                                 from_earliest=from_earliest)
+
 
 def build_kafka_router(
     raw: dict[str, Any] | RoutingSection,
@@ -434,7 +486,7 @@ def build_kafka_router(
         return None
     config = parse_routing_config(raw, path)
     connector = connectors.get(config.connector)
-    if not isinstance(connector, KafkaConnector):
+    if not ITopicLog.providedBy(connector):
         raise ConfigError(
             f"routing needs a Kafka connector named {config.connector!r} ([connectors.{config.connector}] "
             "with uri = 'kafka://host:9092')",

@@ -36,10 +36,10 @@ from zope.interface import implementer
 
 from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
-from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import StompProtocolError
 from gateway.interfaces import ICertificateIdentity
 from gateway.login_throttle import LoginThrottle
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.frame import Frame

@@ -37,7 +37,6 @@ from gateway import __version__
 from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
-from gateway.connectors.destination_map import DestinationMap, Resolved
 from gateway.deferreds import gather
 from gateway.errors import GatewayError, SelectorError, StompProtocolError
 from gateway.flow import Congestion
@@ -55,6 +54,7 @@ from gateway.interfaces import (
 from gateway.login_throttle import LoginThrottle
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
+from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.stomp.codec import unrepresentable
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.frame import VERSIONS, Frame

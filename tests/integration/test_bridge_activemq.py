@@ -223,6 +223,39 @@ def test_standalone_bridges_process(tmp_path: Path, activemq: ActiveMQBroker) ->
     assert "alone: running" in output
 
 
+def test_standalone_bridges_start_only_the_connectors_they_use(tmp_path: Path, activemq: ActiveMQBroker) -> None:
+    """A Kafka connector no bridge names, whose cluster is not there, does not stop ``jmsgateway
+    bridge``: only the connectors the bridges use are built and started (no embedded broker either:
+    its SQLite file is never created)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.gateway import REPO, default_config
+
+    source, target = unique("only.src"), unique("only.dst")
+    config = tmp_path / "bridges.toml"
+    config.write_text(default_config()  # its broker keeps persistent messages in SQLite
+                      + '\n[connectors.unused]\nuri = "kafka://127.0.0.1:1"\nmetadata_timeout = 1\n'
+                      + amq_connector_toml(activemq.stomp_uri)
+                      + bridge_toml("only", ("amq", source), ("amq", target), max_batch_size=5, max_batch_time=20))
+    data = tmp_path / "data"
+    process = subprocess.Popen([sys.executable, *STANDALONE, str(config), "--set", f'gateway.data_dir="{data}"'],
+                               cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    try:
+        tally = Tally()
+        fill_activemq(activemq, source, tally, 20)
+        drain(("127.0.0.1", activemq.stomp_port), target, tally, tally.receipted, timeout=30)
+        assert not tally.lost and not tally.duplicated, tally.summary()
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0].decode(errors="replace")
+    assert process.returncode == 0, output
+    assert "only: running" in output and "cannot start the connectors" not in output, output
+    assert not list(data.glob("*.sqlite")), "the embedded broker's store was opened"
+
+
 def test_standalone_with_a_bad_bridge_exits_1(tmp_path: Path) -> None:
     import os
     import subprocess

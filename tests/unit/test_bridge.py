@@ -21,7 +21,7 @@ from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.service import build_bridge_service
 from gateway.broker.broker import EmbeddedBroker
 from gateway.errors import ConnectorError, ConnectorUnavailable
-from gateway.interfaces import IConnector, IConsumer, ISubscription, SubscriptionSpec
+from gateway.interfaces import IConsumer, IHeldMessages, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 
 
@@ -57,7 +57,7 @@ class FlakySubscription:
         return self.inner.unsubscribe()
 
 
-@implementer(IConnector)
+@implementer(IHeldMessages)
 class FlakyConnector:
     """An embedded broker whose sends, subscribes and acks can be made to fail."""
 
@@ -111,7 +111,10 @@ class FlakyConnector:
     def unsubscribe_durable(self, client_id: str, durable_name: str) -> Any:
         return self.broker.unsubscribe_durable(client_id, durable_name)
 
-    def held_message_ids(self, destination: str) -> Any:
+    def why_cannot_tell(self, destination: str) -> str | None:
+        return None
+
+    def held_message_ids(self, destination: str, tail: int = 0) -> Any:
         from gateway.bridges.probe import held_message_ids
 
         return held_message_ids(self.broker, destination)
@@ -549,23 +552,34 @@ def test_once_and_only_once_counts_what_the_target_already_holds_as_delivered() 
 
 
 def test_per_side_credentials_build_private_connectors() -> None:
-    from gateway.bridges.service import credential_factory
+    """A side with its own user gets a private copy of its connector (ICredentialed)."""
     from gateway.connectors.kafka import KafkaConnector
     from gateway.connectors.stomp_broker import StompBrokerConnector
-
-    raw = {"amq": {"uri": "stomp://127.0.0.1:61613", "login": "shared"},
-           "kafka": {"uri": "kafka://127.0.0.1:9092", "consumer": {"session.timeout.ms": 1000}}}
-    factory = credential_factory(raw, reactor=Clock(), gateway_id="gw", registry=CollectorRegistry())
-    amq = factory("amq", "alice", "secret")
-    assert isinstance(amq, StompBrokerConnector)
-    assert (amq.settings.login, amq.settings.passcode) == ("alice", "secret")
-    kafka = factory("kafka", "bob", "pw")
-    assert isinstance(kafka, KafkaConnector)
-    assert kafka.settings.consumer == {"session.timeout.ms": 1000, "sasl.username": "bob", "sasl.password": "pw"}
-    assert kafka.settings.producer == {"sasl.username": "bob", "sasl.password": "pw"}
-    config = make_config(source={"connector": "embedded", "destination": "/queue/src", "user": "u"})
     from gateway.errors import ConfigError
+    from gateway.interfaces import ICredentialed
 
+    shared = StompBrokerConnector.from_config("amq", {"uri": "stomp://127.0.0.1:61613", "login": "shared"},
+                                              reactor=Clock(), registry=CollectorRegistry())
+    kafka = KafkaConnector.from_config("kafka", {"uri": "kafka://127.0.0.1:9092",
+                                                 "consumer": {"session.timeout.ms": 1000}},
+                                       reactor=Clock(), gateway_id="gw")
+    assert verifyObject(ICredentialed, shared) and verifyObject(ICredentialed, kafka)
+    amq = shared.with_credentials("alice", "secret")
+    assert isinstance(amq, StompBrokerConnector) and amq is not shared
+    assert (amq.settings.login, amq.settings.passcode) == ("alice", "secret")
+    assert shared.settings.login == "shared"
+    private = kafka.with_credentials("bob", "pw")
+    assert isinstance(private, KafkaConnector) and private is not kafka
+    assert private.settings.consumer == {"session.timeout.ms": 1000, "sasl.username": "bob", "sasl.password": "pw"}
+    assert private.settings.producer == {"sasl.username": "bob", "sasl.password": "pw"}
+    config = parse_bridge({"name": "b", "source": {"connector": "amq", "destination": "/queue/src", "user": "alice",
+                                                  "password": "secret"},
+                           "target": {"connector": "embedded", "destination": "/queue/dst"}}, 0, "test.toml",
+                          {"amq", "embedded"})
+    service = build_bridge_service([config], {"amq": shared, "embedded": EmbeddedBroker(Clock())}, Clock(),
+                                   registry=CollectorRegistry())
+    [owned] = service.owned_connectors
+    assert isinstance(owned, StompBrokerConnector) and owned.settings.login == "alice"
+    config = make_config(source={"connector": "embedded", "destination": "/queue/src", "user": "u"})
     with pytest.raises(ConfigError, match="in-process"):
-        build_bridge_service([config], {"embedded": EmbeddedBroker(Clock())}, Clock(), registry=CollectorRegistry(),
-                             connector_factory=factory)
+        build_bridge_service([config], {"embedded": EmbeddedBroker(Clock())}, Clock(), registry=CollectorRegistry())

@@ -133,7 +133,7 @@ def test_in_doubt_resolved_fires_once_the_check_is_done() -> None:
 
 def test_a_failed_kafka_transaction_rewinds_to_the_batch_start_without_a_commit() -> None:
     """The first transaction of a partition failed: no committed offset, still rewound."""
-    from gateway.bridges.kafka_exactly_once import KafkaExactlyOnceBridge
+    from gateway.connectors.kafka_transactions import KafkaTransactionalCopy
 
     class Partition:
         def __init__(self, topic: str, partition: int, offset: int) -> None:
@@ -158,12 +158,14 @@ def test_a_failed_kafka_transaction_rewinds_to_the_batch_start_without_a_commit(
         def abort_transaction(self, timeout: float) -> None:
             Producer.aborted += 1
 
-    bridge = KafkaExactlyOnceBridge.__new__(KafkaExactlyOnceBridge)
-    bridge._batch_start = {0: 0}
-    consumer = Consumer()
-    producer, kept = bridge._recover(Producer(), consumer, RuntimeError("MSG_SIZE_TOO_LARGE"))
+    copy = KafkaTransactionalCopy.__new__(KafkaTransactionalCopy)
+    copy._batch_start, copy._positions = {0: 0}, {0: 3}
+    consumer, producer = Consumer(), Producer()
+    copy._consumer, copy._producer = consumer, producer
+    copy.recover(RuntimeError("MSG_SIZE_TOO_LARGE"))
     assert consumer.seeks == [(0, 0), (1, 7)]
-    assert Producer.aborted == 1 and kept is consumer and producer is not None
+    assert Producer.aborted == 1 and copy._consumer is consumer and copy._producer is producer
+    assert copy._batch_start == {} and copy._positions == {}
 
 
 def test_the_router_refuses_what_its_cycle_guard_keeps_back() -> None:
@@ -214,7 +216,7 @@ def test_at_most_once_does_not_resend_what_the_target_already_holds() -> None:
 def test_at_most_once_gives_up_a_batch_in_doubt_at_a_target_that_cannot_tell() -> None:
     rig = Rig(qos="AT_MOST_ONCE", max_batch_size=2)
     lose_first_confirmation(rig)
-    rig.target.held_message_ids = lambda destination: succeed(None)  # type: ignore[method-assign]
+    rig.target.held_message_ids = lambda destination, tail=0: succeed(None)  # type: ignore[method-assign]
     rig.bridge.start()
     rig.publish(text("a"), text("b"))
     rig.clock.advance(1.0)

@@ -1,0 +1,239 @@
+"""Kafka -> Kafka in one Kafka transaction, and what a Kafka topic holds: the Kafka client
+code of a ONCE_AND_ONLY_ONCE bridge.
+
+:class:`KafkaTransactionalCopy` (:class:`~gateway.interfaces.ITransactionalCopy`) owns a
+confluent-kafka consumer (``read_committed``, no auto commit; in a child process,
+:mod:`gateway.connectors.kafka_consumer_host`, so a librdkafka crash on a deleted source
+topic is one failed attempt, not the gateway's end) and a transactional ``Producer``
+(``transactional.id = jmsgateway-bridge-<name>``); the bridge's thread drives it::
+
+    messages = copy.consume(max_batch_size, max_batch_time)
+    copy.commit(transformed)   # begin; produce; send_offsets_to_transaction; commit
+
+A crash leaves an open transaction that the next :meth:`~KafkaTransactionalCopy.open`
+fences and aborts (``init_transactions``); the consumer then resumes at the committed
+offsets.  :meth:`~KafkaTransactionalCopy.recover` aborts a failed transaction and rewinds
+the consumer to the batch's first offset.
+
+:func:`held_record_ids` reads the ``jms.MessageId`` headers of a topic's newest committed
+records (the in-doubt probe, :class:`~gateway.interfaces.IHeldMessages`).  Everything here
+blocks: call it from a thread, never the reactor's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from typing import Any
+
+from zope.interface import implementer
+
+from gateway.connectors.kafka import REFUSED_CODES
+from gateway.connectors.kafka_consumer_host import ConsumerProcess
+from gateway.connectors.kafka_records import message_to_record, record_to_message
+from gateway.interfaces import ITransactionalCopy
+from gateway.message.model import Message
+
+NO_RETRY_CODES = REFUSED_CODES | {"TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
+"""Kafka errors about the batch itself (a record too large, not authorised): no retry helps."""
+
+
+@implementer(ITransactionalCopy)
+class KafkaTransactionalCopy:
+    """Records of ``source_topic`` copied to ``target_topic`` with the source offsets in the
+    same transaction (see the module docstring).  One thread uses it.
+
+    :param source: the source :class:`~gateway.connectors.kafka.KafkaConnector`.
+    :param target: the target one (same cluster).
+    :param source_destination: the destination consumed messages are given.
+    :param group: the consumer group whose offsets the transactions commit.
+    :param from_earliest: where a new group starts.
+    :param key_header: the header giving a copy's record key (None: its message id).
+    """
+
+    def __init__(self, source: Any, target: Any, *, bridge: str, source_destination: str, source_topic: str,
+                 target_topic: str, key_header: str | None, group: str, from_earliest: bool) -> None:
+        self.source = source
+        self.target = target
+        self.bridge = bridge
+        self.source_destination = source_destination
+        self.source_topic = source_topic
+        self.target_topic = target_topic
+        self.key_header = key_header
+        self.group = group
+        self.from_earliest = from_earliest
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._batch_start: dict[int, int] = {}
+        """Partition -> first offset of the batch in its transaction."""
+        self._positions: dict[int, int] = {}
+        """Partition -> offset after the last record consumed since the last commit."""
+
+    def consumer_config(self) -> dict[str, Any]:
+        settings = self.source.settings
+        config: dict[str, Any] = dict(settings.consumer)
+        config.update({
+            "bootstrap.servers": settings.bootstrap,
+            "client.id": settings.client_id,
+            "group.id": self.group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest" if self.from_earliest else "latest",
+        })
+        return config
+
+    def producer_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = self.target.producer_config()
+        config["transactional.id"] = f"jmsgateway-bridge-{self.bridge}"
+        return config
+
+    def open(self) -> bool:
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            producer = Producer(self.producer_config())
+            producer.init_transactions(30)  # fences and aborts what a crashed run left open
+            self._producer = producer
+        if self._consumer is not None:
+            return False
+        # in a child process: librdkafka crashes on a deleted source topic (see
+        # gateway.connectors.kafka_consumer_host); a crash is a failed attempt here
+        consumer = ConsumerProcess(self.consumer_config(), label=f"topic {self.source_topic} (group {self.group})")
+        self._consumer = consumer
+        consumer.subscribe([self.source_topic])
+        return True
+
+    def consume(self, max_count: int, timeout: float) -> list[Message]:
+        records = [r for r in self._consumer.consume(max_count, timeout) if r.error() is None]
+        for record in records:  # where a failed transaction rewinds to (committed offset or not)
+            partition, offset = record.partition(), record.offset()
+            first = self._batch_start.get(partition)
+            if first is None or offset < first:
+                self._batch_start[partition] = offset
+            self._positions[partition] = max(self._positions.get(partition, -1), offset + 1)
+        return [self._message(record) for record in records]
+
+    def _message(self, record: Any) -> Message:
+        _, timestamp = record.timestamp()
+        return record_to_message(
+            record.key(), record.value(), record.headers(),
+            text_records=self.source.settings.text_records,
+            destination=self.source_destination,
+            timestamp=timestamp or 0,
+            fallback_id=f"ID:kafka:{record.topic()}:{record.partition()}:{record.offset()}",
+        )
+
+    def commit(self, messages: list[Message]) -> None:
+        from confluent_kafka import TopicPartition
+
+        outgoing = [message_to_record(message, self.key_header, self.target.gateway_id) for message in messages]
+        offsets = [TopicPartition(self.source_topic, p, o) for p, o in self._positions.items()]
+        producer = self._producer
+        producer.begin_transaction()
+        for key, value, headers in outgoing:
+            producer.produce(self.target_topic, value=value, key=key, headers=headers)
+        producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        self._batch_start.clear()
+        self._positions.clear()
+
+    def recover(self, error: Exception) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        self._positions.clear()
+        fatal = False
+        producer, consumer = self._producer, self._consumer
+        if producer is not None:
+            kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
+            fatal = bool(kafka_error is not None and kafka_error.fatal())
+            try:
+                if not fatal:
+                    producer.abort_transaction(10)
+            except Exception:
+                fatal = True
+        if fatal:
+            self._producer = None  # a new producer fences the old one on init_transactions
+        if consumer is not None:
+            try:
+                assignment = consumer.assignment()
+                if assignment:
+                    for tp in consumer.committed(assignment, timeout=10):
+                        first = self._batch_start.get(tp.partition)
+                        if first is not None:  # the failed batch's first record, committed offset or not
+                            consumer.seek(TopicPartition(tp.topic, tp.partition, first))
+                        elif tp.offset >= 0:
+                            consumer.seek(tp)
+                self._batch_start.clear()
+            except Exception:
+                with contextlib.suppress(Exception):
+                    consumer.close()
+                self._consumer = None
+
+    def permanent(self, error: Exception) -> bool:
+        from confluent_kafka import KafkaException
+
+        if isinstance(error, KafkaException) and error.args and hasattr(error.args[0], "name"):
+            return str(error.args[0].name()) in NO_RETRY_CODES
+        return False
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        producer, self._producer = self._producer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.flush(5)
+
+
+def held_record_ids(settings: Any, topic: str, tail: int) -> set[str]:
+    """The ``jms.MessageId`` headers of the last ``tail`` committed records of each partition of
+    ``topic`` (blocking; the consumer in a child process)."""
+    from confluent_kafka import TopicPartition
+
+    config = {key: value for key, value in settings.consumer.items() if key != "group.id"}
+    config.update({
+        "bootstrap.servers": settings.bootstrap,
+        "group.id": f"jmsgateway-probe-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    })
+    consumer = ConsumerProcess(config, label=f"topic {topic} (in-doubt probe)")
+    ids: set[str] = set()
+    try:
+        partitions = consumer.partitions(topic, 10)
+        if partitions is None:
+            return ids
+        ends: dict[int, int] = {}
+        assignment = []
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high > low:
+                ends[partition] = high
+                assignment.append(TopicPartition(topic, partition, max(low, high - tail)))
+        if not assignment:
+            return ids
+        consumer.assign(assignment)
+        deadline = time.monotonic() + 30
+        while ends and time.monotonic() < deadline:
+            records = consumer.consume(1, 0.2)
+            if not records:
+                # transaction markers take offsets too: stop a partition once its position reached the end
+                for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
+                    if tp.offset >= ends.get(tp.partition, 0):
+                        ends.pop(tp.partition, None)
+                continue
+            record = records[0]
+            if record.error() is not None:
+                continue
+            for name, value in record.headers() or ():
+                if name == "jms.MessageId" and value is not None:
+                    ids.add(value.decode("utf-8", "replace"))
+            if record.offset() + 1 >= ends.get(record.partition(), 0):
+                ends.pop(record.partition(), None)
+    finally:
+        consumer.close()
+    return ids

@@ -1,0 +1,102 @@
+"""Which connector serves a gateway destination, and under which name.
+
+Rules come from ``[[destinations]]`` in the config and are tried in order;
+the first whose glob ``pattern`` matches wins.  ``rename`` rewrites the
+part before the pattern's first ``*`` (``pattern = "/queue/legacy.*"``,
+``rename = "/queue/"`` sends ``/queue/legacy.orders`` to ``/queue/orders``).
+Destinations no rule matches go to the embedded broker, as do temporary
+destinations always.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.config import DestinationRule
+from gateway.errors import ConfigError
+from gateway.flow import Congestion
+from gateway.interfaces import (
+    IConnector,
+    IDestinationFlowControlled,
+    IFlowControlled,
+    IFrameForwarder,
+    IPostingConnector,
+)
+
+
+@dataclass(slots=True, frozen=True)
+class Resolved:
+    """Where a destination goes: the connector and the name it has there.
+
+    :ivar post: the connector's ``post`` when it provides
+        :class:`IPostingConnector` (looked up once per destination), else None.
+    :ivar forward: the connector's ``forward`` when it provides
+        :class:`IFrameForwarder`, else None.
+    :ivar congestion: the connector's :class:`~gateway.flow.Congestion` when it
+        provides :class:`IFlowControlled` (or the destination's, from
+        :class:`IDestinationFlowControlled`), else None.
+    """
+
+    connector: IConnector
+    destination: str
+    post: Callable[..., None] | None = field(init=False)
+    forward: Callable[..., bool] | None = field(init=False)
+    congestion: Congestion | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        post = self.connector.post if IPostingConnector.providedBy(self.connector) else None
+        object.__setattr__(self, "post", post)
+        forward = self.connector.forward if IFrameForwarder.providedBy(self.connector) else None
+        object.__setattr__(self, "forward", forward)
+        congestion = self.connector.congestion if IFlowControlled.providedBy(self.connector) else None
+        if congestion is None and IDestinationFlowControlled.providedBy(self.connector):
+            congestion = self.connector.congestion_for(self.destination)
+        object.__setattr__(self, "congestion", congestion)
+
+
+class DestinationMap:
+    """Resolves gateway destinations to connectors (cached per name)."""
+
+    def __init__(self, connectors: dict[str, IConnector], rules: list[DestinationRule] | None = None) -> None:
+        if "embedded" not in connectors:
+            raise ConfigError("the embedded connector is missing")
+        self.connectors = connectors
+        self.rules = list(rules or [])
+        for rule in self.rules:
+            if rule.connector not in connectors:
+                raise ConfigError(f"destination rule {rule.pattern!r} names unknown connector {rule.connector!r}")
+        self._cache: dict[str, Resolved] = {}
+
+    @property
+    def embedded(self) -> IConnector:
+        return self.connectors["embedded"]
+
+    def resolve(self, destination: str) -> Resolved:
+        """The connector and connector-side name for ``destination``."""
+        hit = self._cache.get(destination)
+        if hit is not None:
+            return hit
+        resolved = Resolved(self.embedded, destination)
+        if not destination.startswith(("/temp-", "/remote-temp-")):
+            for rule in self.rules:
+                if destination_matches(destination, rule.pattern):
+                    resolved = Resolved(self.connectors[rule.connector], _rename(destination, rule))
+                    break
+        if len(self._cache) < 10_000:
+            self._cache[destination] = resolved
+        return resolved
+
+
+def destination_matches(destination: str, pattern: str) -> bool:
+    """Whether ``destination`` matches the glob ``pattern`` (``*``, ``?``, ``[...]``; case-sensitive),
+    as ``[[destinations]]`` and ``[[authorization]]`` patterns are read."""
+    return fnmatch.fnmatchcase(destination, pattern)
+
+
+def _rename(destination: str, rule: DestinationRule) -> str:
+    if not rule.rename:
+        return destination
+    prefix = rule.pattern.split("*", 1)[0]
+    return rule.rename + destination[len(prefix):]
