@@ -52,7 +52,8 @@ async def test_pipeline_matches_in_process_router(spark: Any, kafka_bootstrap: s
     query = PipelineJob(spark, settings, pipeline_spec(config, settings), progress).start()
     try:
         query.processAllAvailable()
-        wait_for(lambda: progress.totals.get("messages", 0) >= MESSAGES, 15)
+        assert wait_for(lambda: progress.totals.get("messages", 0) >= MESSAGES, 15), (
+            f"the query processed {progress.totals.get('messages', 0)} of {MESSAGES} ingest records")
     finally:
         query.stop()
         spark.streams.removeListener(progress)

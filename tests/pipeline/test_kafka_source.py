@@ -4,6 +4,7 @@ transaction markers, ranges and the sink's acknowledgements."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from typing import Any
@@ -14,7 +15,10 @@ import pytest
 from gateway.errors import ConnectorError
 from gateway.pipeline.kafka_sink import discard_producers, write_batches
 from gateway.pipeline.kafka_source import KafkaBatchReader, KafkaOffsets, KafkaRange, read_range
-from tests.support.kafka import create_topics, produce, read_records
+from tests.support.kafka import TansuBroker, create_topics, produce, proxied_kafka, read_records
+from tests.support.tcp_proxy import TcpProxy
+
+__all__ = ["proxied_kafka"]
 
 pytestmark = pytest.mark.kafka
 
@@ -78,3 +82,54 @@ def test_the_sink_fails_on_records_kafka_refuses(kafka_bootstrap: str) -> None:
             write_batches({"bootstrap": kafka_bootstrap, "kafka.message.timeout.ms": "3000"}, iter([bad]))
     finally:
         discard_producers()  # the sink caches its producer per process; this one must end before the broker
+
+
+def one_batch_topic(bootstrap: str, records: int) -> str:
+    """A topic whose ``records`` records are one produce batch: Tansu reports a high
+    watermark of 1 for it (the batch's base offset + 1), the real end is ``records``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = f"batch-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, topic)
+    produce(bootstrap, topic, [{"value": b"v%d" % i, "partition": 0} for i in range(records)])
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{topic}"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 1)
+    finally:
+        consumer.close()
+    return topic
+
+
+def test_an_end_offset_a_slow_broker_left_unconfirmed_is_confirmed_later(
+        proxied_kafka: tuple[TansuBroker, TcpProxy]) -> None:
+    """A probe that times out (a loaded machine) plans up to the reported high watermark,
+    and the next planning probes again: the rest of the last batch is not stuck
+    until more records arrive (the pipeline differential test once missed the tails)."""
+    broker, proxy = proxied_kafka
+    topic = one_batch_topic(broker.bootstrap, 400)
+    offsets = KafkaOffsets({"bootstrap": broker.bootstrap, "subscribe": topic, "probeTimeout": "1"})
+    try:
+        proxy.stall()
+        try:
+            assert offsets.confirmed_end(topic, 0, 0, 1) == 1  # not confirmed: only what is known
+        finally:
+            proxy.flow()
+        assert offsets.latest() == {topic: {"0": 400}}
+    finally:
+        offsets.close()
+
+
+def test_a_slow_broker_does_not_cut_a_range_short(proxied_kafka: tuple[TansuBroker, TcpProxy]) -> None:
+    """A range inside the last produce batch starts above Tansu's reported high watermark;
+    a first fetch slower than the consumer's poll is no reason to end the range early."""
+    broker, proxy = proxied_kafka
+    topic = one_batch_topic(broker.bootstrap, 400)
+    proxy.stall()
+    timer = threading.Timer(1.0, proxy.flow)
+    timer.start()
+    try:
+        found = rows(broker.bootstrap, KafkaRange(topic, 0, 200, 400), readTimeout="20")
+    finally:
+        timer.cancel()
+        proxy.flow()
+    assert [r["offset"] for r in found] == list(range(200, 400))
