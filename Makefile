@@ -5,6 +5,9 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 CONFIG  ?= etc/jmsgateway.toml
 STAMP   := $(VENV)/.installed
+# pytest-xdist workers: a test file (tests/pipeline/ as one unit: one SparkSession) per worker at a time
+TEST_WORKERS ?= 2
+PYTEST  := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: setup system-deps run test check unit integration bench clean
 
@@ -30,10 +33,10 @@ unit: setup
 	$(PY) -m pytest -q tests/unit
 
 integration: setup system-deps
-	$(PY) -m pytest -q tests/integration tests/pipeline
+	$(PYTEST) tests/integration tests/pipeline
 
 test: setup system-deps check
-	$(PY) -m pytest -q tests
+	$(PYTEST) tests
 
 bench: setup system-deps
 	$(PY) -m bench

@@ -19,14 +19,59 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gc.collect()
 
 
+SHARED_GROUPS = {"tests/pipeline/": "spark"}
+"""Test folders whose files share an expensive session fixture: under pytest-xdist they run
+in one worker (one SparkSession for all of them, not one per worker)."""
+
+LONG_FIRST = ("spark", "tests/integration/test_jms_api_bridge.py", "tests/integration/test_bridge_kafka.py",
+              "tests/integration/test_bridge_faults.py", "tests/integration/test_bridge_activemq.py")
+"""Work units handed out first under pytest-xdist (the longest ones, so that no worker
+starts a long unit when the others are about to finish)."""
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit pytest-xdist hands to one worker: a test file, or its folder's shared group."""
+    path = nodeid.split("::", 1)[0]
+    return next((group for folder, group in SHARED_GROUPS.items() if path.startswith(folder)), path)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Long runs (marker ``fault_matrix``) are deselected unless ``-m`` names them."""
+    """Long runs (marker ``fault_matrix``) are deselected unless ``-m`` names them; in a
+    pytest-xdist worker the :data:`LONG_FIRST` units come first."""
+    if hasattr(config, "workerinput"):
+        rank = {unit: index for index, unit in enumerate(LONG_FIRST)}
+        items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))  # stable: files stay in order
     if "fault_matrix" in (config.option.markexpr or ""):
         return
     long_runs = [item for item in items if item.get_closest_marker("fault_matrix") is not None]
     if long_runs:
         config.hook.pytest_deselected(items=long_runs)
         items[:] = [item for item in items if item.get_closest_marker("fault_matrix") is None]
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover - pytest-xdist is in the test extra
+    pass
+else:
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        """``--dist loadfile`` as ``make test`` runs it: a test file (or a :data:`SHARED_GROUPS`
+        folder) goes to one worker with its module-scoped gateways and brokers, and units are
+        handed out in collection order (long ones first) rather than by test count."""
+
+        def __init__(self, config: pytest.Config, log: object = None) -> None:
+            super().__init__(config, log)  # type: ignore[arg-type]
+            config.option.loadscopereorder = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling | None:
+        """Our scheduler for ``--dist loadfile``; other modes keep pytest-xdist's."""
+        if config.getvalue("dist") != "loadfile":
+            return None
+        return WorkUnitScheduling(config, log)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from tests.support.kafka import create_topics, read_records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-MESSAGES = 4000
+MESSAGES = 2000
 BATCH = 250
 
 CONFIG = """

@@ -34,7 +34,7 @@ from gateway.transform import (
     parse_transform_config,
     plugin_manager_for,
 )
-from tests.support.kafka import create_topics, produce, read_records
+from tests.support.kafka import create_topics, produce, read_topics
 
 INGEST_ORIGIN = "gw-ingest-1"
 PIPELINE_ORIGIN = "gw-pipeline"
@@ -200,10 +200,10 @@ def output_records(bootstrap: str, topics: dict[str, str], expected: dict[str, i
     ``expected`` gives how many records to wait for per topic name; reading
     goes on ``settle`` seconds more so extra records show up too.
     """
-    found = []
-    for name, topic in topics.items():
-        for record in read_records(bootstrap, topic, expected.get(name, 0), timeout=60, settle=settle):
-            found.append((name, record.key(), tuple(record.headers() or ()), record.value() or b""))
+    read = read_topics(bootstrap, {topic: expected.get(name, 0) for name, topic in topics.items()}, timeout=60,
+                       settle=settle)
+    found = [(name, record.key(), tuple(record.headers() or ()), record.value() or b"")
+             for name, topic in topics.items() for record in read[topic]]
     return sorted(found, key=lambda r: (r[0], r[1] or b"", r[2], r[3]))
 
 

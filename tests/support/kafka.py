@@ -198,6 +198,39 @@ def read_records(
     return records
 
 
+def read_topics(bootstrap: str, counts: dict[str, int], timeout: float = 20.0,
+                settle: float = 0.0) -> dict[str, list[Any]]:
+    """:func:`read_records` for several topics at once with one consumer: every partition of
+    each topic from the start, until each has its count, then ``settle`` seconds more (one
+    settle for all of them, not one per topic)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False})
+    records: dict[str, list[Any]] = {topic: [] for topic in counts}
+    try:
+        assignment = []
+        for topic in counts:
+            partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+            assignment += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
+        consumer.assign(assignment)
+        deadline = time.monotonic() + timeout
+        settling = False
+        while time.monotonic() < deadline:
+            if not settling and all(len(records[topic]) >= count for topic, count in counts.items()):
+                settling = True
+                deadline = min(deadline, time.monotonic() + settle)
+                if settle <= 0:
+                    break
+            record = consumer.poll(0.2)
+            if record is None or record.error() is not None:
+                continue
+            records[record.topic()].append(record)
+    finally:
+        consumer.close()
+    return records
+
+
 def group_settings() -> dict[str, Any]:
     """Consumer settings that make group joins quick on Tansu (it waits about
     half the session timeout before it assigns); real Kafka keeps its defaults
