@@ -66,14 +66,11 @@ def bridge_toml(name: str, source: tuple[str, str], target: tuple[str, str], **p
 
 
 def fill(broker: ActiveMQBroker, destination: str, count: int, prefix: str = "m") -> set[str]:
-    """``count`` persistent texts straight to ActiveMQ (synchronous JMS sends); their seqs."""
+    """``count`` persistent texts straight to ActiveMQ (committed JMS transactions of 100); their seqs."""
+    seqs = [f"{prefix}-{index}" for index in range(count)]
     with JmsClient(broker.openwire_url) as jms:
-        seqs = set()
-        for index in range(count):
-            seq = f"{prefix}-{index}"
-            jms.send_text(destination, f"body {seq}", persistent=True, properties={"seq": seq})
-            seqs.add(seq)
-    return seqs
+        jms.send_texts_in_transactions(destination, [(f"body {seq}", {"seq": seq}) for seq in seqs])
+    return set(seqs)
 
 
 def seqs_of(messages: list) -> Counter[str]:  # type: ignore[type-arg]
