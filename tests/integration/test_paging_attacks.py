@@ -146,6 +146,9 @@ full_policy = "BLOCK"
 [broker.destinations."/topic/attack.drop"]
 max_size = "32KB"
 full_policy = "DROP"
+[broker.destinations."/topic/attack.droplog"]
+max_size = "32KB"
+full_policy = "DROP"
 """
 
 
@@ -174,12 +177,12 @@ def test_bad_memory_limits_stop_start_up_naming_the_key(tmp_path: Path) -> None:
 def test_flood_of_many_times_the_limit_into_four_queues_stays_bounded_and_drains_in_order(
     make_gateway: Callable[..., GatewayProcess],
 ) -> None:
-    """4 queues x 5,000 x 1 KB (about 30 MB counted, 15 x the limit), persistent and not, three
+    """4 queues x 3,000 x 2 KB (about 30 MB counted, 15 x the limit), persistent and not, three
     priorities, four pipelined senders at once: RSS grows by far less than the backlog; each
     queue then drains complete, without duplicates, by priority and FIFO within one."""
     gateway = make_gateway(args=["--set", 'broker.memory_limit="2MB"'])
     base = rss_mb(gateway)
-    count, text = 5000, (lambda n: f"{n:06}:" + "y" * 1000)
+    count, text = 3000, (lambda n: f"{n:06}:" + "y" * 2000)
     threads = [threading.Thread(target=flood, args=(gateway.address, f"/queue/flood{q}", count), kwargs={
         "headers": lambda n, q=q: {"priority": str(n % 3 * 4), "persistent": "true" if q % 2 else "false"},
         "text": text}) for q in range(4)]
@@ -433,7 +436,7 @@ def test_sigkill_while_paging_loses_no_receipted_message_and_discards_the_non_pe
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    time.sleep(2)
+    time.sleep(1.5)
     holder = subscribe(address, "/queue/kill.p", ack="client", **{"activemq.prefetchSize": "10"})
     held = [seq(message) for message in receive(holder, 10)]
     time.sleep(1)
@@ -441,7 +444,7 @@ def test_sigkill_while_paging_loses_no_receipted_message_and_discards_the_non_pe
     stop.set()
     sender.join(10)
     last = receipted[-1]
-    assert last > 5_000, "too little was sent to page"
+    assert last > 3_000, "too little was sent to page"
     gateway.start(timeout=60)
     got = drain(address, "/queue/kill.p", last + 1000, timeout=5)
     numbers = collections.Counter(seq(message) for message in got)
@@ -515,3 +518,19 @@ def test_block_does_not_deadlock_a_sender_that_acknowledges_on_the_same_connecti
             receipts += 1
     client.close()
     assert (got, receipts) == (count, count)
+
+
+@pytest.mark.xfail(strict=True, reason="a DROP-topic subscriber leaving with a full backlog logs a false warning "
+                                       "'reached its memory limit (memory_limit ...): paging its messages out' "
+                                       "while the broker's memory is far below memory_limit")
+def test_a_subscriber_leaving_a_full_drop_topic_logs_no_false_memory_limit_warning(
+    paging: tuple[GatewayProcess, int],
+) -> None:
+    gateway, admin = paging
+    stalled = subscribe(gateway.address, "/topic/attack.droplog", ack="client", **{"activemq.prefetchSize": "1"})
+    flood(gateway.address, "/topic/attack.droplog", 1000)
+    assert embedded(admin)["memory"]["used"] < 100_000
+    stalled.close()
+    gateway.wait_for_log("/topic/attack.droplog reached its max_size 32768 bytes: sends are discarded")
+    time.sleep(1)
+    assert "/topic/attack.droplog reached its memory limit" not in gateway.log()
