@@ -1,8 +1,8 @@
 """The page file: where queues put the messages that do not fit in memory.
 
 :class:`PageFile` is one SQLite file under ``data_dir`` (``synchronous=OFF``,
-no journal): it only ever holds what memory could not, so it is deleted at
-start-up and at shutdown; the persistent messages it held are in the message
+its rollback journal in memory): it only ever holds what memory could not, so
+it is deleted at start-up and at shutdown; the persistent messages it held are in the message
 store too and come back from there after a restart.  Each queue gets a
 :class:`QueuePage`: its paged messages in dispatch order (priority, then
 arrival), read back from the head in chunks, searched in chunks for a
@@ -10,10 +10,13 @@ selector's match (as ActiveMQ's store cursors do), or taken by id or by
 expiry.  Rows are keyed by the queue's own sequence numbers, so a paged
 message keeps its place in the queue's order.
 
-Operations run on the reactor thread: with no fsync and no journal they
-write to the operating system's cache (a slow disk slows the broker down
-rather than growing its memory).  Writes of one reactor turn share one
-transaction.  This module knows nothing of consumers or policies.
+Operations run on the reactor thread: with no fsync they write to the
+operating system's cache (a slow disk slows the broker down rather than
+growing its memory).  Each write is its own transaction, so a write that fails
+(a full disk) is rolled back whole: the file stays sound and the messages it
+would have paged out are given back to their queue (:class:`PageWriteFailed`);
+the file is then not written again for :data:`RETRY_SECONDS`.  This module
+knows nothing of consumers or policies.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,12 +38,32 @@ Entry = tuple[int, int, Message, int]
 
 Key = tuple[int, int]
 
+NotPaged = Callable[[list[Entry], BaseException], None]
+"""Takes back the messages of a page-out that failed, with the error."""
+
 CHUNK_ROWS = 500
 """Rows read at once when a selector searches the page."""
 WRITE_ROWS = 64
 """Paged-out messages written to the file together ..."""
 WRITE_BYTES = 256 * 1024
 """... or fewer when their records take this many bytes."""
+RETRY_SECONDS = 1.0
+"""After a failed write (or open), the page file is not tried again for this long:
+queues keep their messages in memory meanwhile."""
+
+
+class PageWriteFailed(Exception):
+    """A page-out could not be written; the transaction was rolled back.
+
+    :ivar entries: the messages that are therefore not paged out (the ones
+        this write took and those waiting to be written with it), for their
+        queue to keep in memory.
+    """
+
+    def __init__(self, error: BaseException, entries: list[Entry]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.entries = entries
 
 _SCHEMA = (
     "CREATE TABLE paged (id INTEGER PRIMARY KEY, queue INTEGER NOT NULL, rank INTEGER NOT NULL, "
@@ -54,20 +78,39 @@ class PageFile:
     """The broker's page file (opened at the first page-out).
 
     :param path: the file; None keeps the pages in SQLite's memory (tests).
-    :param call_later: schedules the commit of a reactor turn's writes.
+    :param call_later: unused (writes commit at once); kept for callers.
     """
 
     log = Logger()
 
-    def __init__(self, path: str | None, call_later: Callable[..., Any] | None = None) -> None:
+    def __init__(self, path: str | None, call_later: Callable[..., Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
-        self._call_later = call_later
+        self._clock = clock
         self._db: sqlite3.Connection | None = None
         self._queues = 0
-        self._commit_scheduled = False
+        self._undeletable = False
+        self._retry_at = 0.0
         self.opened = False
         self.failing = False
         """Whether the last page-out failed (logged once until one succeeds)."""
+
+    def usable(self) -> bool:
+        """Whether a page-out may be tried now: not within :data:`RETRY_SECONDS` of a failed one."""
+        return not self.failing or self._clock() >= self._retry_at
+
+    def failed(self) -> bool:
+        """A page-out failed: do not try again for a while.  True the first time of an
+        episode (to be logged), False while it goes on."""
+        self._retry_at = self._clock() + RETRY_SECONDS
+        first = not self.failing
+        self.failing = True
+        return first
+
+    def succeeded(self) -> bool:
+        """A page-out was written: True when that ends a failing episode."""
+        was, self.failing = self.failing, False
+        return was
 
     def discard_stale(self) -> None:
         """Delete a page file an earlier process left (its messages were not persistent,
@@ -80,13 +123,18 @@ class PageFile:
             except FileNotFoundError:
                 pass
             except OSError as error:
-                self.log.warn("page file {path} cannot be deleted: {error}", path=self.path + suffix, error=error)
+                if not self._undeletable:  # (once per episode: opening is retried per page-out)
+                    self._undeletable = True
+                    self.log.warn("page file {path} cannot be deleted: {error}", path=self.path + suffix,
+                                  error=error)
                 return
+        self._undeletable = False
 
-    def queue(self) -> QueuePage:
-        """A new, empty page for one queue."""
+    def queue(self, not_paged: NotPaged | None = None) -> QueuePage:
+        """A new, empty page for one queue; ``not_paged`` takes back the messages of a
+        page-out that failed (else :class:`PageWriteFailed` is raised)."""
         self._queues += 1
-        return QueuePage(self, self._queues)
+        return QueuePage(self, self._queues, not_paged)
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -100,7 +148,9 @@ class PageFile:
             self.discard_stale()
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         db = sqlite3.connect(self.path or ":memory:", isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode = OFF")
+        # (a journal in memory: a write that fails half-way, on a full disk, rolls back and
+        # leaves the file sound; without one SQLite cannot roll back and the file is corrupt)
+        db.execute("PRAGMA journal_mode = MEMORY")
         db.execute("PRAGMA synchronous = OFF")
         db.execute("PRAGMA locking_mode = EXCLUSIVE")
         db.execute("PRAGMA cache_size = -8192")  # 8 MiB of SQLite page cache
@@ -112,17 +162,24 @@ class PageFile:
         return db
 
     def write(self) -> sqlite3.Connection:
-        """The connection, inside this turn's transaction."""
+        """The connection (each statement commits by itself; see :meth:`transaction`)."""
+        return self.db
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Statements that commit together or, when one fails, are rolled back together."""
         db = self.db
-        if not db.in_transaction:
-            db.execute("BEGIN")
-            if self._call_later is not None and not self._commit_scheduled:
-                self._commit_scheduled = True
-                self._call_later(0, self.commit)
-        return db
+        db.execute("BEGIN")
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
 
     def commit(self) -> None:
-        self._commit_scheduled = False
         if self._db is not None and self._db.in_transaction:
             self._db.execute("COMMIT")
 
@@ -143,11 +200,18 @@ class QueuePage:
     :ivar head: the (rank, seq) key of the first paged message, None when empty.
     """
 
-    __slots__ = ("_unwritten", "_unwritten_size", "count", "file", "head", "id", "size")
+    __slots__ = (
+        "_unwritten", "_unwritten_size", "count", "failures", "file", "flushes", "head", "id", "not_paged", "size",
+    )
 
-    def __init__(self, file: PageFile, id: int) -> None:
+    def __init__(self, file: PageFile, id: int, not_paged: NotPaged | None = None) -> None:
         self.file = file
         self.id = id
+        self.not_paged = not_paged
+        self.failures = 0
+        """Page-outs that failed (their messages went to :attr:`not_paged`)."""
+        self.flushes = 0
+        """Page-outs written to the file."""
         self._unwritten: list[tuple[Any, ...]] = []
         self._unwritten_size = 0
         self.count = 0
@@ -185,17 +249,48 @@ class QueuePage:
             self._write()
 
     def _write(self) -> sqlite3.Connection:
-        """The connection, once what waits is written."""
+        """The connection, once what waits is written.  :class:`PageWriteFailed` when that
+        fails: nothing of it is in the file then, and the counts no longer include it."""
         db = self.file.write()
         if self._unwritten:
-            db.executemany(
-                "INSERT INTO paged (queue, rank, seq, message_id, expiration, size, redelivery, record) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                self._unwritten,
-            )
+            unwritten = self._unwritten
+            try:
+                with self.file.transaction() as db:
+                    db.executemany(
+                        "INSERT INTO paged (queue, rank, seq, message_id, expiration, size, redelivery, record) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        unwritten,
+                    )
+            except (sqlite3.Error, OSError) as error:
+                self.failures += 1
+                entries = self._give_back(unwritten)
+                if self.not_paged is None:
+                    raise PageWriteFailed(error, entries) from error
+                self.not_paged(entries, error)
+                return self.file.db
+            self.flushes += 1
             self._unwritten = []
             self._unwritten_size = 0
         return db
+
+    def _give_back(self, rows: list[tuple[Any, ...]]) -> list[Entry]:
+        """``rows`` (unwritten) are not paged out after all: forget them, as entries."""
+        self._unwritten = []
+        self._unwritten_size = 0
+        entries = [(rank, seq, _decode(record, redelivery), size)
+                   for _, rank, seq, _, _, size, redelivery, record in rows]
+        self.count -= len(entries)
+        self.size -= sum(entry[3] for entry in entries)
+        self.head = None
+        if self.count > 0:
+            with contextlib.suppress(sqlite3.Error):
+                row = self.file.db.execute(
+                    "SELECT rank, seq FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT 1", (self.id,)
+                ).fetchone()
+                self.head = (row[0], row[1]) if row is not None else None
+        if self.head is None:
+            self.count = self.size = 0
+        return entries
 
     def read(self, rows: int, size: int) -> list[Entry]:
         """Take the first messages (at least one, at most ``rows``, about ``size`` bytes) back."""
@@ -316,8 +411,8 @@ class QueuePage:
     def _forget(self, ids: list[tuple[int]], taken: list[Entry]) -> None:
         if not ids:
             return
-        db = self.file.write()
-        db.executemany("DELETE FROM paged WHERE id = ?", ids)
+        with self.file.transaction() as db:
+            db.executemany("DELETE FROM paged WHERE id = ?", ids)
         self.count -= len(taken)
         self.size -= sum(entry[3] for entry in taken)
         if self.count <= 0:

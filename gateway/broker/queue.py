@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.broker.limits import MESSAGE_OVERHEAD, DestinationPolicy, MemoryUsage, message_size
-from gateway.broker.paging import Entry, Key, PageFile, QueuePage
+from gateway.broker.paging import RETRY_SECONDS, Entry, Key, PageFile, QueuePage
 from gateway.broker.sqlite_records import decode_message, record_header
 from gateway.broker.store import StoredRow
 from gateway.deferreds import gather
@@ -190,16 +190,19 @@ class MessageQueue:
     def _page_out(self, entry: Entry) -> bool:
         page = self.page
         if page is None:
-            page = self.page = self.owner.page_file().queue()
+            page = self.page = self.owner.page_file().queue(self._not_paged)
+        if not page.file.usable():  # (a page-out failed a moment ago: memory keeps the messages)
+            return False
+        failures, flushes = page.failures, page.flushes
         try:
             page.write([entry])
-        except (StoreError, sqlite3.Error, OSError) as error:
-            if not page.file.failing:  # (once, not per message)
-                page.file.failing = True
-                self.log.error("messages of {queue} are kept in memory past the limit: they cannot be paged out "
-                               "({error})", queue=self.name, error=error)
+        except (StoreError, sqlite3.Error, OSError) as error:  # (the file cannot be opened)
+            self._not_paged([], error)
             return False
-        page.file.failing = False
+        if page.failures != failures:
+            return True  # (not paged after all: _not_paged holds it in memory)
+        if page.flushes != flushes and page.file.succeeded():
+            self.log.info("the page file takes messages again ({queue} pages its messages out)", queue=self.name)
         self.paged_out += 1
         if page.count == 1:
             self.owner.paging(self, True)
@@ -207,6 +210,18 @@ class MessageQueue:
             message = entry[2]
             self._searched = {c for c in self._searched if c.selector is None or not c.selector(message)}
         return True
+
+    def _not_paged(self, entries: list[Entry], error: BaseException) -> None:
+        """A page-out failed (rolled back): memory keeps ``entries``, past the limit."""
+        for entry in entries:
+            self._hold(entry)
+        page = self.page
+        if page is not None and page.file.failed():  # (once per episode, not per message)
+            self.log.error("messages of {queue} are kept in memory past the limit: they cannot be paged out "
+                           "({error}); the page file is tried again every {seconds} s",
+                           queue=self.name, error=error, seconds=RETRY_SECONDS)
+        if entries and page is not None and not page.count:
+            self.owner.paging(self, False)
 
     def _page_in(self, entries: list[Entry]) -> None:
         for entry in entries:
@@ -250,7 +265,7 @@ class MessageQueue:
             self._hold((-priority, seq, message, message_size(message)))
         if paging:
             if page is None:
-                page = self.page = self.owner.page_file().queue()
+                page = self.page = self.owner.page_file().queue(self._not_paged)
             started = not page.count
             page.write_rows(paging)
             self.paged_out += len(paging)
