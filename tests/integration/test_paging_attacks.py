@@ -465,8 +465,6 @@ def test_sigkill_while_paging_loses_no_receipted_message_and_discards_the_non_pe
 # --- defects: promises found broken --------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a page file that cannot be written logs a 'cannot be deleted' warning per "
-                                       "page write (thousands of lines), not one error per episode")
 def test_an_unusable_page_file_is_reported_once_not_per_message(make_gateway: Callable[..., GatewayProcess],
                                                                    tmp_path: Path) -> None:
     pages = tmp_path / "gw0" / "data" / "broker-pages.sqlite"
