@@ -433,11 +433,14 @@ class EmbeddedBroker:
         self, message: Message, targets: list[MessageQueue], batch: dict[MessageQueue | None, int] | None = None
     ) -> Deferred[None] | None:
         """None when ``message`` may go on (PAGE, or room, or BLOCK: taken, senders held);
-        a Deferred to answer the send with when its destination's policy is FAIL or DROP.
+        a Deferred to answer the send with when its destination's policy is FAIL, or DROP
+        and every target is full.  DROP removes the full targets from ``targets`` (a topic's
+        subscribers are judged each on its own backlog).
         ``batch`` counts what a transaction admitted before this message."""
         destination = message.destination
         size = 0
-        for queue in targets:
+        dropped = False
+        for queue in list(targets):
             policy = queue.policy
             if policy.full_policy == PAGE:
                 continue
@@ -457,13 +460,18 @@ class EmbeddedBroker:
                 self._block(destination)
                 return None
             if policy.full_policy == DROP:
+                # (only this backlog's copy: a topic's other subscribers still get it)
                 self.metrics.dropped.inc()
-                return succeed(None)
+                targets.remove(queue)
+                dropped = True
+                continue
             self.metrics.refused_full.inc()
             return fail(DestinationFull(
                 f"{destination} is full: its queued messages reached {limit} (full_policy FAIL); "
                 "the message was not stored"
             ))
+        if dropped:
+            return None if targets else succeed(None)
         if destination in self._full:
             self._full.discard(destination)
             self.log.info("{destination} has room again: sends are accepted", destination=destination)
