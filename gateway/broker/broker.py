@@ -669,7 +669,7 @@ class EmbeddedBroker:
                 recorded = self.store.add_durable(key, spec.destination, spec.selector)
             queue = durable
         else:
-            queue = MessageQueue(self, spec.destination, spec.destination, filter=selector)
+            queue = MessageQueue(self, spec.destination, spec.destination, filter=selector, transient=True)
             self.topics.setdefault(spec.destination, []).append(queue)
         subscription = QueueSubscription(queue, spec, consumer, None)
         if recorded is None:

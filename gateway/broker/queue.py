@@ -105,13 +105,17 @@ class MessageQueue:
     log = Logger()
 
     def __init__(
-        self, owner: QueueOwner, name: str, key: str, *, filter: Predicate | None = None, durable: bool = False
+        self, owner: QueueOwner, name: str, key: str, *, filter: Predicate | None = None, durable: bool = False,
+        transient: bool = False,
     ) -> None:
         self.owner = owner
         self.name = name
         self.key = key
         self.filter = filter
         self.durable = durable
+        self.transient = transient
+        """Whether the queue ends with its subscriber (a non-durable topic subscriber's backlog):
+        its unacknowledged deliveries are not put back when it leaves."""
         self.selector_text: str | None = None
         self._heap: list[Entry] = []
         self._seq = itertools.count()
@@ -602,8 +606,9 @@ class QueueSubscription:
         self.closed = True
         self.queue.remove_consumer(self)
         unacked, self.unacked = self.unacked, {}
-        for seq, message in unacked.items():
-            self._redeliver(seq, message)
+        if not self.queue.transient:  # (a topic subscriber's backlog goes with it: nothing to put back)
+            for seq, message in unacked.items():
+                self._redeliver(seq, message)
         ended = self.queue.owner.subscription_closed(self.queue, self, delete)
         if self.queue.consumers:
             self.queue.dispatch()

@@ -520,7 +520,6 @@ def test_block_does_not_deadlock_a_sender_that_acknowledges_on_the_same_connecti
     assert (got, receipts) == (count, count)
 
 
-@pytest.mark.xfail(strict=True, reason="a DROP-topic subscriber leaving with a full backlog logs a false warning")
 def test_a_subscriber_leaving_a_full_drop_topic_logs_no_false_memory_limit_warning(
     paging: tuple[GatewayProcess, int],
 ) -> None:
