@@ -314,7 +314,9 @@ class EmbeddedBroker:
             self.log.warn(
                 "{queue} reached its memory limit ({limit}): paging its messages out to {path}",
                 queue=queue.key, path=self._pages.path or "memory",
-                limit=f"max_size {queue.max_size} bytes" if queue.max_size and queue.full()
+                # (the limit that left the less room is the one reached)
+                limit=f"max_size {queue.max_size} bytes"
+                if queue.max_size and queue.max_size - queue.memory <= self.memory.limit - self.memory.used
                 else f"memory_limit {self.memory.limit} bytes",
             )
         else:
