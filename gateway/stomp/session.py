@@ -226,6 +226,7 @@ class StompSession:
         self._paused = False
         self._held_by: set[Congestion] = set()
         """Congested targets this session stopped reading for (:mod:`gateway.flow`)."""
+        self._warned_held_consumer = False
         self.last_received = clock.seconds()
         self.last_sent = clock.seconds()
         self._heartbeat_out: IDelayedCall | None = None
@@ -562,6 +563,7 @@ class StompSession:
             return
         self._held_by.add(congestion)
         self.sink.hold_input()
+        self._warn_held_consumer(congestion)
 
         def ready() -> None:
             self._held_by.discard(congestion)
@@ -569,6 +571,24 @@ class StompSession:
             self.sink.release_input()
 
         congestion.when_ready(ready)
+
+    def _warn_held_consumer(self, congestion: Congestion) -> None:
+        """A connection that is held and consumes with acknowledgements cannot acknowledge
+        meanwhile (its frames are not read, in order): warn once per connection."""
+        if self._warned_held_consumer:
+            return
+        acking = next((sub for sub in self.subscriptions.values() if sub.ack_mode != "auto"), None)
+        if acking is None:
+            return
+        self._warned_held_consumer = True
+        self.log.warn(
+            "connection {peer} (session {session}) is held ({target} is full) while it consumes with "
+            "ack:{ack} (subscription {subscription}): its ACKs are not read until the target has room, "
+            "so if its own ACKs must make that room it waits for ever; publish and consume on separate "
+            "connections",
+            peer=self.peer, session=self.session_id, target=congestion.name, ack=acking.ack_mode,
+            subscription=acking.id,
+        )
 
     def _forward(self, forward: Callable[..., bool], destination: str, frame: Frame) -> bool:
         """Offer the SEND to a connector that takes frames as they are (no message
