@@ -26,7 +26,7 @@ from gateway.connectors.options import ConnectorOptions
 from gateway.errors import ConfigError, did_you_mean
 from gateway.pipeline.settings import PipelineSection
 from gateway.routing.config import RoutingSection
-from gateway.schema import Bool, Int, KeyProblem, Section, Str, Table, validate
+from gateway.schema import Bool, Int, KeyProblem, Section, Str, Table, TomlKind, validate
 from gateway.transform.config import TransformConfig
 
 DEFAULT_CONFIG = "etc/jmsgateway.toml"
@@ -41,7 +41,8 @@ def _size(value: Any) -> int:
     return parse_size(value)
 
 
-Size = Annotated[Int, Field(ge=0), BeforeValidator(_size, json_schema_input_type=int | str)]
+Size = Annotated[Int, Field(ge=0), BeforeValidator(_size, json_schema_input_type=int | str),
+                 TomlKind('a size ("64MB", "1GiB") or an integer of bytes')]
 """A size in bytes: an integer, or a string such as "64MB", "1GiB", "512KiB" (K/M/G are powers of 1024)."""
 
 
@@ -133,7 +134,7 @@ class BrokerSettings(Section):
     """Free disk bytes the store keeps (0: no check)."""
     memory_limit: Size | None = None
     """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
-    Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md)."""
+    Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md); 0: no limit (nothing is paged for memory)."""
     destinations: dict[str, DestinationLimits] = {}
     """Destination pattern ("/queue/orders.>", "/queue/*.audit", an fnmatch glob) -> max_size, full_policy."""
 
@@ -142,6 +143,15 @@ class BrokerSettings(Section):
     def _pragma(cls, value: str) -> str:
         if value.upper() not in ("FULL", "NORMAL"):
             raise ValueError(f"must be 'FULL' or 'NORMAL', not {value!r}")
+        return value
+
+    @field_validator("destinations")
+    @classmethod
+    def _patterns(cls, value: dict[str, DestinationLimits]) -> dict[str, DestinationLimits]:
+        for pattern in value:
+            if not pattern.startswith("/"):  # (it would match no destination, silently)
+                raise ValueError(f"pattern {pattern!r} matches no destination: a pattern starts with '/' "
+                                 f"(\"/queue/{pattern}\" or \"/topic/{pattern}\")")
         return value
 
 

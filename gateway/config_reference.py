@@ -21,7 +21,7 @@ from gateway.config import GatewayConfig
 from gateway.connectors.jms_settings import JmsConnectorOptions
 from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.stomp_settings import StompConnectorOptions
-from gateway.schema import expected, unwrap
+from gateway.schema import TomlKind, expected, unwrap
 
 SCHEMA_ID = "https://jmsgateway.example/jmsgateway.schema.json"
 
@@ -91,7 +91,8 @@ def key_tables() -> str:
             if _model_in(info.annotation) is not None and title != "[bridges]" and name not in ("source", "target"):
                 continue
             meaning = " ".join((info.description or "").split()).replace("|", "\\|").replace("``", "`")
-            kind = expected(info.annotation) or _literal(info.annotation) or "see below"
+            kind = next((str(meta) for meta in info.metadata if isinstance(meta, TomlKind)), None) \
+                or expected(info.annotation) or _literal(info.annotation) or "see below"
             out.append(f"| `{name}` | {kind} | {_default(info)} | {meaning} |")
         out.append("")
     return "\n".join(out)

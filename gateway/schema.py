@@ -126,8 +126,33 @@ def kind(value: Any) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
+class TomlKind(str):
+    """Annotated metadata naming what a key takes in TOML's words, where the Python type
+    says less (``Annotated[int, ..., TomlKind("a size ("64MB") or an integer")]``)."""
+
+    __slots__ = ()
+
+
+def _toml_kind(annotation: Any) -> str | None:
+    while True:
+        if typing.get_origin(annotation) is Annotated:
+            found = [meta for meta in typing.get_args(annotation)[1:] if isinstance(meta, TomlKind)]
+            if found:
+                return str(found[0])
+            annotation = typing.get_args(annotation)[0]
+        elif typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+            if len(members) != 1:
+                return None
+            annotation = members[0]
+        else:
+            return None
+
+
 def expected(annotation: Any, plural: bool = False) -> str | None:
     """What an annotation takes, in TOML's words (``an array of strings``)."""
+    if not plural and (kind := _toml_kind(annotation)) is not None:
+        return kind
     annotation = unwrap(annotation)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (list, tuple) and args:

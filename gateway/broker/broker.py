@@ -165,7 +165,8 @@ class EmbeddedBroker:
         self.store: IMessageStore = store or MemoryStore()
         self.metrics = BrokerMetrics(registry)
         self.metrics.gauges = self._gauges
-        self.memory = MemoryUsage(self.settings.memory_limit or default_memory_limit())
+        limit = self.settings.memory_limit
+        self.memory = MemoryUsage(default_memory_limit() if limit is None else limit)  # (0: no limit)
         self.memory.on_release = self._room_made
         self.policies = DestinationPolicies(self.settings.destinations)
         self._pages = PageFile(page_path, getattr(clock, "callLater", None))
@@ -797,7 +798,7 @@ class EmbeddedBroker:
     def status(self) -> dict[str, Any]:
         """Queue depths, consumer counts, memory against the limits, paging (admin and tests)."""
         return {
-            "memory": {"used": self.memory.used, "limit": self.memory.limit, "full": self.memory.full,
+            "memory": {"used": self.memory.used, "limit": self.memory.configured, "full": self.memory.full,
                        "page_file": self._pages.path if self._pages.opened else None,
                        "waiting_for_store": self._writing, "senders_held": self._store_held,
                        "blocked": sorted(self._blocked)},
@@ -830,7 +831,7 @@ class EmbeddedBroker:
         yield GaugeMetricFamily("jmsgateway_broker_memory_used_bytes",
                                 "Bytes queued messages take in memory (estimated)", value=memory.used)
         yield GaugeMetricFamily("jmsgateway_broker_memory_limit_bytes",
-                                "The embedded broker's memory_limit", value=memory.limit)
+                                "The embedded broker's memory_limit (0: none)", value=memory.configured)
         labels = ["destination", "full_policy"]
         in_memory = GaugeMetricFamily("jmsgateway_broker_destination_memory_bytes",
                                       "Bytes of a destination's pending messages held in memory", labels=labels)

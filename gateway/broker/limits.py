@@ -36,6 +36,9 @@ DEFAULT_CAP = GiB
 FALLBACK_LIMIT = 256 * 1024 * 1024
 """When physical memory cannot be read."""
 
+UNLIMITED = 2**62
+"""The limit counted against with ``memory_limit = 0`` (shown as 0)."""
+
 MESSAGE_OVERHEAD = 512
 """Bytes counted for every message besides its body and properties: the Python
 objects (message, headers, heap entry) that hold it."""
@@ -172,7 +175,9 @@ class MemoryUsage:
     log = Logger()
 
     def __init__(self, limit: int) -> None:
-        self.limit = max(1, limit)
+        self.unlimited = limit <= 0
+        """``memory_limit = 0``: no limit (as ``max_size = 0``); nothing is ever paged for memory."""
+        self.limit = UNLIMITED if self.unlimited else limit
         self.used = 0
         self.full_episodes = 0
         self._reported = False
@@ -183,6 +188,11 @@ class MemoryUsage:
     @property
     def full(self) -> bool:
         return self.used >= self.limit
+
+    @property
+    def configured(self) -> int:
+        """The limit as configured: 0 for none."""
+        return 0 if self.unlimited else self.limit
 
     def add(self, size: int) -> None:
         self.used += size

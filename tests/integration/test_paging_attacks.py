@@ -176,6 +176,24 @@ def test_bad_memory_limits_stop_start_up_naming_the_key(tmp_path: Path) -> None:
     for n, value in enumerate(['"64XB"', "true"]):
         output = GatewayProcess(tmp_path / f"bad{n}", args=["--set", f"broker.memory_limit={value}"]).start_fails()
         assert "key 'broker.memory_limit'" in output and "must be a size" in output, output[-2000:]
+    output = GatewayProcess(tmp_path / "badpattern",
+                            '[broker.destinations."queue.orders"]\nmax_size = "1MB"\n').start_fails()
+    assert "broker.destinations" in output and "'queue.orders' matches no destination" in output, output[-2000:]
+
+
+def test_memory_limit_0_means_no_limit_as_max_size_0_does(tmp_path: Path) -> None:
+    admin = free_port()
+    gateway = GatewayProcess(tmp_path / "nolimit", admin_config(admin), args=[
+        "--set", "broker.memory_limit=0", "--set", 'auth.users={alice = "secret"}'])
+    try:
+        gateway.start()
+        gateway.wait_for_log("admin endpoint on tcp:")
+        flood(gateway.address, "/queue/nolimit", 3000)
+        memory = embedded(admin)["memory"]
+        assert memory["limit"] == 0 and memory["used"] > 2_000_000 and memory["page_file"] is None, memory
+        assert metric(admin, "jmsgateway_broker_memory_limit_bytes") == 0
+    finally:
+        gateway.kill()
 
 
 def test_flood_of_many_times_the_limit_into_four_queues_stays_bounded_and_drains_in_order(
