@@ -489,3 +489,39 @@ def test_senders_are_held_while_the_store_is_behind() -> None:
         write.callback(None)
     assert not congestion.congested  # back under half of it
     assert len(broker.queues["/queue/w"]) == 7
+
+
+def test_a_page_file_that_fills_its_disk_stays_sound_and_loses_nothing(run: Run) -> None:
+    """A write that fails (SQLite's max_page_count makes the file 'full' as a full disk does) is
+    rolled back: the file stays sound, its messages go back to memory and every count stays true."""
+    broker = run.broker
+    assert broker is not None
+    sent = [f"{n:04}:" + "x" * 2000 for n in range(400)]
+    run.send(*[text("/queue/full", body, persistent=False) for body in sent[:40]])
+    queue = broker.queues["/queue/full"]
+    assert queue.paged
+    db = broker.page_file().db
+    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+    errors: list[str] = []
+
+    def observe(event: dict[str, Any]) -> None:
+        if event.get("log_level") == LogLevel.error:
+            errors.append(str(event.get("log_format")))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        for body in sent[40:]:
+            run.send(text("/queue/full", body, persistent=False))
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert len([error for error in errors if "cannot be paged out" in error]) == 1, errors
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert len(queue) == 400 and queue.memory == sum(entry[3] for entry in queue._heap)
+    assert broker.memory.used == queue.memory
+    db.execute("PRAGMA max_page_count = 1073741823")
+    sink = Sink()
+    subscription = run.subscribe(sink, destination="/queue/full", ack_mode="client-individual", prefetch=1)
+    drain(run, sink, subscription, 400)
+    assert sink.texts() == sent
+    run.wait(subscription.ack([sink.got[-1][1]]))
+    assert len(queue) == 0 and queue.paged == 0 and broker.memory.used == 0
