@@ -131,7 +131,7 @@ class BrokerSettings(Section):
     max_size: NotNegative = 0
     """Largest store in bytes (0: no limit)."""
     min_free: NotNegative = 16 * 1024 * 1024
-    """Free disk bytes the store keeps (0: no check)."""
+    """Free disk bytes the store and the page file keep (0: no check)."""
     memory_limit: Size | None = None
     """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
     Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md); 0: no limit (nothing is paged for memory)."""

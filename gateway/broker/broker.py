@@ -169,7 +169,7 @@ class EmbeddedBroker:
         self.memory = MemoryUsage(default_memory_limit() if limit is None else limit)  # (0: no limit)
         self.memory.on_release = self._room_made
         self.policies = DestinationPolicies(self.settings.destinations)
-        self._pages = PageFile(page_path, getattr(clock, "callLater", None))
+        self._pages = PageFile(page_path, getattr(clock, "callLater", None), min_free=self.settings.min_free)
         self._congestions: dict[str, Congestion] = {}
         """Senders of each BLOCK destination (asked for by the sessions)."""
         self._blocked: set[str] = set()

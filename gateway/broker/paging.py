@@ -22,6 +22,7 @@ knows nothing of consumers or policies.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import time
@@ -84,8 +85,10 @@ class PageFile:
     log = Logger()
 
     def __init__(self, path: str | None, call_later: Callable[..., Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, min_free: int = 0) -> None:
         self.path = path
+        self.min_free = min_free
+        """Disk bytes page-outs leave free (``[broker] min_free``, as the store does; 0: no check)."""
         self._clock = clock
         self._db: sqlite3.Connection | None = None
         self._queues = 0
@@ -160,6 +163,17 @@ class PageFile:
         self.log.info("page file {path} opened: queues past their memory limit page here",
                       path=self.path or ":memory:")
         return db
+
+    def check_space(self, size: int) -> None:
+        """OSError (ENOSPC) when writing about ``size`` bytes would leave less than
+        :attr:`min_free` free on the page file's disk."""
+        if not self.min_free or self.path is None:
+            return
+        stats = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+        free = stats.f_bavail * stats.f_frsize
+        if free - size < self.min_free:
+            raise OSError(errno.ENOSPC, f"{free} bytes free on the page file's disk, and min_free keeps "
+                                        f"{self.min_free} free")
 
     def write(self) -> sqlite3.Connection:
         """The connection (each statement commits by itself; see :meth:`transaction`)."""
@@ -255,6 +269,7 @@ class QueuePage:
         if self._unwritten:
             unwritten = self._unwritten
             try:
+                self.file.check_space(self._unwritten_size)
                 with self.file.transaction() as db:
                     db.executemany(
                         "INSERT INTO paged (queue, rank, seq, message_id, expiration, size, redelivery, record) "

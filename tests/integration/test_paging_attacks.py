@@ -548,9 +548,13 @@ def test_a_subscriber_leaving_a_full_drop_topic_logs_no_false_memory_limit_warni
     assert "/topic/attack.droplog reached its memory limit" not in gateway.log()
 
 
-def test_a_page_file_filling_its_disk_keeps_every_receipted_message(tmp_path: Path,
-                                                                   small_disk: Path) -> None:  # noqa: F811
+@pytest.mark.parametrize("min_free", [0, 8 * 1024 * 1024])
+def test_a_page_file_filling_its_disk_keeps_every_receipted_message(tmp_path: Path, small_disk: Path,  # noqa: F811
+                                                                   min_free: int) -> None:
+    """min_free 0: the disk really fills (SQLite's 'database or disk is full'); else page-outs stop
+    at min_free, as the store's writes do."""
     gateway = GatewayProcess(tmp_path / "gateway", args=["--set", 'broker.memory_limit="1MB"',
+                                                          "--set", f"broker.min_free={min_free}",
                                                           "--data-dir", str(small_disk)])
     try:
         gateway.start()
@@ -561,6 +565,7 @@ def test_a_page_file_filling_its_disk_keeps_every_receipted_message(tmp_path: Pa
         log = gateway.log()
         assert "malformed" not in log and "Traceback" not in log
         assert 1 <= log.count("cannot be paged out") <= 3, log.count("cannot be paged out")
+        assert ("min_free keeps" in log) == bool(min_free)
     finally:
         gateway.kill()
 
