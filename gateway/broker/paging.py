@@ -19,6 +19,7 @@ transaction.  This module knows nothing of consumers or policies.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -26,13 +27,19 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from gateway.broker.limits import MESSAGE_OVERHEAD
 from gateway.broker.sqlite_records import decode_message, encode_message
+from gateway.broker.store import BacklogRow, StoredBacklog
 from gateway.message.model import Message
 
 Entry = tuple[int, int, Message, int]
 """A queue entry: (-priority, queue sequence, message, counted size)."""
 
 Key = tuple[int, int]
+
+ScanRow = tuple[int, int, int | None, int, int, bytes, BacklogRow | None]
+"""A paged message met by a search: (rank, seq, page file row id, counted size, redelivery,
+record, its stored row when it is still only in the message store)."""
 
 CHUNK_ROWS = 500
 """Rows read at once when a selector searches the page."""
@@ -143,19 +150,48 @@ class QueuePage:
     :ivar head: the (rank, seq) key of the first paged message, None when empty.
     """
 
-    __slots__ = ("_unwritten", "_unwritten_size", "count", "file", "head", "id", "size")
+    __slots__ = ("_fhead", "_unwritten", "_unwritten_size", "fcount", "file", "fsize", "head", "id", "tail")
 
     def __init__(self, file: PageFile, id: int) -> None:
         self.file = file
         self.id = id
         self._unwritten: list[tuple[Any, ...]] = []
         self._unwritten_size = 0
-        self.count = 0
-        self.size = 0
+        self.fcount = 0
+        """Messages in the page file."""
+        self.fsize = 0
+        self._fhead: Key | None = None
         self.head: Key | None = None
+        self.tail: StoredTail | None = None
+        """Recovered messages still only in the message store (lazy recovery)."""
 
     def __len__(self) -> int:
         return self.count
+
+    @property
+    def count(self) -> int:
+        tail = self.tail
+        return self.fcount + (tail.count if tail is not None else 0)
+
+    @property
+    def size(self) -> int:
+        tail = self.tail
+        return self.fsize + (tail.size if tail is not None else 0)
+
+    def attach(self, tail: StoredTail) -> None:
+        """Recovery: ``tail`` comes after what the page holds (nothing, at a restart)."""
+        self.tail = tail
+        self._set_head()
+
+    def _set_head(self) -> None:
+        tail = self.tail
+        head = self._fhead
+        if tail is not None:
+            if not tail.count:
+                self.tail = None
+            elif tail.head is not None and (head is None or tail.head < head):
+                head = tail.head
+        self.head = head
 
     def write(self, entries: list[Entry]) -> None:
         """Page out ``entries``."""
@@ -177,10 +213,11 @@ class QueuePage:
             unwritten.append((page, *row))
             self._unwritten_size += len(row[6])
             key = (row[0], row[1])
-            if self.head is None or key < self.head:
-                self.head = key
-            self.size += row[4]
-        self.count += len(rows)
+            if self._fhead is None or key < self._fhead:
+                self._fhead = key
+            self.fsize += row[4]
+        self.fcount += len(rows)
+        self._set_head()
         if len(unwritten) >= WRITE_ROWS or self._unwritten_size >= WRITE_BYTES:
             self._write()
 
@@ -201,34 +238,54 @@ class QueuePage:
         """Take the first messages (at least one, at most ``rows``, about ``size`` bytes) back."""
         if not self.count:
             return []
-        db = self._write()
-        found = db.execute(
-            "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
-            (self.id, rows + 1),
-        ).fetchall()
+        found: list[tuple[Any, ...]] = []
+        if self.fcount:
+            found = self._write().execute(
+                "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
+                (self.id, rows + 1),
+            ).fetchall()
+        stored = self.tail.peek(rows + 1) if self.tail is not None else []
         taken: list[Entry] = []
         total = 0
-        last = min(len(found), rows)
-        for index in range(last):
-            rank, seq, counted, redelivery, record = found[index]
+        index = next_stored = 0
+        file_end: Key | None = None
+        while len(taken) < rows:
+            from_file = index < len(found)
+            if next_stored < len(stored) and (not from_file or stored[next_stored][:2] < found[index][:2]):
+                rank, seq, _, _, counted, redelivery, record = stored[next_stored]
+                from_file = False
+            elif from_file:
+                rank, seq, counted, redelivery, record = found[index]
+            else:
+                break
             if taken and total + counted > size:
-                last = index
                 break
             taken.append((rank, seq, _decode(record, redelivery), counted))
             total += counted
-        if not taken:  # (cannot happen while count is right; never loop on it)
-            self.count = self.size = 0
-            self.head = None
-            return []
-        end = taken[-1]
-        db.execute("DELETE FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?)", (self.id, end[0], end[1]))
-        self.count -= len(taken)
-        self.size -= total
-        if last < len(found):
-            self.head = (found[last][0], found[last][1])
-        else:
-            self.count = self.size = 0
-            self.head = None
+            if from_file:
+                index += 1
+                file_end = (rank, seq)
+                self.fcount -= 1
+                self.fsize -= counted
+            else:
+                next_stored += 1
+        if file_end is not None:
+            self.file.write().execute(
+                "DELETE FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?)", (self.id, file_end[0], file_end[1])
+            )
+            if index < len(found):
+                self._fhead = (found[index][0], found[index][1])
+            else:
+                self.fcount = self.fsize = 0
+                self._fhead = None
+        if next_stored:
+            assert self.tail is not None
+            self.tail.advance(stored[:next_stored])
+        if not taken:  # (cannot happen while the counts are right; never loop on it)
+            self.fcount = self.fsize = 0
+            self._fhead = None
+            self.tail = None
+        self._set_head()
         return taken
 
     def search(
@@ -240,8 +297,12 @@ class QueuePage:
         ``before``; [] when none does."""
         taken: list[Entry] = []
         ids: list[tuple[int]] = []
+        stored: list[BacklogRow] = []
         total = 0
-        for row_id, rank, seq, counted, redelivery, record in self._scan(after):
+        scans: list[Iterator[ScanRow]] = [self._scan(after)]
+        if self.tail is not None:
+            scans.append(self.tail.scan(after))
+        for rank, seq, row_id, counted, redelivery, record, row in heapq.merge(*scans):
             if before is not None and (rank, seq) >= before:
                 break
             message = _decode(record, redelivery)
@@ -249,14 +310,23 @@ class QueuePage:
                 if taken and total + counted > size:
                     break
                 taken.append((rank, seq, message, counted))
-                ids.append((row_id,))
+                if row is None:
+                    ids.append((row_id or 0,))
+                else:
+                    stored.append(row)
                 total += counted
                 if len(taken) >= rows:
                     break
-        self._forget(ids, taken)
+        if stored:
+            assert self.tail is not None
+            self.tail.take(stored)
+        self._forget(ids, [entry for entry in taken if entry[1] not in {row[1] for row in stored}])
+        self._set_head()
         return taken
 
-    def _scan(self, after: Key | None = None) -> Iterator[tuple[int, int, int, int, int, bytes]]:
+    def _scan(self, after: Key | None = None) -> Iterator[ScanRow]:
+        if not self.fcount:
+            return
         if after is None:
             after = (-(2**62), -(2**62))
         db = self._write()
@@ -266,7 +336,8 @@ class QueuePage:
                 "ORDER BY rank, seq LIMIT ?",
                 (self.id, after[0], after[1], CHUNK_ROWS),
             ).fetchall()
-            yield from chunk
+            for row_id, rank, seq, counted, redelivery, record in chunk:
+                yield rank, seq, row_id, counted, redelivery, record, None
             if len(chunk) < CHUNK_ROWS:
                 return
             after = (chunk[-1][1], chunk[-1][2])
@@ -276,8 +347,9 @@ class QueuePage:
         return self.search(lambda message: message.message_id in message_ids, self.count or 1, 2**62)
 
     def take_expired(self, now_ms: int) -> list[Entry]:
-        """Take the messages expired at ``now_ms``."""
-        if not self.count:
+        """Take the messages of the page file expired at ``now_ms`` (a recovered backlog's
+        expired messages are dropped when they are reached)."""
+        if not self.fcount:
             return []
         rows = self._write().execute(
             "SELECT id, rank, seq, size, redelivery, record FROM paged "
@@ -301,16 +373,22 @@ class QueuePage:
         rows = self._write().execute(
             "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
             (self.id, limit),
-        ).fetchall()
-        return [(rank, seq, _decode(record, redelivery), size) for rank, seq, size, redelivery, record in rows]
+        ).fetchall() if self.fcount else []
+        if self.tail is not None:
+            rows.extend((rank, seq, counted, redelivery, record)
+                        for rank, seq, _, _, counted, redelivery, record in self.tail.peek(limit))
+            rows.sort(key=lambda row: (row[0], row[1]))
+        return [(rank, seq, _decode(record, redelivery), size) for rank, seq, size, redelivery, record in rows[:limit]]
 
     def clear(self) -> None:
         """Forget every paged message."""
         self._unwritten = []
         self._unwritten_size = 0
-        if self.count:
+        if self.fcount:
             self.file.write().execute("DELETE FROM paged WHERE queue = ?", (self.id,))
-        self.count = self.size = 0
+        self.fcount = self.fsize = 0
+        self._fhead = None
+        self.tail = None
         self.head = None
 
     def _forget(self, ids: list[tuple[int]], taken: list[Entry]) -> None:
@@ -318,16 +396,18 @@ class QueuePage:
             return
         db = self.file.write()
         db.executemany("DELETE FROM paged WHERE id = ?", ids)
-        self.count -= len(taken)
-        self.size -= sum(entry[3] for entry in taken)
-        if self.count <= 0:
-            self.count = self.size = 0
-            self.head = None
+        self.fcount -= len(taken)
+        self.fsize -= sum(entry[3] for entry in taken)
+        if self.fcount <= 0:
+            self.fcount = self.fsize = 0
+            self._fhead = None
+            self._set_head()
             return
         row = db.execute(
             "SELECT rank, seq FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT 1", (self.id,)
         ).fetchone()
-        self.head = (row[0], row[1]) if row is not None else None
+        self._fhead = (row[0], row[1]) if row is not None else None
+        self._set_head()
 
 
 def _decode(record: bytes, redelivery: int) -> Message:
@@ -335,3 +415,81 @@ def _decode(record: bytes, redelivery: int) -> Message:
     message.redelivery_count = redelivery
     message.redelivered = message.redelivered or redelivery > 0
     return message
+
+
+class StoredTail:
+    """A queue's recovered backlog still only in the message store (lazy recovery): its
+    messages after the key :attr:`after` in dispatch order, read from the store when
+    the queue reaches them.  Messages taken from its middle (a selector's match) are
+    remembered until the reading passes them.
+
+    Rows are (rank, seq, message id, expiration, counted size, redelivery, record):
+    the store's record length plus :data:`MESSAGE_OVERHEAD`.
+    """
+
+    __slots__ = ("after", "backlog", "count", "head", "queue", "size", "taken")
+
+    def __init__(self, backlog: StoredBacklog, queue: str, count: int, size: int) -> None:
+        self.backlog = backlog
+        self.queue = queue
+        self.count = count
+        self.size = size + count * MESSAGE_OVERHEAD
+        self.after: Key = (-(2**62), -(2**62))
+        self.taken: dict[int, int] = {}
+        """seq -> rank of the rows taken past :attr:`after`."""
+        self.head: Key | None = None
+        self._find_head()
+
+    def _rows(self, after: Key, limit: int) -> list[BacklogRow]:
+        rows = [
+            (rank, seq, message_id, expiration, size + MESSAGE_OVERHEAD, redelivery, record)
+            for rank, seq, message_id, expiration, size, redelivery, record
+            in self.backlog.read(self.queue, after, limit + len(self.taken))
+            if seq not in self.taken
+        ]
+        return rows[:limit]
+
+    def _find_head(self) -> None:
+        if self.count <= 0:
+            self.count = self.size = 0
+            self.head = None
+            return
+        first = self._rows(self.after, 1)
+        self.head = (first[0][0], first[0][1]) if first else None
+        if not first:  # (the store holds fewer than counted: acknowledged meanwhile)
+            self.count = self.size = 0
+
+    def peek(self, limit: int) -> list[BacklogRow]:
+        """The next ``limit`` rows, left where they are."""
+        return self._rows(self.after, limit) if self.count else []
+
+    def advance(self, rows: list[BacklogRow]) -> None:
+        """``rows``, the first ones, were taken."""
+        after = self.after = (rows[-1][0], rows[-1][1])
+        if self.taken:
+            self.taken = {seq: rank for seq, rank in self.taken.items() if (rank, seq) > after}
+        self._took(rows)
+
+    def take(self, rows: list[BacklogRow]) -> None:
+        """``rows`` were taken from anywhere."""
+        self.taken.update((row[1], row[0]) for row in rows)
+        self._took(rows)
+
+    def _took(self, rows: list[BacklogRow]) -> None:
+        self.backlog.track(self.queue, rows)
+        self.count -= len(rows)
+        self.size -= sum(row[4] for row in rows)
+        self._find_head()
+
+    def scan(self, after: Key | None) -> Iterator[ScanRow]:
+        """Every row past ``after`` (and the cursor), in order, read in chunks."""
+        if not self.count:
+            return
+        position = self.after if after is None or after < self.after else after
+        while True:
+            chunk = self._rows(position, CHUNK_ROWS)
+            for row in chunk:
+                yield row[0], row[1], None, row[4], row[5], row[6], row
+            if len(chunk) < CHUNK_ROWS:
+                return
+            position = (chunk[-1][0], chunk[-1][1])

@@ -27,10 +27,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.broker.limits import MESSAGE_OVERHEAD, DestinationPolicy, MemoryUsage, message_size
-from gateway.broker.paging import Entry, Key, PageFile, QueuePage
-from gateway.broker.sqlite_records import decode_message, record_header
-from gateway.broker.store import StoredRow
+from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
+from gateway.broker.paging import Entry, Key, PageFile, QueuePage, StoredTail
 from gateway.deferreds import gather
 from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, ISubscription, ITransactionalAcks, SubscriptionSpec
@@ -229,33 +227,17 @@ class MessageQueue:
         if self.consumers:
             self.dispatch()
 
-    def restore(self, rows: list[StoredRow]) -> None:
-        """Recovery: add stored messages in stored order.  What does not fit in memory is
-        paged out as stored, without being decoded."""
-        paging: list[tuple[int, int, str, int, int, int, bytes]] = []
+    def attach_backlog(self, tail: StoredTail, last_seq: int) -> None:
+        """Recovery: the queue's stored messages, left in the store (lazy recovery) and
+        read in order as the queue reaches them; later messages come after them."""
+        if not tail.count:
+            return
         page = self.page
-        for row in rows:
-            priority, expiration = record_header(row.record)
-            size = MESSAGE_OVERHEAD + len(row.record)
-            seq = next(self._seq)
-            self.enqueued += 1
-            if paging or (page is not None and page.count) or self.full(size):
-                if self.usage.used + size > self.usage.limit:
-                    self.usage.reached()
-                paging.append((-priority, seq, row.message_id, expiration, size, row.redelivery, row.record))
-                continue
-            message = decode_message(row.record)
-            message.redelivery_count = row.redelivery
-            message.redelivered = message.redelivered or row.redelivery > 0
-            self._hold((-priority, seq, message, message_size(message)))
-        if paging:
-            if page is None:
-                page = self.page = self.owner.page_file().queue()
-            started = not page.count
-            page.write_rows(paging)
-            self.paged_out += len(paging)
-            if started:
-                self.owner.paging(self, True)
+        if page is None:
+            page = self.page = self.owner.page_file().queue()
+        self.enqueued += tail.count
+        self._seq = itertools.count(last_seq + 1)
+        page.attach(tail)
         if self.consumers:
             self.dispatch()
 
