@@ -489,3 +489,76 @@ def test_senders_are_held_while_the_store_is_behind() -> None:
         write.callback(None)
     assert not congestion.congested  # back under half of it
     assert len(broker.queues["/queue/w"]) == 7
+
+
+def test_a_restart_reads_no_stored_message_until_a_consumer_reaches_it(tmp_path: Path) -> None:
+    """Restart time and memory must not grow with the backlog: recovery counts each queue
+    from the store's order index; the messages stay in the store (not in the page file, not
+    in the store's row index) until consumers reach them, then come in priority order."""
+    run = Run(tmp_path, settings(memory_limit=10 ** 9), lazy_recovery=True)
+    run.start()
+    total = 3000
+    run.send(*[text("/queue/deep", body, priority=4 if index % 5 else 8)
+               for index, body in enumerate(bodies(total))])
+    run.crash()
+    run.settings = settings()
+    broker = run.start()
+    store: Any = broker.store
+    assert len(store._rows) < 100, "recovery read the stored messages into the row index"
+    queue = broker.queues["/queue/deep"]
+    assert len(queue) == total
+    assert broker.page_file().opened is False or queue.page is None or queue.page.fcount == 0, \
+        "recovery copied the backlog into the page file"
+    memory_bounded(broker)
+    sink = Sink()
+    subscription = run.subscribe(sink, destination="/queue/deep", ack_mode="client-individual", prefetch=1)
+    drain(run, sink, subscription, 50)
+    expected = [body for index, body in enumerate(bodies(total)) if index % 5 == 0] + \
+        [body for index, body in enumerate(bodies(total)) if index % 5]
+    assert sink.texts() == expected[:len(sink.got)]
+    run.wait(subscription.close())
+    del sink.got[-1]
+    run.settle()
+    broker = run.restart()
+    assert len(broker.queues["/queue/deep"]) == total - len(sink.got)  # acknowledged ones left the store
+    rest = Sink()
+    subscription = run.subscribe(rest, destination="/queue/deep", ack_mode="client-individual", prefetch=1)
+    drain(run, rest, subscription, total - len(sink.got))
+    assert rest.texts() == expected[len(sink.got):]
+    run.wait(subscription.ack([rest.got[-1][1]]))
+    run.settle()
+    broker = run.restart()
+    assert len(broker.queues.get("/queue/deep", [])) == 0
+    run.wait(broker.stop())
+    run.broker = None
+
+
+def test_a_store_of_schema_version_1_gets_the_order_index_and_keeps_its_messages(tmp_path: Path) -> None:
+    import sqlite3
+
+    from gateway.broker.sqlite_records import encode_message
+
+    path = tmp_path / "broker.sqlite"
+    db = sqlite3.connect(str(path), isolation_level=None)
+    db.execute("CREATE TABLE messages (seq INTEGER PRIMARY KEY, queue TEXT NOT NULL, message_id TEXT NOT NULL, "
+               "expiration INTEGER NOT NULL, redelivery INTEGER NOT NULL, record BLOB NOT NULL)")
+    db.execute("CREATE TABLE durables (key TEXT PRIMARY KEY, destination TEXT NOT NULL, selector TEXT)")
+    db.execute(f"PRAGMA application_id = {0x4A4D5347}")
+    db.execute("PRAGMA user_version = 1")
+    for seq, body in enumerate(bodies(30), start=1):
+        message = text("/queue/old", body, priority=9 if seq % 10 == 0 else 4)
+        db.execute("INSERT INTO messages VALUES (?, ?, ?, 0, 0, ?)",
+                   (seq, "/queue/old", message.message_id, encode_message(message)))
+    db.close()
+    run = Run(tmp_path, settings(), lazy_recovery=True)
+    broker = run.start()
+    assert len(broker.queues["/queue/old"]) == 30
+    sink = Sink()
+    subscription = run.subscribe(sink, destination="/queue/old", ack_mode="client-individual", prefetch=1)
+    drain(run, sink, subscription, 30)
+    numbered = list(enumerate(bodies(30), start=1))
+    assert sink.texts() == [b for seq, b in numbered if seq % 10 == 0] + [b for seq, b in numbered if seq % 10]
+    run.wait(broker.stop())
+    check = sqlite3.connect(str(path))
+    assert check.execute("PRAGMA user_version").fetchone()[0] == 2
+    check.close()
