@@ -22,6 +22,7 @@ import contextlib
 import heapq
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +44,9 @@ record, its stored row when it is still only in the message store)."""
 
 CHUNK_ROWS = 500
 """Rows read at once when a selector searches the page."""
+SEARCH_SLICE = 0.02
+"""Seconds one search of the page may take before it stops (to go on in a later reactor
+turn): a selector's match behind 100,000 others does not stall the reactor."""
 WRITE_ROWS = 64
 """Paged-out messages written to the file together ..."""
 WRITE_BYTES = 256 * 1024
@@ -128,6 +132,13 @@ class PageFile:
                 self._call_later(0, self.commit)
         return db
 
+    def later(self, call: Callable[[], object]) -> bool:
+        """Run ``call`` in a later reactor turn; False when there is no reactor to ask."""
+        if self._call_later is None:
+            return False
+        self._call_later(0, call)
+        return True
+
     def commit(self) -> None:
         self._commit_scheduled = False
         if self._db is not None and self._db.in_transaction:
@@ -150,7 +161,7 @@ class QueuePage:
     :ivar head: the (rank, seq) key of the first paged message, None when empty.
     """
 
-    __slots__ = ("_fhead", "_unwritten", "_unwritten_size", "fcount", "file", "fsize", "head", "id", "tail")
+    __slots__ = ("_fhead", "_unwritten", "_unwritten_size", "fcount", "file", "fsize", "head", "id", "stopped", "tail")
 
     def __init__(self, file: PageFile, id: int) -> None:
         self.file = file
@@ -164,6 +175,8 @@ class QueuePage:
         self.head: Key | None = None
         self.tail: StoredTail | None = None
         """Recovered messages still only in the message store (lazy recovery)."""
+        self.stopped: Key | None = None
+        """Where the last search with a budget stopped (None: it reached its end)."""
 
     def __len__(self) -> int:
         return self.count
@@ -290,11 +303,15 @@ class QueuePage:
 
     def search(
         self, predicate: Callable[[Message], bool], rows: int, size: int, after: Key | None = None,
-        before: Key | None = None,
+        before: Key | None = None, budget: float | None = None,
     ) -> list[Entry]:
         """Take the first messages ``predicate`` accepts (at most ``rows``, about ``size`` bytes),
         reading the page in chunks from its head (or past the key ``after``) up to the key
-        ``before``; [] when none does."""
+        ``before``; [] when none does.  With a ``budget`` (seconds), the search stops once it
+        is spent: :attr:`stopped` is then the key searched up to (None: searched to the end)."""
+        self.stopped = None
+        deadline = time.monotonic() + budget if budget is not None else None
+        last: Key | None = None
         taken: list[Entry] = []
         ids: list[tuple[int]] = []
         stored: list[BacklogRow] = []
@@ -302,9 +319,13 @@ class QueuePage:
         scans: list[Iterator[ScanRow]] = [self._scan(after)]
         if self.tail is not None:
             scans.append(self.tail.scan(after))
-        for rank, seq, row_id, counted, redelivery, record, row in heapq.merge(*scans):
+        for examined, (rank, seq, row_id, counted, redelivery, record, row) in enumerate(heapq.merge(*scans), 1):
             if before is not None and (rank, seq) >= before:
                 break
+            if deadline is not None and last is not None and not examined % 32 and time.monotonic() > deadline:
+                self.stopped = last
+                break
+            last = (rank, seq)
             message = _decode(record, redelivery)
             if predicate(message):
                 if taken and total + counted > size:
