@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
 _READ = (
     "SELECT rank, seq, message_id, expiration, size, redelivery, record FROM messages INDEXED BY messages_order "
-    "WHERE queue = ? AND (rank, seq) > (?, ?) AND seq <= ? ORDER BY rank, seq LIMIT ?"
+    "WHERE queue = ? AND rank = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
 )
+_NEXT_RANK = "SELECT rank FROM messages INDEXED BY messages_order WHERE queue = ? AND rank > ? ORDER BY rank LIMIT 1"
+# (one priority at a time: a seq range within a rank never walks the messages stored since the restart)
 
 
 class SqliteBacklog:
@@ -46,7 +48,17 @@ class SqliteBacklog:
         return db
 
     def read(self, queue: str, after: tuple[int, int], limit: int) -> list[BacklogRow]:
-        rows: list[BacklogRow] = self.db.execute(_READ, (queue, after[0], after[1], self.last_seq, limit)).fetchall()
+        db = self.db
+        rank, seq = after
+        rows: list[BacklogRow] = []
+        while True:
+            rows += db.execute(_READ, (queue, rank, seq, self.last_seq, limit - len(rows))).fetchall()
+            if len(rows) >= limit:
+                break
+            following = db.execute(_NEXT_RANK, (queue, rank)).fetchone()
+            if following is None:
+                break
+            rank, seq = following[0], -1
         self.rows_read += len(rows)
         return rows
 
