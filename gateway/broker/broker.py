@@ -37,6 +37,7 @@ from gateway.broker.limits import (
     BLOCK,
     DROP,
     FAIL,
+    MESSAGE_OVERHEAD,
     PAGE,
     DestinationPolicies,
     DestinationPolicy,
@@ -47,10 +48,19 @@ from gateway.broker.limits import (
 from gateway.broker.paging import PageFile, StoredTail
 from gateway.broker.publication import PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
-from gateway.broker.store import DURABLE_PREFIX, DurableRecord, MemoryStore, Snapshot, StoredBacklog, durable_key
+from gateway.broker.sqlite_records import decode_message
+from gateway.broker.store import (
+    DURABLE_PREFIX,
+    BacklogRow,
+    DurableRecord,
+    MemoryStore,
+    Snapshot,
+    StoredBacklog,
+    durable_key,
+)
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
-from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError
+from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, StoreError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     Capability,
@@ -242,6 +252,7 @@ class EmbeddedBroker:
         backlog = snapshot.backlog
         if backlog is not None:
             self._recover_backlogs(snapshot.backlogs, backlog)
+            moves.extend(self._dead_letter_recovered(snapshot.redelivered))
         self._recovered(len(snapshot.messages) + snapshot.stored, snapshot)
         return gather(moves)
 
@@ -264,6 +275,30 @@ class EmbeddedBroker:
                               count=count, key=key)
                 continue
             queue.attach_backlog(StoredTail(backlog, key, count, size), backlog.last_seq)
+
+    def _dead_letter_recovered(self, redelivered: list[tuple[str, BacklogRow]]) -> list[Deferred[None]]:
+        """Lazy recovery: the stored messages whose redelivery count passed ``max_redeliveries``
+        (a delivery was under way at the crash) leave their backlog for the dead-letter queue,
+        as they would have at a NACK (the store finds them by an index, the rest is not read)."""
+        limit = self.settings.max_redeliveries
+        moves = []
+        for key, row in redelivered:
+            rank, seq, message_id, expiration, size, redelivery, record = row
+            queue = self.durables.get(key) if key.startswith(DURABLE_PREFIX) else self.queues.get(key)
+            if redelivery <= limit or queue is None or queue.name.startswith(self.settings.dead_letter_prefix):
+                continue
+            if queue.page is None or queue.page.tail is None:
+                continue
+            try:
+                message = decode_message(record)
+            except ValueError as error:
+                raise StoreError(f"message store: stored message {seq} on {key} cannot be read ({error})") from None
+            message.redelivery_count = redelivery
+            message.redelivered = True
+            queue.page.take_stored([(rank, seq, message_id, expiration, size + MESSAGE_OVERHEAD, redelivery, record)])
+            reason = f"delivery failed {redelivery} times (limit {limit})"
+            moves.append(self._dead_letter(queue, message, reason))
+        return moves
 
     # -- QueueOwner --------------------------------------------------------
 

@@ -196,6 +196,12 @@ class QueuePage:
         self.tail = tail
         self._set_head()
 
+    def take_stored(self, rows: list[BacklogRow]) -> None:
+        """Take these rows of the recovered backlog out of it (rows as :class:`StoredTail` has them)."""
+        if self.tail is not None:
+            self.tail.take(rows)
+            self._set_head()
+
     def _set_head(self) -> None:
         tail = self.tail
         head = self._fhead

@@ -55,6 +55,10 @@ _ORDER_INDEX = "CREATE INDEX messages_order ON messages (queue, rank, seq, size)
 """A queue's messages in dispatch order (lazy recovery reads a backlog from it, and
 counts it without reading the records)."""
 
+_REDELIVERED_INDEX = "CREATE INDEX messages_redelivered ON messages (seq) WHERE redelivery > 0"
+"""The messages delivered before (a restart dead-letters those past max_redeliveries
+without reading the others)."""
+
 _MIGRATE_1_TO_2 = (
     "ALTER TABLE messages ADD COLUMN rank INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE messages ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
@@ -63,6 +67,7 @@ _MIGRATE_1_TO_2 = (
     "rank = -(instr('0123456789ABCDEF', substr(hex(substr(record, 4, 1)), 1, 1)) - 1) * 16 "
     "- (instr('0123456789ABCDEF', substr(hex(substr(record, 4, 1)), 2, 1)) - 1)",
     _ORDER_INDEX,
+    _REDELIVERED_INDEX,
     "PRAGMA user_version = 2",
 )
 
@@ -78,6 +83,7 @@ _SCHEMA = (
         size INTEGER NOT NULL DEFAULT 0
     )""",
     _ORDER_INDEX,
+    _REDELIVERED_INDEX,
     """CREATE TABLE durables (
         key TEXT PRIMARY KEY,
         destination TEXT NOT NULL,
@@ -366,13 +372,20 @@ class SqliteStore:
                         "SELECT queue, count(*), sum(size) FROM messages INDEXED BY messages_order GROUP BY queue"
                     )
                 }
+                redelivered = [
+                    (queue, (rank, seq, message_id, expiration, size, redelivery, record))
+                    for queue, rank, seq, message_id, expiration, size, redelivery, record in db.execute(
+                        "SELECT queue, rank, seq, message_id, expiration, size, redelivery, record FROM messages "
+                        "INDEXED BY messages_redelivered WHERE redelivery > 0 ORDER BY seq"
+                    )
+                ]
                 last = db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0
                 self._rows.next_seq = max(self._rows.next_seq, last + 1)
                 db.execute("COMMIT")
                 self.backlog = SqliteBacklog(self, last)
                 return Snapshot(durables=durables, expired=max(0, expired),
                                 stored=sum(count for count, _ in backlogs.values()), backlogs=backlogs,
-                                backlog=self.backlog)
+                                backlog=self.backlog, redelivered=redelivered)
             for seq, queue, redelivery, record in db.execute(
                 "SELECT seq, queue, redelivery, record FROM messages ORDER BY seq"
             ):

@@ -60,6 +60,11 @@ class StoredRow:
     record: bytes
 
 
+BacklogRow = tuple[int, int, str, int, int, int, bytes]
+"""A stored message read lazily: (-priority, store seq, message id, expiration, record
+length, redelivery count, record)."""
+
+
 @dataclass(slots=True)
 class Snapshot:
     """Everything a store holds, for recovery at start-up.
@@ -80,11 +85,9 @@ class Snapshot:
     stored: int = 0
     backlogs: dict[str, tuple[int, int]] = field(default_factory=dict)
     backlog: StoredBacklog | None = None
-
-
-BacklogRow = tuple[int, int, str, int, int, int, bytes]
-"""A stored message read lazily: (-priority, store seq, message id, expiration, record
-length, redelivery count, record)."""
+    redelivered: list[tuple[str, BacklogRow]] = field(default_factory=list)
+    """Lazy recovery: the stored messages delivered before (a redelivery count above 0), with
+    their queue key, in stored order; they are part of :attr:`backlogs` too."""
 
 
 class StoredBacklog(Protocol):
