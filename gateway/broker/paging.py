@@ -47,6 +47,8 @@ CHUNK_ROWS = 500
 SEARCH_SLICE = 0.02
 """Seconds one search of the page may take before it stops (to go on in a later reactor
 turn): a selector's match behind 100,000 others does not stall the reactor."""
+SEARCH_CLOCK_EVERY = 32
+"""A search looks at the clock once per this many messages."""
 WRITE_ROWS = 64
 """Paged-out messages written to the file together ..."""
 WRITE_BYTES = 256 * 1024
@@ -328,7 +330,8 @@ class QueuePage:
         for examined, (rank, seq, row_id, counted, redelivery, record, row) in enumerate(heapq.merge(*scans), 1):
             if before is not None and (rank, seq) >= before:
                 break
-            if deadline is not None and last is not None and not examined % 32 and time.monotonic() > deadline:
+            if (deadline is not None and last is not None and not examined % SEARCH_CLOCK_EVERY
+                    and time.monotonic() > deadline):
                 self.stopped = last
                 break
             last = (rank, seq)

@@ -35,6 +35,7 @@ class SqliteBacklog:
         self.store = store
         self.last_seq = last_seq
         self._db: sqlite3.Connection | None = None
+        self.closed = False
         self.rows_read = 0
         """Rows read so far (tests: a restart reads no backlog)."""
 
@@ -48,6 +49,8 @@ class SqliteBacklog:
         return db
 
     def read(self, queue: str, after: tuple[int, int], limit: int) -> list[BacklogRow]:
+        if self.closed:  # (the broker stopped: nothing more is delivered)
+            return []
         db = self.db
         rank, seq = after
         rows: list[BacklogRow] = []
@@ -75,6 +78,7 @@ class SqliteBacklog:
         self.store.writer.submit(load)
 
     def close(self) -> None:
+        self.closed = True
         if self._db is not None:
             self._db.close()
             self._db = None

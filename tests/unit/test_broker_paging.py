@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 
+from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import (
     MESSAGE_OVERHEAD,
@@ -568,3 +569,41 @@ def test_a_store_of_schema_version_1_gets_the_order_index_and_keeps_its_messages
     check = sqlite3.connect(str(path))
     assert check.execute("PRAGMA user_version").fetchone()[0] == 2
     check.close()
+
+
+def test_a_search_in_slices_keeps_the_order_and_delivers_each_message_once(
+    run: Run, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Searches of the page that stop after every 32 messages (and go on in later turns),
+    two selective consumers and priorities: each gets its matches in order, once; what they
+    refuse stays, in order."""
+    monkeypatch.setattr(queue_module, "SEARCH_SLICE", 0.0)
+    broker = run.broker
+    assert broker is not None
+    colors = ["red" if n % 97 == 5 else "green" if n % 89 == 7 else "blue" for n in range(2000)]
+    run.send(*[text("/queue/x", f"{color}-{n:04}", properties={"color": color}, priority=7 if n % 500 == 400 else 4)
+               for n, color in enumerate(colors)])
+    assert broker.queues["/queue/x"].paged > 1900
+    reds, greens = Sink(), Sink()
+    red = run.subscribe(reds, destination="/queue/x", ack_mode="client-individual", prefetch=1,
+                        selector="color = 'red'")
+    green = run.subscribe(greens, destination="/queue/x", ack_mode="client-individual", prefetch=1,
+                          selector="color = 'green'")
+    expected_red = sorted((f"red-{n:04}" for n, c in enumerate(colors) if c == "red"),
+                          key=lambda body: (int(body[4:]) % 500 != 400, int(body[4:])))
+    expected_green = sorted((f"green-{n:04}" for n, c in enumerate(colors) if c == "green"),
+                            key=lambda body: (int(body[6:]) % 500 != 400, int(body[6:])))
+    for sink, subscription, expected in ((reds, red, expected_red), (greens, green, expected_green)):
+        drain(run, sink, subscription, len(expected))
+        run.wait(subscription.ack([sink.got[-1][1]]))
+        assert sink.texts() == expected
+    for _ in range(100):
+        run.clock.advance(0)
+    assert len(reds.got) == len(expected_red) and len(greens.got) == len(expected_green)
+    rest = Sink()
+    others = run.subscribe(rest, destination="/queue/x", ack_mode="client-individual", prefetch=1)
+    run.wait(red.close())
+    run.wait(green.close())
+    blues = [(n, f"blue-{n:04}") for n, c in enumerate(colors) if c == "blue"]
+    drain(run, rest, others, len(blues))
+    assert rest.texts() == [body for n, body in sorted(blues, key=lambda nb: (nb[0] % 500 != 400, nb[0]))]
