@@ -7,7 +7,9 @@ transaction, and each write's Deferred fires only after the commit that
 covers it, so a RECEIPT sent on it means the message is on disk.
 :meth:`SqliteStore.open` checks the file (``PRAGMA quick_check``), purges
 expired messages and returns a :class:`Snapshot` of everything else, in the
-order it was stored.  The file is locked for this process alone.
+order it was stored (or, recovering lazily, each queue's count and a reader:
+:mod:`gateway.broker.sqlite_backlog`).  The file is locked for this process
+alone (an advisory lock; the backlog reader shares the WAL).
 
 Errors are :class:`StoreError` naming the file: a corrupt or foreign
 database, one written by a newer version, a full disk (``database or disk
@@ -139,9 +141,10 @@ class SqliteStore:
         process holds before giving up.
     :param connect: opens the connection (tests pass a slow or failing one).
     :param free_space: bytes free on a directory's file system (tests fake a full disk).
-    :param lazy_recovery: :meth:`open` gives the stored messages' count and a reader
-        (:attr:`Snapshot.read_rows`) instead of every message: a deep backlog is
-        never all in memory (the broker pages it, docs/paging.md).
+    :param lazy_recovery: :meth:`open` gives each queue's count of stored messages and a
+        reader of them (:attr:`Snapshot.backlogs`, :attr:`Snapshot.backlog`: a
+        :class:`SqliteBacklog`) instead of every message: a restart reads no message, the
+        queues read theirs when they reach them (docs/paging.md).
     """
 
     log = Logger()
