@@ -607,3 +607,31 @@ def test_a_search_in_slices_keeps_the_order_and_delivers_each_message_once(
     blues = [(n, f"blue-{n:04}") for n, c in enumerate(colors) if c == "blue"]
     drain(run, rest, others, len(blues))
     assert rest.texts() == [body for n, body in sorted(blues, key=lambda nb: (nb[0] % 500 != 400, nb[0]))]
+
+
+def test_a_restart_dead_letters_a_backlog_message_past_max_redeliveries_without_reading_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A delivery cut short by each crash counts; past max_redeliveries (2) the restart moves
+    the message to the dead-letter queue, found by its redelivery count, not by reading the backlog."""
+    run = Run(tmp_path, settings(), lazy_recovery=True)
+    run.start()
+    run.send(text("/queue/orders", "crasher"), *[text("/queue/orders", body) for body in bodies(500)])
+    for attempt in range(3):
+        sink = Sink()
+        run.subscribe(sink, destination="/queue/orders", ack_mode="client-individual", prefetch=1)
+        assert sink.texts()[:1] == ["crasher"] and sink.got[0][0].redelivery_count == attempt
+        run.settle()
+        run.restart()  # the consumer never answers: the broker died under it
+    broker = run.broker
+    assert broker is not None
+    assert len(broker.store._rows) < 10  # type: ignore[attr-defined]
+    dead = Sink()
+    run.subscribe(dead, destination="/queue/DLQ.orders")
+    assert dead.texts() == ["crasher"]
+    rest = Sink()
+    subscription = run.subscribe(rest, destination="/queue/orders", ack_mode="client-individual", prefetch=1)
+    drain(run, rest, subscription, 500)
+    assert rest.texts() == bodies(500)
+    run.wait(broker.stop())
+    run.broker = None
