@@ -419,6 +419,11 @@ class MessageQueue:
         searching = [c for c in consumers if c.has_credit() and c.selector is not None]
         if page is None or not searching:
             return before
+        positions = [self._search_at.get(consumer) for consumer in searching]
+        if None not in positions:  # (what every one of them refused before is not read again)
+            start = min(key for key in positions if key is not None)
+            if after is None or start > after:
+                after = start
         found, stopped = self._search(page, searching, after, before)
         if found:
             self._page_in(found)
