@@ -507,8 +507,8 @@ class IMessageStore(Interface):
     def open() -> Any:
         """Open the store and return a Deferred firing with a
         :class:`gateway.broker.store.Snapshot` of what it holds (for recovery):
-        every message, or their count and a reader of them in chunks
-        (``Snapshot.read_rows``, lazy recovery).
+        every message, or each queue's count and a reader of them in dispatch
+        order (``Snapshot.backlogs`` and ``Snapshot.backlog``, lazy recovery).
         Fails with StoreError naming the file if it cannot be read."""
 
     def close() -> Any:

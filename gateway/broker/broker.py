@@ -37,6 +37,7 @@ from gateway.broker.limits import (
     BLOCK,
     DROP,
     FAIL,
+    MESSAGE_OVERHEAD,
     PAGE,
     DestinationPolicies,
     DestinationPolicy,
@@ -44,11 +45,19 @@ from gateway.broker.limits import (
     default_memory_limit,
     message_size,
 )
-from gateway.broker.paging import PageFile
+from gateway.broker.paging import PageFile, StoredTail
 from gateway.broker.publication import PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
 from gateway.broker.sqlite_records import decode_message
-from gateway.broker.store import DURABLE_PREFIX, DurableRecord, MemoryStore, Snapshot, StoredRow, durable_key
+from gateway.broker.store import (
+    DURABLE_PREFIX,
+    BacklogRow,
+    DurableRecord,
+    MemoryStore,
+    Snapshot,
+    StoredBacklog,
+    durable_key,
+)
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, StoreError
@@ -70,8 +79,6 @@ from gateway.message.model import Message
 QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
 TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
 TEMP_PREFIXES = ("/remote-temp-queue/", "/remote-temp-topic/")
-RECOVERY_CHUNK = 2000
-"""Stored messages read at once at start-up (lazy recovery)."""
 
 
 def destination_kind(destination: str) -> str:
@@ -244,59 +251,56 @@ class EmbeddedBroker:
             queue.enqueue(message)
         if snapshot.expired:
             self.metrics.expired.inc(snapshot.expired)
-        read_rows = snapshot.read_rows
-        if read_rows is None:
-            self._recovered(len(snapshot.messages), snapshot)
-            return gather(moves)
-        return self._recover_rows(read_rows, moves).addCallback(
-            lambda _: self._recovered(len(snapshot.messages) + snapshot.stored, snapshot)
-        )
+        backlog = snapshot.backlog
+        if backlog is not None:
+            self._recover_backlogs(snapshot.backlogs, backlog)
+            moves.extend(self._dead_letter_recovered(snapshot.redelivered))
+        self._recovered(len(snapshot.messages) + snapshot.stored, snapshot)
+        return gather(moves)
 
     def _recovered(self, messages: int, snapshot: Snapshot) -> None:
         paged = sum(queue.paged for queue in [*self.queues.values(), *self.durables.values()])
         self.log.info(
-            "embedded broker recovered {messages} messages ({paged} paged out), {durables} durable subscriptions, "
-            "purged {expired}",
+            "embedded broker recovered {messages} messages ({paged} left in the store until consumers reach them), "
+            "{durables} durable subscriptions, purged {expired}",
             messages=messages, paged=paged, durables=len(snapshot.durables), expired=snapshot.expired,
         )
 
-    def _recover_rows(
-        self, read_rows: Callable[[int, int], Deferred[list[StoredRow]]], moves: list[Deferred[None]]
-    ) -> Deferred[Any]:
-        """Recover the stored messages a chunk at a time: what does not fit in memory is
-        paged out as stored (never decoded), so a deep backlog is never all in memory."""
+    def _recover_backlogs(self, backlogs: dict[str, tuple[int, int]], backlog: StoredBacklog) -> None:
+        """Lazy recovery: each queue learns how many stored messages it has and reads them
+        from the store, in order, as its consumers reach them (none is read now, so a
+        restart takes the same time whatever the backlog)."""
+        for key, (count, size) in backlogs.items():
+            queue = self.durables.get(key) if key.startswith(DURABLE_PREFIX) else self._queue(key)
+            if queue is None:
+                self.log.warn("ignoring {count} stored messages of unknown durable subscription {key}",
+                              count=count, key=key)
+                continue
+            queue.attach_backlog(StoredTail(backlog, key, count, size), backlog.last_seq)
+
+    def _dead_letter_recovered(self, redelivered: list[tuple[str, BacklogRow]]) -> list[Deferred[None]]:
+        """Lazy recovery: the stored messages whose redelivery count passed ``max_redeliveries``
+        (a delivery was under way at the crash) leave their backlog for the dead-letter queue,
+        as they would have at a NACK (the store finds them by an index, the rest is not read)."""
         limit = self.settings.max_redeliveries
-        unknown: set[str] = set()
-
-        def chunk(rows: list[StoredRow]) -> Deferred[Any]:
-            # The next chunk is read (on the store's thread) while this one is placed.
-            following = read_rows(rows[-1].seq, RECOVERY_CHUNK) if len(rows) == RECOVERY_CHUNK else None
-            by_queue: dict[MessageQueue, list[StoredRow]] = {}
-            for row in rows:
-                key = row.queue
-                queue = self.durables.get(key) if key.startswith(DURABLE_PREFIX) else self._queue(key)
-                if queue is None:
-                    if key not in unknown:
-                        unknown.add(key)
-                        self.log.warn("dropping stored messages of unknown durable subscription {key}", key=key)
-                    continue
-                if row.redelivery > limit and not queue.name.startswith(self.settings.dead_letter_prefix):
-                    message = _decoded(row)
-                    reason = f"delivery failed {message.redelivery_count} times (limit {limit})"
-                    moves.append(self._dead_letter(queue, message, reason))
-                    continue
-                by_queue.setdefault(queue, []).append(row)
-            for queue, queued in by_queue.items():
-                try:
-                    queue.restore(queued)
-                except ValueError as error:
-                    raise StoreError(f"message store: a stored message on {queue.key} cannot be read ({error})") \
-                        from None
-            if following is None:
-                return gather(moves)
-            return following.addCallback(chunk)
-
-        return read_rows(0, RECOVERY_CHUNK).addCallback(chunk)
+        moves = []
+        for key, row in redelivered:
+            rank, seq, message_id, expiration, size, redelivery, record = row
+            queue = self.durables.get(key) if key.startswith(DURABLE_PREFIX) else self.queues.get(key)
+            if redelivery <= limit or queue is None or queue.name.startswith(self.settings.dead_letter_prefix):
+                continue
+            if queue.page is None or queue.page.tail is None:
+                continue
+            try:
+                message = decode_message(record)
+            except ValueError as error:
+                raise StoreError(f"message store: stored message {seq} on {key} cannot be read ({error})") from None
+            message.redelivery_count = redelivery
+            message.redelivered = True
+            queue.page.take_stored([(rank, seq, message_id, expiration, size + MESSAGE_OVERHEAD, redelivery, record)])
+            reason = f"delivery failed {redelivery} times (limit {limit})"
+            moves.append(self._dead_letter(queue, message, reason))
+        return moves
 
     # -- QueueOwner --------------------------------------------------------
 
@@ -848,16 +852,6 @@ class EmbeddedBroker:
             paged.add_metric(values, queue.paged)
             paged_bytes.add_metric(values, queue.paged_size)
         yield from (in_memory, limit, paged, paged_bytes)
-
-
-def _decoded(row: StoredRow) -> Message:
-    try:
-        message = decode_message(row.record)
-    except ValueError as error:
-        raise StoreError(f"message store: stored message {row.seq} on {row.queue} cannot be read ({error})") from None
-    message.redelivery_count = row.redelivery
-    message.redelivered = message.redelivered or row.redelivery > 0
-    return message
 
 
 def _queue_memory(queue: MessageQueue) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import heapq
 import os
 import sqlite3
 import time
@@ -31,7 +32,9 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from gateway.broker.limits import MESSAGE_OVERHEAD
 from gateway.broker.sqlite_records import decode_message, encode_message
+from gateway.broker.store import BacklogRow, StoredBacklog
 from gateway.message.model import Message
 
 Entry = tuple[int, int, Message, int]
@@ -41,9 +44,17 @@ Key = tuple[int, int]
 
 NotPaged = Callable[[list[Entry], BaseException], None]
 """Takes back the messages of a page-out that failed, with the error."""
+ScanRow = tuple[int, int, int | None, int, int, bytes, BacklogRow | None]
+"""A paged message met by a search: (rank, seq, page file row id, counted size, redelivery,
+record, its stored row when it is still only in the message store)."""
 
 CHUNK_ROWS = 500
 """Rows read at once when a selector searches the page."""
+SEARCH_SLICE = 0.02
+"""Seconds one search of the page may take before it stops (to go on in a later reactor
+turn): a selector's match behind 100,000 others does not stall the reactor."""
+SEARCH_CLOCK_EVERY = 32
+"""A search looks at the clock once per this many messages."""
 WRITE_ROWS = 64
 """Paged-out messages written to the file together ..."""
 WRITE_BYTES = 256 * 1024
@@ -79,7 +90,8 @@ class PageFile:
     """The broker's page file (opened at the first page-out).
 
     :param path: the file; None keeps the pages in SQLite's memory (tests).
-    :param call_later: unused (writes commit at once); kept for callers.
+    :param call_later: the reactor's ``callLater``: a selector search that ran out of its
+        time slice goes on in a later turn (:meth:`later`); writes commit at once.
     """
 
     log = Logger()
@@ -87,6 +99,7 @@ class PageFile:
     def __init__(self, path: str | None, call_later: Callable[..., Any] | None = None,
                  clock: Callable[[], float] = time.monotonic, min_free: int = 0) -> None:
         self.path = path
+        self._call_later = call_later
         self.min_free = min_free
         """Disk bytes page-outs leave free (``[broker] min_free``, as the store does; 0: no check)."""
         self._clock = clock
@@ -193,6 +206,13 @@ class PageFile:
                     db.execute("ROLLBACK")
             raise
 
+    def later(self, call: Callable[[], object]) -> bool:
+        """Run ``call`` in a later reactor turn; False when there is no reactor to ask."""
+        if self._call_later is None:
+            return False
+        self._call_later(0, call)
+        return True
+
     def commit(self) -> None:
         if self._db is not None and self._db.in_transaction:
             self._db.execute("COMMIT")
@@ -215,7 +235,8 @@ class QueuePage:
     """
 
     __slots__ = (
-        "_unwritten", "_unwritten_size", "count", "failures", "file", "flushes", "head", "id", "not_paged", "size",
+        "_fhead", "_unwritten", "_unwritten_size", "failures", "fcount", "file", "flushes", "fsize", "head", "id",
+        "not_paged", "stopped", "tail",
     )
 
     def __init__(self, file: PageFile, id: int, not_paged: NotPaged | None = None) -> None:
@@ -228,12 +249,49 @@ class QueuePage:
         """Page-outs written to the file."""
         self._unwritten: list[tuple[Any, ...]] = []
         self._unwritten_size = 0
-        self.count = 0
-        self.size = 0
+        self.fcount = 0
+        """Messages in the page file."""
+        self.fsize = 0
+        self._fhead: Key | None = None
         self.head: Key | None = None
+        self.tail: StoredTail | None = None
+        """Recovered messages still only in the message store (lazy recovery)."""
+        self.stopped: Key | None = None
+        """Where the last search with a budget stopped (None: it reached its end)."""
 
     def __len__(self) -> int:
         return self.count
+
+    @property
+    def count(self) -> int:
+        tail = self.tail
+        return self.fcount + (tail.count if tail is not None else 0)
+
+    @property
+    def size(self) -> int:
+        tail = self.tail
+        return self.fsize + (tail.size if tail is not None else 0)
+
+    def attach(self, tail: StoredTail) -> None:
+        """Recovery: ``tail`` comes after what the page holds (nothing, at a restart)."""
+        self.tail = tail
+        self._set_head()
+
+    def take_stored(self, rows: list[BacklogRow]) -> None:
+        """Take these rows of the recovered backlog out of it (rows as :class:`StoredTail` has them)."""
+        if self.tail is not None:
+            self.tail.take(rows)
+            self._set_head()
+
+    def _set_head(self) -> None:
+        tail = self.tail
+        head = self._fhead
+        if tail is not None:
+            if not tail.count:
+                self.tail = None
+            elif tail.head is not None and (head is None or tail.head < head):
+                head = tail.head
+        self.head = head
 
     def write(self, entries: list[Entry]) -> None:
         """Page out ``entries``."""
@@ -255,10 +313,11 @@ class QueuePage:
             unwritten.append((page, *row))
             self._unwritten_size += len(row[6])
             key = (row[0], row[1])
-            if self.head is None or key < self.head:
-                self.head = key
-            self.size += row[4]
-        self.count += len(rows)
+            if self._fhead is None or key < self._fhead:
+                self._fhead = key
+            self.fsize += row[4]
+        self.fcount += len(rows)
+        self._set_head()
         if len(unwritten) >= WRITE_ROWS or self._unwritten_size >= WRITE_BYTES:
             self._write()
 
@@ -294,79 +353,122 @@ class QueuePage:
         self._unwritten_size = 0
         entries = [(rank, seq, _decode(record, redelivery), size)
                    for _, rank, seq, _, _, size, redelivery, record in rows]
-        self.count -= len(entries)
-        self.size -= sum(entry[3] for entry in entries)
-        self.head = None
-        if self.count > 0:
+        self.fcount -= len(entries)
+        self.fsize -= sum(entry[3] for entry in entries)
+        self._fhead = None
+        if self.fcount > 0:
             with contextlib.suppress(sqlite3.Error):
                 row = self.file.db.execute(
                     "SELECT rank, seq FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT 1", (self.id,)
                 ).fetchone()
-                self.head = (row[0], row[1]) if row is not None else None
-        if self.head is None:
-            self.count = self.size = 0
+                self._fhead = (row[0], row[1]) if row is not None else None
+        if self._fhead is None:
+            self.fcount = self.fsize = 0
+        self._set_head()
         return entries
 
     def read(self, rows: int, size: int) -> list[Entry]:
         """Take the first messages (at least one, at most ``rows``, about ``size`` bytes) back."""
         if not self.count:
             return []
-        db = self._write()
-        found = db.execute(
-            "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
-            (self.id, rows + 1),
-        ).fetchall()
+        found: list[tuple[Any, ...]] = []
+        if self.fcount:
+            found = self._write().execute(
+                "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
+                (self.id, rows + 1),
+            ).fetchall()
+        stored = self.tail.peek(rows + 1) if self.tail is not None else []
         taken: list[Entry] = []
         total = 0
-        last = min(len(found), rows)
-        for index in range(last):
-            rank, seq, counted, redelivery, record = found[index]
+        index = next_stored = 0
+        file_end: Key | None = None
+        while len(taken) < rows:
+            from_file = index < len(found)
+            if next_stored < len(stored) and (not from_file or stored[next_stored][:2] < found[index][:2]):
+                rank, seq, _, _, counted, redelivery, record = stored[next_stored]
+                from_file = False
+            elif from_file:
+                rank, seq, counted, redelivery, record = found[index]
+            else:
+                break
             if taken and total + counted > size:
-                last = index
                 break
             taken.append((rank, seq, _decode(record, redelivery), counted))
             total += counted
-        if not taken:  # (cannot happen while count is right; never loop on it)
-            self.count = self.size = 0
-            self.head = None
-            return []
-        end = taken[-1]
-        db.execute("DELETE FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?)", (self.id, end[0], end[1]))
-        self.count -= len(taken)
-        self.size -= total
-        if last < len(found):
-            self.head = (found[last][0], found[last][1])
-        else:
-            self.count = self.size = 0
-            self.head = None
+            if from_file:
+                index += 1
+                file_end = (rank, seq)
+                self.fcount -= 1
+                self.fsize -= counted
+            else:
+                next_stored += 1
+        if file_end is not None:
+            self.file.write().execute(
+                "DELETE FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?)", (self.id, file_end[0], file_end[1])
+            )
+            if index < len(found):
+                self._fhead = (found[index][0], found[index][1])
+            else:
+                self.fcount = self.fsize = 0
+                self._fhead = None
+        if next_stored:
+            assert self.tail is not None
+            self.tail.advance(stored[:next_stored])
+        if not taken:  # (cannot happen while the counts are right; never loop on it)
+            self.fcount = self.fsize = 0
+            self._fhead = None
+            self.tail = None
+        self._set_head()
         return taken
 
     def search(
         self, predicate: Callable[[Message], bool], rows: int, size: int, after: Key | None = None,
-        before: Key | None = None,
+        before: Key | None = None, budget: float | None = None,
     ) -> list[Entry]:
         """Take the first messages ``predicate`` accepts (at most ``rows``, about ``size`` bytes),
         reading the page in chunks from its head (or past the key ``after``) up to the key
-        ``before``; [] when none does."""
+        ``before``; [] when none does.  With a ``budget`` (seconds), the search stops once it
+        is spent: :attr:`stopped` is then the key searched up to (None: searched to the end)."""
+        self.stopped = None
+        deadline = time.monotonic() + budget if budget is not None else None
+        last: Key | None = None
         taken: list[Entry] = []
         ids: list[tuple[int]] = []
+        stored: list[BacklogRow] = []
         total = 0
-        for row_id, rank, seq, counted, redelivery, record in self._scan(after):
+        scans: list[Iterator[ScanRow]] = [self._scan(after)]
+        if self.tail is not None:
+            scans.append(self.tail.scan(after))
+        for examined, (rank, seq, row_id, counted, redelivery, record, row) in enumerate(heapq.merge(*scans), 1):
             if before is not None and (rank, seq) >= before:
                 break
+            if (deadline is not None and last is not None and not examined % SEARCH_CLOCK_EVERY
+                    and time.monotonic() > deadline):
+                self.stopped = last
+                break
+            last = (rank, seq)
             message = _decode(record, redelivery)
             if predicate(message):
                 if taken and total + counted > size:
                     break
                 taken.append((rank, seq, message, counted))
-                ids.append((row_id,))
+                if row is None:
+                    ids.append((row_id or 0,))
+                else:
+                    stored.append(row)
                 total += counted
                 if len(taken) >= rows:
                     break
-        self._forget(ids, taken)
+        if stored:
+            assert self.tail is not None
+            self.tail.take(stored)
+        self._forget(ids, [entry for entry in taken if entry[1] not in {row[1] for row in stored}])
+        self._set_head()
         return taken
 
-    def _scan(self, after: Key | None = None) -> Iterator[tuple[int, int, int, int, int, bytes]]:
+    def _scan(self, after: Key | None = None) -> Iterator[ScanRow]:
+        if not self.fcount:
+            return
         if after is None:
             after = (-(2**62), -(2**62))
         db = self._write()
@@ -376,7 +478,8 @@ class QueuePage:
                 "ORDER BY rank, seq LIMIT ?",
                 (self.id, after[0], after[1], CHUNK_ROWS),
             ).fetchall()
-            yield from chunk
+            for row_id, rank, seq, counted, redelivery, record in chunk:
+                yield rank, seq, row_id, counted, redelivery, record, None
             if len(chunk) < CHUNK_ROWS:
                 return
             after = (chunk[-1][1], chunk[-1][2])
@@ -386,8 +489,9 @@ class QueuePage:
         return self.search(lambda message: message.message_id in message_ids, self.count or 1, 2**62)
 
     def take_expired(self, now_ms: int) -> list[Entry]:
-        """Take the messages expired at ``now_ms``."""
-        if not self.count:
+        """Take the messages of the page file expired at ``now_ms`` (a recovered backlog's
+        expired messages are dropped when they are reached)."""
+        if not self.fcount:
             return []
         rows = self._write().execute(
             "SELECT id, rank, seq, size, redelivery, record FROM paged "
@@ -411,16 +515,22 @@ class QueuePage:
         rows = self._write().execute(
             "SELECT rank, seq, size, redelivery, record FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT ?",
             (self.id, limit),
-        ).fetchall()
-        return [(rank, seq, _decode(record, redelivery), size) for rank, seq, size, redelivery, record in rows]
+        ).fetchall() if self.fcount else []
+        if self.tail is not None:
+            rows.extend((rank, seq, counted, redelivery, record)
+                        for rank, seq, _, _, counted, redelivery, record in self.tail.peek(limit))
+            rows.sort(key=lambda row: (row[0], row[1]))
+        return [(rank, seq, _decode(record, redelivery), size) for rank, seq, size, redelivery, record in rows[:limit]]
 
     def clear(self) -> None:
         """Forget every paged message."""
         self._unwritten = []
         self._unwritten_size = 0
-        if self.count:
+        if self.fcount:
             self.file.write().execute("DELETE FROM paged WHERE queue = ?", (self.id,))
-        self.count = self.size = 0
+        self.fcount = self.fsize = 0
+        self._fhead = None
+        self.tail = None
         self.head = None
 
     def _forget(self, ids: list[tuple[int]], taken: list[Entry]) -> None:
@@ -428,16 +538,18 @@ class QueuePage:
             return
         with self.file.transaction() as db:
             db.executemany("DELETE FROM paged WHERE id = ?", ids)
-        self.count -= len(taken)
-        self.size -= sum(entry[3] for entry in taken)
-        if self.count <= 0:
-            self.count = self.size = 0
-            self.head = None
+        self.fcount -= len(taken)
+        self.fsize -= sum(entry[3] for entry in taken)
+        if self.fcount <= 0:
+            self.fcount = self.fsize = 0
+            self._fhead = None
+            self._set_head()
             return
         row = db.execute(
             "SELECT rank, seq FROM paged WHERE queue = ? ORDER BY rank, seq LIMIT 1", (self.id,)
         ).fetchone()
-        self.head = (row[0], row[1]) if row is not None else None
+        self._fhead = (row[0], row[1]) if row is not None else None
+        self._set_head()
 
 
 def _decode(record: bytes, redelivery: int) -> Message:
@@ -445,3 +557,81 @@ def _decode(record: bytes, redelivery: int) -> Message:
     message.redelivery_count = redelivery
     message.redelivered = message.redelivered or redelivery > 0
     return message
+
+
+class StoredTail:
+    """A queue's recovered backlog still only in the message store (lazy recovery): its
+    messages after the key :attr:`after` in dispatch order, read from the store when
+    the queue reaches them.  Messages taken from its middle (a selector's match) are
+    remembered until the reading passes them.
+
+    Rows are (rank, seq, message id, expiration, counted size, redelivery, record):
+    the store's record length plus :data:`MESSAGE_OVERHEAD`.
+    """
+
+    __slots__ = ("after", "backlog", "count", "head", "queue", "size", "taken")
+
+    def __init__(self, backlog: StoredBacklog, queue: str, count: int, size: int) -> None:
+        self.backlog = backlog
+        self.queue = queue
+        self.count = count
+        self.size = size + count * MESSAGE_OVERHEAD
+        self.after: Key = (-(2**62), -(2**62))
+        self.taken: dict[int, int] = {}
+        """seq -> rank of the rows taken past :attr:`after`."""
+        self.head: Key | None = None
+        self._find_head()
+
+    def _rows(self, after: Key, limit: int) -> list[BacklogRow]:
+        rows = [
+            (rank, seq, message_id, expiration, size + MESSAGE_OVERHEAD, redelivery, record)
+            for rank, seq, message_id, expiration, size, redelivery, record
+            in self.backlog.read(self.queue, after, limit + len(self.taken))
+            if seq not in self.taken
+        ]
+        return rows[:limit]
+
+    def _find_head(self) -> None:
+        if self.count <= 0:
+            self.count = self.size = 0
+            self.head = None
+            return
+        first = self._rows(self.after, 1)
+        self.head = (first[0][0], first[0][1]) if first else None
+        if not first:  # (the store holds fewer than counted: acknowledged meanwhile)
+            self.count = self.size = 0
+
+    def peek(self, limit: int) -> list[BacklogRow]:
+        """The next ``limit`` rows, left where they are."""
+        return self._rows(self.after, limit) if self.count else []
+
+    def advance(self, rows: list[BacklogRow]) -> None:
+        """``rows``, the first ones, were taken."""
+        after = self.after = (rows[-1][0], rows[-1][1])
+        if self.taken:
+            self.taken = {seq: rank for seq, rank in self.taken.items() if (rank, seq) > after}
+        self._took(rows)
+
+    def take(self, rows: list[BacklogRow]) -> None:
+        """``rows`` were taken from anywhere."""
+        self.taken.update((row[1], row[0]) for row in rows)
+        self._took(rows)
+
+    def _took(self, rows: list[BacklogRow]) -> None:
+        self.backlog.track(self.queue, rows)
+        self.count -= len(rows)
+        self.size -= sum(row[4] for row in rows)
+        self._find_head()
+
+    def scan(self, after: Key | None) -> Iterator[ScanRow]:
+        """Every row past ``after`` (and the cursor), in order, read in chunks."""
+        if not self.count:
+            return
+        position = self.after if after is None or after < self.after else after
+        while True:
+            chunk = self._rows(position, CHUNK_ROWS)
+            for row in chunk:
+                yield row[0], row[1], None, row[4], row[5], row[6], row
+            if len(chunk) < CHUNK_ROWS:
+                return
+            position = (chunk[-1][0], chunk[-1][1])

@@ -27,10 +27,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.broker.limits import MESSAGE_OVERHEAD, DestinationPolicy, MemoryUsage, message_size
-from gateway.broker.paging import RETRY_SECONDS, Entry, Key, PageFile, QueuePage
-from gateway.broker.sqlite_records import decode_message, record_header
-from gateway.broker.store import StoredRow
+from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
+from gateway.broker.paging import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
 from gateway.deferreds import gather
 from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, ISubscription, ITransactionalAcks, SubscriptionSpec
@@ -133,6 +131,12 @@ class MessageQueue:
         self._searched: set[QueueSubscription] = set()
         """Consumers whose selector accepts nothing in the page (searched, and nothing
         it accepts was paged out since)."""
+        self._search_at: dict[QueueSubscription, Key] = {}
+        """How far the page was searched for each selective consumer: every paged message up
+        to that key is refused by its selector or was taken.  A search resumes there (a
+        search stops after :data:`SEARCH_SLICE` seconds, to go on in the next reactor turn)."""
+        self._search_later = False
+        """Whether a dispatch is scheduled to go on with a search that ran out of time."""
         self.enqueued = 0
         """Messages that entered this queue since start (redeliveries not counted again)."""
         self.dequeued = 0
@@ -213,6 +217,11 @@ class MessageQueue:
         if self._searched:
             message = entry[2]
             self._searched = {c for c in self._searched if c.selector is None or not c.selector(message)}
+        if self._search_at:
+            key = (entry[0], entry[1])
+            for consumer, searched in list(self._search_at.items()):
+                if key <= searched and (consumer.selector is None or consumer.selector(entry[2])):
+                    del self._search_at[consumer]
         return True
 
     def _not_paged(self, entries: list[Entry], error: BaseException) -> None:
@@ -248,33 +257,17 @@ class MessageQueue:
         if self.consumers:
             self.dispatch()
 
-    def restore(self, rows: list[StoredRow]) -> None:
-        """Recovery: add stored messages in stored order.  What does not fit in memory is
-        paged out as stored, without being decoded."""
-        paging: list[tuple[int, int, str, int, int, int, bytes]] = []
+    def attach_backlog(self, tail: StoredTail, last_seq: int) -> None:
+        """Recovery: the queue's stored messages, left in the store (lazy recovery) and
+        read in order as the queue reaches them; later messages come after them."""
+        if not tail.count:
+            return
         page = self.page
-        for row in rows:
-            priority, expiration = record_header(row.record)
-            size = MESSAGE_OVERHEAD + len(row.record)
-            seq = next(self._seq)
-            self.enqueued += 1
-            if paging or (page is not None and page.count) or self.full(size):
-                if self.usage.used + size > self.usage.limit:
-                    self.usage.reached()
-                paging.append((-priority, seq, row.message_id, expiration, size, row.redelivery, row.record))
-                continue
-            message = decode_message(row.record)
-            message.redelivery_count = row.redelivery
-            message.redelivered = message.redelivered or row.redelivery > 0
-            self._hold((-priority, seq, message, message_size(message)))
-        if paging:
-            if page is None:
-                page = self.page = self.owner.page_file().queue(self._not_paged)
-            started = not page.count
-            page.write_rows(paging)
-            self.paged_out += len(paging)
-            if started:
-                self.owner.paging(self, True)
+        if page is None:
+            page = self.page = self.owner.page_file().queue(self._not_paged)
+        self.enqueued += tail.count
+        self._seq = itertools.count(last_seq + 1)
+        page.attach(tail)
         if self.consumers:
             self.dispatch()
 
@@ -376,6 +369,7 @@ class MessageQueue:
         if subscription in self.consumers:
             self.consumers.remove(subscription)
             self._searched.discard(subscription)
+            self._search_at.pop(subscription, None)
             self._rr = 0
 
     def dispatch(self) -> None:
@@ -413,6 +407,8 @@ class MessageQueue:
                         # Selective consumers skip what memory holds: a paged message they accept
                         # may come before the next one in memory.
                         searched = self._search_before(consumers, searched, (heap[0][0], heap[0][1]))
+                        if searched is None:  # (out of time: goes on in the next reactor turn)
+                            return
                 if not heap:
                     return
                 ready = [consumer for consumer in consumers if consumer.has_credit()]
@@ -434,43 +430,72 @@ class MessageQueue:
             for entry in skipped:
                 heapq.heappush(heap, entry)
 
-    def _search_before(self, consumers: list[QueueSubscription], after: Key | None, before: Key) -> Key:
+    def _search_before(self, consumers: list[QueueSubscription], after: Key | None, before: Key) -> Key | None:
         """Bring the paged messages between ``after`` and ``before`` that a ready consumer's
-        selector accepts into memory; returns the key searched up to."""
+        selector accepts into memory; returns the key searched up to, None when the search
+        ran out of time (dispatching goes on in a later reactor turn)."""
         page = self.page
-        selectors = [c.selector for c in consumers if c.has_credit() and c.selector is not None]
-        if page is None or not selectors:
+        searching = [c for c in consumers if c.has_credit() and c.selector is not None]
+        if page is None or not searching:
             return before
-
-        def accepted(message: Message) -> bool:
-            return any(selector(message) for selector in selectors)
-
-        found = page.search(accepted, PAGE_IN_ROWS, self._room(), after=after, before=before)
-        if not found:
-            return before
-        self._page_in(found)
-        return (found[-1][0], found[-1][1])
+        positions = [self._search_at.get(consumer) for consumer in searching]
+        if None not in positions:  # (what every one of them refused before is not read again)
+            start = min(key for key in positions if key is not None)
+            if after is None or start > after:
+                after = start
+        found, stopped = self._search(page, searching, after, before)
+        if found:
+            self._page_in(found)
+        if stopped:
+            return None
+        return (found[-1][0], found[-1][1]) if found else before
 
     def _search_page(self, consumers: list[QueueSubscription]) -> bool:
         """The ready consumers refuse everything memory holds: bring the first paged
-        messages one of their selectors accepts into memory; False when there are none."""
+        messages one of their selectors accepts into memory; False when there are none
+        (or none yet: a search that ran out of time goes on in a later reactor turn)."""
         page = self.page
         if page is None or not page.count:
             return False
         searching = [c for c in consumers if c.has_credit() and c.selector is not None and c not in self._searched]
         if not searching:
             return False
+        positions = [self._search_at.get(consumer) for consumer in searching]
+        after = None if None in positions else min(key for key in positions if key is not None)
+        found, stopped = self._search(page, searching, after, None)
+        if not found:
+            if not stopped:
+                self._searched.update(searching)
+            return False
+        self._page_in(found)
+        return True
+
+    def _search(
+        self, page: QueuePage, searching: list[QueueSubscription], after: Key | None, before: Key | None
+    ) -> tuple[list[Entry], bool]:
+        """One search of the page for ``searching``'s selectors, within :data:`SEARCH_SLICE`;
+        (what it took, whether it ran out of time).  Remembers how far it went."""
         selectors = [consumer.selector for consumer in searching if consumer.selector is not None]
 
         def accepted(message: Message) -> bool:
             return any(selector(message) for selector in selectors)
 
-        found = page.search(accepted, PAGE_IN_ROWS, self._room())
-        if not found:
-            self._searched.update(searching)
-            return False
-        self._page_in(found)
-        return True
+        found = page.search(accepted, PAGE_IN_ROWS, self._room(), after=after, before=before, budget=SEARCH_SLICE)
+        stopped = page.stopped
+        reached = stopped if stopped is not None else (found[-1][0], found[-1][1]) if found else None
+        if reached is not None:
+            for consumer in searching:
+                # (what was searched joins what this consumer's earlier searches covered)
+                known = self._search_at.get(consumer)
+                if (after is None or (known is not None and known >= after)) and (known is None or known < reached):
+                    self._search_at[consumer] = reached
+        if stopped is not None and not self._search_later:
+            self._search_later = page.file.later(self._searched_on)
+        return found, stopped is not None
+
+    def _searched_on(self) -> None:
+        self._search_later = False
+        self.dispatch()
 
     def _pick(self, ready: list[QueueSubscription], message: Message) -> QueueSubscription | None:
         count = len(ready)

@@ -7,7 +7,9 @@ transaction, and each write's Deferred fires only after the commit that
 covers it, so a RECEIPT sent on it means the message is on disk.
 :meth:`SqliteStore.open` checks the file (``PRAGMA quick_check``), purges
 expired messages and returns a :class:`Snapshot` of everything else, in the
-order it was stored.  The file is locked for this process alone.
+order it was stored (or, recovering lazily, each queue's count and a reader:
+:mod:`gateway.broker.sqlite_backlog`).  The file is locked for this process
+alone (an advisory lock; the backlog reader shares the WAL).
 
 Errors are :class:`StoreError` naming the file: a corrupt or foreign
 database, one written by a newer version, a full disk (``database or disk
@@ -27,8 +29,10 @@ reused).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,16 +40,38 @@ from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.sqlite_backlog import SqliteBacklog
 from gateway.broker.sqlite_records import decode_message, encode_message
 from gateway.broker.sqlite_rows import RowIndex
 from gateway.broker.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
-from gateway.broker.store import DurableRecord, Snapshot, StoredRow
+from gateway.broker.store import DurableRecord, Snapshot
 from gateway.errors import GatewayError, StoreError
 from gateway.interfaces import IMessageStore
 from gateway.message.model import Message
 
 APPLICATION_ID = 0x4A4D5347  # "JMSG": marks a file as a jmsgateway message store
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``rank`` (-priority) and ``size`` columns and the ``messages_order`` index (lazy recovery)."""
+
+_ORDER_INDEX = "CREATE INDEX messages_order ON messages (queue, rank, seq, size)"
+"""A queue's messages in dispatch order (lazy recovery reads a backlog from it, and
+counts it without reading the records)."""
+
+_REDELIVERED_INDEX = "CREATE INDEX messages_redelivered ON messages (seq) WHERE redelivery > 0"
+"""The messages delivered before (a restart dead-letters those past max_redeliveries
+without reading the others)."""
+
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE messages ADD COLUMN rank INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE messages ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
+    # (the record's fourth byte is the priority, sqlite_records._FIXED)
+    "UPDATE messages SET size = length(record), "
+    "rank = -(instr('0123456789ABCDEF', substr(hex(substr(record, 4, 1)), 1, 1)) - 1) * 16 "
+    "- (instr('0123456789ABCDEF', substr(hex(substr(record, 4, 1)), 2, 1)) - 1)",
+    _ORDER_INDEX,
+    _REDELIVERED_INDEX,
+    "PRAGMA user_version = 2",
+)
 
 _SCHEMA = (
     """CREATE TABLE messages (
@@ -54,8 +80,12 @@ _SCHEMA = (
         message_id TEXT NOT NULL,
         expiration INTEGER NOT NULL,
         redelivery INTEGER NOT NULL,
-        record BLOB NOT NULL
+        record BLOB NOT NULL,
+        rank INTEGER NOT NULL DEFAULT 0,
+        size INTEGER NOT NULL DEFAULT 0
     )""",
+    _ORDER_INDEX,
+    _REDELIVERED_INDEX,
     """CREATE TABLE durables (
         key TEXT PRIMARY KEY,
         destination TEXT NOT NULL,
@@ -65,7 +95,10 @@ _SCHEMA = (
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
-_INSERT = "INSERT INTO messages (seq, queue, message_id, expiration, redelivery, record) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT = (
+    "INSERT INTO messages (seq, queue, message_id, expiration, redelivery, record, rank, size) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _DELETE = "DELETE FROM messages WHERE seq = ?"
 _SET_REDELIVERY = "UPDATE messages SET redelivery = ? WHERE seq = ?"
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
@@ -73,11 +106,13 @@ _ROW_OVERHEAD = 256  # cell header, page fill, WAL frame share
 DEFAULT_MIN_FREE = 16 * 1024 * 1024
 _CHECKPOINT_MARGIN = 8 * 1024 * 1024  # twice the WAL's auto-checkpoint size (1000 pages)
 
-Row = tuple[str, str, int, int, bytes]
+Row = tuple[str, str, int, int, bytes, int, int]
 
 
 def _row(queue: str, message: Message) -> Row:
-    return (queue, message.message_id, message.expiration, message.redelivery_count, encode_message(message))
+    record = encode_message(message)
+    return (queue, message.message_id, message.expiration, message.redelivery_count, record, -message.priority,
+            len(record))
 
 
 def _growth(rows: list[Row]) -> int:
@@ -106,9 +141,10 @@ class SqliteStore:
         process holds before giving up.
     :param connect: opens the connection (tests pass a slow or failing one).
     :param free_space: bytes free on a directory's file system (tests fake a full disk).
-    :param lazy_recovery: :meth:`open` gives the stored messages' count and a reader
-        (:attr:`Snapshot.read_rows`) instead of every message: a deep backlog is
-        never all in memory (the broker pages it, docs/paging.md).
+    :param lazy_recovery: :meth:`open` gives each queue's count of stored messages and a
+        reader of them (:attr:`Snapshot.backlogs`, :attr:`Snapshot.backlog`: a
+        :class:`SqliteBacklog`) instead of every message: a restart reads no message, the
+        queues read theirs when they reach them (docs/paging.md).
     """
 
     log = Logger()
@@ -137,6 +173,8 @@ class SqliteStore:
         self.min_free = min_free
         self._free_space = free_space
         self.lazy_recovery = lazy_recovery
+        self.backlog: SqliteBacklog | None = None
+        self._lock_fd: int | None = None
         self._directory = os.path.dirname(os.path.abspath(self.path))
         self._page_size = 4096
         journal = TransactionJournal()
@@ -173,7 +211,7 @@ class SqliteStore:
             return snapshot
 
         def failed(failure: Any) -> Any:
-            stopped = self.writer.stop()
+            stopped = self.writer.stop().addBoth(self._unlock)
             stopped.addBoth(lambda _: failure)
             return stopped
 
@@ -181,7 +219,9 @@ class SqliteStore:
 
     def close(self) -> Deferred[None]:
         """Write what is pending, then close the file."""
-        return self.writer.stop()
+        if self.backlog is not None:
+            self.backlog.close()
+        return self.writer.stop().addBoth(self._unlock)
 
     # -- writes ------------------------------------------------------------
 
@@ -229,18 +269,43 @@ class SqliteStore:
     def remove_durable(self, key: str) -> Deferred[None]:
         def drop(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM durables WHERE key = ?", (key,))
-            db.executemany(_DELETE, [(seq,) for seq in self._rows.take_queue(key)])
+            self._rows.take_queue(key)
+            # (by the order index: a backlog recovered lazily is not all in the row index)
+            db.execute("DELETE FROM messages WHERE queue = ?", (key,))
 
         return self.writer.submit(drop)
 
     # -- writer thread -----------------------------------------------------
 
+    def _lock(self) -> None:
+        """Take the file for this store alone (one gateway per file): an advisory lock of
+        its own, so the store's reader connection (lazy recovery) can share the file."""
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise StoreError(f"message store {self.path} is in use by another process") from None
+                time.sleep(0.05)
+        self._lock_fd = fd
+
+    def _unlock(self, result: Any = None) -> Any:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # (after the connections closed: SQLite's own locks are gone with them)
+        return result
+
     def _connect(self) -> sqlite3.Connection:
         os.makedirs(self._directory, exist_ok=True)
         db: sqlite3.Connection = self._sqlite_connect(self.path, isolation_level=None, timeout=self.lock_timeout)
         try:
-            # Exclusive: one gateway per file, and WAL without a shared-memory index.
-            db.execute("PRAGMA locking_mode = EXCLUSIVE")
+            self._lock()
             db.execute("PRAGMA journal_mode = WAL").fetchall()
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
             problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
@@ -279,6 +344,11 @@ class SqliteStore:
                 )
             elif not {"messages", "durables"} <= tables:
                 raise StoreError(f"message store {self.path} is damaged: tables {sorted(tables)}")
+            elif version < 2:
+                self.log.info("message store {path}: adding the dispatch order index (schema version {version} "
+                              "to 2, once)", path=self.path, version=version)
+                for statement in _MIGRATE_1_TO_2:
+                    db.execute(statement)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -299,10 +369,26 @@ class SqliteStore:
             ]
             messages = []
             if self.lazy_recovery:
-                stored, last = db.execute("SELECT count(*), max(seq) FROM messages").fetchone()
-                self._rows.next_seq = max(self._rows.next_seq, (last or 0) + 1)
+                # (the order index alone: counting a deep backlog reads no record)
+                backlogs = {
+                    queue: (count, size) for queue, count, size in db.execute(
+                        "SELECT queue, count(*), sum(size) FROM messages INDEXED BY messages_order GROUP BY queue"
+                    )
+                }
+                redelivered = [
+                    (queue, (rank, seq, message_id, expiration, size, redelivery, record))
+                    for queue, rank, seq, message_id, expiration, size, redelivery, record in db.execute(
+                        "SELECT queue, rank, seq, message_id, expiration, size, redelivery, record FROM messages "
+                        "INDEXED BY messages_redelivered WHERE redelivery > 0 ORDER BY seq"
+                    )
+                ]
+                last = db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0
+                self._rows.next_seq = max(self._rows.next_seq, last + 1)
                 db.execute("COMMIT")
-                return Snapshot(durables=durables, expired=max(0, expired), stored=stored, read_rows=self.read_rows)
+                self.backlog = SqliteBacklog(self, last)
+                return Snapshot(durables=durables, expired=max(0, expired),
+                                stored=sum(count for count, _ in backlogs.values()), backlogs=backlogs,
+                                backlog=self.backlog, redelivered=redelivered)
             for seq, queue, redelivery, record in db.execute(
                 "SELECT seq, queue, redelivery, record FROM messages ORDER BY seq"
             ):
@@ -323,26 +409,6 @@ class SqliteStore:
                 db.execute("ROLLBACK")
             raise
         return Snapshot(durables=durables, messages=messages, expired=max(0, expired))
-
-    def read_rows(self, after: int, limit: int) -> Deferred[list[StoredRow]]:
-        """Up to ``limit`` stored messages past row ``after``, in stored order, not decoded
-        (lazy recovery: :attr:`Snapshot.read_rows`).  Each row read becomes known to the
-        store's row index (acknowledging it finds it)."""
-        index = self._rows
-
-        def read(db: sqlite3.Connection) -> list[StoredRow]:
-            rows = [
-                StoredRow(*row) for row in db.execute(
-                    "SELECT seq, queue, message_id, redelivery, record FROM messages WHERE seq > ? ORDER BY seq "
-                    "LIMIT ?", (after, limit),
-                )
-            ]
-            for row in rows:
-                index.load(row.queue, row.message_id, row.seq)
-            return rows
-
-        result: Deferred[list[StoredRow]] = self.writer.call(read)
-        return result
 
     def _room(self, db: sqlite3.Connection) -> int:
         """Bytes sends may still add: free disk above the reserve, plus pages freed by acknowledgements.

@@ -10,9 +10,8 @@ store lives in :mod:`gateway.broker.sqlite_store`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -61,6 +60,11 @@ class StoredRow:
     record: bytes
 
 
+BacklogRow = tuple[int, int, str, int, int, int, bytes]
+"""A stored message read lazily: (-priority, store seq, message id, expiration, record
+length, redelivery count, record)."""
+
+
 @dataclass(slots=True)
 class Snapshot:
     """Everything a store holds, for recovery at start-up.
@@ -68,17 +72,36 @@ class Snapshot:
     :ivar messages: (queue key, message) pairs in the order they were stored;
         each message carries its stored redelivery count.
     :ivar expired: how many expired messages the store purged while opening.
-    :ivar stored: messages not in :attr:`messages` (a store that recovers lazily):
-        the broker reads them with ``read_rows`` in chunks, in stored order.
-    :ivar read_rows: ``read_rows(after_seq, limit)`` -> Deferred of up to ``limit``
-        :class:`StoredRow` past ``after_seq``, in order; None when :attr:`messages` has all.
+    :ivar stored: messages not in :attr:`messages` (a store that recovers lazily).
+    :ivar backlogs: a store that recovers lazily: queue key -> (messages, bytes of
+        their records) it holds, none of them read yet.
+    :ivar backlog: reads those messages in dispatch order when the broker needs them
+        (:class:`StoredBacklog`); None when :attr:`messages` has all.
     """
 
     durables: list[DurableRecord] = field(default_factory=list)
     messages: list[tuple[str, Message]] = field(default_factory=list)
     expired: int = 0
     stored: int = 0
-    read_rows: Callable[[int, int], Deferred[list[StoredRow]]] | None = None
+    backlogs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    backlog: StoredBacklog | None = None
+    redelivered: list[tuple[str, BacklogRow]] = field(default_factory=list)
+    """Lazy recovery: the stored messages delivered before (a redelivery count above 0), with
+    their queue key, in stored order; they are part of :attr:`backlogs` too."""
+
+
+class StoredBacklog(Protocol):
+    """The messages a store recovered lazily, read in dispatch order (priority, then
+    stored order) on the caller's thread, a few at a time."""
+
+    last_seq: int
+    """Stored messages past this seq came after the restart: never part of a backlog."""
+
+    def read(self, queue: str, after: tuple[int, int], limit: int) -> list[BacklogRow]:
+        """Up to ``limit`` messages of ``queue`` whose (-priority, seq) comes after ``after``."""
+
+    def track(self, queue: str, rows: list[BacklogRow]) -> None:
+        """``rows`` were read: acknowledging them (by message id) must find them."""
 
 
 @implementer(IMessageStore)

@@ -600,9 +600,6 @@ def test_the_non_persistent_page_file_is_discarded_at_restart(
     leftover.close()
 
 
-@pytest.mark.xfail(strict=True, reason="paging branch: the SQLite store keeps a row index of every stored "
-                   "message in memory (about 150 B each: RSS after a restart grows by 14 MB per 100,000 queued "
-                   "messages), so RSS is bounded by the backlog, not by memory_limit")
 def test_restart_with_a_deep_persistent_backlog_listens_quickly_at_bounded_memory(
         paging_gateway: Callable[..., PagingGateway]) -> None:
     """Restarts with 100,000 and then 200,000 small persistent messages queued: both listen within

@@ -570,9 +570,6 @@ def test_a_page_file_filling_its_disk_keeps_every_receipted_message(tmp_path: Pa
         gateway.kill()
 
 
-@pytest.mark.xfail(strict=True, reason="every matching message paged behind a deep non-matching backlog costs a page "
-                                       "search from its head: 100 matches behind 20,000 take about 60 s of reactor "
-                                       "time (quadratic), and other connections wait meanwhile")
 def test_matches_arriving_behind_a_deep_non_matching_backlog_are_delivered_promptly(
     make_gateway: Callable[..., GatewayProcess],
 ) -> None:

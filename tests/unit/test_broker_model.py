@@ -27,6 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from twisted.internet.testing import StringTransport
 
+from gateway.broker import paging as paging_module
+from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.sqlite_store import SqliteStore
 from gateway.config import BrokerSettings, StompSettings
@@ -520,6 +522,26 @@ class PagingBrokerMachine(BrokerMachine):
 
 TestPagingBrokerModel = PagingBrokerMachine.TestCase
 TestPagingBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "300")))
+
+
+class SlicedSearchBrokerMachine(PagingBrokerMachine):
+    """Paging, with every search of a page stopping after one message and going on in the
+    next reactor turn (docs/paging.md: a search takes at most 20 ms per turn)."""
+
+    def __init__(self) -> None:
+        self._slices = (paging_module.SEARCH_CLOCK_EVERY, queue_module.SEARCH_SLICE)
+        paging_module.SEARCH_CLOCK_EVERY, queue_module.SEARCH_SLICE = 1, 0.0
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            paging_module.SEARCH_CLOCK_EVERY, queue_module.SEARCH_SLICE = self._slices
+
+
+TestSlicedSearchBrokerModel = SlicedSearchBrokerMachine.TestCase
+TestSlicedSearchBrokerModel.settings = machine_settings(int(os.environ.get("JMSGATEWAY_MODEL_EXAMPLES", "300")) // 3)
 
 
 def run(examples: int, steps: int = 50, *, paging: bool = False, **kwargs: Any) -> None:

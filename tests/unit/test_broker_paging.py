@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 
+from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import (
     MESSAGE_OVERHEAD,
@@ -65,10 +66,16 @@ def memory_bounded(broker: EmbeddedBroker, slack: int = 1) -> None:
 
 def drain(run: Run, sink: Sink, subscription: Any, expected: int) -> None:
     """Acknowledge what arrives until ``expected`` messages came (prefetch 1: one at a time)."""
+    got = 0
     for _ in range(expected * 2):
+        for _ in range(10_000):  # (a search of the page that ran out of time goes on in a later turn)
+            if len(sink.got) > got:
+                break
+            run.clock.advance(0)
         if len(sink.got) >= expected:
             return
         assert sink.got, "nothing delivered"
+        got = len(sink.got)
         run.wait(subscription.ack([sink.got[-1][1]]))
     assert len(sink.got) >= expected
 
@@ -525,3 +532,142 @@ def test_a_page_file_that_fills_its_disk_stays_sound_and_loses_nothing(run: Run)
     assert sink.texts() == sent
     run.wait(subscription.ack([sink.got[-1][1]]))
     assert len(queue) == 0 and queue.paged == 0 and broker.memory.used == 0
+
+
+def test_a_restart_reads_no_stored_message_until_a_consumer_reaches_it(tmp_path: Path) -> None:
+    """Restart time and memory must not grow with the backlog: recovery counts each queue
+    from the store's order index; the messages stay in the store (not in the page file, not
+    in the store's row index) until consumers reach them, then come in priority order."""
+    run = Run(tmp_path, settings(memory_limit=10 ** 9), lazy_recovery=True)
+    run.start()
+    total = 3000
+    run.send(*[text("/queue/deep", body, priority=4 if index % 5 else 8)
+               for index, body in enumerate(bodies(total))])
+    run.crash()
+    run.settings = settings()
+    broker = run.start()
+    store: Any = broker.store
+    assert len(store._rows) < 100, "recovery read the stored messages into the row index"
+    queue = broker.queues["/queue/deep"]
+    assert len(queue) == total
+    assert broker.page_file().opened is False or queue.page is None or queue.page.fcount == 0, \
+        "recovery copied the backlog into the page file"
+    memory_bounded(broker)
+    sink = Sink()
+    subscription = run.subscribe(sink, destination="/queue/deep", ack_mode="client-individual", prefetch=1)
+    drain(run, sink, subscription, 50)
+    expected = [body for index, body in enumerate(bodies(total)) if index % 5 == 0] + \
+        [body for index, body in enumerate(bodies(total)) if index % 5]
+    assert sink.texts() == expected[:len(sink.got)]
+    run.wait(subscription.close())
+    del sink.got[-1]
+    run.settle()
+    broker = run.restart()
+    assert len(broker.queues["/queue/deep"]) == total - len(sink.got)  # acknowledged ones left the store
+    rest = Sink()
+    subscription = run.subscribe(rest, destination="/queue/deep", ack_mode="client-individual", prefetch=1)
+    drain(run, rest, subscription, total - len(sink.got))
+    assert rest.texts() == expected[len(sink.got):]
+    run.wait(subscription.ack([rest.got[-1][1]]))
+    run.settle()
+    broker = run.restart()
+    assert len(broker.queues.get("/queue/deep", [])) == 0
+    run.wait(broker.stop())
+    run.broker = None
+
+
+def test_a_store_of_schema_version_1_gets_the_order_index_and_keeps_its_messages(tmp_path: Path) -> None:
+    import sqlite3
+
+    from gateway.broker.sqlite_records import encode_message
+
+    path = tmp_path / "broker.sqlite"
+    db = sqlite3.connect(str(path), isolation_level=None)
+    db.execute("CREATE TABLE messages (seq INTEGER PRIMARY KEY, queue TEXT NOT NULL, message_id TEXT NOT NULL, "
+               "expiration INTEGER NOT NULL, redelivery INTEGER NOT NULL, record BLOB NOT NULL)")
+    db.execute("CREATE TABLE durables (key TEXT PRIMARY KEY, destination TEXT NOT NULL, selector TEXT)")
+    db.execute(f"PRAGMA application_id = {0x4A4D5347}")
+    db.execute("PRAGMA user_version = 1")
+    for seq, body in enumerate(bodies(30), start=1):
+        message = text("/queue/old", body, priority=9 if seq % 10 == 0 else 4)
+        db.execute("INSERT INTO messages VALUES (?, ?, ?, 0, 0, ?)",
+                   (seq, "/queue/old", message.message_id, encode_message(message)))
+    db.close()
+    run = Run(tmp_path, settings(), lazy_recovery=True)
+    broker = run.start()
+    assert len(broker.queues["/queue/old"]) == 30
+    sink = Sink()
+    subscription = run.subscribe(sink, destination="/queue/old", ack_mode="client-individual", prefetch=1)
+    drain(run, sink, subscription, 30)
+    numbered = list(enumerate(bodies(30), start=1))
+    assert sink.texts() == [b for seq, b in numbered if seq % 10 == 0] + [b for seq, b in numbered if seq % 10]
+    run.wait(broker.stop())
+    check = sqlite3.connect(str(path))
+    assert check.execute("PRAGMA user_version").fetchone()[0] == 2
+    check.close()
+
+
+def test_a_search_in_slices_keeps_the_order_and_delivers_each_message_once(
+    run: Run, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Searches of the page that stop after every 32 messages (and go on in later turns),
+    two selective consumers and priorities: each gets its matches in order, once; what they
+    refuse stays, in order."""
+    monkeypatch.setattr(queue_module, "SEARCH_SLICE", 0.0)
+    broker = run.broker
+    assert broker is not None
+    colors = ["red" if n % 97 == 5 else "green" if n % 89 == 7 else "blue" for n in range(2000)]
+    run.send(*[text("/queue/x", f"{color}-{n:04}", properties={"color": color}, priority=7 if n % 500 == 400 else 4)
+               for n, color in enumerate(colors)])
+    assert broker.queues["/queue/x"].paged > 1900
+    reds, greens = Sink(), Sink()
+    red = run.subscribe(reds, destination="/queue/x", ack_mode="client-individual", prefetch=1,
+                        selector="color = 'red'")
+    green = run.subscribe(greens, destination="/queue/x", ack_mode="client-individual", prefetch=1,
+                          selector="color = 'green'")
+    expected_red = sorted((f"red-{n:04}" for n, c in enumerate(colors) if c == "red"),
+                          key=lambda body: (int(body[4:]) % 500 != 400, int(body[4:])))
+    expected_green = sorted((f"green-{n:04}" for n, c in enumerate(colors) if c == "green"),
+                            key=lambda body: (int(body[6:]) % 500 != 400, int(body[6:])))
+    for sink, subscription, expected in ((reds, red, expected_red), (greens, green, expected_green)):
+        drain(run, sink, subscription, len(expected))
+        run.wait(subscription.ack([sink.got[-1][1]]))
+        assert sink.texts() == expected
+    for _ in range(100):
+        run.clock.advance(0)
+    assert len(reds.got) == len(expected_red) and len(greens.got) == len(expected_green)
+    rest = Sink()
+    others = run.subscribe(rest, destination="/queue/x", ack_mode="client-individual", prefetch=1)
+    run.wait(red.close())
+    run.wait(green.close())
+    blues = [(n, f"blue-{n:04}") for n, c in enumerate(colors) if c == "blue"]
+    drain(run, rest, others, len(blues))
+    assert rest.texts() == [body for n, body in sorted(blues, key=lambda nb: (nb[0] % 500 != 400, nb[0]))]
+
+
+def test_a_restart_dead_letters_a_backlog_message_past_max_redeliveries_without_reading_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A delivery cut short by each crash counts; past max_redeliveries (2) the restart moves
+    the message to the dead-letter queue, found by its redelivery count, not by reading the backlog."""
+    run = Run(tmp_path, settings(), lazy_recovery=True)
+    run.start()
+    run.send(text("/queue/orders", "crasher"), *[text("/queue/orders", body) for body in bodies(500)])
+    for attempt in range(3):
+        sink = Sink()
+        run.subscribe(sink, destination="/queue/orders", ack_mode="client-individual", prefetch=1)
+        assert sink.texts()[:1] == ["crasher"] and sink.got[0][0].redelivery_count == attempt
+        run.settle()
+        run.restart()  # the consumer never answers: the broker died under it
+    broker = run.broker
+    assert broker is not None
+    assert len(broker.store._rows) < 10  # type: ignore[attr-defined]
+    dead = Sink()
+    run.subscribe(dead, destination="/queue/DLQ.orders")
+    assert dead.texts() == ["crasher"]
+    rest = Sink()
+    subscription = run.subscribe(rest, destination="/queue/orders", ack_mode="client-individual", prefetch=1)
+    drain(run, rest, subscription, 500)
+    assert rest.texts() == bodies(500)
+    run.wait(broker.stop())
+    run.broker = None
