@@ -323,12 +323,12 @@ class EmbeddedBroker:
         else:
             self.log.info("{queue} read its last paged message back: no longer paging", queue=queue.key)
 
-    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None]:
-        self.metrics.consumed.inc()
+    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None] | None:
+        self.metrics.consumed.count += 1
         if message.persistent and self._stored(queue):
             result: Deferred[None] = self.store.remove(queue.key, message.message_id)
             return result
-        return succeed(None)
+        return None
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         self.metrics.expired.inc()

@@ -56,8 +56,9 @@ class QueueOwner(Protocol):
     def paging(self, queue: MessageQueue, started: bool) -> None:
         """``queue`` started paging out (``started``) or read its last paged message back."""
 
-    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None]:
-        """``message`` left ``queue`` for good (acked, auto-acked)."""
+    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None] | None:
+        """``message`` left ``queue`` for good (acked, auto-acked); a Deferred when that
+        leaves a store write to wait for (None when nothing was stored: the hot path)."""
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         """``message`` expired in ``queue`` and was dropped."""
@@ -523,8 +524,11 @@ class QueueSubscription:
             if self.consumer.deliver(message, seq) is False:
                 self._refused(seq, message)
                 return
-            self.queue.dequeued += 1
-            self.queue.owner.consumed(self.queue, message).addErrback(self._auto_ack_failed)
+            queue = self.queue
+            queue.dequeued += 1
+            removed = queue.owner.consumed(queue, message)
+            if removed is not None:
+                removed.addErrback(self._auto_ack_failed)
             return
         self.unacked[seq] = message
         if self.consumer.deliver(message, seq) is False:
@@ -555,7 +559,9 @@ class QueueSubscription:
             message = self.unacked.pop(tag, None) or self.held.pop(tag, None)
             if message is not None:
                 self.queue.dequeued += 1
-                writes.append(owner.consumed(self.queue, message))
+                removed = owner.consumed(self.queue, message)
+                if removed is not None:
+                    writes.append(removed)
         self.queue.dispatch()
         return gather(writes)
 
