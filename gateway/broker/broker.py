@@ -56,16 +56,19 @@ from gateway.flow import Congestion
 from gateway.interfaces import (
     Capability,
     Health,
-    IConnector,
     IConsumer,
     IDestinationFlowControlled,
     IHeldMessages,
     IMessageStore,
+    IPostingConnector,
     IStatusReporting,
     ISubscription,
     SubscriptionSpec,
 )
 from gateway.message.model import Message
+
+Settled = Callable[[Exception | None, Any], None]
+"""How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
 
 QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
 TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
@@ -139,9 +142,9 @@ class BrokerMetrics:
             yield from self.gauges()
 
 
-@implementer(IConnector, IStatusReporting, IDestinationFlowControlled, IHeldMessages)
+@implementer(IPostingConnector, IStatusReporting, IDestinationFlowControlled, IHeldMessages)
 class EmbeddedBroker:
-    """Queues, topics and durable subscriptions in this process (IConnector).
+    """Queues, topics and durable subscriptions in this process (IPostingConnector).
 
     :param page_path: the page file (queues past their memory limit page out
         there); None keeps pages in SQLite's memory (tests).
@@ -381,6 +384,22 @@ class EmbeddedBroker:
     # -- IConnector --------------------------------------------------------
 
     def send(self, message: Message) -> Deferred[None]:
+        pending = self._send(message)
+        return succeed(None) if pending is None else pending
+
+    def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
+        """:class:`IPostingConnector`: :meth:`send` reporting through ``settled(error, None)``;
+        a message that needs no store write (or is refused at once) makes no Deferred.
+        ``confirm`` changes nothing: every send is settled on its own."""
+        pending = self._send(message)
+        if pending is None:
+            settled(None, None)
+        else:
+            pending.addCallbacks(lambda _: settled(None, None), lambda failure: settled(failure.value, None))
+
+    def _send(self, message: Message) -> Deferred[None] | None:
+        """Take ``message``: None when it is settled already (enqueued, expired, dropped);
+        a Deferred when it waits for the store or is refused."""
         try:
             targets = self._targets(message)
         except GatewayError as error:
@@ -393,11 +412,11 @@ class EmbeddedBroker:
             return self._store_then_enqueue([(message, targets)])
         if message.expiration and message.is_expired(self.now_ms()):
             self.metrics.expired.inc()
-            return succeed(None)
-        self.metrics.enqueued.inc()
+            return None
+        self.metrics.enqueued.count += 1
         for queue in targets:
             queue.enqueue(message)
-        return succeed(None)
+        return None
 
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
         """Store the persistent ones in one transaction, then make all visible."""

@@ -11,7 +11,7 @@ from zope.interface import implementer
 from gateway.broker.broker import EmbeddedBroker
 from gateway.config import BrokerSettings
 from gateway.errors import DestinationError
-from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
+from gateway.interfaces import IConsumer, IPostingConnector, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 
 
@@ -59,6 +59,21 @@ def test_unknown_destination_kind(broker: EmbeddedBroker) -> None:
     failures: list[Any] = []
     broker.send(text("/nowhere/a", "x")).addErrback(failures.append)
     assert failures and failures[0].check(DestinationError)
+
+
+def test_post_settles_once_without_a_deferred(broker: EmbeddedBroker) -> None:
+    """IPostingConnector: a message that needs no store write is settled before post returns;
+    a refused one is settled with the error (post itself does not raise)."""
+    assert IPostingConnector.providedBy(broker)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/q")
+    outcomes: list[tuple[Any, Any]] = []
+    broker.post(text("/queue/q", "a"), lambda error, ack: outcomes.append((error, ack)), False)
+    assert outcomes == [(None, None)] and sink.texts() == ["a"]
+    broker.post(text("/nowhere/a", "x"), lambda error, ack: outcomes.append((error, ack)))
+    assert len(outcomes) == 2 and isinstance(outcomes[1][0], DestinationError) and outcomes[1][1] is None
+    broker.post(text("/queue/q", "late", expiration=1), lambda error, ack: outcomes.append((error, ack)))
+    assert outcomes[2] == (None, None) and sink.texts() == ["a"]  # expired: settled, never delivered
 
 
 def test_round_robin_with_prefetch(broker: EmbeddedBroker) -> None:
