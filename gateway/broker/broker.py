@@ -414,8 +414,12 @@ class EmbeddedBroker:
             self.metrics.expired.inc()
             return None
         self.metrics.enqueued.count += 1
-        for queue in targets:
-            queue.enqueue(message)
+        if len(targets) == 1:
+            targets[0].enqueue(message)
+        elif targets:
+            size = message_size(message)
+            for queue in targets:
+                queue.enqueue(message, size)
         return None
 
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
@@ -623,11 +627,15 @@ class EmbeddedBroker:
                 self.metrics.expired.inc()
                 continue
             self.metrics.enqueued.inc()
+            size = message_size(message)
             for queue in targets:
-                queue.enqueue(message)
+                queue.enqueue(message, size)
 
     def _targets(self, message: Message) -> list[MessageQueue]:
         destination = message.destination
+        queue = self.queues.get(destination)
+        if queue is not None and destination.startswith("/queue/"):  # (an existing queue, the common case)
+            return [queue]
         is_queue = destination_kind(destination) == "queue"
         if destination.startswith(TEMP_PREFIXES) and destination not in (self.queues if is_queue else self.topics):
             raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")

@@ -242,9 +242,10 @@ class MessageQueue:
 
     # -- pending messages -----------------------------------------------------
 
-    def enqueue(self, message: Message) -> None:
-        """Add a message (paged out when memory is full) and try to dispatch it."""
-        self._add((-message.priority, next(self._seq), message, message_size(message)))
+    def enqueue(self, message: Message, size: int = 0) -> None:
+        """Add a message (paged out when memory is full) and try to dispatch it; ``size`` is its
+        :func:`message_size` when the caller knows it (a topic's message enters many queues)."""
+        self._add((-message.priority, next(self._seq), message, size or message_size(message)))
         self.enqueued += 1
         if self.consumers:
             self.dispatch()
@@ -396,7 +397,7 @@ class MessageQueue:
     def _dispatch_once(self) -> None:
         heap = self._heap
         consumers = self.consumers
-        now = self.owner.now_ms()
+        now = -1  # (the clock is read when the first message with an expiration comes up)
         skipped: list[Entry] = []
         searched: Key | None = None  # (the page was searched up to this key in this round)
         try:
@@ -416,19 +417,36 @@ class MessageQueue:
                         searched = self._search_before(consumers, searched, (heap[0][0], heap[0][1]))
                 if not heap:
                     return
-                ready = [consumer for consumer in consumers if consumer.has_credit()]
-                if not ready:
-                    return
+                if len(consumers) == 1:  # (a topic subscriber's queue, a queue with one consumer)
+                    target = consumers[0]
+                    if not target.has_credit():
+                        return
+                    ready = None
+                else:
+                    ready = [consumer for consumer in consumers if consumer.has_credit()]
+                    if not ready:
+                        return
                 entry = heapq.heappop(heap)
                 message = entry[2]
-                if message.expiration and message.is_expired(now):
-                    self._released(entry)
-                    self.owner.expired(self, message)
-                    continue
-                target = self._pick(ready, message)
-                if target is None:
-                    skipped.append(entry)
-                    continue
+                if message.expiration:
+                    if now < 0:
+                        now = self.owner.now_ms()
+                    if message.is_expired(now):
+                        self._released(entry)
+                        self.owner.expired(self, message)
+                        continue
+                if ready is None:
+                    # (what _pick does with one consumer ready)
+                    if target.selector is not None and not target.selector(message):
+                        skipped.append(entry)
+                        continue
+                    self._rr = 1
+                else:
+                    picked = self._pick(ready, message)
+                    if picked is None:
+                        skipped.append(entry)
+                        continue
+                    target = picked
                 self._released(entry)
                 target.take(entry[1], message)
         finally:
