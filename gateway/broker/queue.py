@@ -245,10 +245,40 @@ class MessageQueue:
     def enqueue(self, message: Message, size: int = 0) -> None:
         """Add a message (paged out when memory is full) and try to dispatch it; ``size`` is its
         :func:`message_size` when the caller knows it (a topic's message enters many queues)."""
-        self._add((-message.priority, next(self._seq), message, size or message_size(message)))
+        entry = (-message.priority, next(self._seq), message, size or message_size(message))
         self.enqueued += 1
+        if len(self.consumers) == 1 and not self._heap and self._hand_over(entry):
+            return
+        self._add(entry)
         if self.consumers:
             self.dispatch()
+
+    def _hand_over(self, entry: Entry) -> bool:
+        """Deliver ``entry`` to the queue's only consumer without holding it first, when that
+        is what :meth:`_add` and :meth:`dispatch` would do with it: nothing pending (in memory
+        or paged), not inside a dispatch, the consumer has credit and accepts it, it has no
+        expiration and memory has room for it, with no one waiting for room or for the
+        "back under the limit" report (holding and releasing it would change nothing).
+        False (nothing done) otherwise."""
+        page = self.page
+        message = entry[2]
+        if self._dispatching or message.expiration or (page is not None and page.head is not None):
+            return False
+        target = self.consumers[0]
+        if not target.has_credit() or (target.selector is not None and not target.selector(message)):
+            return False
+        usage = self.usage
+        if usage.waiting or usage.reported or self.full(entry[3]):
+            return False
+        self._rr = 1  # (as _pick with one consumer)
+        self._dispatching = True
+        try:
+            target.take(entry[1], message)
+        finally:
+            self._dispatching = False
+        if self._heap or self._again or (self.page is not None and self.page.head is not None):
+            self.dispatch()  # (what the dispatch loop does after a take)
+        return True
 
     def restore(self, rows: list[StoredRow]) -> None:
         """Recovery: add stored messages in stored order.  What does not fit in memory is

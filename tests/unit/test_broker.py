@@ -147,3 +147,39 @@ def test_auto_ack_consumes_on_delivery(broker: EmbeddedBroker) -> None:
     broker.send(text("/queue/q", "x"))
     sub.close()
     assert broker.status()["queues"]["/queue/q"] == {"pending": 0, "consumers": 0, "inflight": 0}
+
+
+class Refusing(Sink):
+    """A consumer whose transport is full while ``full`` is set (deliver answers False)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = False
+
+    def deliver(self, message: Message, tag: Any) -> bool | None:  # type: ignore[override]
+        if self.full:
+            return False
+        self.got.append((message, tag))
+        return None
+
+
+def test_the_only_consumer_served_on_arrival_keeps_order_and_memory(broker: EmbeddedBroker) -> None:
+    """A message handed to a queue's only consumer as it arrives, one it refuses, and the ones
+    behind it: delivered once each in order, and the queue's memory back to nothing."""
+    sink = Refusing()
+    sub = subscribe(broker, sink, destination="/queue/q")
+    queue = broker.queues["/queue/q"]
+    broker.send(text("/queue/q", "a"))
+    assert sink.texts() == ["a"] and queue.memory == 0 and broker.memory.used == 0
+    sink.full = True
+    broker.send(text("/queue/q", "b"))
+    broker.send(text("/queue/q", "c", priority=9))
+    assert sink.texts() == ["a"] and len(queue) == 2 and broker.memory.used == queue.memory > 0
+    sink.full = False
+    broker.send(text("/queue/q", "d"))  # (the consumer is paused: it waits behind the others)
+    assert sink.texts() == ["a"]
+    sub.resume()  # type: ignore[attr-defined]
+    assert sink.texts() == ["a", "c", "b", "d"] and len(queue) == 0 and broker.memory.used == 0
+    broker.send(text("/queue/q", "e", expiration=broker.now_ms() - 1))  # expired: never delivered
+    broker.send(text("/queue/q", "f"))
+    assert sink.texts()[-1] == "f" and "e" not in sink.texts() and broker.memory.used == 0
