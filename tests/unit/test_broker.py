@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from twisted.internet.task import Clock
 from zope.interface import implementer
+from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.config import BrokerSettings
@@ -64,7 +65,7 @@ def test_unknown_destination_kind(broker: EmbeddedBroker) -> None:
 def test_post_settles_once_without_a_deferred(broker: EmbeddedBroker) -> None:
     """IPostingConnector: a message that needs no store write is settled before post returns;
     a refused one is settled with the error (post itself does not raise)."""
-    assert IPostingConnector.providedBy(broker)
+    assert verifyObject(IPostingConnector, broker)
     sink = Sink()
     subscribe(broker, sink, destination="/queue/q")
     outcomes: list[tuple[Any, Any]] = []
