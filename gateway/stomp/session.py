@@ -608,10 +608,17 @@ class StompSession:
     def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
         """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles."""
         if "receipt" in frame.headers:
-            post(message, self._settlement(frame), True)
-            return
-        self._posted += 1
-        post(message, self._settled_unreceipted, False)
+            settled = self._settlement(frame)  # (counted in _posted)
+            confirm = True
+        else:
+            self._posted += 1
+            settled = self._settled_unreceipted
+            confirm = False
+        try:
+            post(message, settled, confirm)
+        except BaseException:  # (an unexpected error before it settled: it never will; ERROR follows)
+            self._posted -= 1
+            raise
 
     def _settled_unreceipted(self, error: Exception | None, _ack: object) -> None:
         """The ``settled`` callback of a posted SEND without a receipt (one for all of them:
