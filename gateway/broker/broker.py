@@ -65,16 +65,19 @@ from gateway.flow import Congestion
 from gateway.interfaces import (
     Capability,
     Health,
-    IConnector,
     IConsumer,
     IDestinationFlowControlled,
     IHeldMessages,
     IMessageStore,
+    IPostingConnector,
     IStatusReporting,
     ISubscription,
     SubscriptionSpec,
 )
 from gateway.message.model import Message
+
+Settled = Callable[[Exception | None, Any], None]
+"""How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
 
 QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
 TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
@@ -146,9 +149,9 @@ class BrokerMetrics:
             yield from self.gauges()
 
 
-@implementer(IConnector, IStatusReporting, IDestinationFlowControlled, IHeldMessages)
+@implementer(IPostingConnector, IStatusReporting, IDestinationFlowControlled, IHeldMessages)
 class EmbeddedBroker:
-    """Queues, topics and durable subscriptions in this process (IConnector).
+    """Queues, topics and durable subscriptions in this process (IPostingConnector).
 
     :param page_path: the page file (queues past their memory limit page out
         there); None keeps pages in SQLite's memory (tests).
@@ -327,12 +330,12 @@ class EmbeddedBroker:
         else:
             self.log.info("{queue} read its last paged message back: no longer paging", queue=queue.key)
 
-    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None]:
-        self.metrics.consumed.inc()
+    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None] | None:
+        self.metrics.consumed.count += 1
         if message.persistent and self._stored(queue):
             result: Deferred[None] = self.store.remove(queue.key, message.message_id)
             return result
-        return succeed(None)
+        return None
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         self.metrics.expired.inc()
@@ -385,6 +388,22 @@ class EmbeddedBroker:
     # -- IConnector --------------------------------------------------------
 
     def send(self, message: Message) -> Deferred[None]:
+        pending = self._send(message)
+        return succeed(None) if pending is None else pending
+
+    def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
+        """:class:`IPostingConnector`: :meth:`send` reporting through ``settled(error, None)``;
+        a message that needs no store write (or is refused at once) makes no Deferred.
+        ``confirm`` changes nothing: every send is settled on its own."""
+        pending = self._send(message)
+        if pending is None:
+            settled(None, None)
+        else:
+            pending.addCallbacks(lambda _: settled(None, None), lambda failure: settled(failure.value, None))
+
+    def _send(self, message: Message) -> Deferred[None] | None:
+        """Take ``message``: None when it is settled already (enqueued, expired, dropped);
+        a Deferred when it waits for the store or is refused."""
         try:
             targets = self._targets(message)
         except GatewayError as error:
@@ -397,11 +416,15 @@ class EmbeddedBroker:
             return self._store_then_enqueue([(message, targets)])
         if message.expiration and message.is_expired(self.now_ms()):
             self.metrics.expired.inc()
-            return succeed(None)
-        self.metrics.enqueued.inc()
-        for queue in targets:
-            queue.enqueue(message)
-        return succeed(None)
+            return None
+        self.metrics.enqueued.count += 1
+        if len(targets) == 1:
+            targets[0].enqueue(message)
+        elif targets:
+            size = message_size(message)
+            for queue in targets:
+                queue.enqueue(message, size)
+        return None
 
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
         """Store the persistent ones in one transaction, then make all visible."""
@@ -608,11 +631,15 @@ class EmbeddedBroker:
                 self.metrics.expired.inc()
                 continue
             self.metrics.enqueued.inc()
+            size = message_size(message)
             for queue in targets:
-                queue.enqueue(message)
+                queue.enqueue(message, size)
 
     def _targets(self, message: Message) -> list[MessageQueue]:
         destination = message.destination
+        queue = self.queues.get(destination)
+        if queue is not None and destination.startswith("/queue/"):  # (an existing queue, the common case)
+            return [queue]
         is_queue = destination_kind(destination) == "queue"
         if destination.startswith(TEMP_PREFIXES) and destination not in (self.queues if is_queue else self.topics):
             raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")

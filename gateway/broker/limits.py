@@ -180,7 +180,8 @@ class MemoryUsage:
         self.limit = UNLIMITED if self.unlimited else limit
         self.used = 0
         self.full_episodes = 0
-        self._reported = False
+        self.reported = False
+        """Whether the limit was reached and usage is not yet back under 90% of it."""
         self.waiting = False
         """Whether a BLOCK destination waits for room (then releases call :attr:`on_release`)."""
         self.on_release: Callable[[], None] | None = None
@@ -200,9 +201,9 @@ class MemoryUsage:
     def reached(self) -> None:
         """A message was kept out of memory (paged, held, refused) for want of room: the start
         of an episode, logged once until usage is back under 90% of the limit."""
-        if self._reported:
+        if self.reported:
             return
-        self._reported = True
+        self.reported = True
         self.full_episodes += 1
         self.log.warn(
             "embedded broker memory limit reached: queued messages take {used} of {limit} bytes; "
@@ -212,8 +213,8 @@ class MemoryUsage:
 
     def release(self, size: int) -> None:
         self.used -= size
-        if self._reported and self.used < self.limit * 0.9:
-            self._reported = False
+        if self.reported and self.used < self.limit * 0.9:
+            self.reported = False
             self.log.info("embedded broker memory back under its limit: {used} of {limit} bytes",
                           used=self.used, limit=self.limit)
         if self.waiting and self.on_release is not None:

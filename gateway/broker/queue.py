@@ -54,8 +54,9 @@ class QueueOwner(Protocol):
     def paging(self, queue: MessageQueue, started: bool) -> None:
         """``queue`` started paging out (``started``) or read its last paged message back."""
 
-    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None]:
-        """``message`` left ``queue`` for good (acked, auto-acked)."""
+    def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None] | None:
+        """``message`` left ``queue`` for good (acked, auto-acked); a Deferred when that
+        leaves a store write to wait for (None when nothing was stored: the hot path)."""
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         """``message`` expired in ``queue`` and was dropped."""
@@ -250,12 +251,43 @@ class MessageQueue:
 
     # -- pending messages -----------------------------------------------------
 
-    def enqueue(self, message: Message) -> None:
-        """Add a message (paged out when memory is full) and try to dispatch it."""
-        self._add((-message.priority, next(self._seq), message, message_size(message)))
+    def enqueue(self, message: Message, size: int = 0) -> None:
+        """Add a message (paged out when memory is full) and try to dispatch it; ``size`` is its
+        :func:`message_size` when the caller knows it (a topic's message enters many queues)."""
+        entry = (-message.priority, next(self._seq), message, size or message_size(message))
         self.enqueued += 1
+        if len(self.consumers) == 1 and not self._heap and self._hand_over(entry):
+            return
+        self._add(entry)
         if self.consumers:
             self.dispatch()
+
+    def _hand_over(self, entry: Entry) -> bool:
+        """Deliver ``entry`` to the queue's only consumer without holding it first, when that
+        is what :meth:`_add` and :meth:`dispatch` would do with it: nothing pending (in memory
+        or paged), not inside a dispatch, the consumer has credit and accepts it, it has no
+        expiration and memory has room for it, with no one waiting for room or for the
+        "back under the limit" report (holding and releasing it would change nothing).
+        False (nothing done) otherwise."""
+        page = self.page
+        message = entry[2]
+        if self._dispatching or message.expiration or (page is not None and page.head is not None):
+            return False
+        target = self.consumers[0]
+        if not target.has_credit() or (target.selector is not None and not target.selector(message)):
+            return False
+        usage = self.usage
+        if usage.waiting or usage.reported or self.full(entry[3]):
+            return False
+        self._rr = 1  # (as _pick with one consumer)
+        self._dispatching = True
+        try:
+            target.take(entry[1], message)
+        finally:
+            self._dispatching = False
+        if self._heap or self._again or (self.page is not None and self.page.head is not None):
+            self.dispatch()  # (what the dispatch loop does after a take)
+        return True
 
     def attach_backlog(self, tail: StoredTail, last_seq: int) -> None:
         """Recovery: the queue's stored messages, left in the store (lazy recovery) and
@@ -389,7 +421,7 @@ class MessageQueue:
     def _dispatch_once(self) -> None:
         heap = self._heap
         consumers = self.consumers
-        now = self.owner.now_ms()
+        now = -1  # (the clock is read when the first message with an expiration comes up)
         skipped: list[Entry] = []
         searched: Key | None = None  # (the page was searched up to this key in this round)
         try:
@@ -411,19 +443,36 @@ class MessageQueue:
                             return
                 if not heap:
                     return
-                ready = [consumer for consumer in consumers if consumer.has_credit()]
-                if not ready:
-                    return
+                if len(consumers) == 1:  # (a topic subscriber's queue, a queue with one consumer)
+                    target = consumers[0]
+                    if not target.has_credit():
+                        return
+                    ready = None
+                else:
+                    ready = [consumer for consumer in consumers if consumer.has_credit()]
+                    if not ready:
+                        return
                 entry = heapq.heappop(heap)
                 message = entry[2]
-                if message.expiration and message.is_expired(now):
-                    self._released(entry)
-                    self.owner.expired(self, message)
-                    continue
-                target = self._pick(ready, message)
-                if target is None:
-                    skipped.append(entry)
-                    continue
+                if message.expiration:
+                    if now < 0:
+                        now = self.owner.now_ms()
+                    if message.is_expired(now):
+                        self._released(entry)
+                        self.owner.expired(self, message)
+                        continue
+                if ready is None:
+                    # (what _pick does with one consumer ready)
+                    if target.selector is not None and not target.selector(message):
+                        skipped.append(entry)
+                        continue
+                    self._rr = 1
+                else:
+                    picked = self._pick(ready, message)
+                    if picked is None:
+                        skipped.append(entry)
+                        continue
+                    target = picked
                 self._released(entry)
                 target.take(entry[1], message)
         finally:
@@ -548,8 +597,11 @@ class QueueSubscription:
             if self.consumer.deliver(message, seq) is False:
                 self._refused(seq, message)
                 return
-            self.queue.dequeued += 1
-            self.queue.owner.consumed(self.queue, message).addErrback(self._auto_ack_failed)
+            queue = self.queue
+            queue.dequeued += 1
+            removed = queue.owner.consumed(queue, message)
+            if removed is not None:
+                removed.addErrback(self._auto_ack_failed)
             return
         self.unacked[seq] = message
         if self.consumer.deliver(message, seq) is False:
@@ -580,7 +632,9 @@ class QueueSubscription:
             message = self.unacked.pop(tag, None) or self.held.pop(tag, None)
             if message is not None:
                 self.queue.dequeued += 1
-                writes.append(owner.consumed(self.queue, message))
+                removed = owner.consumed(self.queue, message)
+                if removed is not None:
+                    writes.append(removed)
         self.queue.dispatch()
         return gather(writes)
 
@@ -631,8 +685,15 @@ class QueueSubscription:
         self.closed = True
         self.queue.remove_consumer(self)
         unacked, self.unacked = self.unacked, {}
-        if not self.queue.transient:  # (a topic subscriber's backlog goes with it: nothing to put back)
-            for seq, message in unacked.items():
+        for seq, message in unacked.items():
+            if self.queue.transient:
+                # A topic subscriber's backlog goes with it: nothing is put back, but a message
+                # whose failed deliveries pass max_redeliveries is dead-lettered, as from a queue.
+                again = message.copy()
+                again.redelivered = True
+                again.redelivery_count = message.redelivery_count + 1
+                self.queue.owner.redelivering(self.queue, again)
+            else:
                 self._redeliver(seq, message)
         ended = self.queue.owner.subscription_closed(self.queue, self, delete)
         if self.queue.consumers:

@@ -68,6 +68,8 @@ _STOMP_MESSAGES = (TextMessage, BytesMessage)
 """The message types a STOMP client can receive (the GlassFish rule)."""
 _UNSETTLED = (Failure, Deferred)
 """What the result of a Deferred that has not succeeded is (a tuple: ``Failure | Deferred`` builds a union per call)."""
+_UNRECEIPTED_SEND = Frame("SEND", {})
+"""Stands for a SEND without a receipt when its outcome is an error (only its command is read)."""
 
 COVERED_IDS = 4096
 """Message ids a STOMP 1.0/1.1 ``client`` subscription remembers as acknowledged (see
@@ -605,7 +607,29 @@ class StompSession:
 
     def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
         """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles."""
-        post(message, self._settlement(frame), "receipt" in frame.headers)
+        if "receipt" in frame.headers:
+            settled = self._settlement(frame)  # (counted in _posted)
+            confirm = True
+        else:
+            self._posted += 1
+            settled = self._settled_unreceipted
+            confirm = False
+        try:
+            post(message, settled, confirm)
+        except BaseException:  # (an unexpected error before it settled: it never will; ERROR follows)
+            self._posted -= 1
+            raise
+
+    def _settled_unreceipted(self, error: Exception | None, _ack: object) -> None:
+        """The ``settled`` callback of a posted SEND without a receipt (one for all of them:
+        nothing of the frame but its command is needed to answer an error)."""
+        self._posted -= 1
+        if error is not None:
+            self._failure(Failure(error), _UNRECEIPTED_SEND)
+        if not self._posted and self._posts_drained:
+            waiters, self._posts_drained = self._posts_drained, []
+            for waiter in waiters:
+                waiter.callback(None)
 
     def _settlement(self, frame: Frame) -> Callable[[Exception | None, object], None]:
         """The ``settled`` callback of one posted SEND (counted until it runs)."""

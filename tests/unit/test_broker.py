@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 from twisted.internet.task import Clock
 from zope.interface import implementer
+from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.config import BrokerSettings
 from gateway.errors import DestinationError
-from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
+from gateway.interfaces import IConsumer, IPostingConnector, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 
 
@@ -59,6 +60,21 @@ def test_unknown_destination_kind(broker: EmbeddedBroker) -> None:
     failures: list[Any] = []
     broker.send(text("/nowhere/a", "x")).addErrback(failures.append)
     assert failures and failures[0].check(DestinationError)
+
+
+def test_post_settles_once_without_a_deferred(broker: EmbeddedBroker) -> None:
+    """IPostingConnector: a message that needs no store write is settled before post returns;
+    a refused one is settled with the error (post itself does not raise)."""
+    assert verifyObject(IPostingConnector, broker)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/q")
+    outcomes: list[tuple[Any, Any]] = []
+    broker.post(text("/queue/q", "a"), lambda error, ack: outcomes.append((error, ack)), False)
+    assert outcomes == [(None, None)] and sink.texts() == ["a"]
+    broker.post(text("/nowhere/a", "x"), lambda error, ack: outcomes.append((error, ack)))
+    assert len(outcomes) == 2 and isinstance(outcomes[1][0], DestinationError) and outcomes[1][1] is None
+    broker.post(text("/queue/q", "late", expiration=1), lambda error, ack: outcomes.append((error, ack)))
+    assert outcomes[2] == (None, None) and sink.texts() == ["a"]  # expired: settled, never delivered
 
 
 def test_round_robin_with_prefetch(broker: EmbeddedBroker) -> None:
@@ -132,3 +148,39 @@ def test_auto_ack_consumes_on_delivery(broker: EmbeddedBroker) -> None:
     broker.send(text("/queue/q", "x"))
     sub.close()
     assert broker.status()["queues"]["/queue/q"] == {"pending": 0, "consumers": 0, "inflight": 0}
+
+
+class Refusing(Sink):
+    """A consumer whose transport is full while ``full`` is set (deliver answers False)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = False
+
+    def deliver(self, message: Message, tag: Any) -> bool | None:  # type: ignore[override]
+        if self.full:
+            return False
+        self.got.append((message, tag))
+        return None
+
+
+def test_the_only_consumer_served_on_arrival_keeps_order_and_memory(broker: EmbeddedBroker) -> None:
+    """A message handed to a queue's only consumer as it arrives, one it refuses, and the ones
+    behind it: delivered once each in order, and the queue's memory back to nothing."""
+    sink = Refusing()
+    sub = subscribe(broker, sink, destination="/queue/q")
+    queue = broker.queues["/queue/q"]
+    broker.send(text("/queue/q", "a"))
+    assert sink.texts() == ["a"] and queue.memory == 0 and broker.memory.used == 0
+    sink.full = True
+    broker.send(text("/queue/q", "b"))
+    broker.send(text("/queue/q", "c", priority=9))
+    assert sink.texts() == ["a"] and len(queue) == 2 and broker.memory.used == queue.memory > 0
+    sink.full = False
+    broker.send(text("/queue/q", "d"))  # (the consumer is paused: it waits behind the others)
+    assert sink.texts() == ["a"]
+    sub.resume()  # type: ignore[attr-defined]
+    assert sink.texts() == ["a", "c", "b", "d"] and len(queue) == 0 and broker.memory.used == 0
+    broker.send(text("/queue/q", "e", expiration=broker.now_ms() - 1))  # expired: never delivered
+    broker.send(text("/queue/q", "f"))
+    assert sink.texts()[-1] == "f" and "e" not in sink.texts() and broker.memory.used == 0

@@ -128,7 +128,7 @@ def test_disconnect_receipt_waits_for_every_post(setup: tuple[Peer, PostingConne
     assert receipt.headers["receipt-id"] == "bye" and peer.closed
 
 
-def test_transactions_and_the_embedded_broker_do_not_post(setup: tuple[Peer, PostingConnector]) -> None:
+def test_transactions_do_not_post(setup: tuple[Peer, PostingConnector]) -> None:
     peer, connector = setup
     peer.send("BEGIN", {"transaction": "t"})
     peer.send("SEND", {"destination": "/queue/out.a", "transaction": "t"}, b"in tx")

@@ -123,6 +123,33 @@ def test_a_persistent_send_completes_only_when_stored(run: Run) -> None:
     assert run.broker.status()["queues"]["/queue/a"]["pending"] == 1
 
 
+def test_a_persistent_post_settles_only_when_stored(run: Run) -> None:
+    assert run.broker is not None
+    outcomes: list[tuple[Any, Any]] = []
+    run.broker.post(text("/queue/a", "one"), lambda error, ack: outcomes.append((error, ack)))
+    assert outcomes == [], "the post was settled before the store wrote it"
+    run.settle()
+    assert outcomes == [(None, None)]
+    assert run.broker.status()["queues"]["/queue/a"]["pending"] == 1
+    run.restart()
+    sink = Sink()
+    run.subscribe(sink, destination="/queue/a")
+    assert sink.texts() == ["one"]
+
+
+def test_a_post_the_full_store_refuses_settles_with_the_error(tmp_path: Path) -> None:
+    run = Run(tmp_path, BrokerSettings(persistence="sqlite"), max_size=512 * 1024)
+    broker = run.start()
+    outcomes: list[tuple[Any, Any]] = []
+    for index in range(400):
+        broker.post(text("/queue/a", f"m{index}-" + "x" * 2000), lambda error, ack: outcomes.append((error, ack)))
+        run.settle()
+    errors = [error for error, _ in outcomes if error is not None]
+    assert len(outcomes) == 400 and errors and isinstance(errors[0], StoreError)
+    assert broker.status()["queues"]["/queue/a"]["pending"] == 400 - len(errors)
+    run.wait(broker.stop())
+
+
 def test_queues_come_back_in_priority_then_arrival_order(run: Run) -> None:
     run.send(text("/queue/a", "low", priority=1), text("/queue/a", "high", priority=9))
     run.send(text("/queue/a", "normal"), text("/queue/b", "other"))
