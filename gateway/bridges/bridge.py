@@ -497,12 +497,15 @@ class Bridge:
             maybeDeferred(consumer.subscription.close).addErrback(self._log_close_failure)
         # Deliveries not yet sent were never acknowledged: the source has them again.
         self._pending = [entry for entry in self._pending if entry[0] is not consumer]
+        if not self._pending:
+            self._not_due()
         self._update_state()
         self._retry_later(f"source {self._describe(self.config.source)} lost: {reason}", self._subscribe)
 
     def _close_subscription(self) -> Deferred[None]:
         consumer, self._consumer = self._consumer, None
         self._pending = []
+        self._not_due()
         self._source_ok = False
         if consumer is None:
             return succeed(None)
@@ -569,8 +572,21 @@ class Bridge:
                 return
         finally:
             self._flushing = False
+        if not self._pending:
+            self._due = False  # nothing left is overdue: the next delivery starts its own max_batch_time
         if self._pending and self._batch_timer is None and self.config.max_batch_time > 0 and not self._paused:
             self._batch_timer = self.clock.callLater(self.config.max_batch_time / 1000.0, self._batch_time_up)
+
+    def _not_due(self) -> None:
+        """The pending deliveries were dropped: no batch is due and none is timed.
+
+        A stale ``_due`` would keep the next subscription's deliveries from starting
+        their batch timer, and a final batch short of ``max_batch_size`` (the end of a
+        stream redelivered after a reconnection) would never be sent."""
+        self._due = False
+        if self._batch_timer is not None and self._batch_timer.active():
+            self._batch_timer.cancel()
+        self._batch_timer = None
 
     def _batch_done(self, result: Any, marker: Deferred[None]) -> None:
         self._inflight = None

@@ -2,7 +2,8 @@
 wrappers): a stale acknowledgement, a delivery repeated within a batch, a message the
 target refuses for good, a send applied whose confirmation was lost, Kafka fallback ids
 across topic re-creation, the in-doubt check's Deferred, the Kafka transaction engine's
-rewind, the cycle guard's answer to IConnector senders, the gateway id."""
+rewind, the cycle guard's answer to IConnector senders, the gateway id, a short final batch after
+a lost source (its batch timer)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from typing import Any
 import pytest
 from twisted.internet.defer import fail, succeed
 
-from gateway.bridges.bridge import source_key
+from gateway.bridges.bridge import Bridge, source_key
 from gateway.bridges.probe import target_message_id
 from gateway.errors import ConnectorUnavailable, MessageRefused, StaleDelivery
 from gateway.identity import ID_FILE, installation_id, resolve_gateway_id
 from gateway.message.model import Message
-from tests.unit.test_bridge import FlakySubscription, Rig, text
+from tests.unit.test_bridge import FlakyConnector, FlakySubscription, Rig, text
 
 
 @pytest.fixture
@@ -224,3 +225,89 @@ def test_at_most_once_gives_up_a_batch_in_doubt_at_a_target_that_cannot_tell() -
     assert rig.metric("jmsgateway_bridge_dropped_total", reason="in-doubt") == 2
     rig.publish(text("c"), text("d"))
     assert rig.bodies() == ["a", "b", "c", "d"]
+
+
+class _HeldBack:
+    """A consumer shim: what a new subscription delivers waits until the subscription is confirmed."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.waiting: list[tuple[Message, Any]] | None = []
+
+    def deliver(self, message: Message, tag: Any) -> None:
+        if self.waiting is None:
+            self.consumer.deliver(message, tag)
+        else:
+            self.waiting.append((message, tag))
+
+    def subscription_failed(self, reason: Exception) -> None:
+        self.consumer.subscription_failed(reason)
+
+    def open(self) -> None:
+        waiting, self.waiting = self.waiting or [], None
+        for message, tag in waiting:
+            self.consumer.deliver(message, tag)
+
+
+class LateDeliveries(FlakyConnector):
+    """A source whose deliveries come after the subscription is confirmed, as over STOMP
+    (the broker answers SUBSCRIBE's receipt, then sends the MESSAGE frames)."""
+
+    def __init__(self, broker: Any, clock: Any) -> None:
+        super().__init__(broker, "source")
+        self.clock = clock
+
+    def subscribe(self, spec: Any, consumer: Any) -> Any:
+        shim = _HeldBack(consumer)
+
+        def confirmed(subscription: Any) -> Any:
+            self.clock.callLater(0, shim.open)
+            return subscription
+
+        return super().subscribe(spec, shim).addCallback(confirmed)
+
+
+def test_a_batch_overdue_when_the_source_was_lost_does_not_hold_up_the_next_subscription() -> None:
+    """The batch timer fired while a batch was in flight; that batch's acknowledgement then
+    failed (the source lost, what was pending dropped).  The fewer than max_batch_size messages
+    the next subscription delivers (the end of the stream) still go after max_batch_time."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=10, max_batch_time=50)
+    rig.source = LateDeliveries(rig.broker, rig.clock)
+    rig.bridge = Bridge(rig.config, rig.source, rig.target, clock=rig.clock, metrics=rig.metrics, dedup=rig.store)
+    rig.target.hold_sends = True
+    rig.bridge.start()
+    rig.clock.advance(0)
+    rig.publish(text("a"), text("b"), text("c"))
+    rig.clock.advance(0.05)
+    assert len(rig.target.held) == 1, "a, b, c in flight"
+    rig.publish(text("d"))
+    rig.clock.advance(0.05)  # d's batch is due, but one is in flight
+    rig.source.fail_acks = 1
+    rig.target.hold_sends = False
+    rig.target.release()  # confirmed and recorded; the acknowledgement fails: the source is lost
+    assert rig.bridge.state == "retrying"
+    rig.clock.advance(1.0)  # subscribed again
+    rig.clock.advance(0)  # a, b, c, d delivered again
+    for _ in range(10):
+        rig.clock.advance(0.05)
+    assert rig.bodies() == ["a", "b", "c", "d"]
+    assert rig.pending_at_source() == 0
+
+
+def test_a_batch_timer_of_a_lost_subscription_does_not_hold_up_the_next_one() -> None:
+    """The source is lost with a batch waiting for max_batch_time; the timer must not leave the
+    next subscription's short final batch waiting for a timer that never starts."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=10, max_batch_time=50)
+    rig.source = LateDeliveries(rig.broker, rig.clock)
+    rig.bridge = Bridge(rig.config, rig.source, rig.target, clock=rig.clock, metrics=rig.metrics, dedup=rig.store)
+    rig.bridge.start()
+    rig.clock.advance(0)
+    rig.publish(text("a"), text("b"))
+    rig.source.consumers[0].subscription_failed(ConnectorUnavailable("connection lost"))
+    rig.clock.advance(0.05)  # the lost subscription's batch time
+    rig.clock.advance(1.0)  # subscribed again
+    rig.clock.advance(0)  # a, b delivered again
+    for _ in range(10):
+        rig.clock.advance(0.05)
+    assert rig.bodies() == ["a", "b"]
+    assert rig.pending_at_source() == 0
