@@ -44,12 +44,13 @@ def bridge_toml(name: str, source: tuple[str, str], target: tuple[str, str], **p
     return "\n".join(lines) + "\n"
 
 
-def fill_activemq(broker: ActiveMQBroker, destination: str, tally: Tally, count: int) -> None:
-    """Send ``count`` persistent messages straight to ActiveMQ, a receipt each (waited for together)."""
+def fill_activemq(broker: ActiveMQBroker, destination: str, tally: Tally, count: int, first: int = 0) -> None:
+    """Send ``count`` persistent messages straight to ActiveMQ (``a-<first>`` on), a receipt each
+    (waited for together)."""
     client = Client(("127.0.0.1", broker.stomp_port))
     try:
         events = []
-        for index in range(count):
+        for index in range(first, first + count):
             seq = f"a-{index}"
             receipt = f"r-{index}-{time.monotonic_ns()}"
             events.append((seq, client.listener.receipt_event(receipt)))
@@ -159,6 +160,38 @@ def test_activemq_source_cut_and_restored(tmp_path: Path, activemq: ActiveMQBrok
         if qos == "ONCE_AND_ONLY_ONCE":
             assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]}"
         assert amq_proxy.connections > 1
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.stop()
+
+
+def test_activemq_source_lost_with_a_batch_waiting_sends_the_short_end_of_the_stream(
+        tmp_path: Path, activemq: ActiveMQBroker, amq_proxy: TcpProxy) -> None:
+    """The source connection drops while an acknowledgement is unanswered and two deliveries
+    wait for max_batch_time: the bridge drops them and subscribes again; ActiveMQ delivers the
+    five again (fewer than max_batch_size), and the two not yet sent go after max_batch_time
+    (they used to wait for a batch timer that never started)."""
+    source, tally = unique("cutend"), Tally()
+    config = amq_connector_toml(f"stomp://{amq_proxy.address}") + bridge_toml(
+        "cutend", ("amq", source), ("embedded", "/queue/cutend"), qos="ONCE_AND_ONLY_ONCE", max_batch_size=10,
+        max_batch_time=1000, failure_retry_interval=200)
+    gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
+    try:
+        wait_until(lambda: "bridge cutend consuming from" in gateway.log(), 30, "the bridge consuming")
+        amq_proxy.stall()  # the gateway's acknowledgements wait in the proxy, unanswered
+        fill_activemq(activemq, source, tally, 3)
+        time.sleep(1.6)  # a-0..a-2 sent after max_batch_time; their acknowledgement waits
+        fill_activemq(activemq, source, tally, 2, first=3)
+        time.sleep(0.3)  # a-3, a-4 delivered; their batch time runs
+        amq_proxy.cut()
+        time.sleep(1.5)  # the lost subscription's batch time passes
+        amq_proxy.flow()
+        amq_proxy.restore()
+        drain(gateway, "/queue/cutend", tally, tally.receipted, timeout=15)
+        assert not tally.lost, f"lost {sorted(tally.lost)} ({tally.summary()})"
+        assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())}"
     except BaseException:
         print(gateway.log()[-4000:])
         raise
