@@ -10,6 +10,7 @@ committed offsets of their group, read by a fresh consumer.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -289,3 +290,22 @@ async def test_start_fails_clearly_when_kafka_is_unreachable() -> None:
     with pytest.raises(ConnectorUnavailable):
         await kafka.send(text("/topic/kafka.t", "x"))
     await kafka.stop()
+
+
+def test_the_in_doubt_probe_reads_the_whole_last_write_batch(kafka_bootstrap: str) -> None:
+    """Tansu reports a partition's end as the base offset of its last write batch + 1: the
+    probe must not stop there, or the rest of a batch a bridge wrote just before a crash
+    (the records most likely in doubt) is taken for not written and sent again."""
+    from confluent_kafka import Producer
+
+    from gateway.connectors.kafka_transactions import held_record_ids
+
+    topic = f"probe-batch-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_bootstrap, topic)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 200, "acks": "all"})
+    ids = [f"ID:batch-{n}" for n in range(50)]
+    for message_id in ids:  # one write batch (linger): Tansu's end offset is its first record + 1
+        producer.produce(topic, value=b"x", partition=0, headers=[("jms.MessageId", message_id.encode())])
+    assert producer.flush(15) == 0
+    settings = KafkaSettings.from_options({"bootstrap": kafka_bootstrap})
+    assert held_record_ids(settings, topic, 1000) == set(ids)
