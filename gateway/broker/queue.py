@@ -658,11 +658,13 @@ class QueueSubscription:
         if not self.closed:
             self.queue.dispatch()
 
-    def _redeliver(self, seq: int, message: Message) -> None:
+    def _redeliver(self, seq: int, message: Message, put_back: bool = True) -> None:
+        """A delivery of ``message`` failed: past ``max_redeliveries`` the owner dead-letters it,
+        otherwise it goes back to its place (unless ``put_back`` is false)."""
         again = message.copy()
         again.redelivered = True
         again.redelivery_count = message.redelivery_count + 1
-        if self.queue.owner.redelivering(self.queue, again):
+        if self.queue.owner.redelivering(self.queue, again) and put_back:
             self.queue.requeue(again, seq)
 
     def pause(self) -> None:
@@ -685,16 +687,10 @@ class QueueSubscription:
         self.closed = True
         self.queue.remove_consumer(self)
         unacked, self.unacked = self.unacked, {}
+        # A topic subscriber's backlog goes with it: nothing is put back, but a message whose
+        # failed deliveries pass max_redeliveries is dead-lettered, as from a queue.
         for seq, message in unacked.items():
-            if self.queue.transient:
-                # A topic subscriber's backlog goes with it: nothing is put back, but a message
-                # whose failed deliveries pass max_redeliveries is dead-lettered, as from a queue.
-                again = message.copy()
-                again.redelivered = True
-                again.redelivery_count = message.redelivery_count + 1
-                self.queue.owner.redelivering(self.queue, again)
-            else:
-                self._redeliver(seq, message)
+            self._redeliver(seq, message, put_back=not self.queue.transient)
         ended = self.queue.owner.subscription_closed(self.queue, self, delete)
         if self.queue.consumers:
             self.queue.dispatch()
