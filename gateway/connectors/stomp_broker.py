@@ -375,7 +375,7 @@ class StompBrokerConnector:
         refuses it.  If so, SUBSCRIBEs go without the transformation from now on: one warning
         names the cause and the fix, the connection-lost line and :meth:`health` say it too, and
         the connector reconnects at once."""
-        if not (protocol.closed and protocol.error is None and failure.check(ConnectorUnavailable)):
+        if not _closed_without_error(protocol, failure):
             return False
         if not self.transformation_refused:
             self.transformation_refused = (
@@ -572,8 +572,7 @@ class StompBrokerConnector:
         how an ActiveMQ without XStream/Jettison refuses a Map or Object message.  Such a
         message is refused for good (a bridge fails or dead-letters it instead of
         sending it again for ever); one warning names the cause and the fix."""
-        if not (transformation and protocol is not None and protocol.closed and protocol.error is None
-                and failure.check(ConnectorUnavailable)):
+        if not (transformation and protocol is not None and _closed_without_error(protocol, failure)):
             return failure
         if not self.send_transformation_refused:
             self.send_transformation_refused = (
@@ -805,3 +804,9 @@ class StompBrokerConnector:
 
     def _forget(self, subscription: BrokerSubscription) -> None:
         self._subscriptions.pop(subscription.id, None)
+
+
+def _closed_without_error(protocol: StompClientProtocol, failure: Failure) -> bool:
+    """Whether ``failure`` is the broker closing ``protocol``'s connection without an ERROR frame:
+    how an ActiveMQ without XStream/Jettison refuses a frame carrying a ``transformation``."""
+    return protocol.closed and protocol.error is None and bool(failure.check(ConnectorUnavailable))
