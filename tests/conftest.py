@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.activemq import ActiveMQBroker
 from tests.support.gateway import GatewayProcess
+from tests.support.jms_client import JmsClient
 from tests.support.stomp_clients import StompClients
 
 
@@ -103,3 +105,12 @@ def stomp(gateway: GatewayProcess) -> Iterator[StompClients]:
     clients = StompClients(gateway.address)
     yield clients
     clients.close()
+
+
+@pytest.fixture
+def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:
+    """A JMS client (the real ActiveMQ client, over OpenWire) of the session's ActiveMQ, closed afterwards;
+    a module that uses it imports the ``activemq`` fixture."""
+    client = JmsClient(activemq.openwire_url)
+    yield client
+    client.close()

@@ -9,7 +9,6 @@ comes back on the same ports with its persistent messages.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.activemq
 
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:  # noqa: F811
-    client = JmsClient(activemq.openwire_url)
-    yield client
-    client.close()
 
 
 def test_text_message_round_trip_keeps_headers_and_typed_properties(jms: JmsClient) -> None:

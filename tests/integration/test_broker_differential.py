@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401 - the broker fixture
 from tests.support.gateway import GatewayProcess
-from tests.support.stomp_clients import Client
+from tests.support.stomp_clients import Client, StompPyFrame
 
 pytestmark = pytest.mark.activemq
 
@@ -46,6 +46,14 @@ def fill(address: Address, destination: str, count: int) -> None:
     producer.disconnect()
 
 
+def holding(address: Address, destination: str, count: int) -> tuple[Client, list[StompPyFrame]]:
+    """``count`` persistent messages put on ``destination``, and a client-individual consumer that holds them."""
+    fill(address, destination, count)
+    consumer = Client(address)
+    consumer.subscribe(destination, "s", ack="client-individual")
+    return consumer, consumer.messages(count)
+
+
 def after(address: Address, destination: str) -> Observation:
     """What a new client-individual consumer of ``destination`` receives (then it leaves), sorted:
     the order in which ActiveMQ redelivers what a failed consumer held varies from run to run
@@ -58,10 +66,7 @@ def after(address: Address, destination: str) -> Observation:
 
 
 def aborted_acks_come_back(address: Address, destination: str) -> list[Observation]:
-    fill(address, destination, 3)
-    consumer = Client(address)
-    consumer.subscribe(destination, "s", ack="client-individual")
-    frames = consumer.messages(3)
+    consumer, frames = holding(address, destination, 3)
     consumer.begin("tx")
     consumer.ack(frames[1], "tx")
     consumer.abort("tx")
@@ -70,10 +75,7 @@ def aborted_acks_come_back(address: Address, destination: str) -> list[Observati
 
 
 def committed_acks_are_final(address: Address, destination: str) -> list[Observation]:
-    fill(address, destination, 3)
-    consumer = Client(address)
-    consumer.subscribe(destination, "s", ack="client-individual")
-    frames = consumer.messages(3)
+    consumer, frames = holding(address, destination, 3)
     consumer.begin("tx")
     consumer.ack(frames[0], "tx")
     consumer.ack(frames[2], "tx")
@@ -83,10 +85,7 @@ def committed_acks_are_final(address: Address, destination: str) -> list[Observa
 
 
 def commit_after_unsubscribe(address: Address, destination: str) -> list[Observation]:
-    fill(address, destination, 2)
-    consumer = Client(address)
-    consumer.subscribe(destination, "s", ack="client-individual")
-    frames = consumer.messages(2)
+    consumer, frames = holding(address, destination, 2)
     consumer.begin("tx")
     consumer.ack(frames[0], "tx")
     consumer.unsubscribe("s")
@@ -96,10 +95,7 @@ def commit_after_unsubscribe(address: Address, destination: str) -> list[Observa
 
 
 def transaction_open_when_the_connection_drops(address: Address, destination: str) -> list[Observation]:
-    fill(address, destination, 2)
-    consumer = Client(address)
-    consumer.subscribe(destination, "s", ack="client-individual")
-    frames = consumer.messages(2)
+    consumer, frames = holding(address, destination, 2)
     consumer.begin("tx")
     consumer.ack(frames[0], "tx")
     consumer.send(destination, "sent-in-tx", transaction="tx", persistent="true")

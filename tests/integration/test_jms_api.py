@@ -108,13 +108,6 @@ def clients(jms_gateway: GatewayProcess) -> Iterator[StompClients]:
     clients.close()
 
 
-@pytest.fixture
-def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:  # noqa: F811
-    client = JmsClient(activemq.openwire_url)
-    yield client
-    client.close()
-
-
 RECEIPTED = pytest.mark.parametrize("receipt", [True, False], ids=["receipted", "unreceipted"])
 
 

@@ -95,57 +95,50 @@ def connector_health(admin: int) -> tuple[bool, str]:
 SQLITE = ["--set", "broker.persistence='sqlite'"]
 
 
-def test_once_and_only_once_between_two_queues_of_one_provider_survives_two_gateway_kills(
-        tmp_path: Path, activemq: ActiveMQBroker) -> None:  # noqa: F811
-    source, target = unique("oaoo-src"), unique("oaoo-dst")
-    sent = fill(activemq, source, 2000)
-    config = connector_toml(activemq) + bridge_toml("q2q", ("amq", source), ("amq", target),
-                                                    qos="ONCE_AND_ONLY_ONCE", max_batch_size=50, max_batch_time=20,
+def copied_across_two_gateway_kills(tmp_path: Path, broker: ActiveMQBroker, qos: str, count: int,
+                                    thresholds: tuple[int, int], max_batch_size: int) -> tuple[set[str], Counter[str]]:
+    """A jms -> jms bridge of ``count`` messages between two queues of one provider, the gateway SIGKILLed when
+    the target holds each of ``thresholds`` (what reaches the target while it is down is read too): the seqs
+    sent, and how often each arrived."""
+    source, target = unique(f"{qos.lower()}-src"), unique(f"{qos.lower()}-dst")
+    sent = fill(broker, source, count)
+    config = connector_toml(broker) + bridge_toml("q2q", ("amq", source), ("amq", target),
+                                                    qos=qos, max_batch_size=max_batch_size, max_batch_time=20,
                                                     failure_retry_interval=300)
     gateway = GatewayProcess(tmp_path / "gw", config).start()
     received: list = []  # type: ignore[type-arg]
     try:
-        with JmsClient(activemq.openwire_url) as jms:
-            for threshold in (400, 1100):
+        with JmsClient(broker.openwire_url) as jms:
+            for threshold in thresholds:
                 collect_until(jms, target, received, threshold)
                 gateway.kill()
-                received += jms.receive_all(target, 2000, 0.5)
+                received += jms.receive_all(target, count, 0.5)
                 gateway.start()
             received += jms.receive_until_quiet(target, 3.0)
-        counts = seqs_of(received)
-        lost = sent - set(counts)
-        duplicated = {seq: n for seq, n in counts.items() if n > 1}
-        print(f"jms -> jms ONCE_AND_ONLY_ONCE: {len(received)} received, {len(lost)} lost, {len(duplicated)} dup")
-        assert not lost, f"lost {sorted(lost)[:10]}"
-        assert not duplicated, f"duplicated {list(duplicated.items())[:10]}"
         assert "local transaction" not in gateway.log() or "FAILED" not in gateway.log()
     except BaseException:
         print(gateway.log()[-4000:])
         raise
     finally:
         gateway.stop()
+    return sent, seqs_of(received)
+
+
+def test_once_and_only_once_between_two_queues_of_one_provider_survives_two_gateway_kills(
+        tmp_path: Path, activemq: ActiveMQBroker) -> None:  # noqa: F811
+    sent, counts = copied_across_two_gateway_kills(tmp_path, activemq, "ONCE_AND_ONLY_ONCE", 2000, (400, 1100), 50)
+    lost = sent - set(counts)
+    duplicated = {seq: n for seq, n in counts.items() if n > 1}
+    print(f"jms -> jms ONCE_AND_ONLY_ONCE: {sum(counts.values())} received, {len(lost)} lost, {len(duplicated)} dup")
+    assert not lost, f"lost {sorted(lost)[:10]}"
+    assert not duplicated, f"duplicated {list(duplicated.items())[:10]}"
 
 
 def test_duplicates_ok_between_two_queues_loses_nothing_across_gateway_kills(
         tmp_path: Path, activemq: ActiveMQBroker) -> None:  # noqa: F811
-    source, target = unique("dok-src"), unique("dok-dst")
-    sent = fill(activemq, source, 1000)
-    config = connector_toml(activemq) + bridge_toml("dok", ("amq", source), ("amq", target),
-                                                    qos="DUPLICATES_OK", max_batch_size=20, max_batch_time=20,
-                                                    failure_retry_interval=300)
-    gateway = GatewayProcess(tmp_path / "gw", config).start()
-    received: list = []  # type: ignore[type-arg]
-    try:
-        with JmsClient(activemq.openwire_url) as jms:
-            for threshold in (200, 500):
-                collect_until(jms, target, received, threshold)
-                gateway.kill()
-                gateway.start()
-            received += jms.receive_until_quiet(target, 3.0)
-        lost = sent - set(seqs_of(received))
-        assert not lost, f"lost {sorted(lost)[:10]}"
-    finally:
-        gateway.stop()
+    sent, counts = copied_across_two_gateway_kills(tmp_path, activemq, "DUPLICATES_OK", 1000, (200, 500), 20)
+    lost = sent - set(counts)
+    assert not lost, f"lost {sorted(lost)[:10]}"
 
 
 def test_at_most_once_between_two_queues_duplicates_nothing(tmp_path: Path,

@@ -61,13 +61,6 @@ def clients(gateway: GatewayProcess) -> Iterator[StompClients]:
     clients.close()
 
 
-@pytest.fixture
-def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:  # noqa: F811
-    client = JmsClient(activemq.openwire_url)
-    yield client
-    client.close()
-
-
 # A SEND with a receipt takes the message path; one without is forwarded frame to frame
 # (StompBrokerConnector.forward): the JMS consumer must see the same either way.
 BOTH_PATHS = pytest.mark.parametrize("receipt", [True, False], ids=["receipted", "forwarded"])

@@ -76,13 +76,6 @@ async def refused(made: list[StompBrokerConnector], uri: str, **options: Any) ->
     return str(caught.value)
 
 
-@pytest.fixture
-def jms(activemq: ActiveMQBroker) -> Iterator[JmsClient]:  # noqa: F811
-    client = JmsClient(activemq.openwire_url)
-    yield client
-    client.close()
-
-
 async def started(made: list[StompBrokerConnector], uri: str, **options: Any) -> StompBrokerConnector:
     amq = connector(made, uri, **options)
     await amq.start()
