@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain
 from tests.support.activemq import ActiveMQBroker, activemq
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, stopped_after
 from tests.support.stomp_clients import Client
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
@@ -73,7 +73,7 @@ def test_activemq_to_embedded_across_gateway_crashes(tmp_path: Path, activemq: A
         "a2e", ("amq", source), ("embedded", "/queue/a2e"), qos=qos, max_batch_size=batch, max_batch_time=20,
         failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
-    try:
+    with stopped_after(gateway):
         time.sleep(0.3)
         gateway.kill()
         gateway.start()
@@ -90,11 +90,6 @@ def test_activemq_to_embedded_across_gateway_crashes(tmp_path: Path, activemq: A
         assert len(tally.arrivals) == len(tally.receipted)
         if qos == "ONCE_AND_ONLY_ONCE":
             assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
 
 
 @pytest.mark.parametrize(("qos", "batch"), [("DUPLICATES_OK", 1), ("ONCE_AND_ONLY_ONCE", 20)])
@@ -105,7 +100,7 @@ def test_embedded_to_activemq_across_gateway_crashes(tmp_path: Path, activemq: A
         "e2a", ("embedded", "/queue/e2a"), ("amq", target), qos=qos, max_batch_size=batch, max_batch_time=20,
         failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
-    try:
+    with stopped_after(gateway):
         producer = Producer(gateway, "/queue/e2a", tally, "p1", limit=600)
         producer.start()
         wait_until(lambda: producer.count() >= 300, 60, "300 receipted sends")
@@ -124,11 +119,6 @@ def test_embedded_to_activemq_across_gateway_crashes(tmp_path: Path, activemq: A
             # docs/bridges.md: a SIGKILL between ActiveMQ's confirmation and the duplicate store's
             # commit is resolved at the restart by browsing the target queue
             assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture
@@ -148,7 +138,7 @@ def test_activemq_source_cut_and_restored(tmp_path: Path, activemq: ActiveMQBrok
         "cut", ("amq", source), ("embedded", "/queue/cut"), qos=qos, max_batch_size=10, max_batch_time=20,
         failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
-    try:
+    with stopped_after(gateway):
         for _ in range(3):
             time.sleep(0.4)
             amq_proxy.cut()
@@ -160,11 +150,6 @@ def test_activemq_source_cut_and_restored(tmp_path: Path, activemq: ActiveMQBrok
         if qos == "ONCE_AND_ONLY_ONCE":
             assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]}"
         assert amq_proxy.connections > 1
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
 
 
 def test_activemq_source_lost_with_a_batch_waiting_sends_the_short_end_of_the_stream(
@@ -178,7 +163,7 @@ def test_activemq_source_lost_with_a_batch_waiting_sends_the_short_end_of_the_st
         "cutend", ("amq", source), ("embedded", "/queue/cutend"), qos="ONCE_AND_ONLY_ONCE", max_batch_size=10,
         max_batch_time=1000, failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
-    try:
+    with stopped_after(gateway):
         wait_until(lambda: "bridge cutend consuming from" in gateway.log(), 30, "the bridge consuming")
         amq_proxy.stall()  # the gateway's acknowledgements wait in the proxy, unanswered
         fill_activemq(activemq, source, tally, 3)
@@ -192,11 +177,6 @@ def test_activemq_source_lost_with_a_batch_waiting_sends_the_short_end_of_the_st
         drain(gateway, "/queue/cutend", tally, tally.receipted, timeout=15)
         assert not tally.lost, f"lost {sorted(tally.lost)} ({tally.summary()})"
         assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())}"
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
 
 
 def test_embedded_to_activemq_target_cut_loses_nothing(tmp_path: Path, activemq: ActiveMQBroker,
@@ -206,7 +186,7 @@ def test_embedded_to_activemq_target_cut_loses_nothing(tmp_path: Path, activemq:
         "cutt", ("embedded", "/queue/cutt"), ("amq", target), qos="DUPLICATES_OK", max_batch_size=10,
         max_batch_time=20, failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
-    try:
+    with stopped_after(gateway):
         producer = Producer(gateway, "/queue/cutt", tally, "t", limit=500)
         producer.start()
         wait_until(lambda: producer.count() >= 100, 30, "100 receipted sends")
@@ -217,11 +197,6 @@ def test_embedded_to_activemq_target_cut_loses_nothing(tmp_path: Path, activemq:
         drain(("127.0.0.1", activemq.stomp_port), target, tally, tally.receipted)
         print(f"embedded -> activemq DUPLICATES_OK with a cut: {tally.summary()}")
         assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
 
 
 STANDALONE = ["-m", "gateway.cli", "bridge", "--config"]
@@ -326,7 +301,7 @@ def test_once_and_only_once_into_activemq_resends_only_what_a_lost_receipt_hid(
         "lost", ("embedded", "/queue/lost"), ("amq", target), qos="ONCE_AND_ONLY_ONCE", max_batch_size=50,
         max_batch_time=20, failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
-    try:
+    with stopped_after(gateway):
         Producer(gateway, "/queue/lost", tally, "a", limit=20).run()
         time.sleep(1.0)  # the first 20 went through
         amq_proxy.mute()
@@ -342,8 +317,3 @@ def test_once_and_only_once_into_activemq_resends_only_what_a_lost_receipt_hid(
         assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
         assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
         assert "the target already holds" in gateway.log(), "the batch in doubt was looked for"
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()

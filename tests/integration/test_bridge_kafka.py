@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally, drain
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, stopped_after
 from tests.support.kafka import (
     TansuBroker,
     create_topics,
@@ -86,7 +86,7 @@ def embedded_to_kafka_run(tmp_path: Path, bootstrap: str, qos: str, batch: int) 
         max_batch_time=20, failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
     tally = Tally()
-    try:
+    with stopped_after(gateway):
         producer = Producer(gateway, "/queue/e2k", tally, "p1", limit=600)
         producer.start()
         wait_until(lambda: producer.count() >= 300, 60, "300 receipted sends")
@@ -100,11 +100,6 @@ def embedded_to_kafka_run(tmp_path: Path, bootstrap: str, qos: str, batch: int) 
         gateway.start()
         time.sleep(3)  # the bridge works off its backlog
         tally_topic(bootstrap, topic, tally, expect=len(tally.receipted), settle=2.0)
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
     return tally, topic
 
 
@@ -175,7 +170,7 @@ def test_embedded_to_kafka_survives_a_cut_connection(tmp_path: Path, proxied_kaf
         max_batch_time=20, failure_retry_interval=300)
     gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
     tally = Tally()
-    try:
+    with stopped_after(gateway):
         producer = Producer(gateway, "/queue/cut", tally, "c", limit=400)
         producer.start()
         wait_until(lambda: producer.count() >= 100, 30, "100 receipted sends")
@@ -190,11 +185,6 @@ def test_embedded_to_kafka_survives_a_cut_connection(tmp_path: Path, proxied_kaf
         if qos == "ONCE_AND_ONLY_ONCE":
             assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]}"
         assert proxy.connections > 1, "the gateway reconnected through the proxy"
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
 
 
 @pytest.mark.parametrize(("qos", "batch"), [("ONCE_AND_ONLY_ONCE", 1), ("ONCE_AND_ONLY_ONCE", 100),

@@ -27,7 +27,7 @@ from tests.integration.test_admin import http
 from tests.integration.test_flow_control import Sender, rss_mb
 from tests.integration.test_jms_api import classpath_toml
 from tests.support.activemq import ActiveMQBroker, activemq, fresh_activemq  # noqa: F401
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, stopped_after
 from tests.support.jms_client import JmsClient
 from tests.support.ports import free_port
 from tests.support.stomp_clients import Client, StompClients
@@ -107,7 +107,7 @@ def copied_across_two_gateway_kills(tmp_path: Path, broker: ActiveMQBroker, qos:
                                                     failure_retry_interval=300)
     gateway = GatewayProcess(tmp_path / "gw", config).start()
     received: list = []  # type: ignore[type-arg]
-    try:
+    with stopped_after(gateway):
         with JmsClient(broker.openwire_url) as jms:
             for threshold in thresholds:
                 collect_until(jms, target, received, threshold)
@@ -116,11 +116,6 @@ def copied_across_two_gateway_kills(tmp_path: Path, broker: ActiveMQBroker, qos:
                 gateway.start()
             received += jms.receive_until_quiet(target, 3.0)
         assert "local transaction" not in gateway.log() or "FAILED" not in gateway.log()
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.stop()
     return sent, seqs_of(received)
 
 

@@ -8,11 +8,13 @@ start again on the same data.  Benchmarks use it too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.ports import free_port, wait_for_port
@@ -125,3 +127,15 @@ class GatewayProcess:
 def default_config() -> str:
     """The shipped default config (listen and data dir are given on the command line)."""
     return (REPO / "etc" / "jmsgateway.toml").read_text()
+
+
+@contextlib.contextmanager
+def stopped_after(gateway: GatewayProcess) -> Iterator[GatewayProcess]:
+    """Runs the block with ``gateway``: prints the tail of its log if the block fails, stops it afterwards."""
+    try:
+        yield gateway
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.stop()
