@@ -15,13 +15,14 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING
 
+from gateway.broker.sqlite_schema import RECORD
 from gateway.broker.store import BacklogRow
 
 if TYPE_CHECKING:
     from gateway.broker.sqlite_store import SqliteStore
 
 _READ = (
-    "SELECT rank, seq, message_id, expiration, size, redelivery, record FROM messages INDEXED BY messages_order "
+    f"SELECT rank, seq, message_id, expiration, size, redelivery, {RECORD} FROM messages INDEXED BY messages_order "
     "WHERE queue = ? AND rank = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
 )
 _NEXT_RANK = "SELECT rank FROM messages INDEXED BY messages_order WHERE queue = ? AND rank > ? ORDER BY rank LIMIT 1"

@@ -8,7 +8,9 @@ covers it, so a RECEIPT sent on it means the message is on disk.
 :meth:`SqliteStore.open` checks the file (``PRAGMA quick_check``), purges
 expired messages and returns a :class:`Snapshot` of everything else, in the
 order it was stored (or, recovering lazily, each queue's count and a reader:
-:mod:`gateway.broker.sqlite_backlog`).  The file is locked for this process
+:mod:`gateway.broker.sqlite_backlog`).  A message stored for several queue keys
+in one write (a topic message for its durable subscriptions) is kept once, with
+one small row per key (:mod:`gateway.broker.sqlite_schema` has the layout).  The file is locked for this process
 alone (an advisory lock; the backlog reader shares the WAL).
 
 Errors are :class:`StoreError` naming the file: a corrupt or foreign
@@ -43,81 +45,64 @@ from zope.interface import implementer
 from gateway.broker.sqlite_backlog import SqliteBacklog
 from gateway.broker.sqlite_records import decode_message, encode_message
 from gateway.broker.sqlite_rows import RowIndex
+from gateway.broker.sqlite_schema import (
+    APPLICATION_ID,
+    CREATE,
+    DELETE,
+    DELETE_EXPIRED,
+    DELETE_QUEUE,
+    EXPIRED_BODIES,
+    INSERT,
+    INSERT_BODY,
+    MIGRATE_1_TO_2,
+    MIGRATE_2_TO_3,
+    RECORD,
+    SCHEMA_VERSION,
+    SET_REDELIVERY,
+    TABLES,
+    release,
+    share_copies,
+)
 from gateway.broker.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
 from gateway.broker.store import DurableRecord, Snapshot
 from gateway.errors import GatewayError, StoreError
 from gateway.interfaces import IMessageStore
 from gateway.message.model import Message
 
-APPLICATION_ID = 0x4A4D5347  # "JMSG": marks a file as a jmsgateway message store
-SCHEMA_VERSION = 2
-"""2: ``rank`` (-priority) and ``size`` columns and the ``messages_order`` index (lazy recovery)."""
-
-_ORDER_INDEX = "CREATE INDEX messages_order ON messages (queue, rank, seq, size)"
-"""A queue's messages in dispatch order (lazy recovery reads a backlog from it, and
-counts it without reading the records)."""
-
-_REDELIVERED_INDEX = "CREATE INDEX messages_redelivered ON messages (seq) WHERE redelivery > 0"
-"""The messages delivered before (a restart dead-letters those past max_redeliveries
-without reading the others)."""
-
-_MIGRATE_1_TO_2 = (
-    "ALTER TABLE messages ADD COLUMN rank INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE messages ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
-    # (the record's fourth byte is the priority, sqlite_records._FIXED)
-    "UPDATE messages SET size = length(record), "
-    "rank = -(instr('0123456789ABCDEF', substr(hex(substr(record, 4, 1)), 1, 1)) - 1) * 16 "
-    "- (instr('0123456789ABCDEF', substr(hex(substr(record, 4, 1)), 2, 1)) - 1)",
-    _ORDER_INDEX,
-    _REDELIVERED_INDEX,
-    "PRAGMA user_version = 2",
-)
-
-_SCHEMA = (
-    """CREATE TABLE messages (
-        seq INTEGER PRIMARY KEY,
-        queue TEXT NOT NULL,
-        message_id TEXT NOT NULL,
-        expiration INTEGER NOT NULL,
-        redelivery INTEGER NOT NULL,
-        record BLOB NOT NULL,
-        rank INTEGER NOT NULL DEFAULT 0,
-        size INTEGER NOT NULL DEFAULT 0
-    )""",
-    _ORDER_INDEX,
-    _REDELIVERED_INDEX,
-    """CREATE TABLE durables (
-        key TEXT PRIMARY KEY,
-        destination TEXT NOT NULL,
-        selector TEXT
-    )""",
-    f"PRAGMA application_id = {APPLICATION_ID}",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
-)
-
-_INSERT = (
-    "INSERT INTO messages (seq, queue, message_id, expiration, redelivery, record, rank, size) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_DELETE = "DELETE FROM messages WHERE seq = ?"
-_SET_REDELIVERY = "UPDATE messages SET redelivery = ? WHERE seq = ?"
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 _ROW_OVERHEAD = 256  # cell header, page fill, WAL frame share
 DEFAULT_MIN_FREE = 16 * 1024 * 1024
 _CHECKPOINT_MARGIN = 8 * 1024 * 1024  # twice the WAL's auto-checkpoint size (1000 pages)
 
-Row = tuple[str, str, int, int, bytes, int, int]
+Row = tuple[str, str, int, int, int, int, int]
+"""A message's row for one queue key, before its seq: (queue key, message id, expiration,
+redelivery count, -priority, record length, its record's place in the batch)."""
 
 
-def _row(queue: str, message: Message) -> Row:
-    record = encode_message(message)
-    return (queue, message.message_id, message.expiration, message.redelivery_count, record, -message.priority,
-            len(record))
+def _rows(entries: list[tuple[str, Message]]) -> tuple[list[Row], list[bytes], list[bool]]:
+    """The rows of ``entries``, their records (each message encoded once, however many
+    queue keys take it) and which records are shared (kept once, in ``bodies``)."""
+    rows: list[Row] = []
+    records: list[bytes] = []
+    shared: list[bool] = []
+    places: dict[int, int] = {}
+    for queue, message in entries:
+        place = places.get(id(message))
+        if place is None:
+            place = places[id(message)] = len(records)
+            records.append(encode_message(message))
+            shared.append(False)
+        else:
+            shared[place] = True
+        rows.append((queue, message.message_id, message.expiration, message.redelivery_count, -message.priority,
+                     len(records[place]), place))
+    return rows, records, shared
 
 
-def _growth(rows: list[Row]) -> int:
-    """Bytes a batch may take on disk: in the WAL, then in the database."""
-    return sum(2 * (len(row[4]) + len(row[0]) + len(row[1]) + _ROW_OVERHEAD) for row in rows)
+def _growth(rows: list[Row], records: list[bytes]) -> int:
+    """Bytes a batch may take on disk: in the WAL, then in the database (a shared record once)."""
+    return 2 * (sum(len(record) for record in records)
+                + sum(len(row[0]) + len(row[1]) + _ROW_OVERHEAD for row in rows))
 
 
 def disk_free(directory: str) -> int:
@@ -230,22 +215,33 @@ class SqliteStore:
 
     def add_batch(self, entries: list[tuple[str, Message]]) -> Deferred[None]:
         try:
-            rows = [_row(queue, message) for queue, message in entries]
+            rows, records, shared = _rows(entries)
         except GatewayError as error:
             return fail(error)
 
         index = self._rows
 
         def insert(db: sqlite3.Connection) -> None:
-            db.executemany(_INSERT, [(index.allocate(row[0], row[1]), *row) for row in rows])
+            bodies: dict[int, int] = {}
+            values: list[tuple[int, str, str, int, int, bytes, int, int, int | None]] = []
+            for queue, message_id, expiration, redelivery, rank, size, place in rows:
+                seq = index.allocate(queue, message_id)
+                if shared[place]:
+                    body = bodies.setdefault(place, seq)  # (the first row's seq names the body)
+                    values.append((seq, queue, message_id, expiration, redelivery, b"", rank, size, body))
+                else:
+                    values.append((seq, queue, message_id, expiration, redelivery, records[place], rank, size, None))
+            if bodies:
+                db.executemany(INSERT_BODY, [(body, records[place]) for place, body in bodies.items()])
+            db.executemany(INSERT, values)
 
-        return self.writer.submit(insert, grows=_growth(rows))
+        return self.writer.submit(insert, grows=_growth(rows, records))
 
     def remove(self, queue: str, message_id: str) -> Deferred[None]:
         def delete(db: sqlite3.Connection) -> None:
             seq = self._rows.take(queue, message_id)
             if seq is not None:
-                db.execute(_DELETE, (seq,))
+                release(db, db.execute(DELETE, (seq,)).fetchall())
 
         return self.writer.submit(delete)
 
@@ -253,7 +249,7 @@ class SqliteStore:
         def update(db: sqlite3.Connection) -> None:
             seq = self._rows.find(queue, message_id)
             if seq is not None:
-                db.execute(_SET_REDELIVERY, (count, seq))
+                db.execute(SET_REDELIVERY, (count, seq))
 
         return self.writer.submit(update)
 
@@ -271,7 +267,7 @@ class SqliteStore:
             db.execute("DELETE FROM durables WHERE key = ?", (key,))
             self._rows.take_queue(key)
             # (by the order index: a backlog recovered lazily is not all in the row index)
-            db.execute("DELETE FROM messages WHERE queue = ?", (key,))
+            release(db, db.execute(DELETE_QUEUE, (key,)).fetchall())
 
         return self.writer.submit(drop)
 
@@ -330,7 +326,7 @@ class SqliteStore:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if application_id == 0 and not tables:
-                for statement in _SCHEMA:
+                for statement in CREATE:
                     db.execute(statement)
             elif application_id != APPLICATION_ID:
                 raise StoreError(
@@ -342,25 +338,40 @@ class SqliteStore:
                     f"message store {self.path} has schema version {version}, written by a newer jmsgateway "
                     f"(this one reads up to {SCHEMA_VERSION})"
                 )
-            elif not {"messages", "durables"} <= tables:
+            elif not TABLES.get(version, TABLES[1]) <= tables:
                 raise StoreError(f"message store {self.path} is damaged: tables {sorted(tables)}")
-            elif version < 2:
-                self.log.info("message store {path}: adding the dispatch order index (schema version {version} "
-                              "to 2, once)", path=self.path, version=version)
-                for statement in _MIGRATE_1_TO_2:
-                    db.execute(statement)
+            else:
+                self._migrate(db, version)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
 
+    def _migrate(self, db: sqlite3.Connection, version: int) -> None:
+        """Bring a store of schema ``version`` to :data:`SCHEMA_VERSION`, inside the
+        caller's transaction (all or nothing)."""
+        if version < 2:
+            self.log.info("message store {path}: adding the dispatch order index (schema version {version} "
+                          "to 2, once)", path=self.path, version=version)
+            for statement in MIGRATE_1_TO_2:
+                db.execute(statement)
+        if version < 3:
+            for statement in MIGRATE_2_TO_3:
+                db.execute(statement)
+            shared = share_copies(db)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.log.info("message store {path}: schema version 3 (one stored copy of a topic message for all its "
+                          "durable subscriptions); {shared} stored copies now share their record",
+                          path=self.path, shared=shared)
+
     def _recover(self, db: sqlite3.Connection, now_ms: int) -> Snapshot:
         db.execute("BEGIN IMMEDIATE")
         try:
-            expired = db.execute(
-                "DELETE FROM messages WHERE expiration > 0 AND expiration <= ?", (now_ms,)
-            ).rowcount
+            # (the bodies first: a row's body is found by it, and only the rows that share one are looked at)
+            bodies = db.execute(EXPIRED_BODIES, (now_ms,)).fetchall()
+            expired = db.execute(DELETE_EXPIRED, (now_ms,)).rowcount
+            release(db, bodies)
             durables = [
                 DurableRecord(key, destination, selector)
                 for key, destination, selector in db.execute(
@@ -378,19 +389,19 @@ class SqliteStore:
                 redelivered = [
                     (queue, (rank, seq, message_id, expiration, size, redelivery, record))
                     for queue, rank, seq, message_id, expiration, size, redelivery, record in db.execute(
-                        "SELECT queue, rank, seq, message_id, expiration, size, redelivery, record FROM messages "
+                        f"SELECT queue, rank, seq, message_id, expiration, size, redelivery, {RECORD} FROM messages "
                         "INDEXED BY messages_redelivered WHERE redelivery > 0 ORDER BY seq"
                     )
                 ]
                 last = db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0
-                self._rows.next_seq = max(self._rows.next_seq, last + 1)
+                self._rows.next_seq = max(self._rows.next_seq, last + 1, self._last_body(db) + 1)
                 db.execute("COMMIT")
                 self.backlog = SqliteBacklog(self, last)
                 return Snapshot(durables=durables, expired=max(0, expired),
                                 stored=sum(count for count, _ in backlogs.values()), backlogs=backlogs,
                                 backlog=self.backlog, redelivered=redelivered)
             for seq, queue, redelivery, record in db.execute(
-                "SELECT seq, queue, redelivery, record FROM messages ORDER BY seq"
+                f"SELECT seq, queue, redelivery, {RECORD} FROM messages ORDER BY seq"
             ):
                 try:
                     message = decode_message(record)
@@ -403,12 +414,19 @@ class SqliteStore:
                 message.redelivered = message.redelivered or redelivery > 0
                 messages.append((queue, message))
                 self._rows.load(queue, message.message_id, seq)
+            self._rows.next_seq = max(self._rows.next_seq, self._last_body(db) + 1)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         return Snapshot(durables=durables, messages=messages, expired=max(0, expired))
+
+    @staticmethod
+    def _last_body(db: sqlite3.Connection) -> int:
+        """The largest body id (new rows' seq, which name new bodies, must come after it)."""
+        last: int | None = db.execute("SELECT max(id) FROM bodies").fetchone()[0]
+        return last or 0
 
     def _room(self, db: sqlite3.Connection) -> int:
         """Bytes sends may still add: free disk above the reserve, plus pages freed by acknowledgements.
