@@ -20,7 +20,6 @@ This module holds SQL only: what runs it, and when, is
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
 
 APPLICATION_ID = 0x4A4D5347  # "JMSG": marks a file as a jmsgateway message store
 SCHEMA_VERSION = 3
@@ -106,12 +105,7 @@ INSERT_BODY = "INSERT INTO bodies (id, record) VALUES (?, ?)"
 SET_REDELIVERY = "UPDATE messages SET redelivery = ? WHERE seq = ?"
 DELETE = "DELETE FROM messages WHERE seq = ? RETURNING body"
 DELETE_QUEUE = "DELETE FROM messages WHERE queue = ? RETURNING body"
-DELETE_EXPIRED = "DELETE FROM messages WHERE expiration > 0 AND expiration <= ?"
-EXPIRED_BODIES = (
-    "SELECT DISTINCT body FROM messages INDEXED BY messages_body "
-    "WHERE body IS NOT NULL AND expiration > 0 AND expiration <= ?"
-)
-"""The bodies of the rows :data:`DELETE_EXPIRED` deletes (to :func:`release` after it)."""
+DELETE_EXPIRED = "DELETE FROM messages WHERE expiration > 0 AND expiration <= ? RETURNING body"
 RELEASE_BODY = (
     "DELETE FROM bodies WHERE id = ?1 "
     "AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY messages_body WHERE body = ?1)"
@@ -119,12 +113,18 @@ RELEASE_BODY = (
 """Deletes the body ``?1`` unless a row still refers to it (run after deleting rows)."""
 
 
-def release(db: sqlite3.Connection, bodies: Iterable[tuple[int | None]]) -> None:
-    """Delete the bodies among ``bodies`` (the ``body`` column of deleted rows, as
-    ``RETURNING body`` gives them) that no row refers to any more."""
-    ids = {body for (body,) in bodies if body is not None}
-    if ids:
-        db.executemany(RELEASE_BODY, [(body,) for body in ids])
+def release(db: sqlite3.Connection, deleted: sqlite3.Cursor) -> int:
+    """Delete the bodies that no row refers to any more among those of the rows ``deleted``
+    (a ``DELETE ... RETURNING body`` just executed); returns how many rows it deleted."""
+    rows = 0
+    bodies = set()
+    for (body,) in deleted:
+        rows += 1
+        if body is not None:
+            bodies.add(body)
+    if bodies:
+        db.executemany(RELEASE_BODY, [(body,) for body in bodies])
+    return rows
 
 
 def share_copies(db: sqlite3.Connection) -> int:

@@ -51,7 +51,6 @@ from gateway.broker.sqlite_schema import (
     DELETE,
     DELETE_EXPIRED,
     DELETE_QUEUE,
-    EXPIRED_BODIES,
     INSERT,
     INSERT_BODY,
     MIGRATE_1_TO_2,
@@ -241,7 +240,7 @@ class SqliteStore:
         def delete(db: sqlite3.Connection) -> None:
             seq = self._rows.take(queue, message_id)
             if seq is not None:
-                release(db, db.execute(DELETE, (seq,)).fetchall())
+                release(db, db.execute(DELETE, (seq,)))
 
         return self.writer.submit(delete)
 
@@ -267,7 +266,7 @@ class SqliteStore:
             db.execute("DELETE FROM durables WHERE key = ?", (key,))
             self._rows.take_queue(key)
             # (by the order index: a backlog recovered lazily is not all in the row index)
-            release(db, db.execute(DELETE_QUEUE, (key,)).fetchall())
+            release(db, db.execute(DELETE_QUEUE, (key,)))
 
         return self.writer.submit(drop)
 
@@ -368,10 +367,7 @@ class SqliteStore:
     def _recover(self, db: sqlite3.Connection, now_ms: int) -> Snapshot:
         db.execute("BEGIN IMMEDIATE")
         try:
-            # (the bodies first: a row's body is found by it, and only the rows that share one are looked at)
-            bodies = db.execute(EXPIRED_BODIES, (now_ms,)).fetchall()
-            expired = db.execute(DELETE_EXPIRED, (now_ms,)).rowcount
-            release(db, bodies)
+            expired = release(db, db.execute(DELETE_EXPIRED, (now_ms,)))
             durables = [
                 DurableRecord(key, destination, selector)
                 for key, destination, selector in db.execute(
