@@ -586,6 +586,40 @@ def test_sigkill_while_paging_loses_no_receipted_persistent_message(
     assert_numbered(frames, size)
 
 
+def test_sigkill_while_fanning_out_loses_no_receipted_message_for_any_durable_subscriber(
+        paging_gateway: Callable[..., PagingGateway]) -> None:
+    """A topic's persistent messages are stored once for all its durable subscribers: a SIGKILL
+    mid-flood leaves each subscriber every receipted message, in order, and once each has taken its
+    backlog the store holds no message and no body (no shared body outlives its rows)."""
+    limit_mb, size = 4, 8 * KB
+    gateway = paging_gateway(memory_limit=f"{limit_mb}MB")
+    topic = "/topic/crash.fanout"
+    readers = [f"reader-{index}" for index in range(3)]
+    for reader in readers:
+        Consumer(gateway.address, topic, client_id=reader, durable="all").close()
+    wait_until(lambda: len(gateway.broker_status()["durables"]) == 3, 10, "three durable subscriptions")
+    sender = ReceiptedSender(gateway.address, topic, size)
+    sender.start()
+    wait_until(lambda: sender.receipted * size > 2 * limit_mb * MB, 60, "2 x memory_limit receipted")
+    gateway.kill()  # while the sender is mid-window
+    sender.join(30)
+    receipted = sender.receipted
+
+    gateway.start()
+    for reader in readers:
+        consumer = Consumer(gateway.address, topic, client_id=reader, durable="all")
+        frames = consumer.take(receipted, timeout=60)
+        delivered = seqs(consumer.quiet(0.5))
+        consumer.close()
+        assert delivered[:receipted] == list(range(receipted)), f"{reader}: a receipted message was lost or reordered"
+        assert delivered == list(range(len(delivered))), f"{reader}: messages after the receipted ones out of order"
+        assert_numbered(frames, size)
+    gateway.stop()
+    with contextlib.closing(sqlite3.connect(gateway.process.data_dir / "broker.sqlite")) as db:
+        left = db.execute("SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM bodies)").fetchone()
+    assert left == (0, 0), f"(messages, bodies) left in the store after every subscriber took its backlog: {left}"
+
+
 def test_the_non_persistent_page_file_is_discarded_at_restart(
         paging_gateway: Callable[..., PagingGateway]) -> None:
     limit_mb, size = 4, 8 * KB
