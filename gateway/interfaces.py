@@ -519,7 +519,10 @@ class IMessageStore(Interface):
 
     def add_batch(entries: list[tuple[str, Message]]) -> Any:
         """Persist several (queue key, message) pairs in one transaction:
-        after a crash either all of them are there or none."""
+        after a crash either all of them are there or none.  The same message
+        object under several keys (a topic's fan-out to its durable
+        subscriptions) may be stored once; each key still has its own entry
+        (removed, counted and recovered on its own)."""
 
     def remove(queue: str, message_id: str) -> Any:
         """Delete an acknowledged message from ``queue``."""

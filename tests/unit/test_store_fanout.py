@@ -316,3 +316,32 @@ def test_an_unsubscribe_keeps_the_message_for_the_other_subscribers(run: Run) ->
         assert sink.texts() == ["m0", "m1", "m2"]
     run.settle()
     assert layout(run.path) == ([], 0)
+
+
+def test_crashes_under_one_subscriber_dead_letter_its_copy_only(run: Run) -> None:
+    """Deliveries cut short by crashes count towards the dead-letter rule (lazy recovery finds the
+    rows past the limit by their index): one subscriber's row goes to the DLQ, the others' share stays."""
+    for _, subscription in subscribe_all(run):
+        run.wait(subscription.close())
+    run.send(TextMessage(destination="/topic/news", message_id="ID:crasher", text="crasher", persistent=True))
+    for attempt in range(3):
+        sink = Sink()
+        run.subscribe(sink, destination="/topic/news", durable_name="all", client_id="a",
+                      ack_mode="client-individual")
+        assert [(m.text, m.redelivery_count) for m, _ in sink.got] == [("crasher", attempt)]
+        run.settle()
+        run.restart()  # the consumer never answers: the broker died under it
+    run.settle()
+    run.settle()
+    rows, bodies = layout(run.path)
+    assert bodies == 1 and sorted((queue, shared) for queue, _, shared, _ in rows) == [
+        ("/queue/DLQ.news", False), (KEYS[1], True), (KEYS[2], True)]
+    dead = Sink()
+    run.subscribe(dead, destination="/queue/DLQ.news")
+    assert dead.texts() == ["crasher"]
+    for client in "bc":
+        other = Sink()
+        run.subscribe(other, destination="/topic/news", durable_name="all", client_id=client)
+        assert [(m.text, m.redelivery_count) for m, _ in other.got] == [("crasher", 0)]
+    run.settle()
+    assert layout(run.path) == ([], 0)
