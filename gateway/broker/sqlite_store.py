@@ -10,8 +10,9 @@ expired messages and returns a :class:`Snapshot` of everything else, in the
 order it was stored (or, recovering lazily, each queue's count and a reader:
 :mod:`gateway.broker.sqlite_backlog`).  A message stored for several queue keys
 in one write (a topic message for its durable subscriptions) is kept once, with
-one small row per key (:mod:`gateway.broker.sqlite_schema` has the layout).  The file is locked for this process
-alone (an advisory lock; the backlog reader shares the WAL).
+one small row per key (:mod:`gateway.broker.sqlite_schema` has the layout).  The
+file is locked for this process alone (an advisory lock; the backlog reader
+shares the WAL).
 
 Errors are :class:`StoreError` naming the file: a corrupt or foreign
 database, one written by a newer version, a full disk (``database or disk
