@@ -91,6 +91,9 @@ def _unescape_known(text: str, version: str) -> str | None:
     return held.replace("\x00", "\\")
 
 
+_BARE_ACK = re.compile(b"ACK\nid:([^\n\r\\\\\x00]*)\n\n\x00")
+"""A STOMP 1.2 client's ACK as most are sent: its ``id`` alone, without an escape or a CR, no
+body (:meth:`FrameDecoder._whole_frame` reads it without the header loop)."""
 _UNSAFE_NAME_10 = re.compile("[:\n\x00]")
 _NEEDS_ESCAPE = re.compile("[\\\\:\n\r]")
 
@@ -327,6 +330,18 @@ class FrameDecoder:
         buf = self._buf
         pos = self._pos
         end = len(buf)
+        ack = _BARE_ACK.match(buf, pos) if pos < end and buf[pos] == 65 else None  # (65: "A")
+        if ack is not None:
+            limits = self.limits
+            size = ack.end() - 1 - pos  # (command and header: the frame but its NUL)
+            if size <= limits.max_frame_size and size - 2 <= limits.max_header_length and limits.max_headers:
+                try:
+                    frame = Frame("ACK", {"id": ack.group(1).decode("utf-8")})
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    self._pos = self._scan = self._resume = pos + size + 1
+                    return frame
         while pos < end and (buf[pos] == 10 or buf[pos] == 0):  # heart-beats, NUL padding
             pos += 1
         if pos != self._pos:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -293,3 +294,86 @@ def test_the_shortcut_unescapes_as_unescape_header_does(version: str, text: str)
     except StompProtocolError:
         expected = None
     assert _unescape_known(text, version) == expected
+
+
+ACK_ID_PARTS = [b"jmsgw-1-", b"7", b":", b"\\c", b"\\", b"\r", b"\n", b"\x00", b"\xff", "\u00e9".encode(), b" ", b""]
+
+
+@st.composite
+def ack_streams(draw: st.DrawFn) -> bytes:
+    """ACK frames as a STOMP 1.2 client sends them (``ACK\\nid:<id>\\n\\n\\0``) and near misses:
+    ids with escapes, CRs, line breaks, NULs, invalid UTF-8; a second header; CRLF line ends; a
+    body; heart-beats and other frames between them."""
+    out = []
+    for _ in range(draw(st.integers(min_value=1, max_value=8))):
+        out.append(draw(st.sampled_from([b"", b"", b"\n", b"\r\n", b"\x00"])))
+        ack_id = b"".join(draw(st.lists(st.sampled_from(ACK_ID_PARTS), max_size=5)))
+        head = draw(st.sampled_from([b"ACK\nid:", b"ACK\nid:", b"ACK\nid:", b"ACK\r\nid:", b"NACK\nid:", b"ACK\nidx:"]))
+        extra = draw(st.sampled_from([b"", b"", b"", b"\nreceipt:r", b"\nid:second", b"\ntransaction:t"]))
+        end = draw(st.sampled_from([b"\n\n\x00", b"\n\n\x00", b"\n\n\x00", b"\r\n\r\n\x00", b"\n\nbody\x00",
+                                    b"\n\x00"]))
+        out.append(head + ack_id + extra + end)
+    return b"".join(out)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ack_streams(), st.sampled_from(VERSIONS), st.lists(st.integers(min_value=0), max_size=6),
+       st.sampled_from([None, (20, 4, 200), (200, 4, 12), (200, 0, 200), (16, 1, 14)]))
+def test_the_bare_ack_shortcut_reads_and_refuses_exactly_as_the_general_path(
+    data: bytes, version: str, cuts: list[int], limits: tuple[int, int, int] | None
+) -> None:
+    """The ACK fast path of :meth:`FrameDecoder._whole_frame` gives the general path's frames and
+    errors, however the bytes are cut, within and past every limit."""
+    bounds = Limits(*limits) if limits else Limits()
+    fast, general = FrameDecoder(bounds, version), GeneralDecoder(bounds, version)
+    for chunk in split(data, cuts):
+        assert outcome(fast.feed(chunk)) == outcome(general.feed(chunk))
+        assert fast.buffered == general.buffered
+
+
+class ShortcutOnlyDecoder(FrameDecoder):
+    """Refuses to read a frame through the general path."""
+
+    __slots__ = ()
+
+    def _next_frame(self) -> Frame | None:
+        assert self.buffered == 0, "the general path was taken"
+        return None
+
+
+ACK_CASES = [b"ACK\nid:a\x00b\n\n\x00", b"ACK\nid:a\rb\n\n\x00", b"ACK\nid:a\r\n\n\x00", b"ACK\nid:a\\cb\n\n\x00",
+             b"ACK\nid:a\\tb\n\n\x00", b"ACK\nid:a\nb:c\n\n\x00", b"ACK\nid:\xff\n\n\x00", b"ACK\nid:\n\n\x00",
+             b"ACK\nid:a:b\n\n\x00", b"ACK\nid:a\n\nbody\x00", b"ACK\nid:a\n\x00", b"ACK\nid:a\n\n"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("data", ACK_CASES)
+def test_near_bare_acks_are_read_as_the_general_path_reads_them(data: bytes, version: str) -> None:
+    fast, general = FrameDecoder(version=version), GeneralDecoder(version=version)
+    assert outcome(fast.feed(data + b"ACK\nid:next\n\n\x00")) == outcome(general.feed(data + b"ACK\nid:next\n\n\x00"))
+    assert fast.buffered == general.buffered
+
+
+BARE_ACK = b"ACK\nid:jmsgw-1-12\n\n\x00"
+
+
+@pytest.mark.parametrize("slack", [-1, 0, 1])
+@pytest.mark.parametrize(("limit", "exact"), [
+    ("max_frame_size", len(BARE_ACK) - 1),  # (the NUL is not counted)
+    ("max_header_length", len(b"id:jmsgw-1-12")),  # (a line's length: the general path's rule)
+    ("max_header_length", len(BARE_ACK) - 3),  # (the header block's: the whole-frame shortcut's)
+    ("max_headers", 1),
+])
+def test_a_bare_ack_at_each_limit_is_read_as_the_general_path_reads_it(limit: str, exact: int, slack: int) -> None:
+    data = BARE_ACK
+    bounds = Limits(**{limit: exact + slack})  # type: ignore[arg-type]
+    fast, general = FrameDecoder(bounds, "1.2"), GeneralDecoder(bounds, "1.2")
+    assert outcome(fast.feed(data)) == outcome(general.feed(data))
+    assert fast.buffered == general.buffered
+
+
+def test_a_bare_ack_takes_the_shortcut() -> None:
+    """(So that the property test above compares the shortcut, not the general path with itself.)"""
+    decoder = ShortcutOnlyDecoder(version="1.2")
+    assert decoder.feed(b"ACK\nid:jmsgw-1-7\n\n\x00ACK\nid:\xc3\xa9:x\n\n\x00") == [
+        Frame("ACK", {"id": "jmsgw-1-7"}), Frame("ACK", {"id": "\u00e9:x"})]
