@@ -152,6 +152,21 @@ class Capability(StrEnum):
     says for which destinations it cannot."""
 
 
+class IImmediateAcks(ISubscription):
+    """A subscription that acknowledges without a Deferred when there is nothing to wait for
+    (the embedded broker's, for messages no store holds).
+
+    The STOMP session uses :meth:`acknowledge` for an ACK outside a transaction when the
+    subscription provides it: on a stream of ACKs, a Deferred per ACK costs about as much as
+    the acknowledgement itself.
+    """
+
+    def acknowledge(tags: list[Any]) -> Any:
+        """Acknowledge the deliveries as :meth:`ISubscription.ack` does; return None when the
+        acknowledgement is complete on return (nothing left to be made durable), otherwise a
+        Deferred that fires as ``ack``'s would."""
+
+
 class ITransactionalAcks(Interface):
     """A subscription that keeps deliveries a client transaction acknowledged
     (the embedded broker's).  Without it, an ACK inside a transaction keeps

@@ -31,7 +31,7 @@ from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
 from gateway.broker.paging import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
 from gateway.deferreds import gather
 from gateway.errors import StoreError
-from gateway.interfaces import IConsumer, ISubscription, ITransactionalAcks, SubscriptionSpec
+from gateway.interfaces import IConsumer, IImmediateAcks, ITransactionalAcks, SubscriptionSpec
 from gateway.message.model import Message
 
 Predicate = Callable[[Message], bool]
@@ -409,6 +409,8 @@ class MessageQueue:
         if self._dispatching:
             self._again = True
             return
+        if not self._heap and (self.page is None or self.page.head is None):
+            return  # (nothing pending: what an ACK or a resume calls on a queue that keeps up)
         self._dispatching = True
         try:
             self._again = True
@@ -557,7 +559,7 @@ class MessageQueue:
         return None
 
 
-@implementer(ISubscription, ITransactionalAcks)
+@implementer(IImmediateAcks, ITransactionalAcks)
 class QueueSubscription:
     """One consumer of a :class:`MessageQueue` (ISubscription).
 
@@ -626,17 +628,26 @@ class QueueSubscription:
         )
 
     def ack(self, tags: list[Any]) -> Deferred[Any]:
-        owner = self.queue.owner
-        writes = []
+        done = self.acknowledge(tags)
+        return done if done is not None else succeed([])
+
+    def acknowledge(self, tags: list[Any]) -> Deferred[Any] | None:
+        """:class:`IImmediateAcks`: :meth:`ack` without a Deferred when no store removal is
+        to be waited for (None then)."""
+        queue = self.queue
+        owner = queue.owner
+        writes: list[Deferred[None]] | None = None
         for tag in tags:
             message = self.unacked.pop(tag, None) or self.held.pop(tag, None)
             if message is not None:
-                self.queue.dequeued += 1
-                removed = owner.consumed(self.queue, message)
+                queue.dequeued += 1
+                removed = owner.consumed(queue, message)
                 if removed is not None:
+                    if writes is None:
+                        writes = []
                     writes.append(removed)
-        self.queue.dispatch()
-        return gather(writes)
+        queue.dispatch()
+        return gather(writes) if writes is not None else None
 
     def nack(self, tags: list[Any]) -> Deferred[Any]:
         for tag in tags:

@@ -45,6 +45,7 @@ from gateway.interfaces import (
     IConnector,
     IConsumer,
     IFlowControlled,
+    IImmediateAcks,
     IStompUser,
     ISubscription,
     ITransactionalAcks,
@@ -152,6 +153,8 @@ class StompSubscription:
         """STOMP 1.0/1.1 ``client`` mode: the last :data:`COVERED_IDS` message ids a cumulative ACK
         acknowledged; an ACK naming one of them again is answered, not refused (the client acks
         each MESSAGE it received, an earlier ACK covered this one)."""
+        self.acknowledge: Callable[[list[Any]], Deferred[Any] | None] | None = None
+        """The live subscription's :meth:`IImmediateAcks.acknowledge` when it has one."""
         self.closed = False
         self.backlog: list[tuple[Message, Any]] | None = None
         self.encoder: MessageEncoder | None = None
@@ -744,6 +747,8 @@ class StompSession:
                 live.close()
                 return
             subscription.subscription = live
+            if IImmediateAcks.providedBy(live):
+                subscription.acknowledge = live.acknowledge
             if self._paused:
                 live.pause()
 
@@ -917,6 +922,26 @@ class StompSession:
         return subscription, tags
 
     def _on_ack(self, frame: Frame) -> None:
+        headers = frame.headers
+        if len(headers) == 1 and self.version == "1.2":
+            # Most ACKs: an id alone (no transaction, no receipt) naming a delivery of a
+            # client-individual subscription, or the oldest of a client one: no list of keys to
+            # walk, and no Deferred when the subscription can do without.
+            key = headers.get("id")
+            subscription = self._ack_ids.get(key) if key else None
+            if subscription is not None:
+                unacked = subscription.unacked
+                if key in unacked and (subscription.ack_mode == "client-individual" or next(iter(unacked)) == key):
+                    tags = [unacked.pop(key)]
+                    del self._ack_ids[key]
+                    acknowledge = subscription.acknowledge
+                    if acknowledge is None:
+                        self._track(self._apply(subscription, tags, "ack"), frame)
+                    else:
+                        done = acknowledge(tags)
+                        if done is not None:
+                            self._track(done, frame)
+                    return
         transaction = self._transaction(frame)
         subscription, tags = self._acked(frame)
         if transaction is not None:

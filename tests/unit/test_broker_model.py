@@ -358,19 +358,20 @@ class BrokerMachine(RuleBasedStateMachine):
         return choices[data.draw(st.integers(0, len(choices) - 1))]
 
     @precondition(lambda self: self._inflight())
-    @rule(data=st.data(), transactional=st.booleans())
-    def ack(self, data: st.DataObject, transactional: bool) -> None:
-        self._settle_delivery(data, False, transactional)
+    @rule(data=st.data(), transactional=st.booleans(), receipted=st.booleans())
+    def ack(self, data: st.DataObject, transactional: bool, receipted: bool) -> None:
+        self._settle_delivery(data, False, transactional, receipted)
 
     @precondition(lambda self: self._inflight())
-    @rule(data=st.data(), transactional=st.booleans())
-    def nack(self, data: st.DataObject, transactional: bool) -> None:
-        self._settle_delivery(data, True, transactional)
+    @rule(data=st.data(), transactional=st.booleans(), receipted=st.booleans())
+    def nack(self, data: st.DataObject, transactional: bool, receipted: bool) -> None:
+        self._settle_delivery(data, True, transactional, receipted)
 
-    def _settle_delivery(self, data: st.DataObject, nack: bool, transactional: bool) -> None:
+    def _settle_delivery(self, data: st.DataObject, nack: bool, transactional: bool, receipted: bool) -> None:
+        """(An ACK with its id alone - no receipt, no transaction - takes the session's fast path.)"""
         peer, sub, ack_id = self._pick_delivery(data)
         transactional = transactional and peer.number in self.model.transactions
-        headers = {"id": ack_id, **self._receipt(peer)}
+        headers = {"id": ack_id, **(self._receipt(peer) if receipted else {})}
         if transactional:
             headers["transaction"] = "tx"
         self.model.ack(sub, ack_id, transactional, nack)
