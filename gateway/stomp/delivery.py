@@ -114,9 +114,11 @@ class MessageEncoder:
                                     len(message.properties), middle, length, body)
         if ack is None:
             return b"".join((prefix, middle, self._subscription, length, body, b"\x00"))
-        ack_line = _escape(ack, self._escaped)
-        if ack_line is None:
-            return None
+        ack_line: str | None = ack
+        if "\\" in ack or ":" in ack or "\n" in ack or "\r" in ack or "\x00" in ack:  # (never in the session's ids)
+            ack_line = _escape(ack, self._escaped)
+            if ack_line is None:
+                return None
         try:
             encoded_ack = f"ack:{ack_line}\n".encode()
         except UnicodeEncodeError:

@@ -258,7 +258,7 @@ class StompSession:
             handler = self._handlers.get(frame.command)
             if handler is None:
                 raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")
-            if self.state == "new" and frame.command not in ("CONNECT", "STOMP"):
+            if state == "new" and frame.command not in ("CONNECT", "STOMP"):
                 raise StompError("not connected", f"expected CONNECT or STOMP, got {frame.command}")
             receipt = frame.headers.get("receipt")
             if receipt is not None and unrepresentable("receipt-id", receipt, self.version):
@@ -928,12 +928,11 @@ class StompSession:
             # client-individual subscription, or the oldest of a client one: no list of keys to
             # walk, and no Deferred when the subscription can do without.
             key = headers.get("id")
-            subscription = self._ack_ids.get(key) if key else None
+            subscription = self._ack_ids.pop(key, None) if key else None  # (put back below if not taken here)
             if subscription is not None:
                 unacked = subscription.unacked
                 if key in unacked and (subscription.ack_mode == "client-individual" or next(iter(unacked)) == key):
                     tags = [unacked.pop(key)]
-                    del self._ack_ids[key]
                     acknowledge = subscription.acknowledge
                     if acknowledge is None:
                         self._track(self._apply(subscription, tags, "ack"), frame)
@@ -942,6 +941,7 @@ class StompSession:
                         if done is not None:
                             self._track(done, frame)
                     return
+                self._ack_ids[key] = subscription  # type: ignore[index]
         transaction = self._transaction(frame)
         subscription, tags = self._acked(frame)
         if transaction is not None:
