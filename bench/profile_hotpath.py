@@ -13,7 +13,10 @@ kernel's share of the write path shows in the user/kernel CPU split printed
 beside the profile rather than in the layers.  py-spy is a development tool, not a dependency:
 ``pip install py-spy``.
 
-Run: ``.venv/bin/python -m bench.profile_hotpath [--count N] [--rate HZ] [--cprofile]``
+Run: ``.venv/bin/python -m bench.profile_hotpath [--count N] [--rate HZ] [--ack MODE] [--cprofile]``
+
+``--ack client`` or ``--ack client-individual`` profiles the consumer acknowledging every
+MESSAGE (as :mod:`bench.bench_throughput`'s client-ack workloads do).
 
 ``--cprofile`` instead runs the gateway under twistd's own cProfile
 (``--profiler=cprofile``) and prints the top functions by own time; its
@@ -85,11 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.profile_hotpath", description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=200_000, help="messages in the profiled run")
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
+    parser.add_argument("--ack", choices=("auto", "client", "client-individual"), default="auto",
+                        help="the consumer's ack mode (client modes: an ACK per MESSAGE)")
     parser.add_argument("--cprofile", action="store_true", help="twistd's cProfile instead of py-spy")
     args = parser.parse_args(argv)
     print(f"host: {host_state()}", flush=True)
     if args.cprofile:
-        return cprofile(args.count)
+        return cprofile(args.count, args.ack)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as workdir, gateway_server() as gateway:
         assert gateway.process is not None
@@ -101,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
         user_before, system_before = cpu_times(pid)
-        rate = run_pair(gateway.address, Workload(f"/queue/profile.{uuid.uuid4().hex}", count=args.count))
+        rate = run_pair(gateway.address, Workload(f"/queue/profile.{uuid.uuid4().hex}", count=args.count,
+                                                  ack=args.ack))
         user_after, system_after = cpu_times(pid)
         user, system = user_after - user_before, system_after - system_before
         used = user + system
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         layers, leaves = attribute(raw)
     total = sum(layers.values())
     per_message = used / args.count * 1e6
-    print(f"\n1 → 1 queue, auto ack, 100 B, {args.count} messages: {rate:.0f} msg/s end to end; gateway CPU "
+    print(f"\n1 → 1 queue, {args.ack} ack, 100 B, {args.count} messages: {rate:.0f} msg/s end to end; gateway CPU "
           f"{used:.2f} s = {per_message:.1f} µs per message (user {user / args.count * 1e6:.1f}, kernel "
           f"{system / args.count * 1e6:.1f}: mostly send/recv/epoll); {total} samples (idle excluded)")
     print(f"  {'layer (innermost frame decides)':<40} {'share':>7} {'µs/msg':>8}")
@@ -124,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cprofile(count: int) -> int:
+def cprofile(count: int, ack: str = "auto") -> int:
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as workdir:
         stats = Path(workdir) / "gateway.pstats"
         args = [f"--profile={stats}", "--profiler=cprofile", "--savestats"]
@@ -134,8 +140,8 @@ def cprofile(count: int) -> int:
             gateway.command = lambda: [command()[0], *args, *command()[1:]]  # type: ignore[method-assign]
             gateway.start()
             run_pair(gateway.address, Workload(f"/queue/warm.{uuid.uuid4().hex}", count=5_000))
-            rate = run_pair(gateway.address, Workload(f"/queue/profile.{uuid.uuid4().hex}", count=count))
-        print(f"\n1 → 1 queue, auto ack, 100 B, {count} messages under cProfile: {rate:.0f} msg/s")
+            rate = run_pair(gateway.address, Workload(f"/queue/profile.{uuid.uuid4().hex}", count=count, ack=ack))
+        print(f"\n1 → 1 queue, {ack} ack, 100 B, {count} messages under cProfile: {rate:.0f} msg/s")
         pstats.Stats(str(stats)).sort_stats("tottime").print_stats(25)
     return 0
 
