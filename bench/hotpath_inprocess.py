@@ -40,9 +40,15 @@ from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
 from tests.support.gateway import default_config
 
-WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k")
+WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k")
 """``client``: a cumulative ACK per 200 MESSAGEs; ``client-each``: client mode with an ACK per
 MESSAGE (each covering one delivery), as :mod:`bench.bench_throughput`'s consumers send them."""
+
+BODY_SIZES = {"1k": 1024, "64k": 65536}
+"""Body bytes of the workloads that are not 100 B."""
+
+READ_SIZE = 65536
+"""Bytes one read from a socket brings at most (Twisted's TCP ``doRead`` asks for this many)."""
 
 
 class _Selectables:
@@ -79,6 +85,14 @@ class SinkTransport(FileDescriptor):
             self.producer.resumeProducing()  # type: ignore[attr-defined]
         return data
 
+    readingPaused = False
+
+    def pauseProducing(self) -> None:
+        self.readingPaused = True
+
+    def resumeProducing(self) -> None:
+        self.readingPaused = False
+
     def getPeer(self) -> IPv4Address:
         return IPv4Address("TCP", "127.0.0.1", 40000)
 
@@ -106,8 +120,13 @@ class Client:
         assert self.frames()[0].command == "CONNECTED"
 
     def feed(self, data: bytes) -> None:
-        self.protocol.dataReceived(data)
-        while self.protocol._unread:  # the next input slices, one reactor turn each
+        """``data`` in reads of at most :data:`READ_SIZE`, each once the server reads again, as
+        Twisted's TCP transport delivers it; the server's later turns in between."""
+        for start in range(0, len(data), READ_SIZE):
+            while self.transport.readingPaused:  # (the input slices of the read before, one turn each)
+                self.clock.advance(0)
+            self.protocol.dataReceived(data[start:start + READ_SIZE])
+        while self.transport.readingPaused:
             self.clock.advance(0)
 
     def frames(self) -> list[Frame]:
@@ -135,15 +154,15 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     factory = gateway.factory
     producer = Client(factory, clock)
     destination = "/topic/hot" if workload == "topic" else "/queue/hot"
-    ack = "auto" if workload in ("auto", "topic", "1k") else "client" if workload == "client-each" else workload
+    ack = "auto" if workload in ("auto", "topic", "1k", "64k") else "client" if workload == "client-each" else workload
     consumers = [Client(factory, clock) for _ in range(10 if workload == "topic" else 1)]
     for index, consumer in enumerate(consumers):
         consumer.feed(encode_frame(Frame("SUBSCRIBE", {"destination": destination, "id": str(index), "ack": ack,
                                                        "activemq.prefetchSize": "1000", "receipt": "s"}), "1.2"))
         assert consumer.frames()[0].command == "RECEIPT"
-    body = b"x" * (1024 if workload == "1k" else 100)
+    body = b"x" * BODY_SIZES.get(workload, 100)
     send = encode_frame(Frame("SEND", {"destination": destination, "persistent": "false"}, body), "1.2")
-    batch = 200
+    batch = 8 if workload == "64k" else 200  # (frames per write of the load generator, as in bench_throughput)
     chunk = send * batch
     received = 0
     used = 0.0  # only the server's work is timed (the clients' decoding and ACK building is not)

@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack", choices=("auto", "client", "client-individual"), default="auto",
                         help="the consumer's ack mode (client modes: an ACK per MESSAGE)")
     parser.add_argument("--cprofile", action="store_true", help="twistd's cProfile instead of py-spy")
+    parser.add_argument("--body-size", type=int, default=100, help="bytes per body (bench_throughput: 1024, 65536)")
+    parser.add_argument("--batch", type=int, default=200, help="SENDs per write (bench_throughput: 8 for 64 KB)")
     args = parser.parse_args(argv)
     print(f"host: {host_state()}", flush=True)
     if args.cprofile:
@@ -99,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as workdir, gateway_server() as gateway:
         assert gateway.process is not None
         pid = gateway.process.pid
-        run_pair(gateway.address, Workload(f"/queue/warm.{uuid.uuid4().hex}", count=20_000))
+        shape = {"body_size": args.body_size, "batch": args.batch}
+        run_pair(gateway.address, Workload(f"/queue/warm.{uuid.uuid4().hex}", count=min(20_000, args.count), **shape))
         raw = Path(workdir) / "gateway.raw"
         sampler = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", str(args.rate),
                                     "--format", "raw", "--output", str(raw)],
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.0)  # py-spy attaches
         user_before, system_before = cpu_times(pid)
         rate = run_pair(gateway.address, Workload(f"/queue/profile.{uuid.uuid4().hex}", count=args.count,
-                                                  ack=args.ack))
+                                                  ack=args.ack, **shape))
         user_after, system_after = cpu_times(pid)
         user, system = user_after - user_before, system_after - system_before
         used = user + system
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         layers, leaves = attribute(raw)
     total = sum(layers.values())
     per_message = used / args.count * 1e6
-    print(f"\n1 → 1 queue, {args.ack} ack, 100 B, {args.count} messages: {rate:.0f} msg/s end to end; gateway CPU "
+    print(f"\n1 → 1 queue, {args.ack} ack, {args.body_size} B, {args.batch} SENDs a write, {args.count} messages: "
+          f"{rate:.0f} msg/s end to end; gateway CPU "
           f"{used:.2f} s = {per_message:.1f} µs per message (user {user / args.count * 1e6:.1f}, kernel "
           f"{system / args.count * 1e6:.1f}: mostly send/recv/epoll); {total} samples (idle excluded)")
     print(f"  {'layer (innermost frame decides)':<40} {'share':>7} {'µs/msg':>8}")

@@ -273,6 +273,16 @@ class FrameDecoder:
         """Bytes received but not yet part of a complete frame."""
         return len(self._buf) - self._pos
 
+    def push(self, data: bytes) -> None:
+        """Buffer ``data`` without reading frames from it (the next :meth:`frames` call does)."""
+        if not self._failed:
+            self._buf += data
+
+    def may_hold_frame(self) -> bool:
+        """Whether the bytes after the frames read so far may make a whole frame (a NUL is among
+        them); false means the next :meth:`frames` call would yield nothing without more input."""
+        return not self._failed and self._buf.find(b"\x00", self._pos) >= 0
+
     def feed(self, data: bytes) -> list[Frame | StompProtocolError]:
         """Add ``data`` and return the frames it completed (and an error last, if any).
 

@@ -6,11 +6,15 @@ session sends for the negotiated version, and turns the transport's
 back-pressure into pausing deliveries.  After a protocol error the session
 sends ERROR and the protocol closes this connection; others are unaffected.
 
-Input is handled at most :data:`INPUT_SLICE` bytes per reactor turn: a client
-whose burst fills a 64 KB read does not hold the reactor for the whole of it.
-The rest waits (reading from that client paused meanwhile) while the reactor
-writes what the slice produced - a forwarded SEND reaches its broker while
-the burst is still being read - and serves the other connections.  The
+A client's frames are handled about :data:`INPUT_SLICE` bytes per reactor turn:
+a client whose burst fills a 64 KB read does not hold the reactor for the whole
+of it.  What is read goes into the decoder's buffer at once; frames are taken
+from it until those of this turn reach the slice, and the rest waits (reading
+from that client paused meanwhile) while the reactor writes what they produced
+- a forwarded SEND reaches its broker while the burst is still being read - and
+serves the other connections.  The slice counts frames, not bytes read: the
+part of a large frame that has arrived costs a turn nothing, so a 64 KB body
+is not handed through eight turns on its way in.  The
 session may also hold reading while a target it sends to is congested
 (:meth:`StompServerProtocol.hold_input`, :mod:`gateway.flow`).
 
@@ -47,7 +51,8 @@ from gateway.stomp.session import InboundTransformer, StompError, StompSession
 from gateway.stomp.traffic import StompTraffic
 
 INPUT_SLICE = 8192
-"""Bytes of one client's input handled per reactor turn (a 64 KB read is ~8 turns)."""
+"""Bytes of one client's frames handled per reactor turn (the frame that reaches it is the turn's last; a
+64 KB read of small frames is ~8 turns, of large frames one turn a frame)."""
 
 
 @implementer(IPushProducer)
@@ -62,8 +67,7 @@ class StompServerProtocol(Protocol):
         self.session: StompSession | None = None
         self.version = "1.0"
         self._closing = False
-        self._unread: list[bytes] = []  # input beyond this turn's slice, oldest first
-        self._next_slice: Any = None  # the DelayedCall handling the next slice
+        self._next_slice: Any = None  # the DelayedCall handling the next slice of the frames read (None: none wait)
         self._holds = 0  # congested targets the session waits for (reading paused while > 0)
         self._lost = False
         self.peer = "?"  # the client's host:port
@@ -112,21 +116,21 @@ class StompServerProtocol(Protocol):
         if session is None:
             return
         session.data_received()
-        if self._unread:  # slices still wait (a transport may deliver what it had before pausing)
-            self._unread.append(data)
+        if self._next_slice is not None:  # frames read before still wait (a transport may deliver what it had)
+            self.decoder.push(data)
             return
-        if len(data) <= INPUT_SLICE:
-            self._handle(data)
-            return
-        self._unread.append(data)
-        self.transport.pauseProducing()  # type: ignore[union-attr]
-        self._handle_unread()  # the first slice now, the next ones on later turns
+        self._handle(data)
 
-    def _handle(self, data: bytes) -> None:
+    def _handle(self, data: bytes, *, sliced: bool = True) -> None:
+        """Hand the frames ``data`` completes (with what is buffered) to the session; when ``sliced``,
+        only until this turn's reach :data:`INPUT_SLICE` bytes, the rest on later turns."""
         session = self.session
         assert session is not None
+        decoder = self.decoder
+        # The decoder holds this many bytes once this turn's slice is handled (heart-beats count too).
+        rest = decoder.buffered + len(data) - INPUT_SLICE if sliced else -1
         # One frame at a time: CONNECT sets the version the frames behind it are decoded with.
-        for item in self.decoder.frames(data):
+        for item in decoder.frames(data):
             if isinstance(item, StompProtocolError):
                 session.protocol_error(item)
                 return
@@ -134,23 +138,22 @@ class StompServerProtocol(Protocol):
                 self.messages_in += 1
                 self.factory.traffic.received += 1
             session.frame_received(item)
+            if decoder.buffered <= rest and not self._closing and decoder.may_hold_frame():
+                # (stopping here leaves the rest buffered: the next turn takes it from the same place)
+                if self._next_slice is None and not self._holds:
+                    self.transport.pauseProducing()  # type: ignore[union-attr]
+                self._next_slice = self.factory.clock.callLater(0, self._handle_next_slice)
+                return
 
-    def _handle_unread(self) -> None:
-        """The next slice of what the client sent; schedules the one after for the next
-        reactor turn, or resumes reading once none is left."""
+    def _handle_next_slice(self) -> None:
+        """The next slice of the frames read; schedules the one after for the next reactor turn, or
+        reads again once none is left."""
         self._next_slice = None
-        data = self._unread[0]
-        if len(data) > INPUT_SLICE:
-            self._unread[0] = data[INPUT_SLICE:]
-            data = data[:INPUT_SLICE]
-        else:
-            del self._unread[0]
-        if self._unread:
-            self._next_slice = self.factory.clock.callLater(0, self._handle_unread)
-        elif not self._closing and not self._holds:
+        if self._closing:
+            return
+        self._handle(b"")
+        if self._next_slice is None and not self._closing and not self._holds and not self._lost:
             self.transport.resumeProducing()  # type: ignore[union-attr]
-        if not self._closing:
-            self._handle(data)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._lost = True
@@ -161,10 +164,8 @@ class StompServerProtocol(Protocol):
         if self._next_slice is not None:  # what the client sent before it went is still handled
             self._next_slice.cancel()
             self._next_slice = None
-            unread, self._unread = self._unread, []
             if not self._closing:
-                for data in unread:
-                    self._handle(data)
+                self._handle(b"", sliced=False)
         if self.session is not None:
             self.session.connection_lost()
         if self._address is not None:
@@ -219,7 +220,7 @@ class StompServerProtocol(Protocol):
     def release_input(self) -> None:
         """One reason to hold reading is gone; read again when none is left."""
         self._holds -= 1
-        if not self._holds and not self._unread and not self._closing and not self._lost:
+        if not self._holds and self._next_slice is None and not self._closing and not self._lost:
             self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def close(self) -> None:

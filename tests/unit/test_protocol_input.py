@@ -1,27 +1,49 @@
-"""StompServerProtocol handles a client's input at most INPUT_SLICE bytes per reactor turn.
+"""StompServerProtocol handles a client's frames about INPUT_SLICE bytes per reactor turn.
 
 StringTransport and Clock; :func:`next_turn` runs what a reactor turn runs.
 """
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from gateway.broker.broker import EmbeddedBroker
+from gateway.message.model import TextMessage
 from gateway.stomp.codec import encode_frame
 from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import INPUT_SLICE
 from tests.unit.test_session import Peer, connect, make_factory
 
 BODY = b"b" * 100
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def frames_of_burst(count: int, destination: str = "/queue/burst") -> list[bytes]:
+    """``count`` encoded SENDs, each with a receipt named after its index."""
+    return [encode_frame(Frame("SEND", {"destination": destination, "receipt": str(index)}, BODY), "1.2")
+            for index in range(count)]
 
 
 def burst(count: int, destination: str = "/queue/burst") -> bytes:
     """``count`` SENDs, each with a receipt named after its index, as one read."""
-    return b"".join(
-        encode_frame(Frame("SEND", {"destination": destination, "receipt": str(index)}, BODY), "1.2")
-        for index in range(count)
-    )
+    return b"".join(frames_of_burst(count, destination))
+
+
+def turns_of(sizes: list[int]) -> list[int]:
+    """Frames handled per turn: each turn takes frames until its frames reach INPUT_SLICE bytes."""
+    turns = []
+    taken = handled = 0
+    for size in sizes:
+        taken += size
+        handled += 1
+        if taken >= INPUT_SLICE:
+            turns.append(handled)
+            taken = handled = 0
+    if handled:
+        turns.append(handled)
+    return turns
 
 
 def next_turn(clock: Clock) -> None:
@@ -36,7 +58,7 @@ def next_turn(clock: Clock) -> None:
 
 
 def pending_slices(clock: Clock) -> int:
-    return sum(1 for call in clock.getDelayedCalls() if "_handle_unread" in repr(call))
+    return sum(1 for call in clock.getDelayedCalls() if "_handle_next_slice" in repr(call))
 
 
 def receipts(peer: Peer) -> list[int]:
@@ -52,24 +74,24 @@ def bodies(broker: EmbeddedBroker, destination: str) -> list[bytes]:
 def test_a_burst_is_handled_one_slice_per_turn_in_order(clock: Clock, broker: EmbeddedBroker) -> None:
     peer = Peer(make_factory(clock, broker))
     connect(peer)
-    data = burst(300)
-    frame_size = len(data) // 300
+    frames = frames_of_burst(300)
+    data = b"".join(frames)
     assert len(data) > 4 * INPUT_SLICE
+    expected = turns_of([len(frame) for frame in frames])
     peer.protocol.dataReceived(data)
     first = receipts(peer)
     assert first == list(range(len(first)))
-    assert len(first) == INPUT_SLICE // frame_size
+    assert len(first) == expected[0]
     assert peer.transport.producerState == "paused"  # no more reading until the burst is handled
     seen = list(first)
-    turns = 1
+    per_turn = [len(first)]
     while peer.transport.producerState == "paused":
         next_turn(clock)
-        turns += 1
         got = receipts(peer)
-        assert 0 < len(got) <= INPUT_SLICE // frame_size + 1
+        per_turn.append(len(got))
         seen += got
     assert seen == list(range(300))
-    assert turns == -(-len(data) // INPUT_SLICE)
+    assert per_turn == expected
     assert broker.status()["queues"]["/queue/burst"]["pending"] == 300
 
 
@@ -124,3 +146,89 @@ def test_malformed_input_in_a_later_slice_stops_the_connection_there(clock: Cloc
     assert peer.closed
     assert peer.transport.producerState == "paused"  # nothing more is read from it
     assert broker.status()["queues"]["/queue/burst"]["pending"] == 100
+
+
+def test_a_large_frame_takes_no_extra_turns(clock: Clock, broker: EmbeddedBroker) -> None:
+    """64 KB bodies in 64 KB reads (what a TCP transport delivers): each read is handled when it comes,
+    without pausing reading or scheduling turns for the part of a frame that has not all arrived."""
+    peer = Peer(make_factory(clock, broker))
+    connect(peer)
+    bodies_sent = [bytes([index]) * 65536 for index in range(1, 5)]
+    frames = [encode_frame(Frame("SEND", {"destination": "/queue/big", "receipt": str(index)}, body), "1.2")
+              for index, body in enumerate(bodies_sent)]
+    data = b"".join(frames)
+    ends = [sum(map(len, frames[: index + 1])) for index in range(len(frames))]
+    seen: list[int] = []
+    for start in range(0, len(data), 65536):
+        peer.protocol.dataReceived(data[start:start + 65536])
+        assert pending_slices(clock) == 0
+        assert peer.transport.producerState == "producing"
+        seen += receipts(peer)
+        assert seen == [index for index, end in enumerate(ends) if end <= start + 65536]
+    assert bodies(broker, "/queue/big") == bodies_sent
+
+
+BIG = 70_000
+
+
+@st.composite
+def client_input(draw: st.DrawFn) -> tuple[list[tuple[bytes, bool]], bytes, list[int]]:
+    """SENDs (body, whether it is text) of any size up to a little over 64 KB: bytes with
+    ``content-length`` (NULs inside), text without; heart-beats between some; the stream cut into reads."""
+    sends = []
+    stream = b""
+    for index in range(draw(st.integers(1, 12))):
+        size = draw(st.sampled_from([0, 1, 100, 8191, 8192, 20_000, 65536, BIG]))
+        if draw(st.booleans()):
+            body = (bytes([index % 7]) + b"\x00ab") * (size // 4) + b"\x00" * (size % 4)
+            frame = encode_frame(Frame("SEND", {"destination": "/queue/mix", "receipt": str(index)}, body), "1.2")
+            sends.append((body, False))
+        else:
+            body = (b"t%d-" % index) * (size // 4 + 1)
+            frame = encode_frame(Frame("SEND", {"destination": "/queue/mix", "receipt": str(index)}, body), "1.2",
+                                 add_content_length=False)
+            sends.append((body, True))
+        stream += b"\n" * draw(st.integers(0, 2)) + frame
+    cuts = sorted(draw(st.sets(st.integers(1, max(len(stream) - 1, 1)), max_size=12)))
+    if draw(st.booleans()):  # also the reads of a TCP transport
+        cuts = sorted({*cuts, *range(65536, len(stream), 65536)})
+    return sends, stream, [cut for cut in cuts if cut < len(stream)]
+
+
+@SETTINGS
+@given(client_input())
+def test_frames_cut_anywhere_arrive_whole_in_order_with_bounded_turns(
+        case: tuple[list[tuple[bytes, bool]], bytes, list[int]]) -> None:
+    """However the input is cut into reads, every SEND arrives whole and in order, a turn handles
+    frames only until they reach INPUT_SLICE bytes, and reading resumes once all is handled."""
+    sends, stream, cuts = case
+    clock = Clock()
+    broker = EmbeddedBroker(clock)
+    broker.start()
+    peer = Peer(make_factory(clock, broker))
+    connect(peer)
+    sizes = {str(index): len(encode_frame(Frame("SEND", {"destination": "/queue/mix", "receipt": str(index)}, body),
+                                          "1.2", add_content_length=not text))
+             for index, (body, text) in enumerate(sends)}
+    seen: list[int] = []
+
+    def collect() -> None:
+        got = receipts(peer)
+        assert sum(sizes[str(index)] for index in got[:-1]) < INPUT_SLICE  # the turn's last frame reached it
+        seen.extend(got)
+
+    for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        while peer.transport.producerState == "paused":
+            next_turn(clock)
+            collect()
+        peer.protocol.dataReceived(stream[start:end])
+        collect()
+    while peer.transport.producerState == "paused":
+        next_turn(clock)
+        collect()
+    assert seen == list(range(len(sends)))
+    assert pending_slices(clock) == 0
+    stored = broker.queues["/queue/mix"].messages()  # type: ignore[attr-defined]
+    assert [message.text.encode() if isinstance(message, TextMessage) else message.body
+            for message in stored] == [body for body, _ in sends]
+    broker.stop()
