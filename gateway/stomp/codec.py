@@ -203,6 +203,19 @@ def encode_frame(
     return b"".join((encoded, body, b"\x00"))
 
 
+_VIEW_COPY = 2048
+"""Bodies from this size on are copied out of the buffer through a view (once), smaller ones by a slice (a
+second copy, cheaper than making the view)."""
+
+
+def _body(buf: bytearray, start: int, end: int) -> bytes:
+    """``buf[start:end]`` as bytes: a large body copied once (through a view), not twice."""
+    if end - start < _VIEW_COPY:
+        return bytes(buf[start:end])
+    with memoryview(buf) as view:
+        return view[start:end].tobytes()
+
+
 HEARTBEAT = b"\n"
 """What a heart-beat looks like on the wire."""
 
@@ -334,9 +347,12 @@ class FrameDecoder:
             self._pos = 0
 
     def _whole_frame(self) -> Frame | None:
-        """The common case in one go: a frame that arrived whole, with LF line ends, valid
-        escapes and within every limit.  None (nothing changed but heart-beats skipped) for anything
-        else, which :meth:`_next_frame` then reads, or refuses, from the same place."""
+        """The common case in one go: a frame with LF line ends, valid escapes and within every limit.
+        If its header block has arrived but not all of its body, the headers are kept and the body
+        phase goes on from there (:meth:`_read_body`, as after :meth:`_read_headers`): a large body is
+        neither searched nor parsed again with each read that brings more of it.  None (nothing changed
+        but heart-beats skipped) for anything else, which :meth:`_next_frame` then reads, or refuses,
+        from the same place."""
         buf = self._buf
         pos = self._pos
         end = len(buf)
@@ -356,11 +372,10 @@ class FrameDecoder:
             pos += 1
         if pos != self._pos:
             self._pos = self._scan = self._resume = pos
-        # No NUL may come before the blank line: the first NUL ends the frame, or its body has one.
+        # No NUL may come before the blank line: the first NUL ends the frame, or its body has one
+        # (if there is none yet, the body is still coming).
         first_nul = buf.find(b"\x00", pos)
-        if first_nul < 0:
-            return None
-        header_end = buf.find(b"\n\n", pos, first_nul)
+        header_end = buf.find(b"\n\n", pos, first_nul if first_nul >= 0 else end)
         limits = self.limits
         if header_end < 0 or header_end - pos > limits.max_header_length:
             return None
@@ -404,14 +419,34 @@ class FrameDecoder:
             if not (length.isdigit() and length.isascii() and len(length) <= 18):
                 return None
             terminator = body_start + int(length)
-            if terminator >= end or buf[terminator] != 0:
+            if terminator - pos > limits.max_frame_size:
+                return None
+            if terminator >= end:  # the body is still coming
+                self._hand_over(command, headers, body_start, int(length))
+                return None
+            if buf[terminator] != 0:
                 return None
         else:
             terminator = first_nul
-        if terminator - pos > limits.max_frame_size:
-            return None
+            if terminator < 0:  # (the body phase checks the frame size limit)
+                self._hand_over(command, headers, body_start, -1)
+                return None
+            if terminator - pos > limits.max_frame_size:
+                return None
         self._pos = self._scan = self._resume = terminator + 1
-        return Frame(command, headers, bytes(buf[body_start:terminator]))
+        if terminator - body_start < _VIEW_COPY:
+            return Frame(command, headers, bytes(buf[body_start:terminator]))
+        return Frame(command, headers, _body(buf, body_start, terminator))
+
+    def _hand_over(self, command: str, headers: dict[str, str], body_start: int, length: int) -> None:
+        """Enter the body phase of a frame whose header block :meth:`_whole_frame` read, in the state
+        :meth:`_read_headers` leaves (without ``content-length`` the NUL is looked for from the end of
+        the buffer on: there was none before)."""
+        self._command = command
+        self._headers = headers
+        self._body_start = body_start
+        self._content_length = length
+        self._scan = len(self._buf)
 
     def _next_frame(self) -> Frame | None:
         buf = self._buf
@@ -617,7 +652,7 @@ class FrameDecoder:
                 raise self._frame_too_large()
         command = self._command
         assert command is not None
-        frame = Frame(command, self._headers, bytes(buf[start:terminator]))
+        frame = Frame(command, self._headers, _body(buf, start, terminator))
         self._pos = terminator + 1
         self._reset_frame()
         return frame
