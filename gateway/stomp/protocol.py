@@ -18,6 +18,13 @@ is not handed through eight turns on its way in.  The
 session may also hold reading while a target it sends to is congested
 (:meth:`StompServerProtocol.hold_input`, :mod:`gateway.flow`).
 
+Deliveries follow the transport's write buffer: Twisted's reports it full once it
+holds more than its ``bufferSize`` (64 KB).  Deliveries go on until
+:data:`WRITE_GRACE` bytes have been written from the write that filled it and
+pause then, until the transport has written everything out: one 64 KB message fills Twisted's buffer
+on its own, and pausing at each would hand a large-message consumer one message
+per reactor turn, each through the queue and a resume.
+
 The protocol also owns the connection's lifecycle at the edge: a connection
 past a ``max_connections`` cap (:mod:`gateway.stomp.admission`) gets an ERROR
 and is closed at once; one that has not completed CONNECT within
@@ -55,6 +62,12 @@ INPUT_SLICE = 8192
 64 KB read of small frames is ~8 turns, of large frames one turn a frame)."""
 
 
+WRITE_GRACE = 192 * 1024
+"""Bytes a connection is written from the write that filled its transport's buffer (past its 64 KB) on
+before deliveries pause until the buffer is empty.  What one connection holds is at most 64 KB + this + the
+frame that crossed it."""
+
+
 @implementer(IPushProducer)
 class StompServerProtocol(Protocol):
     """One STOMP client connection."""
@@ -78,6 +91,8 @@ class StompServerProtocol(Protocol):
         self.connected_at = factory.clock.seconds()
         self.messages_in = 0  # SEND frames read
         self.messages_out = 0  # MESSAGE frames written
+        self._over: int | None = None  # bytes written since the transport reported its buffer full (None: not)
+        self._full = False  # deliveries paused for the write buffer
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -192,7 +207,10 @@ class StompServerProtocol(Protocol):
                 self.messages_out += 1
                 self.factory.traffic.sent += 1
             dropped = self._dropped
-            self.transport.write(encode_frame(frame, self.version, dropped=dropped))  # type: ignore[union-attr]
+            data = encode_frame(frame, self.version, dropped=dropped)
+            self.transport.write(data)  # type: ignore[union-attr]
+            if self._over is not None:
+                self._count_over(len(data))
             if dropped:
                 self.factory.headers_dropped(frame, self.version, dropped)
                 dropped.clear()
@@ -202,6 +220,16 @@ class StompServerProtocol(Protocol):
             self.messages_out += 1
             self.factory.traffic.sent += 1
             self.transport.write(data)  # type: ignore[union-attr]
+            if self._over is not None:
+                self._count_over(len(data))
+
+    def _count_over(self, size: int) -> None:
+        """``size`` bytes written past the full write buffer; pause deliveries past :data:`WRITE_GRACE`."""
+        over = self._over = (self._over or 0) + size
+        if over >= WRITE_GRACE and not self._full:
+            self._full = True
+            if self.session is not None:
+                self.session.pause_deliveries()
 
     def send_heartbeat(self) -> None:
         if not self._closing:
@@ -244,12 +272,18 @@ class StompServerProtocol(Protocol):
     # -- IPushProducer: transport back-pressure ------------------------------
 
     def pauseProducing(self) -> None:
-        if self.session is not None:
-            self.session.pause_deliveries()
+        """The transport's write buffer is past its size: the grace starts (:data:`WRITE_GRACE`).  (A
+        transport may say so once, or again with each write: the bytes written are counted either way.)"""
+        if self._over is None:
+            self._over = 0
 
     def resumeProducing(self) -> None:
-        if self.session is not None:
-            self.session.resume_deliveries()
+        """The transport wrote out all it held."""
+        self._over = None
+        if self._full:
+            self._full = False
+            if self.session is not None:
+                self.session.resume_deliveries()
 
     def stopProducing(self) -> None:
         pass
