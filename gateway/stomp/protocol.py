@@ -234,6 +234,8 @@ class StompServerProtocol(Protocol):
     def send_heartbeat(self) -> None:
         if not self._closing:
             self.transport.write(HEARTBEAT)  # type: ignore[union-attr]
+            if self._over is not None:
+                self._count_over(len(HEARTBEAT))
 
     def set_version(self, version: str) -> None:
         self.version = version
