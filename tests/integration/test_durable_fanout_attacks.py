@@ -364,6 +364,12 @@ def test_a_deleted_durable_subscription_leaves_the_others_intact_and_comes_back_
     assert everything(gateway, topic, "stays-1", 0) == []
     second = everything(gateway, topic, "stays-2", count + 10)
     assert_in_order(second, list(range(count + 10)), "stays-2", size)
+    # the name, created afresh above, gets what is sent from now on, and only that
+    publish(gateway.address, topic, range(count + 10, count + 15), size)
+    crash(gateway)
+    for client_id in ("leaves", "stays-1", "stays-2"):
+        again = everything(gateway, topic, client_id, 5)
+        assert_in_order(again, list(range(count + 10, count + 15)), f"{client_id} after the second crash", size)
     assert_store_holds_no_body(gateway, "two subscriptions drained and the third was deleted", topic)
 
 
@@ -373,25 +379,34 @@ def test_a_deleted_durable_subscription_leaves_the_others_intact_and_comes_back_
 @LIMITS
 def test_expired_messages_reach_no_away_durable_subscriber_and_the_unexpired_survive_restart(
         gateways: Start, memory_limit: str | None) -> None:
+    """Half the messages expire 5 s after they are sent. An active subscriber takes all at once; a
+    holder takes all and ACKs them only after they expired; one away subscriber comes back after the
+    expiry, another only after a SIGKILL: both get the unexpired half only, and no body is left."""
     gateway = gateways(memory_limit=memory_limit)
     topic, count, size = "/topic/attack.expiry", 300, 4 * KB
     away(gateway, topic, "before-restart", "after-restart")
     active = durable(gateway, topic, "active")
+    holder = durable(gateway, topic, "holder", ack="client-individual", prefetch=count)
     expires = int(time.time() * 1000) + 5000
     started = time.monotonic()
     publish(gateway.address, topic, range(count), size,
             headers=lambda n: {"expires": str(expires)} if n % 2 == 0 else {})
     active.take(count, timeout=20)
-    assert time.monotonic() - started < 4.5, "too slow to test expiry: the active subscriber was late"
+    held = holder.take(count, timeout=20)
+    assert time.monotonic() - started < 4.5, "too slow to test expiry: the active subscribers were late"
     assert_in_order(active.quiet(0.2), list(range(count)), "the active subscriber", size)
+    assert_in_order(held, list(range(count)), "the holder", size)
     active.close()
     time.sleep(max(0.0, expires / 1000 - time.time()) + 0.5)
+    ack_all(holder, held)  # ACKs of deliveries that expired meanwhile
+    holder.close()
 
     live = everything(gateway, topic, "before-restart", count // 2)
     assert_in_order(live, list(range(1, count, 2)), "the away subscriber after the expiry", size)
     crash(gateway)
     assert everything(gateway, topic, "before-restart", 0) == []
     assert everything(gateway, topic, "active", 0) == []
+    assert everything(gateway, topic, "holder", 0) == []
     late = everything(gateway, topic, "after-restart", count // 2)
     assert_in_order(late, list(range(1, count, 2)), "the away subscriber after the restart", size)
     assert_store_holds_no_body(gateway, "the unexpired messages were all received and the others expired", topic)
