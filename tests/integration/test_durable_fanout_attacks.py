@@ -665,3 +665,28 @@ def test_priorities_persistence_and_a_large_body_in_durable_backlogs_across_a_cr
         assert_in_order(got[:-1], expected, reader, size)
         assert_in_order(got[-1:], [count], f"{reader}'s large message", 1024 * KB)
     assert_store_holds_no_body(gateway, "all three subscribers received everything", topic)
+
+
+def test_a_full_drop_topic_discards_only_for_the_full_subscription_and_stores_nothing_for_it(
+        gateways: Start) -> None:
+    """full_policy DROP on a topic judges each subscription's backlog on its own (docs/paging.md): an
+    away subscriber whose backlog is full loses the later messages, a keeping-up one gets them all;
+    after a SIGKILL the away one has exactly a prefix (nothing dropped comes back from the store),
+    and once both have everything no body is left."""
+    topic, size = "/topic/attack.drop", KB
+    gateway = gateways(destinations={topic: {"max_size": "64KB", "full_policy": "DROP"}})
+    away(gateway, topic, "slow")
+    fast = durable(gateway, topic, "fast")
+    for batch in range(20):  # receipted batches of 10 KB: the fast backlog never fills
+        publish(gateway.address, topic, range(batch * 10, batch * 10 + 10), size)
+        fast.take(batch * 10 + 10, timeout=20)
+    assert_in_order(fast.quiet(0.3), list(range(200)), "the fast subscriber", size)
+    fast.close()
+    crash(gateway)
+    slow = durable(gateway, topic, "slow")
+    kept = list(slow.quiet(0.5))
+    slow.close()
+    assert 0 < len(kept) < 200, f"the slow subscriber kept {len(kept)} of 200 messages past a 64 KB max_size"
+    assert_in_order(kept, list(range(len(kept))), "the slow subscriber", size)
+    assert everything(gateway, topic, "fast", 0) == []
+    assert_store_holds_no_body(gateway, "both subscribers took what they kept", topic)
