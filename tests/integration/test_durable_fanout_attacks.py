@@ -690,3 +690,20 @@ def test_a_full_drop_topic_discards_only_for_the_full_subscription_and_stores_no
     assert_in_order(kept, list(range(len(kept))), "the slow subscriber", size)
     assert everything(gateway, topic, "fast", 0) == []
     assert_store_holds_no_body(gateway, "both subscribers took what they kept", topic)
+
+
+def test_many_durable_subscribers_half_drained_before_a_crash_half_after(gateways: Start) -> None:
+    """12 subscriptions share each message: the first half take their backlog, a SIGKILL, the
+    other half take theirs in full and the first half get nothing again; then no body is left."""
+    gateway = gateways(memory_limit="1MB")
+    topic, count, size = "/topic/attack.many", 40, 2 * KB
+    readers = [f"many-{index:02}" for index in range(12)]
+    away(gateway, topic, *readers)
+    publish(gateway.address, topic, range(count), size)
+    for reader in readers[::2]:
+        assert_in_order(everything(gateway, topic, reader, count), list(range(count)), reader, size)
+    crash(gateway)
+    for reader in readers:
+        expected = [] if reader in readers[::2] else list(range(count))
+        assert_in_order(everything(gateway, topic, reader, len(expected)), expected, reader, size)
+    assert_store_holds_no_body(gateway, "every subscriber took every message", topic)
