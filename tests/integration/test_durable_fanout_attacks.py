@@ -91,8 +91,14 @@ def away(gateway: PagingGateway, topic: str, *client_ids: str, name: str = "sub"
     """Create durable subscriptions and leave: their backlogs wait for them."""
     for client_id in client_ids:
         durable(gateway, topic, client_id, name, **kwargs).close()
-    wait_until(lambda: sum(not entry["active"] for entry in gateway.broker_status()["durables"].values())
-               >= len(client_ids), 10, "the durable subscribers to go away")
+    keys = {f"durable:{client_id}:{name}" for client_id in client_ids}  # (no ':' or '\\' in these names)
+
+    def gone() -> bool:
+        durables = gateway.broker_status()["durables"]
+        return all(key in durables and not durables[key]["active"] for key in keys)
+
+    # (until the gateway has seen the close, coming back would be a second active subscriber: an ERROR)
+    wait_until(gone, 10, f"the durable subscribers {sorted(keys)} to go away")
 
 
 def everything(gateway: PagingGateway, topic: str, client_id: str, count: int, name: str = "sub",
