@@ -51,7 +51,7 @@ READ_SIZE = 65536
 """Bytes one read from a socket brings at most (Twisted's TCP ``doRead`` asks for this many)."""
 
 
-class _Selectables:
+class Selectables:
     """The part of a reactor a transport's write buffer calls (reading and writing are not watched)."""
 
     def addWriter(self, writer: Any) -> None:
@@ -72,7 +72,7 @@ class SinkTransport(FileDescriptor):
     paused past ``bufferSize``); what is written waits until :meth:`take`, as for a socket."""
 
     def __init__(self) -> None:
-        super().__init__(_Selectables())  # type: ignore[arg-type]
+        super().__init__(Selectables())  # type: ignore[arg-type]
         self.connected = 1
 
     def take(self) -> bytes:

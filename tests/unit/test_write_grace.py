@@ -16,6 +16,7 @@ from twisted.internet.abstract import FileDescriptor
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 
+from bench.hotpath_inprocess import Selectables
 from gateway.broker.broker import EmbeddedBroker
 from gateway.stomp.codec import FrameDecoder, encode_frame
 from gateway.stomp.frame import Frame
@@ -23,25 +24,11 @@ from gateway.stomp.protocol import WRITE_GRACE
 from tests.unit.test_session import make_factory
 
 
-class _NoReactor:
-    def addWriter(self, writer: Any) -> None:
-        pass
-
-    def removeWriter(self, writer: Any) -> None:
-        pass
-
-    def addReader(self, reader: Any) -> None:
-        pass
-
-    def removeReader(self, reader: Any) -> None:
-        pass
-
-
 class BufferedTransport(FileDescriptor):
     """Twisted's write buffer and its back-pressure reports; :meth:`drain` is a ``doWrite`` that sent all."""
 
     def __init__(self) -> None:
-        super().__init__(_NoReactor())  # type: ignore[arg-type]
+        super().__init__(Selectables())  # type: ignore[arg-type]
         self.connected = 1
         self.reports = 0
 
@@ -91,16 +78,23 @@ def messages(data: bytes) -> list[Frame]:
             and item.command == "MESSAGE"]
 
 
-@pytest.mark.parametrize("transport_type", [BufferedTransport, OnceReportingTransport])
-def test_large_messages_are_written_until_the_grace_is_used(transport_type: type[BufferedTransport]) -> None:
+def subscribed(transport_type: type[BufferedTransport],
+               destination: str) -> tuple[Clock, EmbeddedBroker, BufferedTransport, Any]:
+    """An embedded broker on a clock, a consumer of ``destination`` on a ``transport_type`` and a
+    producer's connection (the clock, the broker, the consumer's transport, the producer's protocol)."""
     clock = Clock()
     broker = EmbeddedBroker(clock)
     broker.start()
     factory = make_factory(clock, broker)
     transport = transport_type()
     consumer = connected(factory, transport)
-    consumer.dataReceived(encode_frame(Frame("SUBSCRIBE", {"destination": "/queue/big", "id": "s"}), "1.2"))
-    producer = connected(factory, BufferedTransport())
+    consumer.dataReceived(encode_frame(Frame("SUBSCRIBE", {"destination": destination, "id": "s"}), "1.2"))
+    return clock, broker, transport, connected(factory, BufferedTransport())
+
+
+@pytest.mark.parametrize("transport_type", [BufferedTransport, OnceReportingTransport])
+def test_large_messages_are_written_until_the_grace_is_used(transport_type: type[BufferedTransport]) -> None:
+    _, broker, transport, producer = subscribed(transport_type, "/queue/big")
     body = b"y" * 65536
     for _ in range(10):
         producer.dataReceived(encode_frame(Frame("SEND", {"destination": "/queue/big"}, body), "1.2"))
@@ -120,14 +114,7 @@ def test_large_messages_are_written_until_the_grace_is_used(transport_type: type
 
 @pytest.mark.parametrize("transport_type", [BufferedTransport, OnceReportingTransport])
 def test_a_consumer_that_never_drains_holds_a_bounded_buffer(transport_type: type[BufferedTransport]) -> None:
-    clock = Clock()
-    broker = EmbeddedBroker(clock)
-    broker.start()
-    factory = make_factory(clock, broker)
-    transport = transport_type()
-    consumer = connected(factory, transport)
-    consumer.dataReceived(encode_frame(Frame("SUBSCRIBE", {"destination": "/queue/slow", "id": "s"}), "1.2"))
-    producer = connected(factory, BufferedTransport())
+    clock, broker, transport, producer = subscribed(transport_type, "/queue/slow")
     frame = encode_frame(Frame("SEND", {"destination": "/queue/slow"}, b"z" * 100), "1.2")
     producer.dataReceived(frame * 5000)
     while any("_handle_next_slice" in repr(call) for call in clock.getDelayedCalls()):
