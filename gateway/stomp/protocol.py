@@ -20,8 +20,8 @@ session may also hold reading while a target it sends to is congested
 
 Deliveries follow the transport's write buffer: Twisted's reports it full once
 it holds more than its ``bufferSize`` (64 KB).  Deliveries go on until
-:data:`WRITE_GRACE` bytes have been written from the write that filled it and
-pause then, until the transport has written everything out: one 64 KB message
+:data:`WRITE_GRACE` bytes (or :data:`WRITE_GRACE_FRAMES` frames) have been written
+from the write that filled it and pause then, until the transport has written everything out: one 64 KB message
 fills Twisted's buffer on its own, and pausing at each would hand a
 large-message consumer one message per reactor turn, each through the queue
 and a resume.
@@ -67,6 +67,10 @@ WRITE_GRACE = 192 * 1024
 """Bytes a connection is written from the write that filled its transport's buffer (past its 64 KB) on
 before deliveries pause until the buffer is empty.  What one connection holds is at most 64 KB + this + the
 frame that crossed it."""
+WRITE_GRACE_FRAMES = 4
+"""Frames the grace lasts at most, whatever their size: it is for large messages (one fills Twisted's
+buffer alone); 192 KB of small MESSAGE frames held for a consumer that falls behind would be
+~1,300 messages of latency (tens of milliseconds at full rate)."""
 
 
 @implementer(IPushProducer)
@@ -93,6 +97,7 @@ class StompServerProtocol(Protocol):
         self.messages_in = 0  # SEND frames read
         self.messages_out = 0  # MESSAGE frames written
         self._over: int | None = None  # bytes written since the transport reported its buffer full (None: not)
+        self._over_frames = 0  # frames written since then
         self._full = False  # deliveries paused for the write buffer
 
     def connectionMade(self) -> None:
@@ -225,9 +230,11 @@ class StompServerProtocol(Protocol):
                 self._count_over(len(data))
 
     def _count_over(self, size: int) -> None:
-        """``size`` bytes written past the full write buffer; pause deliveries past :data:`WRITE_GRACE`."""
+        """A frame of ``size`` bytes written past the full write buffer; pause deliveries past
+        :data:`WRITE_GRACE` bytes or :data:`WRITE_GRACE_FRAMES` frames."""
         over = self._over = (self._over or 0) + size
-        if over >= WRITE_GRACE and not self._full:
+        self._over_frames += 1
+        if (over >= WRITE_GRACE or self._over_frames >= WRITE_GRACE_FRAMES) and not self._full:
             self._full = True
             if self.session is not None:
                 self.session.pause_deliveries()
@@ -283,6 +290,7 @@ class StompServerProtocol(Protocol):
     def resumeProducing(self) -> None:
         """The transport wrote out all it held."""
         self._over = None
+        self._over_frames = 0
         if self._full:
             self._full = False
             if self.session is not None:

@@ -120,7 +120,9 @@ def test_a_consumer_that_never_drains_holds_a_bounded_buffer(transport_type: typ
     while any("_handle_next_slice" in repr(call) for call in clock.getDelayedCalls()):
         clock.advance(0)  # (the input slices of the burst)
     assert transport.reports >= 1
-    assert abs(transport.held - (transport.bufferSize + WRITE_GRACE)) < 1024  # (give or take the frames at the limits)
+    # Small frames end the grace by their number: a consumer that falls behind is not handed 192 KB of
+    # small messages (~1,300 of latency); the buffer is full plus a few frames (it was full + WRITE_GRACE).
+    assert transport.bufferSize <= transport.held <= transport.bufferSize + 4 * 512  # (four frames of ~150 B)
     pending = broker.status()["queues"]["/queue/slow"]["pending"]
     assert pending > 0
     got = messages(transport.drain())  # written out: the rest comes
