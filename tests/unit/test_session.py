@@ -14,7 +14,7 @@ from gateway.errors import StompProtocolError
 from gateway.interfaces import IConnector, IConsumer
 from gateway.stomp.codec import FrameDecoder, encode_frame
 from gateway.stomp.frame import Frame
-from gateway.stomp.protocol import WRITE_GRACE, StompServerFactory, StompServerProtocol
+from gateway.stomp.protocol import WRITE_GRACE, WRITE_GRACE_FRAMES, StompServerFactory, StompServerProtocol
 from gateway.stomp.session import StompSubscription
 
 
@@ -206,7 +206,8 @@ def test_receipt_and_delivery_roundtrip(clock: Clock, broker: EmbeddedBroker) ->
 
 def test_backpressure_pauses_deliveries(clock: Clock, broker: EmbeddedBroker) -> None:
     """Once the transport reports its write buffer full, deliveries go on for WRITE_GRACE bytes (one
-    64 KB message fills Twisted's buffer alone), then pause until it has written everything out."""
+    64 KB message fills Twisted's buffer alone) or WRITE_GRACE_FRAMES frames, then pause until it has
+    written everything out."""
     factory = make_factory(clock, broker)
     consumer = Peer(factory)
     connect(consumer)
@@ -224,10 +225,11 @@ def test_backpressure_pauses_deliveries(clock: Clock, broker: EmbeddedBroker) ->
     assert broker.status()["queues"]["/queue/bp"]["pending"] == 3
     consumer.protocol.resumeProducing()
     assert len(consumer.received()) == 3
-    consumer.protocol.pauseProducing()  # small messages: the grace holds many of them
+    consumer.protocol.pauseProducing()  # small messages: the grace ends after WRITE_GRACE_FRAMES of them
     for _ in range(5):
         producer.send("SEND", {"destination": "/queue/bp"}, b"x")
-    assert len(consumer.received()) == 5
+    assert len(consumer.received()) == WRITE_GRACE_FRAMES == 4
+    assert broker.status()["queues"]["/queue/bp"]["pending"] == 1
 
 
 def test_connection_lost_releases_everything(clock: Clock, broker: EmbeddedBroker) -> None:
