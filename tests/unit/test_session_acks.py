@@ -64,15 +64,21 @@ def test_the_embedded_broker_acknowledges_without_a_deferred(clock: Clock, broke
     assert broker.status()["queues"]["/queue/a"]["inflight"] == 0
 
 
-@pytest.mark.parametrize("which", [0, 1, 2])
-def test_an_id_only_client_ack_settles_that_delivery_and_every_earlier_one(
-    clock: Clock, broker: EmbeddedBroker, which: int
-) -> None:
-    consumer = subscribed(broker, clock, "client")
+def acked_one_of_three(broker: EmbeddedBroker, clock: Clock, mode: str, which: int) -> Peer:
+    """A ``mode`` consumer of m1, m2, m3 that sent an id-only ACK of delivery ``which`` (answered by nothing)."""
+    consumer = subscribed(broker, clock, mode)
     send(broker, clock, "m1", "m2", "m3")
     messages = consumer.received()
     consumer.send("ACK", {"id": messages[which].headers["ack"]})
     assert consumer.received() == []
+    return consumer
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_an_id_only_client_ack_settles_that_delivery_and_every_earlier_one(
+    clock: Clock, broker: EmbeddedBroker, which: int
+) -> None:
+    consumer = acked_one_of_three(broker, clock, "client", which)
     assert broker.status()["queues"]["/queue/a"]["inflight"] == 2 - which
     assert left_over(broker, clock, consumer) == [(f"m{n}".encode(), "true") for n in range(which + 2, 4)]
 
@@ -81,11 +87,7 @@ def test_an_id_only_client_ack_settles_that_delivery_and_every_earlier_one(
 def test_an_id_only_client_individual_ack_settles_that_delivery_alone(
     clock: Clock, broker: EmbeddedBroker, which: int
 ) -> None:
-    consumer = subscribed(broker, clock, "client-individual")
-    send(broker, clock, "m1", "m2", "m3")
-    messages = consumer.received()
-    consumer.send("ACK", {"id": messages[which].headers["ack"]})
-    assert consumer.received() == []
+    consumer = acked_one_of_three(broker, clock, "client-individual", which)
     assert broker.status()["queues"]["/queue/a"]["inflight"] == 2
     assert left_over(broker, clock, consumer) == [
         (f"m{n}".encode(), "true") for n in range(1, 4) if n != which + 1]
