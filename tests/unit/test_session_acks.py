@@ -162,13 +162,19 @@ def stored_broker(clock: Clock, held: HeldRemovals) -> Iterator[EmbeddedBroker]:
     broker.stop()
 
 
+def acked_stored(broker: EmbeddedBroker, clock: Clock, mode: str) -> Peer:
+    """A ``mode`` consumer that sent an id-only ACK of one persistent message (its store removal is held)."""
+    consumer = subscribed(broker, clock, mode)
+    send(broker, clock, "m1", persistent=True)
+    [message] = consumer.received()
+    consumer.send("ACK", {"id": message.headers["ack"]})
+    return consumer
+
+
 def test_a_disconnect_receipt_waits_for_the_removal_an_id_only_ack_started(
     clock: Clock, stored_broker: EmbeddedBroker, held: HeldRemovals
 ) -> None:
-    consumer = subscribed(stored_broker, clock, "client-individual")
-    send(stored_broker, clock, "m1", persistent=True)
-    [message] = consumer.received()
-    consumer.send("ACK", {"id": message.headers["ack"]})
+    consumer = acked_stored(stored_broker, clock, "client-individual")
     assert len(held.removals) == 1
     consumer.send("DISCONNECT", {"receipt": "bye"})
     assert consumer.received() == []
@@ -179,10 +185,7 @@ def test_a_disconnect_receipt_waits_for_the_removal_an_id_only_ack_started(
 def test_a_removal_an_id_only_ack_started_that_fails_is_an_error(
     clock: Clock, stored_broker: EmbeddedBroker, held: HeldRemovals
 ) -> None:
-    consumer = subscribed(stored_broker, clock, "client")
-    send(stored_broker, clock, "m1", persistent=True)
-    [message] = consumer.received()
-    consumer.send("ACK", {"id": message.headers["ack"]})
+    consumer = acked_stored(stored_broker, clock, "client")
     assert consumer.received() == []
     held.removals[0].errback(StoreError("disk gone"))
     [error] = consumer.received()
