@@ -20,11 +20,11 @@ session may also hold reading while a target it sends to is congested
 
 Deliveries follow the transport's write buffer: Twisted's reports it full once
 it holds more than its ``bufferSize`` (64 KB).  Deliveries go on until
-:data:`WRITE_GRACE` bytes (or :data:`WRITE_GRACE_FRAMES` frames) have been written
-from the write that filled it and pause then, until the transport has written everything out: one 64 KB message
-fills Twisted's buffer on its own, and pausing at each would hand a
-large-message consumer one message per reactor turn, each through the queue
-and a resume.
+:data:`WRITE_GRACE` bytes (or :data:`WRITE_GRACE_FRAMES` frames) have been
+written from the write that filled it, then pause until the transport has
+written everything out: one 64 KB message fills Twisted's buffer on its own,
+and pausing at each would hand a large-message consumer one message per reactor
+turn, each through the queue and a resume.
 
 The protocol also owns the connection's lifecycle at the edge: a connection
 past a ``max_connections`` cap (:mod:`gateway.stomp.admission`) gets an ERROR
