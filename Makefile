@@ -7,7 +7,7 @@ CONFIG  ?= etc/jmsgateway.toml
 STAMP   := $(VENV)/.installed
 # pytest-xdist workers: a test file (tests/pipeline/ as one unit: one SparkSession) per worker at a time
 TEST_WORKERS ?= 2
-PYTEST  := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST  := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 2
 
 .PHONY: setup system-deps run test check unit integration bench clean
 
