@@ -40,9 +40,11 @@ from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
 from tests.support.gateway import default_config
 
-WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k")
+WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k", "4x4")
 """``client``: a cumulative ACK per 200 MESSAGEs; ``client-each``: client mode with an ACK per
-MESSAGE (each covering one delivery), as :mod:`bench.bench_throughput`'s consumers send them."""
+MESSAGE (each covering one delivery), as :mod:`bench.bench_throughput`'s consumers send them;
+``4x4``: four producers, each with a queue and a consumer of its own (auto ack), their reads
+arriving in the same reactor turns."""
 
 BODY_SIZES = {"1k": 1024, "64k": 65536}
 """Body bytes of the workloads that are not 100 B."""
@@ -119,6 +121,10 @@ class Client:
                                                   "heart-beat": "0,0"}), "1.2"))
         assert self.frames()[0].command == "CONNECTED"
 
+    def receive(self, data: bytes) -> None:
+        """``data`` as one read (the server's later turns not run)."""
+        self.protocol.dataReceived(data)
+
     def feed(self, data: bytes) -> None:
         """``data`` in reads of at most :data:`READ_SIZE`, each once the server reads again, as
         Twisted's TCP transport delivers it; the server's later turns in between."""
@@ -152,18 +158,22 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     """µs of CPU per message (per delivery for the topic) for ``count`` messages of ``workload``."""
     gateway, clock = build()
     factory = gateway.factory
-    producer = Client(factory, clock)
-    destination = "/topic/hot" if workload == "topic" else "/queue/hot"
-    ack = "auto" if workload in ("auto", "topic", "1k", "64k") else "client" if workload == "client-each" else workload
-    consumers = [Client(factory, clock) for _ in range(10 if workload == "topic" else 1)]
+    pairs = 4 if workload == "4x4" else 1  # (producers, each with a queue of its own)
+    producers = [Client(factory, clock) for _ in range(pairs)]
+    destinations = ["/topic/hot"] if workload == "topic" else [f"/queue/hot.{index}" for index in range(pairs)]
+    ack = ("auto" if workload in ("auto", "topic", "1k", "64k", "4x4") else "client" if workload == "client-each"
+           else workload)
+    consumers = [Client(factory, clock) for _ in range(10 if workload == "topic" else pairs)]
     for index, consumer in enumerate(consumers):
+        destination = destinations[index % len(destinations)]
         consumer.feed(encode_frame(Frame("SUBSCRIBE", {"destination": destination, "id": str(index), "ack": ack,
                                                        "activemq.prefetchSize": "1000", "receipt": "s"}), "1.2"))
         assert consumer.frames()[0].command == "RECEIPT"
     body = b"x" * BODY_SIZES.get(workload, 100)
-    send = encode_frame(Frame("SEND", {"destination": destination, "persistent": "false"}, body), "1.2")
     batch = 8 if workload == "64k" else 200  # (frames per write of the load generator, as in bench_throughput)
-    chunk = send * batch
+    chunks = [encode_frame(Frame("SEND", {"destination": destination, "persistent": "false"}, body), "1.2") * batch
+              for destination in destinations]
+    count = max(count // pairs, batch)  # (per producer)
     received = 0
     used = 0.0  # only the server's work is timed (the clients' decoding and ACK building is not)
     clock_time = time.process_time
@@ -174,10 +184,17 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     for _ in range(count // batch):
         started = clock_time()
         enable()
-        producer.feed(chunk)
+        if pairs == 1:
+            producers[0].feed(chunks[0])
+        else:  # (every producer's read in the same turn, then the turns their slices take)
+            for producer, chunk in zip(producers, chunks, strict=True):
+                producer.receive(chunk)
+            while any(producer.transport.readingPaused for producer in producers):
+                clock.advance(0)
         disable()
         used += clock_time() - started
-        producer.transport.take()
+        for producer in producers:
+            producer.transport.take()
         for consumer in consumers:
             data = consumer.transport.take()
             if ack == "auto":
@@ -201,7 +218,7 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
             disable()
             used += clock_time() - started
             consumer.transport.take()
-    expected = (count // batch) * batch * len(consumers)
+    expected = (count // batch) * batch * max(len(consumers), pairs)
     assert received == expected, (received, expected)
     gateway.stop()
     shutil.rmtree(gateway.config.gateway.data_dir, ignore_errors=True)
