@@ -61,12 +61,12 @@ from gateway.stomp.frame import Frame
 from gateway.stomp.session import InboundTransformer, StompError, StompSession
 from gateway.stomp.traffic import StompTraffic
 
-INPUT_FRAMES = 48
-"""Frames of one client handled per reactor turn at most (a 64 KB read of 100-byte SENDs is ~8 turns, as
-with 8 KB slices; of 1 KB SENDs 2 turns, where 8 KB slices made it 9, each a pass through the reactor and,
-on the real server, the per-turn system calls: ~20% of the gateway's CPU a 1 KB message).  48 MESSAGE
-frames of 1 KB bodies stay below a transport's 64 KB write buffer, so a consumer that keeps up is not
-paused by one turn's deliveries (:data:`WRITE_GRACE_FRAMES`)."""
+INPUT_FRAMES = 40
+"""Frames of one client handled per reactor turn at most: a 64 KB read of 100-byte SENDs is ~9 turns, about
+as with the 8 KB slices before (44 frames a turn); of 1 KB SENDs 2 turns, where 8 KB slices made it 9 (7
+frames each), each a pass through the reactor and its system calls (~13% of the gateway's CPU a 1 KB
+message on the real server).  40 MESSAGE frames of 1 KB bodies stay below a transport's 64 KB write buffer,
+so a consumer that keeps up is not paused by one turn's deliveries (:data:`WRITE_GRACE_FRAMES`)."""
 INPUT_SLICE = 65536
 """Bytes of one client's frames handled per reactor turn at most (the frame that reaches it is the turn's
 last: a large frame takes a turn of its own)."""
