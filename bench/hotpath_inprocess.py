@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.abstract import FileDescriptor
@@ -53,6 +54,20 @@ READ_SIZE = 65536
 """Bytes one read from a socket brings at most (Twisted's TCP ``doRead`` asks for this many)."""
 
 
+def _nothing() -> None:
+    pass
+
+
+def next_turn(clock: Clock) -> None:
+    """Run the calls due now, not those they schedule (a reactor runs those on its next turn;
+    ``Clock.advance`` would run them at once)."""
+    for call in [call for call in clock.getDelayedCalls() if call.getTime() <= clock.seconds()]:
+        if call.active():
+            clock.calls.remove(call)
+            call.called = 1
+            call.func(*call.args, **call.kw)
+
+
 class Selectables:
     """The part of a reactor a transport's write buffer calls (reading and writing are not watched)."""
 
@@ -76,6 +91,7 @@ class SinkTransport(FileDescriptor):
     def __init__(self) -> None:
         super().__init__(Selectables())  # type: ignore[arg-type]
         self.connected = 1
+        self.sent: list[bytes] = []  # flushed to the socket, not yet taken by the benchmark
 
     def take(self) -> bytes:
         """What was written since the last call; the producer resumes as after a write to the socket."""
@@ -85,6 +101,17 @@ class SinkTransport(FileDescriptor):
         if self.producerPaused and self.producer is not None:
             self.producerPaused = False
             self.producer.resumeProducing()  # type: ignore[attr-defined]
+        return data
+
+    def flush(self) -> None:
+        """The reactor's write phase: what was written goes to the socket (kept for :meth:`received`)."""
+        if self._tempDataBuffer:
+            self.sent.append(self.take())
+
+    def received(self) -> bytes:
+        """What the peer has been sent since the last call (flushed or not)."""
+        data = b"".join((*self.sent, self.take()))
+        self.sent.clear()
         return data
 
     readingPaused = False
@@ -125,22 +152,22 @@ class Client:
         """``data`` as one read (the server's later turns not run)."""
         self.protocol.dataReceived(data)
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes, flush: Callable[[], None] = _nothing) -> None:
         """``data`` in reads of at most :data:`READ_SIZE`, each once the server reads again, as
-        Twisted's TCP transport delivers it; the server's later turns in between."""
+        Twisted's TCP transport delivers it; the server's later turns in between, each followed by
+        ``flush`` (the reactor's write phase: the consumers' transports written out)."""
         for start in range(0, len(data), READ_SIZE):
             while self.transport.readingPaused:  # (the input slices of the read before, one turn each)
-                self.clock.advance(0)
+                next_turn(self.clock)
+                flush()
             self.protocol.dataReceived(data[start:start + READ_SIZE])
+            flush()
         while self.transport.readingPaused:
-            self.clock.advance(0)
+            next_turn(self.clock)
+            flush()
 
     def frames(self) -> list[Frame]:
         return [item for item in self.decoder.feed(self.transport.take()) if isinstance(item, Frame)]
-
-
-def _nothing() -> None:
-    pass
 
 
 def build() -> tuple[Gateway, Clock]:
@@ -180,23 +207,30 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     # (the profiler, too, sees only the server's work)
     enable = profiler.enable if profiler is not None else _nothing
     disable = profiler.disable if profiler is not None else _nothing
+
+    def flush() -> None:
+        for consumer in consumers:
+            consumer.transport.flush()
+
     gc.collect()
     for _ in range(count // batch):
         started = clock_time()
         enable()
         if pairs == 1:
-            producers[0].feed(chunks[0])
+            producers[0].feed(chunks[0], flush)
         else:  # (every producer's read in the same turn, then the turns their slices take)
             for producer, chunk in zip(producers, chunks, strict=True):
                 producer.receive(chunk)
+            flush()
             while any(producer.transport.readingPaused for producer in producers):
-                clock.advance(0)
+                next_turn(clock)
+                flush()
         disable()
         used += clock_time() - started
         for producer in producers:
             producer.transport.take()
         for consumer in consumers:
-            data = consumer.transport.take()
+            data = consumer.transport.received()
             if ack == "auto":
                 while data:  # (the resumed deliveries of a consumer paused by back-pressure come in the take)
                     received += data.count(b"MESSAGE\n")
