@@ -114,6 +114,23 @@ def test_a_turn_takes_as_many_1k_frames_as_small_ones(clock: Clock, broker: Embe
     assert broker.status()["queues"]["/queue/burst"]["pending"] == 58
 
 
+def test_another_clients_frames_wait_for_one_turn_of_a_burst_at_most(clock: Clock, broker: EmbeddedBroker) -> None:
+    """A client's burst is handled a turn at a time: another client's SEND that arrives meanwhile is
+    handled in the turn its read comes, after at most one turn's frames of the burst."""
+    factory = make_factory(clock, broker)
+    busy, other = Peer(factory), Peer(factory)
+    connect(busy)
+    connect(other)
+    busy.protocol.dataReceived(burst(300))
+    assert len(receipts(busy)) == INPUT_FRAMES
+    other.protocol.dataReceived(encode_frame(Frame("SEND", {"destination": "/queue/other", "receipt": "0"},
+                                                   b"o"), "1.2"))
+    assert receipts(other) == [0]
+    next_turn(clock)
+    assert len(receipts(busy)) == INPUT_FRAMES  # the burst goes on a turn at a time
+    assert broker.status()["queues"]["/queue/other"]["pending"] == 1
+
+
 def test_small_reads_are_handled_at_once(clock: Clock, broker: EmbeddedBroker) -> None:
     peer = Peer(make_factory(clock, broker))
     connect(peer)
