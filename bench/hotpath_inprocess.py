@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.abstract import FileDescriptor
@@ -40,15 +41,31 @@ from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
 from tests.support.gateway import default_config
 
-WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k")
+WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k", "4x4")
 """``client``: a cumulative ACK per 200 MESSAGEs; ``client-each``: client mode with an ACK per
-MESSAGE (each covering one delivery), as :mod:`bench.bench_throughput`'s consumers send them."""
+MESSAGE (each covering one delivery), as :mod:`bench.bench_throughput`'s consumers send them;
+``4x4``: four producers, each with a queue and a consumer of its own (auto ack), their reads
+arriving in the same reactor turns."""
 
 BODY_SIZES = {"1k": 1024, "64k": 65536}
 """Body bytes of the workloads that are not 100 B."""
 
 READ_SIZE = 65536
 """Bytes one read from a socket brings at most (Twisted's TCP ``doRead`` asks for this many)."""
+
+
+def _nothing() -> None:
+    pass
+
+
+def next_turn(clock: Clock) -> None:
+    """Run the calls due now, not those they schedule (a reactor runs those on its next turn;
+    ``Clock.advance`` would run them at once)."""
+    for call in [call for call in clock.getDelayedCalls() if call.getTime() <= clock.seconds()]:
+        if call.active():
+            clock.calls.remove(call)
+            call.called = 1
+            call.func(*call.args, **call.kw)
 
 
 class Selectables:
@@ -74,6 +91,7 @@ class SinkTransport(FileDescriptor):
     def __init__(self) -> None:
         super().__init__(Selectables())  # type: ignore[arg-type]
         self.connected = 1
+        self.sent: list[bytes] = []  # flushed to the socket, not yet taken by the benchmark
 
     def take(self) -> bytes:
         """What was written since the last call; the producer resumes as after a write to the socket."""
@@ -83,6 +101,17 @@ class SinkTransport(FileDescriptor):
         if self.producerPaused and self.producer is not None:
             self.producerPaused = False
             self.producer.resumeProducing()  # type: ignore[attr-defined]
+        return data
+
+    def flush(self) -> None:
+        """The reactor's write phase: what was written goes to the socket (kept for :meth:`received`)."""
+        if self._tempDataBuffer:
+            self.sent.append(self.take())
+
+    def received(self) -> bytes:
+        """What the peer has been sent since the last call (flushed or not)."""
+        data = b"".join((*self.sent, self.take()))
+        self.sent.clear()
         return data
 
     readingPaused = False
@@ -119,22 +148,26 @@ class Client:
                                                   "heart-beat": "0,0"}), "1.2"))
         assert self.frames()[0].command == "CONNECTED"
 
-    def feed(self, data: bytes) -> None:
+    def receive(self, data: bytes) -> None:
+        """``data`` as one read (the server's later turns not run)."""
+        self.protocol.dataReceived(data)
+
+    def feed(self, data: bytes, flush: Callable[[], None] = _nothing) -> None:
         """``data`` in reads of at most :data:`READ_SIZE`, each once the server reads again, as
-        Twisted's TCP transport delivers it; the server's later turns in between."""
+        Twisted's TCP transport delivers it; the server's later turns in between, each followed by
+        ``flush`` (the reactor's write phase: the consumers' transports written out)."""
         for start in range(0, len(data), READ_SIZE):
             while self.transport.readingPaused:  # (the input slices of the read before, one turn each)
-                self.clock.advance(0)
+                next_turn(self.clock)
+                flush()
             self.protocol.dataReceived(data[start:start + READ_SIZE])
+            flush()
         while self.transport.readingPaused:
-            self.clock.advance(0)
+            next_turn(self.clock)
+            flush()
 
     def frames(self) -> list[Frame]:
         return [item for item in self.decoder.feed(self.transport.take()) if isinstance(item, Frame)]
-
-
-def _nothing() -> None:
-    pass
 
 
 def build() -> tuple[Gateway, Clock]:
@@ -152,34 +185,52 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     """µs of CPU per message (per delivery for the topic) for ``count`` messages of ``workload``."""
     gateway, clock = build()
     factory = gateway.factory
-    producer = Client(factory, clock)
-    destination = "/topic/hot" if workload == "topic" else "/queue/hot"
-    ack = "auto" if workload in ("auto", "topic", "1k", "64k") else "client" if workload == "client-each" else workload
-    consumers = [Client(factory, clock) for _ in range(10 if workload == "topic" else 1)]
+    pairs = 4 if workload == "4x4" else 1  # (producers, each with a queue of its own)
+    producers = [Client(factory, clock) for _ in range(pairs)]
+    destinations = ["/topic/hot"] if workload == "topic" else [f"/queue/hot.{index}" for index in range(pairs)]
+    ack = ("auto" if workload in ("auto", "topic", "1k", "64k", "4x4") else "client" if workload == "client-each"
+           else workload)
+    consumers = [Client(factory, clock) for _ in range(10 if workload == "topic" else pairs)]
     for index, consumer in enumerate(consumers):
+        destination = destinations[index % len(destinations)]
         consumer.feed(encode_frame(Frame("SUBSCRIBE", {"destination": destination, "id": str(index), "ack": ack,
                                                        "activemq.prefetchSize": "1000", "receipt": "s"}), "1.2"))
         assert consumer.frames()[0].command == "RECEIPT"
     body = b"x" * BODY_SIZES.get(workload, 100)
-    send = encode_frame(Frame("SEND", {"destination": destination, "persistent": "false"}, body), "1.2")
     batch = 8 if workload == "64k" else 200  # (frames per write of the load generator, as in bench_throughput)
-    chunk = send * batch
+    chunks = [encode_frame(Frame("SEND", {"destination": destination, "persistent": "false"}, body), "1.2") * batch
+              for destination in destinations]
+    count = max(count // pairs, batch)  # (per producer)
     received = 0
     used = 0.0  # only the server's work is timed (the clients' decoding and ACK building is not)
     clock_time = time.process_time
     # (the profiler, too, sees only the server's work)
     enable = profiler.enable if profiler is not None else _nothing
     disable = profiler.disable if profiler is not None else _nothing
+
+    def flush() -> None:
+        for consumer in consumers:
+            consumer.transport.flush()
+
     gc.collect()
     for _ in range(count // batch):
         started = clock_time()
         enable()
-        producer.feed(chunk)
+        if pairs == 1:
+            producers[0].feed(chunks[0], flush)
+        else:  # (every producer's read in the same turn, then the turns their slices take)
+            for producer, chunk in zip(producers, chunks, strict=True):
+                producer.receive(chunk)
+            flush()
+            while any(producer.transport.readingPaused for producer in producers):
+                next_turn(clock)
+                flush()
         disable()
         used += clock_time() - started
-        producer.transport.take()
+        for producer in producers:
+            producer.transport.take()
         for consumer in consumers:
-            data = consumer.transport.take()
+            data = consumer.transport.received()
             if ack == "auto":
                 while data:  # (the resumed deliveries of a consumer paused by back-pressure come in the take)
                     received += data.count(b"MESSAGE\n")
@@ -201,7 +252,7 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
             disable()
             used += clock_time() - started
             consumer.transport.take()
-    expected = (count // batch) * batch * len(consumers)
+    expected = (count // batch) * batch * max(len(consumers), pairs)
     assert received == expected, (received, expected)
     gateway.stop()
     shutil.rmtree(gateway.config.gateway.data_dir, ignore_errors=True)

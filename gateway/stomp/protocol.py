@@ -6,15 +6,18 @@ session sends for the negotiated version, and turns the transport's
 back-pressure into pausing deliveries.  After a protocol error the session
 sends ERROR and the protocol closes this connection; others are unaffected.
 
-A client's frames are handled about :data:`INPUT_SLICE` bytes per reactor turn:
-a client whose burst fills a 64 KB read does not hold the reactor for the whole
+A client's frames are handled at most :data:`INPUT_FRAMES` frames or
+:data:`INPUT_SLICE` bytes of frames per reactor turn, whichever comes first: a
+client whose burst fills a 64 KB read does not hold the reactor for the whole
 of it.  What is read goes into the decoder's buffer at once; frames are taken
-from it until those of this turn reach the slice, and the rest waits (reading
-from that client paused meanwhile) while the reactor writes what they produced
-- a forwarded SEND reaches its broker while the burst is still being read - and
-serves the other connections.  The slice counts frames, not bytes read: the
-part of a large frame that has arrived costs a turn nothing, so a 64 KB body
-is not handed through eight turns on its way in.  The
+from it until this turn's reach either bound, and the rest waits (reading from
+that client paused meanwhile) while the reactor writes what they produced - a
+forwarded SEND reaches its broker while the burst is still being read - and
+serves the other connections.  A small frame's cost is mostly per frame (the
+decode, the session, the broker, the MESSAGE), so the frames are counted; a
+large frame's also per byte, so their bytes are too; the part of a large frame
+that has arrived costs a turn nothing (a 64 KB body is not handed through eight
+turns on its way in).  The
 session may also hold reading while a target it sends to is congested
 (:meth:`StompServerProtocol.hold_input`, :mod:`gateway.flow`).
 
@@ -58,9 +61,15 @@ from gateway.stomp.frame import Frame
 from gateway.stomp.session import InboundTransformer, StompError, StompSession
 from gateway.stomp.traffic import StompTraffic
 
-INPUT_SLICE = 8192
-"""Bytes of one client's frames handled per reactor turn (the frame that reaches it is the turn's last; a
-64 KB read of small frames is ~8 turns, of large frames one turn a frame)."""
+INPUT_FRAMES = 40
+"""Frames of one client handled per reactor turn at most: a 64 KB read of 100-byte SENDs is ~9 turns, about
+as with the 8 KB slices before (44 frames a turn); of 1 KB SENDs 2 turns, where 8 KB slices made it 9 (7
+frames each), each a pass through the reactor and its system calls (~13% of the gateway's CPU a 1 KB
+message on the real server).  40 MESSAGE frames of 1 KB bodies stay below a transport's 64 KB write buffer,
+so a consumer that keeps up is not paused by one turn's deliveries (:data:`WRITE_GRACE_FRAMES`)."""
+INPUT_SLICE = 65536
+"""Bytes of one client's frames handled per reactor turn at most (the frame that reaches it is the turn's
+last: a large frame takes a turn of its own)."""
 
 
 WRITE_GRACE = 192 * 1024
@@ -144,12 +153,14 @@ class StompServerProtocol(Protocol):
 
     def _handle(self, data: bytes, *, sliced: bool = True) -> None:
         """Hand the frames ``data`` completes (with what is buffered) to the session; when ``sliced``,
-        only until this turn's reach :data:`INPUT_SLICE` bytes, the rest on later turns."""
+        only until this turn's reach :data:`INPUT_FRAMES` frames or :data:`INPUT_SLICE` bytes, the rest on
+        later turns."""
         session = self.session
         assert session is not None
         decoder = self.decoder
         # The decoder holds this many bytes once this turn's slice is handled (heart-beats count too).
         rest = decoder.buffered + len(data) - INPUT_SLICE if sliced else -1
+        budget = INPUT_FRAMES if sliced else 1 << 62  # frames this turn may still take
         # One frame at a time: CONNECT sets the version the frames behind it are decoded with.
         for item in decoder.frames(data):
             if isinstance(item, StompProtocolError):
@@ -159,7 +170,8 @@ class StompServerProtocol(Protocol):
                 self.messages_in += 1
                 self.factory.traffic.received += 1
             session.frame_received(item)
-            if decoder.buffered <= rest and not self._closing and decoder.may_hold_frame():
+            budget -= 1
+            if (budget <= 0 or decoder.buffered <= rest) and not self._closing and decoder.may_hold_frame():
                 # (stopping here leaves the rest buffered: the next turn takes it from the same place)
                 if self._next_slice is None and not self._holds:
                     self.transport.pauseProducing()  # type: ignore[union-attr]

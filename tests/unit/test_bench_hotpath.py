@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import pytest
 
+from bench import turn_latency
 from bench.hotpath_inprocess import WORKLOADS, run
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_each_in_process_workload_delivers_every_message(workload: str) -> None:
     assert run(workload, 400) > 0
+
+
+def test_the_turn_latency_model_is_deterministic() -> None:
+    """``bench.turn_latency`` gives the same latencies for the same input (it runs on a model clock); a
+    2 ms stall makes the latest MESSAGE late by about the stall and the turns that drain its backlog."""
+    first = turn_latency.run(40_000, 0.1, 2.0, 50.0)
+    assert first == turn_latency.run(40_000, 0.1, 2.0, 50.0)
+    assert len(first) == 4000
+    assert max(turn_latency.run(40_000, 0.1, 0.0, 50.0)) < 0.5  # (no stall: a pacing interval and a turn)
+    assert 2.0 < max(first) < 3.5

@@ -15,7 +15,7 @@ from twisted.python.failure import Failure
 from gateway.flow import Congestion
 from gateway.stomp.codec import encode_frame
 from gateway.stomp.frame import Frame
-from gateway.stomp.protocol import INPUT_SLICE
+from gateway.stomp.protocol import INPUT_FRAMES
 from tests.unit.test_session import Peer, connect
 from tests.unit.test_session_forward import Setup
 
@@ -120,11 +120,11 @@ def test_input_slices_go_on_while_held_and_reading_waits_for_the_release() -> No
     assert setup.broker.transport is not None
     setup.broker.transport.producer.pauseProducing()
     frame = encode_frame(Frame("SEND", {"destination": "/queue/jms.a"}, b"x" * 100), "1.2")
-    burst = frame * (3 * INPUT_SLICE // len(frame))
+    burst = frame * (3 * INPUT_FRAMES)
     setup.peer.protocol.dataReceived(burst)
     for _ in range(5):  # the slices are handled on later turns: what was read is not dropped
         setup.clock.advance(0)
-    assert len(setup.sent()) == 3 * INPUT_SLICE // len(frame)
+    assert len(setup.sent()) == 3 * INPUT_FRAMES
     assert not reading(setup.peer)  # the last slice did not resume reading: the broker is still behind
     setup.broker.transport.producer.resumeProducing()
     assert reading(setup.peer)

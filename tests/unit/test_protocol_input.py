@@ -1,4 +1,5 @@
-"""StompServerProtocol handles a client's frames about INPUT_SLICE bytes per reactor turn.
+"""StompServerProtocol handles a client's frames at most INPUT_FRAMES frames or INPUT_SLICE bytes per
+reactor turn.
 
 StringTransport and Clock; :func:`next_turn` runs what a reactor turn runs.
 """
@@ -13,16 +14,16 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.message.model import TextMessage
 from gateway.stomp.codec import encode_frame
 from gateway.stomp.frame import Frame
-from gateway.stomp.protocol import INPUT_SLICE
+from gateway.stomp.protocol import INPUT_FRAMES, INPUT_SLICE
 from tests.unit.test_session import Peer, connect, make_factory
 
 BODY = b"b" * 100
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def frames_of_burst(count: int, destination: str = "/queue/burst") -> list[bytes]:
+def frames_of_burst(count: int, destination: str = "/queue/burst", body: bytes = BODY) -> list[bytes]:
     """``count`` encoded SENDs, each with a receipt named after its index."""
-    return [encode_frame(Frame("SEND", {"destination": destination, "receipt": str(index)}, BODY), "1.2")
+    return [encode_frame(Frame("SEND", {"destination": destination, "receipt": str(index)}, body), "1.2")
             for index in range(count)]
 
 
@@ -32,13 +33,14 @@ def burst(count: int, destination: str = "/queue/burst") -> bytes:
 
 
 def turns_of(sizes: list[int]) -> list[int]:
-    """Frames handled per turn: each turn takes frames until its frames reach INPUT_SLICE bytes."""
+    """Frames handled per turn: each turn takes frames until they are INPUT_FRAMES or their bytes
+    reach INPUT_SLICE."""
     turns = []
     taken = handled = 0
     for size in sizes:
         taken += size
         handled += 1
-        if taken >= INPUT_SLICE:
+        if taken >= INPUT_SLICE or handled == INPUT_FRAMES:
             turns.append(handled)
             taken = handled = 0
     if handled:
@@ -76,7 +78,7 @@ def test_a_burst_is_handled_one_slice_per_turn_in_order(clock: Clock, broker: Em
     connect(peer)
     frames = frames_of_burst(300)
     data = b"".join(frames)
-    assert len(data) > 4 * INPUT_SLICE
+    assert len(frames) > 4 * INPUT_FRAMES
     expected = turns_of([len(frame) for frame in frames])
     peer.protocol.dataReceived(data)
     first = receipts(peer)
@@ -93,6 +95,40 @@ def test_a_burst_is_handled_one_slice_per_turn_in_order(clock: Clock, broker: Em
     assert seen == list(range(300))
     assert per_turn == expected
     assert broker.status()["queues"]["/queue/burst"]["pending"] == 300
+
+
+def test_a_turn_takes_as_many_1k_frames_as_small_ones(clock: Clock, broker: EmbeddedBroker) -> None:
+    """A turn's bound is mostly frames (a frame's cost is mostly per frame): 1 KB SENDs in a 64 KB read
+    take two turns, not one per 8 KB (nine, each a pass through the reactor)."""
+    peer = Peer(make_factory(clock, broker))
+    connect(peer)
+    frames = frames_of_burst(58, body=b"k" * 1024)
+    data = b"".join(frames)
+    assert len(data) <= 65536  # (one read of a TCP transport)
+    peer.protocol.dataReceived(data)
+    per_turn = [len(receipts(peer))]
+    while peer.transport.producerState == "paused":
+        next_turn(clock)
+        per_turn.append(len(receipts(peer)))
+    assert per_turn == [INPUT_FRAMES, 58 - INPUT_FRAMES]
+    assert broker.status()["queues"]["/queue/burst"]["pending"] == 58
+
+
+def test_another_clients_frames_wait_for_one_turn_of_a_burst_at_most(clock: Clock, broker: EmbeddedBroker) -> None:
+    """A client's burst is handled a turn at a time: another client's SEND that arrives meanwhile is
+    handled in the turn its read comes, after at most one turn's frames of the burst."""
+    factory = make_factory(clock, broker)
+    busy, other = Peer(factory), Peer(factory)
+    connect(busy)
+    connect(other)
+    busy.protocol.dataReceived(burst(300))
+    assert len(receipts(busy)) == INPUT_FRAMES
+    other.protocol.dataReceived(encode_frame(Frame("SEND", {"destination": "/queue/other", "receipt": "0"},
+                                                   b"o"), "1.2"))
+    assert receipts(other) == [0]
+    next_turn(clock)
+    assert len(receipts(busy)) == INPUT_FRAMES  # the burst goes on a turn at a time
+    assert broker.status()["queues"]["/queue/other"]["pending"] == 1
 
 
 def test_small_reads_are_handled_at_once(clock: Clock, broker: EmbeddedBroker) -> None:
@@ -200,7 +236,8 @@ def client_input(draw: st.DrawFn) -> tuple[list[tuple[bytes, bool]], bytes, list
 def test_frames_cut_anywhere_arrive_whole_in_order_with_bounded_turns(
         case: tuple[list[tuple[bytes, bool]], bytes, list[int]]) -> None:
     """However the input is cut into reads, every SEND arrives whole and in order, a turn handles
-    frames only until they reach INPUT_SLICE bytes, and reading resumes once all is handled."""
+    at most INPUT_FRAMES frames and frames only until they reach INPUT_SLICE bytes, and reading resumes
+    once all is handled."""
     sends, stream, cuts = case
     clock = Clock()
     broker = EmbeddedBroker(clock)
@@ -215,6 +252,7 @@ def test_frames_cut_anywhere_arrive_whole_in_order_with_bounded_turns(
     def collect() -> None:
         got = receipts(peer)
         assert sum(sizes[str(index)] for index in got[:-1]) < INPUT_SLICE  # the turn's last frame reached it
+        assert len(got) <= INPUT_FRAMES
         seen.extend(got)
 
     for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):

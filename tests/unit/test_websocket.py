@@ -28,7 +28,7 @@ from gateway.errors import GatewayError, StompProtocolError
 from gateway.stomp.codec import FrameDecoder, encode_frame
 from gateway.stomp.frame import Frame
 from gateway.stomp.listeners import listener_for
-from gateway.stomp.protocol import INPUT_SLICE, StompServerProtocol
+from gateway.stomp.protocol import INPUT_FRAMES, StompServerProtocol
 from gateway.stomp.websocket import (
     StompWebSocketFactory,
     StompWebSocketProtocol,
@@ -396,9 +396,10 @@ def test_holding_and_slicing_input_pause_the_tcp_transport(clock: Clock, broker:
     assert peer.transport.producerState == "paused"
     peer.stomp.release_input()
     assert peer.transport.producerState == "producing"
+    count = 200
     burst = b"".join(encode_frame(Frame("SEND", {"destination": "/queue/d"}, b"x" * 100), "1.2")
-                     for _ in range(200))
-    assert len(burst) > 2 * INPUT_SLICE
+                     for _ in range(count))
+    assert count > 2 * INPUT_FRAMES
     peer.send(burst, BINARY)
     assert peer.transport.producerState == "paused"  # handled a slice per reactor turn
     clock.advance(0)
