@@ -106,6 +106,11 @@ class JmsClient:
         factory = jpype.JClass("org.apache.activemq.ActiveMQConnectionFactory")(broker_url)
         # Trust everything for ObjectMessage bodies: this is a test helper.
         factory.setTrustAllPackages(True)
+        # Java calls block the calling (main) thread where pytest-timeout cannot reach them: bound the
+        # ones that wait for the broker, so a broker that stops answering fails the test, not the run.
+        factory.setConnectResponseTimeout(30_000)
+        factory.setSendTimeout(30_000)
+        factory.setCloseTimeout(15_000)
         self._connection = factory.createConnection()
         if client_id:
             self._connection.setClientID(client_id)
