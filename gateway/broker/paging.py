@@ -50,6 +50,8 @@ ScanRow = tuple[int, int, int | None, int, int, bytes, BacklogRow | None]
 record, its stored row when it is still only in the message store: then the record is the
 store's, else a :func:`~gateway.broker.page_records.page_record`)."""
 
+TAIL_ROWS = 200
+"""Most rows of a recovered backlog (in the message store) one read takes."""
 CHUNK_ROWS = 500
 """Rows of a recovered backlog (in the message store) read at once when a selector searches it."""
 SCAN_GROUPS = 8
@@ -345,6 +347,10 @@ class QueuePage:
         if len(unwritten) >= GROUP_ROWS or self._unwritten_size >= GROUP_BYTES:
             self._write()
 
+    def flush(self) -> None:
+        """Write what waits to be written now (:class:`PageWriteFailed` as :meth:`add`)."""
+        self._write()
+
     def _write(self) -> sqlite3.Connection:
         """The connection, once what waits is written.  :class:`PageWriteFailed` when that
         fails: nothing of it is in the file then, and the counts no longer include it."""
@@ -490,7 +496,10 @@ class QueuePage:
                 "ORDER BY rank, seq LIMIT ?",
                 (self.id, *(self._read_upto or _BEFORE_ALL), wanted),
             ).fetchall()
-        stored = self.tail.peek(rows + 1) if self.tail is not None else []
+        # (the recovered backlog is read in rows, 200 at a time: the read ends where what was
+        # read of it ends, unless that is its end)
+        stored = self.tail.peek(min(rows, TAIL_ROWS) + 1) if self.tail is not None else []
+        stored_end = len(stored) if len(stored) <= min(rows, TAIL_ROWS) else len(stored) - 1
         taken: list[Entry] = []
         total = 0
         index = next_stored = 0
@@ -498,6 +507,8 @@ class QueuePage:
         from_file = file_size = 0
         while len(taken) < rows:
             group = groups[index] if index < len(groups) else None
+            if next_stored == stored_end and stored_end < len(stored):
+                break
             if next_stored < len(stored) and (group is None or stored[next_stored][:2] < group[:2]):
                 rank, seq, _, _, counted, redelivery, record = stored[next_stored]
                 if taken and total + counted > size:
