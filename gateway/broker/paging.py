@@ -379,7 +379,8 @@ class QueuePage:
     def _insert(self, db: sqlite3.Connection, rows: list[PageRow]) -> None:
         """Write ``rows`` as groups of one priority each (merged with the groups whose range
         they fall in, so groups never overlap)."""
-        rows = sorted(rows, key=_row_key)
+        if any(rows[index][:2] < rows[index - 1][:2] for index in range(1, len(rows))):
+            rows = sorted(rows, key=_row_key)  # (a redelivery or a higher priority came in between)
         start = 0
         while start < len(rows):
             rank = rows[start][0]

@@ -201,7 +201,8 @@ class MessageQueue:
         page = self.page
         if page is None:
             page = self.page = self.owner.page_file().queue(self._not_paged)
-        if not page.file.usable():  # (a page-out failed a moment ago: memory keeps the messages)
+        file = page.file
+        if file.failing and not file.usable():  # (a page-out failed a moment ago: memory keeps the messages)
             return False
         failures, flushes = page.failures, page.flushes
         try:
@@ -211,7 +212,7 @@ class MessageQueue:
             return False
         if page.failures != failures:
             return True  # (not paged after all: _not_paged holds it in memory)
-        if page.flushes != flushes and page.file.succeeded():
+        if page.flushes != flushes and file.succeeded():
             self.log.info("the page file takes messages again ({queue} pages its messages out)", queue=self.name)
         self.paged_out += 1
         if page.count == 1:
