@@ -180,7 +180,7 @@ def run(persistent: bool, limit: str, count: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.paging_inprocess", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=40_000, help="messages per round (1 KB)")
+    parser.add_argument("--count", type=int, default=20_000, help="messages per round (1 KB)")
     parser.add_argument("--times", type=int, default=10, help="the backlog is this many times memory_limit")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per case, alternating (median printed)")
     parser.add_argument("--persistent", action="store_true", help="persistent only (default: both)")

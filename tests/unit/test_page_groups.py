@@ -4,6 +4,7 @@ the budget), read groups are deleted in bulk, and a write that fails is rolled b
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import fields
 from typing import Any
 
@@ -54,7 +55,7 @@ def groups(page: QueuePage) -> list[tuple[int, int, int, int, int]]:
 
 def assert_disjoint(page: QueuePage) -> None:
     found = groups(page)
-    for (_, _, last_rank, last_seq, _), (rank, seq, _, _, _) in zip(found, found[1:]):
+    for (_, _, last_rank, last_seq, _), (rank, seq, _, _, _) in itertools.pairwise(found):
         assert (last_rank, last_seq) < (rank, seq), found
 
 
