@@ -259,8 +259,8 @@ class QueuePage:
     """
 
     __slots__ = (
-        "_fhead", "_read_size", "_read_upto", "_unwritten", "_unwritten_size", "failures", "fcount", "file",
-        "flushes", "fsize", "head", "id", "not_paged", "stopped", "tail",
+        "_fhead", "_last_keys", "_read_size", "_read_upto", "_unwritten", "_unwritten_size", "failures", "fcount",
+        "file", "flushes", "fsize", "head", "id", "not_paged", "stopped", "tail",
     )
 
     def __init__(self, file: PageFile, id: int, not_paged: NotPaged | None = None) -> None:
@@ -278,6 +278,9 @@ class QueuePage:
         in bulk, :data:`DELETE_BYTES`); statements but a read's delete them first."""
         self._read_size = 0
         self._unwritten_size = 0
+        self._last_keys: dict[int, Key] = {}
+        """Per rank, a key at or after the last message of every group written (a write that
+        starts after it cannot overlap a group: no statement to look)."""
         self.fcount = 0
         """Messages in the page file (and waiting to be written to it)."""
         self.fsize = 0
@@ -359,11 +362,16 @@ class QueuePage:
             unwritten = self._unwritten
             try:
                 self.file.check_space(sum(len(row[4]) for row in unwritten))
-                with self.file.transaction() as db:
-                    self._delete_read(db)
-                    self._insert(db, unwritten)
-                self._read_upto = None
-                self._read_size = 0
+                overlapped, groups = self._plan(db, unwritten)
+                if len(groups) == 1 and not overlapped and self._read_upto is None:
+                    db.execute(_INSERT_GROUP, groups[0])  # (one statement: its own transaction)
+                else:
+                    with self.file.transaction() as db:
+                        self._delete_read(db)
+                        db.executemany("DELETE FROM paged WHERE id = ?", overlapped)
+                        db.executemany(_INSERT_GROUP, groups)
+                    self._read_upto = None
+                    self._read_size = 0
             except (sqlite3.Error, OSError) as error:
                 self.failures += 1
                 entries = self._give_back(unwritten)
@@ -376,40 +384,51 @@ class QueuePage:
             self._unwritten_size = 0
         return db
 
-    def _insert(self, db: sqlite3.Connection, rows: list[PageRow]) -> None:
-        """Write ``rows`` as groups of one priority each (merged with the groups whose range
-        they fall in, so groups never overlap)."""
+    def _plan(self, db: sqlite3.Connection, rows: list[PageRow]) -> tuple[list[tuple[int]], list[tuple[Any, ...]]]:
+        """How to write ``rows``: (the groups to delete, the groups to insert).  Groups are of
+        one priority each, merged with the groups whose range they fall in (which are
+        deleted), so groups never overlap."""
         if any(rows[index][:2] < rows[index - 1][:2] for index in range(1, len(rows))):
             rows = sorted(rows, key=_row_key)  # (a redelivery or a higher priority came in between)
+        overlapped: list[tuple[int]] = []
+        groups: list[tuple[Any, ...]] = []
+        last_keys = self._last_keys
         start = 0
         while start < len(rows):
             rank = rows[start][0]
             end = start + 1
             while end < len(rows) and rows[end][0] == rank:
                 end += 1
-            run = self._merged(db, rows[start:end])
-            db.executemany(_INSERT_GROUP, [self._group(chunk) for chunk in _chunks(run)])
+            run = rows[start:end]
+            known = last_keys.get(rank)
+            if known is not None and (run[0][0], run[0][1]) <= known:  # (else after every group)
+                run = self._merged(db, run, overlapped)
+            groups.extend(self._group(chunk) for chunk in _chunks(run))
+            last = (run[-1][0], run[-1][1])
+            if known is None or last > known:
+                last_keys[rank] = last
             start = end
+        return overlapped, groups
 
-    def _merged(self, db: sqlite3.Connection, run: list[PageRow]) -> list[PageRow]:
-        """``run`` (one priority, in order) with the messages of the groups it overlaps, which
-        are deleted (a message paged out behind the head of its priority: a redelivery)."""
+    def _merged(self, db: sqlite3.Connection, run: list[PageRow], overlapped: list[tuple[int]]) -> list[PageRow]:
+        """``run`` (one priority, in order) with the messages of the groups it overlaps, whose
+        ids go to ``overlapped`` (a message paged out behind the head of its priority: a
+        redelivery).  Groups read back and not deleted yet do not count."""
         first, last = (run[0][0], run[0][1]), (run[-1][0], run[-1][1])
-        found = db.execute(_LAST_AT_OR_BEFORE, (self.id, *last)).fetchone()
-        if found is None or (found[1], found[2]) < first:  # (the common case: after every group)
+        after = self._read_upto or _BEFORE_ALL
+        found = db.execute(_LAST_AT_OR_BEFORE, (self.id, *last, *after)).fetchone()
+        if found is None or (found[1], found[2]) < first:  # (after every group of its priority)
             return run
-        overlapped: list[int] = []
         merged = list(run)
-        cursor = db.execute(_GROUPS_AT_OR_BEFORE, (self.id, *last))
+        cursor = db.execute(_GROUPS_AT_OR_BEFORE, (self.id, *last, *after))
         try:
             for group_id, last_rank, last_seq, record in cursor:
                 if (last_rank, last_seq) < first:
                     break
-                overlapped.append(group_id)
+                overlapped.append((group_id,))
                 merged.extend(read_group(record))
         finally:
             cursor.close()
-        db.executemany("DELETE FROM paged WHERE id = ?", [(group_id,) for group_id in overlapped])
         merged.sort(key=_row_key)
         return merged
 
@@ -744,6 +763,7 @@ class QueuePage:
             self.file.write().execute("DELETE FROM paged WHERE queue = ?", (self.id,))
         self._read_upto = None
         self._read_size = 0
+        self._last_keys = {}
         self.fcount = self.fsize = 0
         self._fhead = None
         self.tail = None
@@ -759,16 +779,17 @@ def _row_key(row: Any) -> tuple[int, int]:
 
 
 def _chunks(rows: list[PageRow]) -> Iterator[list[PageRow]]:
-    """``rows`` cut into groups of at most :data:`GROUP_ROWS` messages and about :data:`GROUP_BYTES`."""
+    """``rows`` cut into groups of at most :data:`GROUP_ROWS` messages, each closed once it
+    holds :data:`GROUP_BYTES` (the message that passes it is the group's last)."""
     chunk: list[PageRow] = []
     size = 0
     for row in rows:
-        if chunk and (len(chunk) >= GROUP_ROWS or size + row[2] > GROUP_BYTES):
+        chunk.append(row)
+        size += row[2]
+        if len(chunk) >= GROUP_ROWS or size >= GROUP_BYTES:  # (as a write is due: one group per write)
             yield chunk
             chunk = []
             size = 0
-        chunk.append(row)
-        size += row[2]
     if chunk:
         yield chunk
 
@@ -778,12 +799,12 @@ _INSERT_GROUP = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _LAST_AT_OR_BEFORE = (
-    "SELECT id, last_rank, last_seq FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?) "
+    "SELECT id, last_rank, last_seq FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?) AND (rank, seq) > (?, ?) "
     "ORDER BY rank DESC, seq DESC LIMIT 1"
 )
 _GROUPS_AT_OR_BEFORE = (
     "SELECT id, last_rank, last_seq, record FROM paged WHERE queue = ? AND (rank, seq) <= (?, ?) "
-    "ORDER BY rank DESC, seq DESC"
+    "AND (rank, seq) > (?, ?) ORDER BY rank DESC, seq DESC"
 )
 
 
