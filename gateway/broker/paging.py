@@ -601,7 +601,9 @@ class QueuePage:
         """Take the first messages ``predicate`` accepts (at most ``rows``, about ``size`` bytes),
         reading the page in chunks from its head (or past the key ``after``) up to the key
         ``before``; [] when none does.  With a ``budget`` (seconds), the search stops once it
-        is spent: :attr:`stopped` is then the key searched up to (None: searched to the end)."""
+        is spent: :attr:`stopped` is then the key searched up to (None: searched to the end),
+        the last one it looked at: it always looks at one message at least, so ``stopped`` is
+        past ``after`` and a search resumed there moves on."""
         self.stopped = None
         deadline = time.monotonic() + budget if budget is not None else None
         last: Key | None = None

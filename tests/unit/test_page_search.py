@@ -4,7 +4,9 @@ progress and a search always ends; here every slice stops after one message."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,36 +27,52 @@ from tests.unit.test_store_broker import Run, Sink, text
 
 ONE = message_size(text("/queue/q", "m00", persistent=False))
 SEARCHES = 2000
-"""Page searches a test allows: a search that does not progress would go on for ever inside
-one ``Clock.advance`` (each slice schedules the next with ``callLater(0)``)."""
+"""Page searches one ``Clock.advance`` may run: a search that does not progress would go on for
+ever inside one (each slice schedules the next with ``callLater(0)``)."""
 
 
 class Livelock(AssertionError):
     pass
 
 
-@pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Run]:
-    """A broker with room for eight messages whose page searches stop after one message
-    (and fail the test past :data:`SEARCHES` of them)."""
-    monkeypatch.setattr(paging_module, "SEARCH_CLOCK_EVERY", 1)
-    monkeypatch.setattr(queue_module, "SEARCH_SLICE", 0.0)
+@contextlib.contextmanager
+def sliced(directory: Path, limit: int = 8 * ONE) -> Iterator[Run]:
+    """A broker with room for ``limit`` bytes of messages whose page searches stop after one
+    message (and fail the test past :data:`SEARCHES` of them in one turn of the clock)."""
     search = QueuePage.search
     calls = [0]
 
     def bounded(self: QueuePage, *args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
         if calls[0] > SEARCHES:
-            raise Livelock(f"{SEARCHES} searches of the page: a sliced search does not progress")
+            raise Livelock(f"{SEARCHES} searches of the page in one turn: a sliced search does not progress")
         return search(self, *args, **kwargs)
 
-    monkeypatch.setattr(QueuePage, "search", bounded)
-    run = Run(tmp_path, BrokerSettings(persistence="sqlite", max_redeliveries=5, memory_limit=8 * ONE),
-              lazy_recovery=True)
-    run.start()
-    yield run
-    if run.broker is not None:
-        run.wait(run.broker.stop())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paging_module, "SEARCH_CLOCK_EVERY", 1)
+        patch.setattr(queue_module, "SEARCH_SLICE", 0.0)
+        patch.setattr(QueuePage, "search", bounded)
+        run = Run(directory, BrokerSettings(persistence="sqlite", max_redeliveries=100, memory_limit=limit),
+                  lazy_recovery=True)
+        advance = run.clock.advance
+
+        def turn(amount: float) -> None:
+            calls[0] = 0
+            advance(amount)
+
+        patch.setattr(run.clock, "advance", turn)
+        run.start()
+        try:
+            yield run
+        finally:
+            if run.broker is not None:
+                run.wait(run.broker.stop())
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Run]:
+    with sliced(tmp_path) as run:
+        yield run
 
 
 def message(body: str, priority: int = 4) -> Any:
@@ -98,6 +116,78 @@ def test_a_sliced_search_between_messages_in_memory_goes_on_where_it_stopped(run
     run.wait(red.close())
     holder.resume()
     run.wait(holder.ack([tag for _, tag in taker.got]))
+
+
+def pump(run: Run) -> None:
+    for _ in range(3):
+        run.clock.advance(0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_selective_consumers_of_any_paged_queue_searched_in_slices_get_each_match_once(data: st.DataObject) -> None:
+    """Any mix of priorities and colors, some of it delivered and put back (NACK) while memory is
+    full, so that memory and the page interleave; then selective consumers that acknowledge one
+    message at a time, every search in one-message slices: the searches end, each consumer gets
+    only what its selector accepts, and every message is delivered once (or left, once)."""
+    colors = st.sampled_from(["red", "green", "blue", "blue"])
+    priorities = st.sampled_from([0, 4, 4, 9])
+    bodies = itertools.count()
+    with tempfile.TemporaryDirectory() as directory, sliced(Path(directory), 4 * ONE) as run:
+        broker = run.broker
+        assert broker is not None
+
+        def send(count: int) -> list[str]:
+            sent = [f"{data.draw(colors)}{next(bodies):03}" for _ in range(count)]
+            run.send(*[text("/queue/q", body, persistent=False, priority=data.draw(priorities),
+                            properties={"color": body[:-3]}) for body in sent])
+            return sent
+
+        sent = send(data.draw(st.integers(1, 30)))
+        holder_sink = Sink()
+        holder = run.subscribe(holder_sink, destination="/queue/q", ack_mode="client-individual",
+                               prefetch=data.draw(st.integers(1, 30)))
+        holder.pause()
+        held = [tag for _, tag in holder_sink.got]
+        sent += send(data.draw(st.integers(0, 20)))
+        kept = set(held)
+        for tag in data.draw(st.permutations(held)):
+            if data.draw(st.booleans(), label="put back"):
+                run.wait(holder.nack([tag]))
+                kept.discard(tag)
+                if data.draw(st.booleans(), label="send one"):
+                    sent += send(1)
+        sinks = {color: Sink() for color in ("red", "green")}
+        subscriptions = {
+            color: run.subscribe(sinks[color], destination="/queue/q", ack_mode="client-individual",
+                                 prefetch=data.draw(st.integers(1, 3)), selector=f"color = '{color}'")
+            for color in data.draw(st.sampled_from([("red",), ("red", "green")]))
+        }
+        pump(run)
+        acked = {color: 0 for color in subscriptions}
+        for _ in range(4 * len(sent)):
+            waiting = [color for color in subscriptions if len(sinks[color].got) > acked[color]]
+            if not waiting:
+                break
+            color = data.draw(st.sampled_from(waiting))
+            run.wait(subscriptions[color].ack([sinks[color].got[acked[color]][1]]))
+            acked[color] += 1
+            pump(run)
+        for color, sink in sinks.items():
+            assert all(body.startswith(color) for body in sink.texts()), sink.texts()
+        for subscription in subscriptions.values():
+            run.wait(subscription.close())
+        run.wait(holder.ack(list(kept)))  # (paused: it takes nothing more)
+        run.wait(holder.close())
+        rest = Sink()
+        drained = run.subscribe(rest, destination="/queue/q", ack_mode="auto")
+        pump(run)
+        delivered = [*sinks["red"].texts(), *sinks["green"].texts(), *rest.texts(),
+                     *(str(message.text) for message, tag in holder_sink.got if tag in kept)]
+        run.wait(drained.close())
+    left = [body for body in rest.texts() if any(body.startswith(color) for color in subscriptions)]
+    assert not left, f"messages a consumer accepts were left for others: {left}"
+    assert sorted(delivered) == sorted(sent)
 
 
 # -- the page's own searches ------------------------------------------------------------
