@@ -76,8 +76,9 @@ class QueueOwner(Protocol):
         subscription's deletion)."""
 
 
-PAGE_IN_ROWS = 200
-"""Most messages one read of the page brings back into memory."""
+PAGE_IN_ROWS = 1000
+"""Most messages one read of the page brings back into memory (a read of :data:`PAGE_IN_BYTES`
+of 1 KB messages: few reads, each a statement or two on the page file)."""
 PAGE_IN_BYTES = 1024 * 1024
 """About the most bytes one read of the page brings back into memory."""
 PAGE_IN_FLOOR = 64 * 1024
@@ -200,17 +201,18 @@ class MessageQueue:
         page = self.page
         if page is None:
             page = self.page = self.owner.page_file().queue(self._not_paged)
-        if not page.file.usable():  # (a page-out failed a moment ago: memory keeps the messages)
+        file = page.file
+        if file.failing and not file.usable():  # (a page-out failed a moment ago: memory keeps the messages)
             return False
         failures, flushes = page.failures, page.flushes
         try:
-            page.write([entry])
+            page.add(*entry)
         except (StoreError, sqlite3.Error, OSError) as error:  # (the file cannot be opened)
             self._not_paged([], error)
             return False
         if page.failures != failures:
             return True  # (not paged after all: _not_paged holds it in memory)
-        if page.flushes != flushes and page.file.succeeded():
+        if page.flushes != flushes and file.succeeded():
             self.log.info("the page file takes messages again ({queue} pages its messages out)", queue=self.name)
         self.paged_out += 1
         if page.count == 1:
@@ -440,7 +442,7 @@ class MessageQueue:
                     elif page.head < (heap[0][0], heap[0][1]) and (searched is None or searched < heap[0][:2]):
                         # Selective consumers skip what memory holds: a paged message they accept
                         # may come before the next one in memory.
-                        searched = self._search_before(consumers, searched, (heap[0][0], heap[0][1]))
+                        searched = self._search_before(consumers, (heap[0][0], heap[0][1]))
                         if searched is None:  # (out of time: goes on in the next reactor turn)
                             return
                 if not heap:
@@ -481,20 +483,15 @@ class MessageQueue:
             for entry in skipped:
                 heapq.heappush(heap, entry)
 
-    def _search_before(self, consumers: list[QueueSubscription], after: Key | None, before: Key) -> Key | None:
-        """Bring the paged messages between ``after`` and ``before`` that a ready consumer's
-        selector accepts into memory; returns the key searched up to, None when the search
-        ran out of time (dispatching goes on in a later reactor turn)."""
+    def _search_before(self, consumers: list[QueueSubscription], before: Key) -> Key | None:
+        """Bring the paged messages before ``before`` that a ready consumer's selector accepts
+        into memory; returns the key searched up to, None when the search ran out of time
+        (dispatching goes on in a later reactor turn)."""
         page = self.page
         searching = [c for c in consumers if c.has_credit() and c.selector is not None]
         if page is None or not searching:
             return before
-        positions = [self._search_at.get(consumer) for consumer in searching]
-        if None not in positions:  # (what every one of them refused before is not read again)
-            start = min(key for key in positions if key is not None)
-            if after is None or start > after:
-                after = start
-        found, stopped = self._search(page, searching, after, before)
+        found, stopped = self._search(page, searching, before)
         if found:
             self._page_in(found)
         if stopped:
@@ -511,9 +508,7 @@ class MessageQueue:
         searching = [c for c in consumers if c.has_credit() and c.selector is not None and c not in self._searched]
         if not searching:
             return False
-        positions = [self._search_at.get(consumer) for consumer in searching]
-        after = None if None in positions else min(key for key in positions if key is not None)
-        found, stopped = self._search(page, searching, after, None)
+        found, stopped = self._search(page, searching, None)
         if not found:
             if not stopped:
                 self._searched.update(searching)
@@ -522,10 +517,26 @@ class MessageQueue:
         return True
 
     def _search(
-        self, page: QueuePage, searching: list[QueueSubscription], after: Key | None, before: Key | None
+        self, page: QueuePage, searching: list[QueueSubscription], before: Key | None
     ) -> tuple[list[Entry], bool]:
-        """One search of the page for ``searching``'s selectors, within :data:`SEARCH_SLICE`;
-        (what it took, whether it ran out of time).  Remembers how far it went."""
+        """One search of the page for ``searching``'s selectors (up to the key ``before``, None:
+        to the page's end), within :data:`SEARCH_SLICE`; (what it took, whether it ran out of
+        time).
+
+        It starts where the one of them that was searched for least got to (:attr:`_search_at`;
+        from the page's head when one of them was never searched for), so what it covers joins
+        what each of them was searched for before, and it moves each of them on to where it got:
+        a search that stops (after at least one message) starts the next one past the last
+        message it looked at, never again where it started, so a search in slices ends."""
+        search_at = self._search_at
+        after: Key | None = None
+        for consumer in searching:
+            known = search_at.get(consumer)
+            if known is None:
+                after = None
+                break
+            if after is None or known < after:
+                after = known
         selectors = [consumer.selector for consumer in searching if consumer.selector is not None]
 
         def accepted(message: Message) -> bool:
@@ -533,13 +544,15 @@ class MessageQueue:
 
         found = page.search(accepted, PAGE_IN_ROWS, self._room(), after=after, before=before, budget=SEARCH_SLICE)
         stopped = page.stopped
-        reached = stopped if stopped is not None else (found[-1][0], found[-1][1]) if found else None
+        # (every paged message up to ``reached`` is refused by all of these selectors or was taken:
+        # where it stopped, the last it took (one it accepts may follow, left for room), or all up
+        # to ``before``, which is in memory; at the page's end, _searched says it)
+        reached = stopped if stopped is not None else (found[-1][0], found[-1][1]) if found else before
         if reached is not None:
             for consumer in searching:
-                # (what was searched joins what this consumer's earlier searches covered)
-                known = self._search_at.get(consumer)
-                if (after is None or (known is not None and known >= after)) and (known is None or known < reached):
-                    self._search_at[consumer] = reached
+                known = search_at.get(consumer)
+                if known is None or known < reached:
+                    search_at[consumer] = reached
         if stopped is not None and not self._search_later:
             self._search_later = page.file.later(self._searched_on)
         return found, stopped is not None
