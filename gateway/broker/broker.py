@@ -79,6 +79,12 @@ from gateway.message.model import Message
 Settled = Callable[[Exception | None, Any], None]
 """How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
 
+REMOVALS_HELD = 20_000
+"""Removals of consumed persistent messages waiting for the store's writer thread past which
+deliveries of stored queues wait (until half as many wait): a consumer that drains a deep
+backlog faster than the disk deletes it must not pile up removals in memory without bound
+(each waiting removal is a few hundred bytes; ~300 MB for a 300,000-message backlog before)."""
+
 QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
 TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
 TEMP_PREFIXES = ("/remote-temp-queue/", "/remote-temp-topic/")
@@ -193,6 +199,10 @@ class EmbeddedBroker:
         self._write_hold = max(1024 * 1024, min(self.memory.limit // 4, 32 * 1024 * 1024))
         """Past this many bytes waiting for the store, senders are held (until half of it)."""
         self._store_held = False
+        self._removing = 0
+        """Store removals of consumed messages not yet committed."""
+        self.removals_held = False
+        """Past :data:`REMOVALS_HELD` removals waiting: deliveries of stored queues wait."""
         self.queues: dict[str, MessageQueue] = {}
         self.topics: dict[str, list[MessageQueue]] = {}
         self.durables: dict[str, MessageQueue] = {}
@@ -334,8 +344,25 @@ class EmbeddedBroker:
         self.metrics.consumed.count += 1
         if message.persistent and self._stored(queue):
             result: Deferred[None] = self.store.remove(queue.key, message.message_id)
+            self._removing += 1
+            if self._removing > REMOVALS_HELD and not self.removals_held:
+                self.removals_held = True
+                self.log.debug("{count} removals wait for the message store: deliveries wait",
+                               count=self._removing)
+            result.addBoth(self._removed)
             return result
         return None
+
+    def _removed(self, result: object) -> object:
+        self._removing -= 1
+        if self.removals_held and self._removing <= REMOVALS_HELD // 2:
+            self.removals_held = False
+            for queue in [*self.queues.values(), *self.durables.values()]:
+                queue.dispatch()
+        return result
+
+    def holds_deliveries(self, queue: MessageQueue) -> bool:
+        return self._stored(queue)
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         self.metrics.expired.inc()
@@ -832,6 +859,7 @@ class EmbeddedBroker:
             "memory": {"used": self.memory.used, "limit": self.memory.configured, "full": self.memory.full,
                        "page_file": self._pages.path if self._pages.opened else None,
                        "waiting_for_store": self._writing, "senders_held": self._store_held,
+                       "removals_waiting": self._removing, "deliveries_held": self.removals_held,
                        "blocked": sorted(self._blocked)},
             "queues": {name: {"pending": len(q), "consumers": len(q.consumers), "inflight": q.inflight}
                        for name, q in self.queues.items()},

@@ -43,6 +43,13 @@ class QueueOwner(Protocol):
     memory: MemoryUsage
     """Bytes of queued messages in memory, process-wide."""
 
+    removals_held: bool
+    """The store is behind with the removals of consumed messages: deliveries of stored
+    queues wait (:meth:`holds_deliveries`); the owner dispatches them again once it caught up."""
+
+    def holds_deliveries(self, queue: MessageQueue) -> bool:
+        """While :attr:`removals_held`: whether ``queue``'s deliveries wait."""
+
     def now_ms(self) -> int: ...
 
     def page_file(self) -> PageFile:
@@ -428,8 +435,11 @@ class MessageQueue:
         now = -1  # (the clock is read when the first message with an expiration comes up)
         skipped: list[Entry] = []
         searched: Key | None = None  # (the page was searched up to this key in this round)
+        owner = self.owner
         try:
             while True:
+                if owner.removals_held and owner.holds_deliveries(self):
+                    return  # (the store is behind with removals: the owner dispatches again once it caught up)
                 page = self.page
                 if page is not None and page.head is not None:
                     if not skipped:

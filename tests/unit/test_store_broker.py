@@ -374,3 +374,35 @@ def test_a_dead_letter_move_the_disk_reserve_refuses_leaves_the_message_in_its_q
     run.subscribe(dead, destination="/queue/DLQ.a")
     assert dead.texts() == ["poison"]
     run.crash()
+
+
+def test_deliveries_wait_while_the_store_is_behind_with_removals(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An auto-ack consumer draining a stored backlog faster than the store deletes it: past
+    REMOVALS_HELD removals waiting, deliveries of stored queues wait until half of them are
+    committed (each waiting removal held memory: ~300 MB for a 300,000-message drain before);
+    a non-persistent destination is not held."""
+    import gateway.broker.broker as broker_module
+
+    monkeypatch.setattr(broker_module, "REMOVALS_HELD", 5)
+    assert run.broker is not None
+    run.send(*[text("/queue/a", f"m{i:02}") for i in range(20)])
+    sink = Sink()
+    run.broker.subscribe(SubscriptionSpec("/queue/a", ack_mode="auto"), sink)  # (not pumped: nothing committed)
+    assert len(sink.got) == 6  # (the sixth removal crossed the bound)
+    assert run.broker.status()["memory"]["deliveries_held"] is True
+    assert run.broker.status()["memory"]["removals_waiting"] == 6
+    other = Sink()
+    run.broker.subscribe(SubscriptionSpec("/topic/news", ack_mode="auto"), other)
+    run.wait(run.broker.send_batch([text("/topic/news", "t", persistent=False)]))
+    assert other.texts() == ["t"]  # (not stored: not held)
+    run.settle()  # the removals commit: deliveries go on, held again past the bound
+    while len(sink.got) < 20:
+        before = len(sink.got)
+        run.settle()
+        assert len(sink.got) > before, f"deliveries stopped at {before} of 20"
+    assert sink.texts() == [f"m{i:02}" for i in range(20)]
+    run.settle()
+    assert run.broker.status()["memory"]["removals_waiting"] == 0
+    assert run.broker.status()["memory"]["deliveries_held"] is False
+    run.restart()
+    assert run.broker.status()["queues"].get("/queue/a", {"pending": 0})["pending"] == 0
