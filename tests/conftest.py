@@ -21,6 +21,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gc.collect()
 
 
+REACTOR_TEST_DEADLINE = 240.0
+"""Seconds a test may wait on the reactor (pytest-twisted): then the Deferred it awaits is cancelled,
+so the test fails at its ``await`` with a traceback.  (pytest-timeout's signal cannot end such a
+wait: the reactor's main loop logs and swallows it; its thread method, at 300 s, ends the worker.)"""
+
+
+def _install_reactor_deadline() -> None:
+    """Every test pytest-twisted runs gets :data:`REACTOR_TEST_DEADLINE` (``Deferred.addTimeout``)."""
+    import pytest_twisted
+
+    run_test = pytest_twisted._async_pytest_pyfunc_call
+
+    def with_deadline(pyfuncitem: pytest.Function, function: Callable[..., object],
+                      kwargs: dict[str, object]) -> object:
+        from twisted.internet import reactor
+
+        result = run_test(pyfuncitem, function, kwargs)
+        return result.addTimeout(REACTOR_TEST_DEADLINE, reactor)
+
+    pytest_twisted._async_pytest_pyfunc_call = with_deadline
+
+
+_install_reactor_deadline()
+
 SHARED_GROUPS = {"tests/pipeline/": "spark"}
 """Test folders whose files share an expensive session fixture: under pytest-xdist they run
 in one worker (one SparkSession for all of them, not one per worker)."""
