@@ -46,9 +46,15 @@ def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> Deferred
     return threads.deferToThread(function, *args, **kwargs)
 
 
+FIXTURE_DEADLINE = 120.0
+"""Seconds :func:`wait_for` runs the reactor for a result before it cancels the wait (TimeoutError)."""
+
+
 def wait_for(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """From a fixture: call ``function`` and run the reactor until its (Deferred's) result is there."""
-    return pytest_twisted.blockon(maybeDeferred(function, *args, **kwargs))
+    """From a fixture: call ``function`` and run the reactor until its (Deferred's) result is there
+    (:class:`twisted.internet.defer.TimeoutError` after :data:`FIXTURE_DEADLINE` seconds: a start or
+    stop that never ends fails its fixture instead of holding the test run)."""
+    return pytest_twisted.blockon(maybeDeferred(function, *args, **kwargs).addTimeout(FIXTURE_DEADLINE, reactor))
 
 
 def off_reactor(test: Callable[..., Any]) -> Callable[..., Deferred[Any]]:
