@@ -393,8 +393,9 @@ class FrameDecoder:
         headers: dict[str, str] = {}
         version = self.version
         if "\\" in text and version != "1.0" and command not in UNESCAPED_COMMANDS:
-            for index in range(1, len(lines)):  # (a MESSAGE's message-id often has an escaped ':')
-                line = lines[index]
+            header_lines = iter(lines)
+            next(header_lines)  # (the command)
+            for line in header_lines:  # (a MESSAGE's message-id often has an escaped ':')
                 name, colon, value = line.partition(":")
                 if not colon:
                     return None
@@ -407,8 +408,10 @@ class FrameDecoder:
                 if name not in headers:
                     headers[name] = value
         else:
-            for index in range(1, len(lines)):
-                name, colon, value = lines[index].partition(":")
+            header_lines = iter(lines)
+            next(header_lines)  # (the command; iterating is cheaper than indexing per line)
+            for line in header_lines:
+                name, colon, value = line.partition(":")
                 if not colon:
                     return None
                 if name not in headers:
