@@ -204,6 +204,16 @@ def encode_frame(
 
 
 _VIEW_COPY = 2048
+
+_HEADER_BLOCKS: dict[bytes, tuple[str, dict[str, str], int]] = {}
+"""Header blocks :meth:`FrameDecoder._whole_frame` read before (any connection): the block's bytes
+(command and header lines, no CR, no backslash, so the same under every version) to its command,
+headers and line count.  A producer sends the same block again and again (destination, persistent,
+content-length of one size): looking it up skips the decode, the split and the header loop.  The
+cached dict is never handed out (a copy is).  At most :data:`_HEADER_BLOCKS_MAX` blocks of up to
+:data:`_HEADER_BLOCK_CACHED` bytes (cleared when full)."""
+_HEADER_BLOCKS_MAX = 1024
+_HEADER_BLOCK_CACHED = 512
 """Bodies from this size on are copied out of the buffer through a view (once), smaller ones by a slice (a
 second copy, cheaper than making the view)."""
 
@@ -380,6 +390,50 @@ class FrameDecoder:
         if header_end < 0 or header_end - pos > limits.max_header_length:
             return None
         block = buf[pos:header_end]
+        key = bytes(block) if header_end - pos <= _HEADER_BLOCK_CACHED else None
+        known = _HEADER_BLOCKS.get(key) if key is not None else None
+        if known is not None:
+            command, cached, line_count = known
+            if line_count - 1 > limits.max_headers:
+                return None
+            headers = cached.copy()
+        else:
+            parsed = self._header_block(block, limits)
+            if parsed is None:
+                return None
+            command, headers, line_count = parsed
+            if key is not None and b"\\" not in key:  # (no escapes: the same in every version)
+                if len(_HEADER_BLOCKS) >= _HEADER_BLOCKS_MAX:
+                    _HEADER_BLOCKS.clear()
+                _HEADER_BLOCKS[key] = (command, headers.copy(), line_count)
+        body_start = header_end + 2
+        length = headers.get("content-length")
+        if length is not None:
+            if not (length.isdigit() and length.isascii() and len(length) <= 18):
+                return None
+            terminator = body_start + int(length)
+            if terminator - pos > limits.max_frame_size:
+                return None
+            if terminator >= end:  # the body is still coming
+                self._hand_over(command, headers, body_start, int(length))
+                return None
+            if buf[terminator] != 0:
+                return None
+        else:
+            terminator = first_nul
+            if terminator < 0:  # (the body phase checks the frame size limit)
+                self._hand_over(command, headers, body_start, -1)
+                return None
+            if terminator - pos > limits.max_frame_size:
+                return None
+        self._pos = self._scan = self._resume = terminator + 1
+        if terminator - body_start < _VIEW_COPY:
+            return Frame(command, headers, bytes(buf[body_start:terminator]))
+        return Frame(command, headers, _body(buf, body_start, terminator))
+
+    def _header_block(self, block: bytearray, limits: Limits) -> tuple[str, dict[str, str], int] | None:
+        """The command, headers and line count of a header block in :meth:`_whole_frame`'s common
+        case (LF line ends, valid UTF-8 and escapes, within ``max_headers``); None for anything else."""
         if b"\r" in block:
             return None
         try:
@@ -416,30 +470,7 @@ class FrameDecoder:
                     return None
                 if name not in headers:
                     headers[name] = value
-        body_start = header_end + 2
-        length = headers.get("content-length")
-        if length is not None:
-            if not (length.isdigit() and length.isascii() and len(length) <= 18):
-                return None
-            terminator = body_start + int(length)
-            if terminator - pos > limits.max_frame_size:
-                return None
-            if terminator >= end:  # the body is still coming
-                self._hand_over(command, headers, body_start, int(length))
-                return None
-            if buf[terminator] != 0:
-                return None
-        else:
-            terminator = first_nul
-            if terminator < 0:  # (the body phase checks the frame size limit)
-                self._hand_over(command, headers, body_start, -1)
-                return None
-            if terminator - pos > limits.max_frame_size:
-                return None
-        self._pos = self._scan = self._resume = terminator + 1
-        if terminator - body_start < _VIEW_COPY:
-            return Frame(command, headers, bytes(buf[body_start:terminator]))
-        return Frame(command, headers, _body(buf, body_start, terminator))
+        return command, headers, len(lines)
 
     def _hand_over(self, command: str, headers: dict[str, str], body_start: int, length: int) -> None:
         """Enter the body phase of a frame whose header block :meth:`_whole_frame` read, in the state
