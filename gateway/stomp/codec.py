@@ -214,6 +214,11 @@ cached dict is never handed out (a copy is).  At most :data:`_HEADER_BLOCKS_MAX`
 :data:`_HEADER_BLOCK_CACHED` bytes (cleared when full)."""
 _HEADER_BLOCKS_MAX = 1024
 _HEADER_BLOCK_CACHED = 512
+_BLOCK_MISSES = 8
+_BLOCKS_SKIPPED = 256
+"""A decoder whose last :data:`_BLOCK_MISSES` header blocks were all new (a receipt or an id in
+every SEND) reads its next :data:`_BLOCKS_SKIPPED` frames without the look-up (a miss costs the
+key's copy and an entry, ~0.5 µs), then tries again."""
 """Bodies from this size on are copied out of the buffer through a view (once), smaller ones by a slice (a
 second copy, cheaper than making the view)."""
 
@@ -257,6 +262,8 @@ class FrameDecoder:
     """
 
     __slots__ = (
+        "_blocks_missed",
+        "_blocks_skipped",
         "_body_start",
         "_buf",
         "_command",
@@ -277,6 +284,8 @@ class FrameDecoder:
         self._buf = bytearray()
         self._pos = 0
         self._failed = False
+        self._blocks_missed = 0  # (header blocks not in _HEADER_BLOCKS in a row)
+        self._blocks_skipped = 0  # (frames still to read without looking their block up)
         self._reset_frame()
 
     def _reset_frame(self) -> None:
@@ -390,9 +399,15 @@ class FrameDecoder:
         if header_end < 0 or header_end - pos > limits.max_header_length:
             return None
         block = buf[pos:header_end]
-        key = bytes(block) if header_end - pos <= _HEADER_BLOCK_CACHED else None
-        known = _HEADER_BLOCKS.get(key) if key is not None else None
+        key: bytes | None = None
+        known = None
+        if self._blocks_skipped:
+            self._blocks_skipped -= 1
+        elif header_end - pos <= _HEADER_BLOCK_CACHED:
+            key = bytes(block)
+            known = _HEADER_BLOCKS.get(key)
         if known is not None:
+            self._blocks_missed = 0
             command, cached, line_count = known
             if line_count - 1 > limits.max_headers:
                 return None
@@ -402,10 +417,15 @@ class FrameDecoder:
             if parsed is None:
                 return None
             command, headers, line_count = parsed
-            if key is not None and b"\\" not in key:  # (no escapes: the same in every version)
-                if len(_HEADER_BLOCKS) >= _HEADER_BLOCKS_MAX:
-                    _HEADER_BLOCKS.clear()
-                _HEADER_BLOCKS[key] = (command, headers.copy(), line_count)
+            if key is not None:
+                self._blocks_missed += 1
+                if self._blocks_missed >= _BLOCK_MISSES:  # (a peer whose blocks differ: look no more for a while)
+                    self._blocks_missed = 0
+                    self._blocks_skipped = _BLOCKS_SKIPPED
+                if b"\\" not in key:  # (no escapes: the same in every version)
+                    if len(_HEADER_BLOCKS) >= _HEADER_BLOCKS_MAX:
+                        _HEADER_BLOCKS.clear()
+                    _HEADER_BLOCKS[key] = (command, headers.copy(), line_count)
         body_start = header_end + 2
         length = headers.get("content-length")
         if length is not None:

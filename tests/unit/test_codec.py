@@ -712,3 +712,14 @@ def test_an_escaped_header_block_is_read_under_each_decoders_version(version: st
     [frame] = FrameDecoder(version=version).feed(wire)
     assert isinstance(frame, Frame)
     assert frame.headers["k"] == ("a\\cb" if version == "1.0" else "a:b")
+
+
+def test_frames_decode_alike_while_a_decoder_skips_the_header_block_lookup() -> None:
+    """New blocks in a row make a decoder skip the look-up for a while: the frames are the same."""
+    decoder = FrameDecoder(version="1.2")
+    wire = b"".join(b"SEND\ndestination:/queue/cache-d\nreceipt:%d\n\n%d\x00" % (n, n) for n in range(300))
+    wire += b"SEND\ndestination:/queue/cache-d\n\nsame\x00" * 300
+    frames = decoder.feed(wire)
+    assert frames[:300] == [Frame("SEND", {"destination": "/queue/cache-d", "receipt": str(n)}, str(n).encode())
+                            for n in range(300)]
+    assert frames[300:] == [Frame("SEND", {"destination": "/queue/cache-d"}, b"same")] * 300
