@@ -99,13 +99,14 @@ def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: 
             message.priority = priority
     if "expires" in headers:
         message.expiration = expires_header(headers)
-    properties = message.properties
-    for name, value in headers.items():
-        if name not in PROTOCOL_HEADERS:
-            properties[name] = value
+    if not PROTOCOL_HEADERS.issuperset(headers):  # (most SENDs carry protocol headers only: one C-level check)
+        properties = message.properties
+        for name, value in headers.items():
+            if name not in PROTOCOL_HEADERS:
+                properties[name] = value
     if isinstance(message, TextMessage) and charset is not None and charset != "utf-8":
         # The text is stored (and delivered) as UTF-8 now: say so.
-        properties["content-type"] = _CHARSET_PARAM.sub(r"\g<1>utf-8", headers["content-type"])
+        message.properties["content-type"] = _CHARSET_PARAM.sub(r"\g<1>utf-8", headers["content-type"])
     return message
 
 

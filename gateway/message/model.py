@@ -33,13 +33,14 @@ class DeliveryMode(IntEnum):
 
 DEFAULT_PRIORITY = 4
 
-_id_prefix = f"ID:jmsgw-{os.getpid()}-{int(time.time() * 1000):x}-"
+MESSAGE_ID_PREFIX = f"ID:jmsgw-{os.getpid()}-{int(time.time() * 1000):x}-"
+"""What every message id the gateway makes starts with (a decimal count follows)."""
 _id_counter = itertools.count(1)
 
 
 def new_message_id() -> str:
     """A process-unique JMS message id (``ID:`` prefix as JMS requires)."""
-    return f"{_id_prefix}{next(_id_counter)}"
+    return f"{MESSAGE_ID_PREFIX}{next(_id_counter)}"
 
 
 def now_millis() -> int:

@@ -204,6 +204,21 @@ def encode_frame(
 
 
 _VIEW_COPY = 2048
+
+_HEADER_BLOCKS: dict[bytes, tuple[str, dict[str, str], int]] = {}
+"""Header blocks :meth:`FrameDecoder._whole_frame` read before (any connection): the block's bytes
+(command and header lines, no CR, no backslash, so the same under every version) to its command,
+headers and line count.  A producer sends the same block again and again (destination, persistent,
+content-length of one size): looking it up skips the decode, the split and the header loop.  The
+cached dict is never handed out (a copy is).  At most :data:`_HEADER_BLOCKS_MAX` blocks of up to
+:data:`_HEADER_BLOCK_CACHED` bytes (cleared when full)."""
+_HEADER_BLOCKS_MAX = 1024
+_HEADER_BLOCK_CACHED = 512
+_BLOCK_MISSES = 8
+_BLOCKS_SKIPPED = 256
+"""A decoder whose last :data:`_BLOCK_MISSES` header blocks were all new (a receipt or an id in
+every SEND) reads its next :data:`_BLOCKS_SKIPPED` frames without the look-up (a miss costs the
+key's copy and an entry, ~0.5 µs), then tries again."""
 """Bodies from this size on are copied out of the buffer through a view (once), smaller ones by a slice (a
 second copy, cheaper than making the view)."""
 
@@ -247,6 +262,8 @@ class FrameDecoder:
     """
 
     __slots__ = (
+        "_blocks_missed",
+        "_blocks_skipped",
         "_body_start",
         "_buf",
         "_command",
@@ -267,6 +284,8 @@ class FrameDecoder:
         self._buf = bytearray()
         self._pos = 0
         self._failed = False
+        self._blocks_missed = 0  # (header blocks not in _HEADER_BLOCKS in a row)
+        self._blocks_skipped = 0  # (frames still to read without looking their block up)
         self._reset_frame()
 
     def _reset_frame(self) -> None:
@@ -380,39 +399,33 @@ class FrameDecoder:
         if header_end < 0 or header_end - pos > limits.max_header_length:
             return None
         block = buf[pos:header_end]
-        if b"\r" in block:
-            return None
-        try:
-            text = block.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        lines = text.split("\n")
-        command = lines[0]
-        if len(lines) - 1 > limits.max_headers:
-            return None
-        headers: dict[str, str] = {}
-        version = self.version
-        if "\\" in text and version != "1.0" and command not in UNESCAPED_COMMANDS:
-            for index in range(1, len(lines)):  # (a MESSAGE's message-id often has an escaped ':')
-                line = lines[index]
-                name, colon, value = line.partition(":")
-                if not colon:
-                    return None
-                if "\\" in line:
-                    known_name = _unescape_known(name, version)
-                    known_value = _unescape_known(value, version)
-                    if known_name is None or known_value is None:
-                        return None
-                    name, value = known_name, known_value
-                if name not in headers:
-                    headers[name] = value
+        key: bytes | None = None
+        known = None
+        if self._blocks_skipped:
+            self._blocks_skipped -= 1
+        elif header_end - pos <= _HEADER_BLOCK_CACHED:
+            key = bytes(block)
+            known = _HEADER_BLOCKS.get(key)
+        if known is not None:
+            self._blocks_missed = 0
+            command, cached, line_count = known
+            if line_count - 1 > limits.max_headers:
+                return None
+            headers = cached.copy()
         else:
-            for index in range(1, len(lines)):
-                name, colon, value = lines[index].partition(":")
-                if not colon:
-                    return None
-                if name not in headers:
-                    headers[name] = value
+            parsed = self._header_block(block, limits)
+            if parsed is None:
+                return None
+            command, headers, line_count = parsed
+            if key is not None:
+                self._blocks_missed += 1
+                if self._blocks_missed >= _BLOCK_MISSES:  # (a peer whose blocks differ: look no more for a while)
+                    self._blocks_missed = 0
+                    self._blocks_skipped = _BLOCKS_SKIPPED
+                if b"\\" not in key:  # (no escapes: the same in every version)
+                    if len(_HEADER_BLOCKS) >= _HEADER_BLOCKS_MAX:
+                        _HEADER_BLOCKS.clear()
+                    _HEADER_BLOCKS[key] = (command, headers.copy(), line_count)
         body_start = header_end + 2
         length = headers.get("content-length")
         if length is not None:
@@ -437,6 +450,47 @@ class FrameDecoder:
         if terminator - body_start < _VIEW_COPY:
             return Frame(command, headers, bytes(buf[body_start:terminator]))
         return Frame(command, headers, _body(buf, body_start, terminator))
+
+    def _header_block(self, block: bytearray, limits: Limits) -> tuple[str, dict[str, str], int] | None:
+        """The command, headers and line count of a header block in :meth:`_whole_frame`'s common
+        case (LF line ends, valid UTF-8 and escapes, within ``max_headers``); None for anything else."""
+        if b"\r" in block:
+            return None
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        lines = text.split("\n")
+        command = lines[0]
+        if len(lines) - 1 > limits.max_headers:
+            return None
+        headers: dict[str, str] = {}
+        version = self.version
+        if "\\" in text and version != "1.0" and command not in UNESCAPED_COMMANDS:
+            header_lines = iter(lines)
+            next(header_lines)  # (the command)
+            for line in header_lines:  # (a MESSAGE's message-id often has an escaped ':')
+                name, colon, value = line.partition(":")
+                if not colon:
+                    return None
+                if "\\" in line:
+                    known_name = _unescape_known(name, version)
+                    known_value = _unescape_known(value, version)
+                    if known_name is None or known_value is None:
+                        return None
+                    name, value = known_name, known_value
+                if name not in headers:
+                    headers[name] = value
+        else:
+            header_lines = iter(lines)
+            next(header_lines)  # (the command; iterating is cheaper than indexing per line)
+            for line in header_lines:
+                name, colon, value = line.partition(":")
+                if not colon:
+                    return None
+                if name not in headers:
+                    headers[name] = value
+        return command, headers, len(lines)
 
     def _hand_over(self, command: str, headers: dict[str, str], body_start: int, length: int) -> None:
         """Enter the body phase of a frame whose header block :meth:`_whole_frame` read, in the state

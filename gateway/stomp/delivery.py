@@ -22,7 +22,7 @@ everything else is changed on a copy, :class:`~gateway.message.model.Message`).
 from __future__ import annotations
 
 from gateway.message.convert import property_to_header
-from gateway.message.model import BytesMessage, Message, TextMessage
+from gateway.message.model import MESSAGE_ID_PREFIX, BytesMessage, Message, TextMessage
 
 RESERVED = frozenset(
     {
@@ -57,6 +57,11 @@ def _escape(text: str, escaped: bool) -> str | None:
             return None if "\n" in text else text
         return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
     return text
+
+
+_ID_PREFIX_ESCAPED = _escape(MESSAGE_ID_PREFIX, True) or ""
+"""The prefix of the gateway's message ids as a 1.1/1.2 header value (its ``:`` escaped once, here)."""
+_ID_PREFIX_LENGTH = len(MESSAGE_ID_PREFIX)
 
 
 def _name(text: str, escaped: bool) -> str | None:
@@ -132,17 +137,24 @@ class MessageEncoder:
         if properties and not RESERVED.isdisjoint(properties):
             return None
         escaped = self._escaped
-        message_id = _escape(message.message_id, escaped)
-        if message_id is None:
-            return None
-        lines = [f"message-id:{message_id}"]
-        for name, field in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
-                            ("type", message.type)):
-            if field is not None:
-                text = _escape(field, escaped)
-                if text is None:
-                    return None
-                lines.append(f"{name}:{text}")
+        message_id = message.message_id
+        tail = message_id[_ID_PREFIX_LENGTH:]
+        shown: str | None
+        if message_id.startswith(MESSAGE_ID_PREFIX) and tail.isdigit():  # (the gateway's own ids)
+            shown = (_ID_PREFIX_ESCAPED if escaped else MESSAGE_ID_PREFIX) + tail
+        else:
+            shown = _escape(message_id, escaped)
+            if shown is None:
+                return None
+        lines = [f"message-id:{shown}"]
+        if message.correlation_id is not None or message.reply_to is not None or message.type is not None:
+            for name, field in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
+                                ("type", message.type)):
+                if field is not None:
+                    text = _escape(field, escaped)
+                    if text is None:
+                        return None
+                    lines.append(f"{name}:{text}")
         if message.persistent:
             lines.append("persistent:true")
         lines.append(f"priority:{message.priority}\nexpires:{message.expiration}\ntimestamp:{message.timestamp}")

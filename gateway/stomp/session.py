@@ -858,7 +858,8 @@ class StompSession:
         if data is None:  # (a header only the general encoder writes, or leaves out)
             self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
         else:
-            self.last_sent = self.clock.seconds()
+            if self.out_interval:  # (read only by the outgoing heart-beat's timer: no clock read without one)
+                self.last_sent = self.clock.seconds()
             self.sink.send_message(data)
         return True
 

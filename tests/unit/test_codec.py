@@ -679,3 +679,47 @@ def test_encode_leaves_out_what_the_version_cannot_carry(version: str, headers: 
 def test_encode_writes_utf8() -> None:
     frame = Frame("SEND", {"d\u00e9st": "\u65e5\U0001f600"}, b"")
     assert encode_frame(frame, "1.2") == "SEND\nd\u00e9st:\u65e5\U0001f600\n\n\x00".encode()
+
+
+# -- the header-block cache of the common case ------------------------------------------------------
+
+def test_a_header_block_seen_before_decodes_the_same_and_is_never_shared() -> None:
+    wire = b"SEND\ndestination:/queue/cache-a\npersistent:false\nx:1\nx:2\ncontent-length:2\n\nab\x00"
+    first, second = FrameDecoder().feed(wire * 2)
+    assert isinstance(first, Frame) and isinstance(second, Frame)
+    expected = {"destination": "/queue/cache-a", "persistent": "false", "x": "1", "content-length": "2"}
+    assert first.headers == second.headers == expected
+    assert list(second.headers) == list(expected)  # (the order, too)
+    first.headers.pop("x")  # (a handler changes the headers it was given: no later frame sees it)
+    second.headers["destination"] = "changed"
+    [third] = FrameDecoder(version="1.0").feed(wire)
+    assert isinstance(third, Frame) and third.headers == expected
+
+
+def test_a_header_block_seen_before_is_held_to_each_decoders_limits() -> None:
+    wire = b"SEND\ndestination:/queue/cache-b\na:1\nb:2\nc:3\n\n\x00"
+    assert FrameDecoder().feed(wire) == [Frame("SEND", {"destination": "/queue/cache-b", "a": "1", "b": "2", "c": "3"})]
+    error = only_error(decode(wire, limits=Limits(max_headers=3)))
+    assert isinstance(error, FrameTooLarge) and error.message == "too many headers"
+    error = only_error(decode(wire, limits=Limits(max_header_length=20)))
+    assert isinstance(error, FrameTooLarge)
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_an_escaped_header_block_is_read_under_each_decoders_version(version: str) -> None:
+    wire = b"SEND\ndestination:/queue/cache-c\nk:a\\cb\n\n\x00"
+    FrameDecoder(version="1.2").feed(wire)  # (another version's reading first)
+    [frame] = FrameDecoder(version=version).feed(wire)
+    assert isinstance(frame, Frame)
+    assert frame.headers["k"] == ("a\\cb" if version == "1.0" else "a:b")
+
+
+def test_frames_decode_alike_while_a_decoder_skips_the_header_block_lookup() -> None:
+    """New blocks in a row make a decoder skip the look-up for a while: the frames are the same."""
+    decoder = FrameDecoder(version="1.2")
+    wire = b"".join(b"SEND\ndestination:/queue/cache-d\nreceipt:%d\n\n%d\x00" % (n, n) for n in range(300))
+    wire += b"SEND\ndestination:/queue/cache-d\n\nsame\x00" * 300
+    frames = decoder.feed(wire)
+    assert frames[:300] == [Frame("SEND", {"destination": "/queue/cache-d", "receipt": str(n)}, str(n).encode())
+                            for n in range(300)]
+    assert frames[300:] == [Frame("SEND", {"destination": "/queue/cache-d"}, b"same")] * 300

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.message.convert import message_to_frame
-from gateway.message.model import BytesMessage, Message, TextMessage
+from gateway.message.model import MESSAGE_ID_PREFIX, BytesMessage, Message, TextMessage
 from gateway.stomp.codec import encode_frame
 from gateway.stomp.delivery import RESERVED, MessageEncoder
 from gateway.stomp.frame import VERSIONS
@@ -37,7 +37,11 @@ def messages(draw: st.DrawFn) -> Message:
         message = TextMessage(text=draw(st.one_of(st.none(), plain, st.text(max_size=10).filter(
             lambda t: not any(0xD800 <= ord(c) <= 0xDFFF for c in t)))))
     message.destination = draw(some_text)
-    message.message_id = draw(st.one_of(st.just("ID:jmsgw-1-abc-7"), some_text))
+    message.message_id = draw(st.one_of(
+        st.just("ID:jmsgw-1-abc-7"), some_text,
+        # the gateway's own ids (their prefix escaped once, beforehand) and look-alikes that are not
+        st.builds(lambda tail: MESSAGE_ID_PREFIX + tail, st.one_of(st.integers(0).map(str), some_text)),
+    ))
     message.correlation_id = draw(st.one_of(st.none(), some_text))
     message.reply_to = draw(st.one_of(st.none(), some_text))
     message.type = draw(st.one_of(st.none(), some_text))

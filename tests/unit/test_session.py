@@ -151,6 +151,23 @@ def test_heartbeat_not_sent_right_after_other_traffic(clock: Clock, broker: Embe
     assert peer.raw() == b"\n"
 
 
+def test_heartbeat_not_sent_right_after_a_message(clock: Clock, broker: EmbeddedBroker) -> None:
+    """A MESSAGE written by the delivery encoder counts as traffic for the outgoing heart-beat (the
+    delivery path reads the clock only when heart-beats are sent: here they are)."""
+    peer = Peer(make_factory(clock, broker, heartbeat_send_ms=1000, heartbeat_receive_ms=0))
+    connect(peer, **{"heart-beat": "0,1000"})
+    peer.send("SUBSCRIBE", {"destination": "/queue/hb", "id": "0"})
+    clock.advance(0.9)
+    peer.send("SEND", {"destination": "/queue/hb"}, b"x")
+    assert [frame.command for frame in peer.received()] == ["MESSAGE"]
+    clock.advance(0.1)
+    assert peer.raw() == b""  # (1.0 s after CONNECTED, 0.1 s after the MESSAGE)
+    clock.advance(0.8)
+    assert peer.raw() == b""
+    clock.advance(0.1)
+    assert peer.raw() == b"\n"  # (1.0 s after the MESSAGE)
+
+
 def test_silent_peer_is_disconnected_after_grace(clock: Clock, broker: EmbeddedBroker) -> None:
     peer = Peer(make_factory(clock, broker, heartbeat_send_ms=0, heartbeat_receive_ms=1000, heartbeat_grace=1.5))
     connect(peer, **{"heart-beat": "2000,0"})
