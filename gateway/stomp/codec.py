@@ -204,6 +204,8 @@ def encode_frame(
 
 
 _VIEW_COPY = 2048
+"""Bodies from this size on are copied out of the buffer through a view (once), smaller ones by a slice (a
+second copy, cheaper than making the view)."""
 
 _HEADER_BLOCKS: dict[bytes, tuple[str, dict[str, str], int]] = {}
 """Header blocks :meth:`FrameDecoder._whole_frame` read before (any connection): the block's bytes
@@ -219,8 +221,6 @@ _BLOCKS_SKIPPED = 256
 """A decoder whose last :data:`_BLOCK_MISSES` header blocks were all new (a receipt or an id in
 every SEND) reads its next :data:`_BLOCKS_SKIPPED` frames without the look-up (a miss costs the
 key's copy and an entry, ~0.5 µs), then tries again."""
-"""Bodies from this size on are copied out of the buffer through a view (once), smaller ones by a slice (a
-second copy, cheaper than making the view)."""
 
 
 def _body(buf: bytearray, start: int, end: int) -> bytes:
