@@ -325,11 +325,6 @@ class QueuePage:
                 head = tail.head
         self.head = head
 
-    def write(self, entries: list[Entry]) -> None:
-        """Page out ``entries`` (:meth:`add` each)."""
-        for rank, seq, message, size in entries:
-            self.add(rank, seq, message, size)
-
     def add(self, rank: int, seq: int, message: Message, size: int) -> None:
         """Page out one message (queue key ``(rank, seq)``, counted ``size``).  Messages are
         written in groups (:data:`GROUP_ROWS`, :data:`GROUP_BYTES`); a read of the page writes

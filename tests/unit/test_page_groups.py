@@ -33,6 +33,12 @@ def entry(seq: int, priority: int = 4, expiration: int = 0, body: str = "") -> E
     return (-priority, seq, message, message_size(message))
 
 
+def page_out(page: QueuePage, entries: list[Entry]) -> None:
+    """Page out ``entries`` one by one, as the queue does."""
+    for entry_ in entries:
+        page.add(*entry_)
+
+
 def keys(entries: list[Entry]) -> list[tuple[int, int]]:
     return [(rank, seq) for rank, seq, _, _ in entries]
 
@@ -118,7 +124,7 @@ def test_a_message_paged_out_into_a_groups_range_is_merged_into_it(page: QueuePa
     """A redelivered message goes back at its place: paged out after later ones were, it falls in a
     group's range.  Merged into that group, groups never overlap and reads come in key order (were it a
     group of its own, the first read would take the whole group before it and come out of order)."""
-    page.write([entry(seq) for seq in range(2, 201, 2)])
+    page_out(page, [entry(seq) for seq in range(2, 201, 2)])
     page.flush()
     assert len(groups(page)) == 1
     page.add(*entry(51))
@@ -163,7 +169,7 @@ def test_any_order_of_page_outs_and_reads_gives_every_message_once_in_key_order(
 
 
 def test_a_group_larger_than_the_budget_is_split_and_the_rest_stays_in_order(page: QueuePage) -> None:
-    page.write([entry(seq) for seq in range(100)])
+    page_out(page, [entry(seq) for seq in range(100)])
     one = entry(0)[3]
     first = page.read(1000, 3 * one)
     assert keys(first) == [(-4, 0), (-4, 1), (-4, 2)]
@@ -178,7 +184,7 @@ def test_read_groups_are_deleted_in_bulk_and_never_read_again(page: QueuePage,
     one = entry(0)[3]
     monkeypatch.setattr(paging, "GROUP_ROWS", 10)
     monkeypatch.setattr(paging, "DELETE_BYTES", 35 * one)
-    page.write([entry(seq) for seq in range(100)])
+    page_out(page, [entry(seq) for seq in range(100)])
     page.read(10, 2**62)
     assert len(groups(page)) == 10  # (the group read is still in the file ...)
     page.read(20, 2**62)
@@ -199,7 +205,7 @@ def test_a_write_that_fails_is_rolled_back_whole_and_the_groups_read_stay_read(p
     """A page-out that cannot be written (the file is full) gives its messages back, in order, and
     leaves the file sound; the groups read back before it (their deletion was part of the failed
     transaction) are not read again, and the rest comes in order once the file takes writes again."""
-    page.write([entry(seq) for seq in range(300)])
+    page_out(page, [entry(seq) for seq in range(300)])
     first = page.read(128, 2**62)
     assert [seq for _, seq in keys(first)] == list(range(128))
     assert len(groups(page)) == 3  # (the group read waits to be deleted)
@@ -219,7 +225,7 @@ def test_a_write_that_fails_is_rolled_back_whole_and_the_groups_read_stay_read(p
 
 
 def test_expired_messages_are_taken_from_their_groups_and_the_others_stay_in_order(page: QueuePage) -> None:
-    page.write([entry(seq, expiration=1000 if seq % 3 == 0 else 0 if seq % 3 == 1 else 5000) for seq in range(300)])
+    page_out(page, [entry(seq, expiration=1000 if seq % 3 == 0 else 0 if seq % 3 == 1 else 5000) for seq in range(300)])
     expired = page.take_expired(2000)
     assert [seq for _, seq in keys(expired)] == list(range(0, 300, 3))
     assert page.count == 200
@@ -228,7 +234,7 @@ def test_expired_messages_are_taken_from_their_groups_and_the_others_stay_in_ord
 
 
 def test_a_search_past_a_key_inside_a_group_takes_its_matches_in_order(page: QueuePage) -> None:
-    page.write([entry(seq) for seq in range(300)])
+    page_out(page, [entry(seq) for seq in range(300)])
 
     def even(message: Any) -> bool:
         return int(message.text[1:]) % 2 == 0
