@@ -178,7 +178,7 @@ class BrowsePage(Resource):
             "inflight": queue.inflight,
             "dead_letter": self.operations.is_dead_letter_queue(destination),
             "messages": [views.browsed(message) for message in messages],
-        })
+        }, secrets_hidden=False)  # the messages as they are: their content is what an operator browses
 
 
 class ConsoleApi(Resource):

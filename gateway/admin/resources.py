@@ -14,6 +14,8 @@
                                        asking for ``/`` (``Accept: text/html``) is sent there
 =====================================  =====================================================
 
+Every document passes :func:`~gateway.redaction.redact` on its way out: a
+password (in a URL or under a key such as ``password``) shows as ``***``.
 Errors are JSON too: ``{"error": "..."}`` with 404 (unknown bridge, route or
 path), 405 (an action asked for with GET) or 500 (the action failed).
 """
@@ -33,18 +35,22 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from gateway.admin.health import DOWN, gateway_health, gateway_status
+from gateway.redaction import redact, redact_text
 
 BRIDGE_ACTIONS = ("start", "stop", "pause", "resume")
 
 log = Logger()
 
 
-def json_body(request: Request, code: int, document: Any) -> bytes:
-    """Set ``code`` and the JSON content type on ``request``; the encoded ``document``."""
+def json_body(request: Request, code: int, document: Any, *, secrets_hidden: bool = True) -> bytes:
+    """Set ``code`` and the JSON content type on ``request``; the encoded ``document``, with every
+    password in it as ``***`` (:func:`~gateway.redaction.redact`) unless ``secrets_hidden`` is false
+    (a browsed message's own content, shown as it is)."""
     request.setResponseCode(code)
     request.setHeader(b"content-type", b"application/json; charset=utf-8")
     request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(document, indent=1, sort_keys=True, default=str).encode("utf-8") + b"\n"
+    shown = redact(document) if secrets_hidden else document
+    return json.dumps(shown, indent=1, sort_keys=True, default=str).encode("utf-8") + b"\n"
 
 
 class ErrorPage(Resource):
@@ -183,7 +189,8 @@ class RoutingPage(Resource):
 
 class MetricsPage(Resource):
     """``GET /metrics``: ``registry`` in the Prometheus text format (OpenMetrics when the
-    scraper asks for it), collected on the reactor thread that owns the numbers."""
+    scraper asks for it), collected on the reactor thread that owns the numbers; a password in a
+    label value shows as ``***``."""
 
     isLeaf = True
 
@@ -196,7 +203,7 @@ class MetricsPage(Resource):
         encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
         request.setHeader(b"content-type", content_type.encode("ascii"))
         body: bytes = encoder(self.registry)
-        return body
+        return redact_text(body.decode("utf-8")).encode("utf-8")
 
 
 class AdminRoot(Resource):
