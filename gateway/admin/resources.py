@@ -5,11 +5,12 @@
 ``GET /health``                        200 ``{"status": "UP"}`` or 503 ``"DOWN"``, per part
 ``GET /metrics``                       the gateway's Prometheus registry (text format)
 ``GET /status``                        uptime, STOMP connections, connectors, bridges
-``GET /bridges``, ``/bridges/NAME``    bridge status
+``GET /bridges``, ``/bridges/NAME``    bridge status (administrators: others see none)
 ``POST /bridges/NAME/ACTION``          ``start``, ``stop``, ``pause``, ``resume``; answers
                                        with the bridge's status once the action is done
 ``GET /routing``                       Kafka routing: stopped routes, the producer
 ``POST /routing/restart[?route=R]``    clear a hard stop (all routing) or one route's stop
+                                       (administrators)
 ``GET /console/``                      the web console (:mod:`gateway.admin.console`); a browser
                                        asking for ``/`` (``Accept: text/html``) is sent there
 =====================================  =====================================================
@@ -35,6 +36,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from gateway.admin.health import DOWN, gateway_health, gateway_status
+from gateway.admin.roles import Principals
 from gateway.redaction import redact, redact_text
 
 BRIDGE_ACTIONS = ("start", "stop", "pause", "resume")
@@ -87,6 +89,20 @@ class JsonPage(Resource):
         return self.render_GET(request)
 
 
+class RequestPage(Resource):
+    """``GET``: ``(code, document) = produce(request)`` as JSON."""
+
+    isLeaf = True
+
+    def __init__(self, produce: Callable[[Request], tuple[int, Any]]) -> None:
+        super().__init__()
+        self.produce = produce
+
+    def render_GET(self, request: Request) -> bytes:
+        code, document = self.produce(request)
+        return json_body(request, code, document)
+
+
 class ActionPage(Resource):
     """``POST``: run ``act(request)`` (a Deferred or a value); answer with ``describe()`` once it is done."""
 
@@ -127,17 +143,41 @@ class ActionPage(Resource):
         return NOT_DONE_YET
 
 
-class BridgesPage(Resource):
-    """``/bridges``: every bridge; ``/bridges/NAME`` one; ``/bridges/NAME/ACTION`` control."""
+class AdministratorOnly(Resource):
+    """``page`` for an administrator; 403 for anyone else."""
 
-    def __init__(self, service: Any) -> None:
+    isLeaf = True
+
+    def __init__(self, principals: Principals, page: Resource, what: str) -> None:
+        super().__init__()
+        self.principals = principals
+        self.page = page
+        self.what = what
+
+    def render(self, request: Request) -> Any:
+        principal = self.principals.of(request)
+        if not principal.administrator:
+            return json_body(request, 403, {"error": f"{principal.name} may not {self.what} (administrators only)"})
+        return self.page.render(request)
+
+
+class BridgesPage(Resource):
+    """``/bridges``: every bridge (none for a non-administrator); ``/bridges/NAME`` one;
+    ``/bridges/NAME/ACTION`` control (administrators only)."""
+
+    def __init__(self, service: Any, principals: Principals) -> None:
         super().__init__()
         self.service = service
+        self.principals = principals
 
     def render_GET(self, request: Request) -> bytes:
-        return json_body(request, 200, self.service.status())
+        shown = self.service.status() if self.principals.of(request).administrator else []
+        return json_body(request, 200, shown)
 
     def getChild(self, path: bytes, request: Request) -> Resource:
+        principal = self.principals.of(request)
+        if not principal.administrator:
+            return ErrorPage(403, f"{principal.name} may not see or control bridges (administrators only)")
         name = path.decode("utf-8", "replace")
         try:
             bridge = self.service.bridge(name)
@@ -167,10 +207,11 @@ class BridgePage(Resource):
 class RoutingPage(Resource):
     """``/routing``: the Kafka router's status; ``/routing/restart`` clears stops."""
 
-    def __init__(self, router: Any) -> None:
+    def __init__(self, router: Any, principals: Principals) -> None:
         super().__init__()
         self.router = router
-        self.putChild(b"restart", ActionPage("routing restart", self._restart, router.status))
+        self.putChild(b"restart", AdministratorOnly(
+            principals, ActionPage("routing restart", self._restart, router.status), "restart routing"))
 
     def render_GET(self, request: Request) -> bytes:
         return json_body(request, 200, self.router.status())
@@ -209,21 +250,28 @@ class MetricsPage(Resource):
 class AdminRoot(Resource):
     """``/``: the index, with the pages above as children."""
 
-    def __init__(self, gateway: Any) -> None:
+    def __init__(self, gateway: Any, principals: Principals | None = None) -> None:
         super().__init__()
         self.gateway = gateway
+        self.principals = principals = principals or Principals()
         clock = gateway.reactor
+
+        def status(request: Request) -> tuple[int, Any]:
+            document = gateway_status(gateway, clock.seconds())
+            if not principals.of(request).administrator:
+                document["bridges"] = []
+            return 200, document
 
         def health() -> tuple[int, Any]:
             document = gateway_health(gateway.config.id, gateway.connectors, gateway.bridges.status())
             return (503 if document["status"] == DOWN else 200), document
 
         self.putChild(b"health", JsonPage(health))
-        self.putChild(b"status", JsonPage(lambda: (200, gateway_status(gateway, clock.seconds()))))
+        self.putChild(b"status", RequestPage(status))
         self.putChild(b"metrics", MetricsPage(gateway.registry))
-        self.putChild(b"bridges", BridgesPage(gateway.bridges))
+        self.putChild(b"bridges", BridgesPage(gateway.bridges, principals))
         if gateway.router is not None:
-            self.putChild(b"routing", RoutingPage(gateway.router))
+            self.putChild(b"routing", RoutingPage(gateway.router, principals))
         else:
             self.putChild(b"routing", ErrorPage(404, "no Kafka routing is configured ([routing])"))
 
