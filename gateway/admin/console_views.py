@@ -47,7 +47,9 @@ def overview(gateway: Any, history: RateHistory, now: float, principal: Principa
         "version": __version__,
         "status": health["status"],
         "uptime_seconds": round(now - started, 1) if started is not None else None,
-        "connections": len(gateway.factory.connections),
+        "connections": len(gateway.factory.connections) if principal.administrator else sum(
+            1 for protocol in gateway.factory.connections
+            if protocol.session is not None and principal.owns(protocol.session.login)),
         "messages": {"received": traffic.received, "sent": traffic.sent},
         "rates": history.latest(),
         "history": history.document(),

@@ -201,7 +201,10 @@ def test_a_viewer_reads_what_it_may_read_and_does_nothing() -> None:
     for name in ("/queue/orders", "/queue/payments", "/queue/DLQ.alice.x"):
         gateway.broker.send(TextMessage(destination=name, message_id=f"ID:{name}", text="x"))
     bob, root = stomp(gateway, "bob"), stomp(gateway, "root")
-    assert call(site, "GET", "/console/api/overview", "bob")[1]["you"] == {"login": "bob", "role": "viewer"}
+    overview = call(site, "GET", "/console/api/overview", "bob")[1]
+    assert overview["you"] == {"login": "bob", "role": "viewer"}
+    assert (overview["connections"], overview["bridges"]) == (1, [])  # its own; root's is not counted
+    assert call(site, "GET", "/console/api/overview", "root")[1]["connections"] == 2
     queues = call(site, "GET", "/console/api/destinations", "bob")[1]["queues"]
     assert [(q["name"], q["actions"]) for q in queues] == [("/queue/orders", [])]
     assert [row["id"] for row in call(site, "GET", "/console/api/connections", "bob")[1]] == [session_id(bob)]
