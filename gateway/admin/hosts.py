@@ -8,8 +8,8 @@ whose ``Origin`` is not an allowed origin with 403.
 
 Defaults, from the ``[admin] listen`` endpoints: each listener's interface
 address; ``localhost``, ``127.0.0.1`` and ``::1`` when it listens on loopback
-or on all interfaces; the machine's host name (and its fully qualified name)
-when it listens on all interfaces.  The allowed origins default to
+or on all interfaces; the machine's host name (its fully qualified name and
+the addresses it resolves to) when it listens on all interfaces.  The allowed origins default to
 ``http(s)://HOST:PORT`` for an allowed host and the port the request came in
 on (so a listener on port 0 needs no configuration).
 """
@@ -66,8 +66,19 @@ def default_hosts(endpoints: Iterable[str]) -> frozenset[str]:
         if loopback or everywhere:
             hosts.update(LOOPBACK_NAMES)
         if everywhere:
-            hosts.update(_normal(name) for name in (socket.gethostname(), socket.getfqdn()) if name)
+            hosts.update(_own_names())
     return frozenset(hosts)
+
+
+def _own_names() -> set[str]:
+    """The machine's host name, its fully qualified name and the addresses the name resolves to
+    (from the local resolver, best effort: a name that does not resolve adds nothing)."""
+    names = {_normal(name) for name in (socket.gethostname(), socket.getfqdn()) if name}
+    try:
+        _, aliases, addresses = socket.gethostbyname_ex(socket.gethostname())
+    except OSError:
+        return names
+    return names | {_normal(name) for name in (*aliases, *addresses) if name}
 
 
 def split_host(host_header: str) -> tuple[str, int | None] | None:
