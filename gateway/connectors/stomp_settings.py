@@ -71,11 +71,11 @@ class StompConnectorOptions(Section):
     def _stomp_uri(cls, uri: str) -> str:
         parts = urlsplit(uri)
         if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-            raise ValueError(f"{uri!r} is not stomp://host:port or stomp+ssl://host:port")
+            raise ValueError(f"{redact_text(uri)!r} is not stomp://host:port or stomp+ssl://host:port")
         try:
             parts.port  # noqa: B018 - raises on a bad port
         except ValueError:
-            raise ValueError(f"{uri!r} has an invalid port") from None
+            raise ValueError(f"{redact_text(uri)!r} has an invalid port") from None
         return uri
 
     @field_validator("heartbeat", mode="wrap")

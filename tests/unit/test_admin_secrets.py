@@ -17,6 +17,7 @@ from zope.interface import implementer
 from gateway.admin.console import ConsoleRoot
 from gateway.admin.site import admin_resource
 from gateway.connectors.jms_settings import JmsSettings
+from gateway.errors import ConfigError
 from gateway.interfaces import Health, IStatusReporting
 from gateway.message.model import TextMessage
 from gateway.redaction import MASK, redact, redact_text
@@ -115,3 +116,9 @@ def test_browsing_shows_a_message_as_it_is() -> None:
     gateway.broker.send(TextMessage(destination="/queue/a", message_id="ID:1", text="password=kept"))
     code, document = console_call(ConsoleRoot(gateway), "GET", "/api/browse", args={b"destination": [b"/queue/a"]})
     assert code == 200 and document["messages"][0]["body_preview"] == "password=kept"
+
+
+def test_a_bad_connector_uri_is_named_without_its_password() -> None:
+    with pytest.raises(ConfigError) as caught:
+        gateway_for({"connectors": {"amq": {"uri": "stomp://gw:S3cretPass@127.0.0.1:notaport"}}})
+    assert "S3cretPass" not in str(caught.value) and "gw:***@127.0.0.1" in str(caught.value)
