@@ -104,15 +104,18 @@ class RequestPage(Resource):
 
 
 class ActionPage(Resource):
-    """``POST``: run ``act(request)`` (a Deferred or a value); answer with ``describe()`` once it is done."""
+    """``POST``: run ``act(request)`` (a Deferred or a value); answer with ``describe()`` once it is done.
+    Logged with the acting login: ``admin: root did bridge copy: stop``."""
 
     isLeaf = True
 
-    def __init__(self, what: str, act: Callable[[Request], Any], describe: Callable[[], Any]) -> None:
+    def __init__(self, what: str, act: Callable[[Request], Any], describe: Callable[[], Any],
+                 principals: Principals | None = None) -> None:
         super().__init__()
         self.what = what
         self.act = act
         self.describe = describe
+        self.principals = principals or Principals()
 
     def render_GET(self, request: Request) -> bytes:
         request.setHeader(b"allow", b"POST")
@@ -121,8 +124,10 @@ class ActionPage(Resource):
     def render_POST(self, request: Request) -> Any:
         gone: list[bool] = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
+        who = self.principals.of(request).name
 
         def done(_: object) -> None:
+            log.info("admin: {who} did {what}", who=who, what=self.what)
             if not gone:
                 request.write(json_body(request, 200, self.describe()))
                 request.finish()
@@ -133,7 +138,8 @@ class ActionPage(Resource):
                 code, message = 404, str(error.args[0] if error is not None and error.args else error)
             else:
                 code, message = 500, f"{self.what} failed: {failure.getErrorMessage()}"
-                log.warn("admin: {what} failed: {error}", what=self.what, error=failure.getErrorMessage())
+                log.warn("admin: {who}'s {what} failed: {error}", who=who, what=self.what,
+                         error=failure.getErrorMessage())
             if not gone:
                 request.write(json_body(request, code, {"error": message}))
                 request.finish()
@@ -157,6 +163,8 @@ class AdministratorOnly(Resource):
     def render(self, request: Request) -> Any:
         principal = self.principals.of(request)
         if not principal.administrator:
+            log.info("admin: {who} was refused: may not {what} (administrators only)", who=principal.name,
+                     what=self.what)
             return json_body(request, 403, {"error": f"{principal.name} may not {self.what} (administrators only)"})
         return self.page.render(request)
 
@@ -177,21 +185,25 @@ class BridgesPage(Resource):
     def getChild(self, path: bytes, request: Request) -> Resource:
         principal = self.principals.of(request)
         if not principal.administrator:
+            log.info("admin: {who} was refused {method} {path}: bridges are administrators' only",
+                     who=principal.name, method=request.method.decode("latin-1"),
+                     path=request.path.decode("utf-8", "replace"))
             return ErrorPage(403, f"{principal.name} may not see or control bridges (administrators only)")
         name = path.decode("utf-8", "replace")
         try:
             bridge = self.service.bridge(name)
         except KeyError as error:
             return ErrorPage(404, str(error.args[0]))
-        return BridgePage(bridge)
+        return BridgePage(bridge, self.principals)
 
 
 class BridgePage(Resource):
     """One bridge: its status, and its actions as children."""
 
-    def __init__(self, bridge: Any) -> None:
+    def __init__(self, bridge: Any, principals: Principals | None = None) -> None:
         super().__init__()
         self.bridge = bridge
+        self.principals = principals or Principals()
 
     def render_GET(self, request: Request) -> bytes:
         return json_body(request, 200, self.bridge.status())
@@ -201,7 +213,7 @@ class BridgePage(Resource):
         if action not in BRIDGE_ACTIONS:
             return ErrorPage(404, f"no bridge action {action!r}; actions: {', '.join(BRIDGE_ACTIONS)}")
         return ActionPage(f"bridge {self.bridge.name}: {action}", lambda _: getattr(self.bridge, action)(),
-                          self.bridge.status)
+                          self.bridge.status, self.principals)
 
 
 class RoutingPage(Resource):
@@ -211,7 +223,7 @@ class RoutingPage(Resource):
         super().__init__()
         self.router = router
         self.putChild(b"restart", AdministratorOnly(
-            principals, ActionPage("routing restart", self._restart, router.status), "restart routing"))
+            principals, ActionPage("routing restart", self._restart, router.status, principals), "restart routing"))
 
     def render_GET(self, request: Request) -> bytes:
         return json_body(request, 200, self.router.status())

@@ -285,3 +285,18 @@ def test_durables_and_client_ids_of_others_are_not_listed() -> None:
 @pytest.mark.parametrize("client_id", ["app", "a:b", "a\\b:c", ""])
 def test_a_durable_keys_client_id_is_read_back(client_id: str) -> None:
     assert durable_client_id(durable_key(client_id, "name:x")) == client_id
+
+
+def test_bridge_actions_are_an_administrators_and_logged_with_the_login(logged: list[str]) -> None:
+    gateway = build_gateway(parse_config({
+        "auth": {"users": USERS}, "admin": {"roles": ROLES},
+        "bridges": [{"name": "copy", "source": {"connector": "embedded", "destination": "/queue/in"},
+                     "target": {"connector": "embedded", "destination": "/queue/out"}}]}, "gw.toml"),
+        MemoryReactorClock())
+    site = admin_resource(gateway, gateway.admin)
+    assert call(site, "GET", "/bridges/copy", "alice")[0] == 403
+    assert call(site, "POST", "/bridges/copy/pause", "alice")[0] == 403
+    assert any(line.startswith("admin: alice was refused POST /bridges/copy/pause") for line in logged)
+    code, status = call(site, "POST", "/bridges/copy/pause", "root")
+    assert (code, status["name"]) == (200, "copy")
+    assert "admin: root did bridge copy: pause" in logged
