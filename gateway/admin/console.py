@@ -68,6 +68,12 @@ SECURITY_HEADERS = {
 
 BROWSE_LIMIT = 1000
 
+IDENTITY_PROPERTIES = ("JMSXUserID", "user-id")
+"""Set to the acting login on a test message (the verified sender identity, as on a STOMP SEND)."""
+
+UNVERIFIED_PROPERTIES = frozenset({*IDENTITY_PROPERTIES, "login", "passcode"})
+"""Left out of a test message's given properties: nobody names another sender, nor sends a password."""
+
 log = Logger()
 
 Params = dict[str, Any]
@@ -270,8 +276,11 @@ class ConsoleApi(Resource):
         if not isinstance(body, str) or not isinstance(persistent, bool) or not isinstance(properties, dict) \
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
             raise ValueError("'body' must be a string, 'persistent' true or false, 'properties' strings by name")
+        stamped = {name: value for name, value in properties.items() if name not in UNVERIFIED_PROPERTIES}
+        if principal.login is not None:  # the verified sender, as on a STOMP SEND
+            stamped.update({name: principal.login for name in IDENTITY_PROPERTIES})
         message = TextMessage(destination=destination, message_id=new_message_id(), persistent=persistent,
-                              timestamp=int(self.gateway.reactor.seconds() * 1000), properties=dict(properties),
+                              timestamp=int(self.gateway.reactor.seconds() * 1000), properties=stamped,
                               text=body)
         sent: Deferred[None] = self.gateway.broker.send(message)
         return sent.addCallback(lambda _: {"message_id": message.message_id})

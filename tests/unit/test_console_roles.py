@@ -300,3 +300,14 @@ def test_bridge_actions_are_an_administrators_and_logged_with_the_login(logged: 
     code, status = call(site, "POST", "/bridges/copy/pause", "root")
     assert (code, status["name"]) == (200, "copy")
     assert "admin: root did bridge copy: pause" in logged
+
+
+def test_a_test_message_carries_the_acting_login_as_its_verified_sender() -> None:
+    gateway = gateway_for(entries=[])
+    site = admin_resource(gateway, gateway.admin)
+    forged = {"JMSXUserID": "root", "user-id": "root", "login": "root", "passcode": "r00t", "x": "kept"}
+    body = {"destination": "/queue/q", "body": "hi", "persistent": False, "properties": forged}
+    code, answer = call(site, "POST", "/console/api/send", "alice", body)
+    assert code == 200, answer
+    [message] = gateway.broker.queues["/queue/q"].messages()
+    assert message.properties == {"JMSXUserID": "alice", "user-id": "alice", "x": "kept"}
