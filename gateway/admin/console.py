@@ -13,19 +13,21 @@ the tables and the rate chart themselves:
 ``GET  api/bridges``                         bridges
 ``POST api/purge``      ``{destination}``     drop a queue's pending messages (admin)
 ``POST api/delete``     ``{destination, message_id}``  drop one pending message (admin)
-``POST api/send``       ``{destination, body, persistent?, properties?}``  a test text message (admin)
-``POST api/move``       ``{destination, message_ids?}``  dead letters back to their origin (admin)
-``POST api/close``      ``{id}``              close a STOMP connection (ERROR frame, then close)
-``POST api/bridge``     ``{name, action}``    start, stop, pause or resume a bridge
+``POST api/send``       ``{destination, body, persistent?, properties?}``  a test text message (write)
+``POST api/move``       ``{destination, message_ids?}``  dead letters back to their origin (admin; write
+                                              on every origin)
+``POST api/close``      ``{id}``              close a STOMP connection (ERROR frame, then close): an
+                                              operator's own, any for an administrator
+``POST api/bridge``     ``{name, action}``    start, stop, pause or resume a bridge (administrators)
 ===========================================  ===============================================
 
 Every POST takes a JSON body: :class:`~gateway.admin.requests.AdminRequest`
 refuses one without the JSON content type or ``X-Requested-With``, or from
 another origin, before it gets here (no page of another site can send it;
-the console uses no HTML forms, so it needs no token).  Actions on a
-destination need the ``admin`` permission on it, browsing needs ``read``
-(:mod:`gateway.admin.permissions`); every action is logged with the
-login that asked for it.  The page asks for confirmation before it posts.
+the console uses no HTML forms, so it needs no token).  Who may see and do
+what follows the asking principal's management role and grants
+(:mod:`gateway.admin.roles`, :mod:`gateway.admin.permissions`); every action
+is logged with the login that asked for it.  The page asks for confirmation before it posts.
 """
 
 from __future__ import annotations
@@ -43,10 +45,11 @@ from twisted.web.server import NOT_DONE_YET, Request
 from twisted.web.static import File
 
 from gateway.admin import console_views as views
-from gateway.admin.permissions import Forbidden, PermitAll, require
+from gateway.admin.permissions import Action, ConsoleAccess, Forbidden, PermitAll
 from gateway.admin.rates import RateHistory
-from gateway.admin.resources import BRIDGE_ACTIONS, ErrorPage, JsonPage, json_body
-from gateway.broker.operations import QueueOperations
+from gateway.admin.resources import BRIDGE_ACTIONS, ErrorPage, json_body
+from gateway.admin.roles import Principal, Principals
+from gateway.broker.operations import ORIGIN_PROPERTY, QueueOperations
 from gateway.errors import GatewayError
 from gateway.interfaces import IAuthorizer
 from gateway.message.model import TextMessage, new_message_id
@@ -65,15 +68,15 @@ SECURITY_HEADERS = {
 
 BROWSE_LIMIT = 1000
 
+IDENTITY_PROPERTIES = ("JMSXUserID", "user-id")
+"""Set to the acting login on a test message (the verified sender identity, as on a STOMP SEND)."""
+
+UNVERIFIED_PROPERTIES = frozenset({*IDENTITY_PROPERTIES, "login", "passcode"})
+"""Left out of a test message's given properties: nobody names another sender, nor sends a password."""
+
 log = Logger()
 
 Params = dict[str, Any]
-
-
-def login_of(request: Request) -> str | None:
-    """The login the request authenticated with (HTTP Basic, checked by the guard), or None."""
-    user: bytes = request.getUser()
-    return user.decode("utf-8", "replace") if user else None
 
 
 def _string(params: Params, key: str) -> str:
@@ -90,26 +93,27 @@ class ActionFailed(Exception):
 class ConsoleAction(Resource):
     """``POST`` with a JSON object: ``act(login, params)`` (a value or a Deferred of one) as JSON.
 
-    ``describe(params)`` names the action in the log, with the login:
-    ``console: alice purged /queue/a (3 messages)``.
+    ``describe(params)`` names the action in the log, with the acting login (the one the login guard
+    accepted): ``console: alice purged /queue/a (3 messages)``.
     """
 
     isLeaf = True
 
-    def __init__(self, name: str, act: Callable[[str | None, Params], Any],
-                 describe: Callable[[Params, Any], str]) -> None:
+    def __init__(self, name: str, act: Callable[[Principal, Params], Any],
+                 describe: Callable[[Params, Any], str], principals: Principals) -> None:
         super().__init__()
         self.name = name
         self.act = act
         self.describe = describe
+        self.principals = principals
 
     def render_GET(self, request: Request) -> bytes:
         request.setHeader(b"allow", b"POST")
         return json_body(request, 405, {"error": "this is an action: use POST with a JSON body"})
 
     def render_POST(self, request: Request) -> Any:
-        login = login_of(request)
-        who = login if login is not None else "anonymous"
+        principal = self.principals.of(request)
+        who = principal.name
         try:
             params = json.loads(request.content.read() or b"{}") if request.content is not None else {}
             if not isinstance(params, dict):
@@ -143,7 +147,7 @@ class ConsoleAction(Resource):
                 request.write(json_body(request, code, {"error": message}))
                 request.finish()
 
-        d: Deferred[Any] = maybeDeferred(self.act, login, params)
+        d: Deferred[Any] = maybeDeferred(self.act, principal, params)
         d.addCallbacks(done, failed)
         return NOT_DONE_YET
 
@@ -153,17 +157,18 @@ class BrowsePage(Resource):
 
     isLeaf = True
 
-    def __init__(self, operations: QueueOperations, authorizer: IAuthorizer) -> None:
+    def __init__(self, operations: QueueOperations, access: ConsoleAccess, principals: Principals) -> None:
         super().__init__()
         self.operations = operations
-        self.authorizer = authorizer
+        self.access = access
+        self.principals = principals
 
     def render_GET(self, request: Request) -> bytes:
         args = request.args or {}
         destination = args.get(b"destination", [b""])[0].decode("utf-8", "replace")
         try:
             limit = min(BROWSE_LIMIT, int(args.get(b"limit", [b"100"])[0]))
-            require(self.authorizer, login_of(request), "read", destination)
+            self.access.require(self.principals.of(request), "browse", destination)
             queue = self.operations.queue(destination)
             messages = self.operations.browse(destination, limit)
         except KeyError as error:
@@ -178,58 +183,62 @@ class BrowsePage(Resource):
             "inflight": queue.inflight,
             "dead_letter": self.operations.is_dead_letter_queue(destination),
             "messages": [views.browsed(message) for message in messages],
-        })
+        }, secrets_hidden=False)  # the messages as they are: their content is what an operator browses
 
 
 class ConsoleApi(Resource):
     """``/console/api/``: the pages' JSON documents and the actions."""
 
-    def __init__(self, gateway: Any, authorizer: IAuthorizer, history: RateHistory) -> None:
+    def __init__(self, gateway: Any, authorizer: IAuthorizer, history: RateHistory, principals: Principals) -> None:
         super().__init__()
         self.gateway = gateway
-        self.authorizer = authorizer
+        self.access = ConsoleAccess(authorizer)
+        self.principals = principals
         self.operations = QueueOperations(gateway.broker)
         clock = gateway.reactor
-        self.putChild(b"overview", JsonPage(lambda: (200, views.overview(gateway, history, clock.seconds()))))
-        self.putChild(b"destinations",
-                      JsonPage(lambda: (200, views.destinations(gateway.broker, self.operations))))
+        access = self.access
+        self.putChild(b"overview", ViewPage(principals, lambda who: views.overview(gateway, history, clock.seconds(),
+                                                                                   who)))
+        self.putChild(b"destinations", ViewPage(principals, lambda who: views.destinations(
+            gateway.broker, self.operations, who, access, views.client_owners(gateway.factory))))
         self.putChild(b"connections",
-                      JsonPage(lambda: (200, views.connections(gateway.factory, clock.seconds()))))
-        self.putChild(b"routes", JsonPage(lambda: (200, views.routes(gateway))))
-        self.putChild(b"bridges", JsonPage(lambda: (200, views.bridges(gateway))))
-        self.putChild(b"browse", BrowsePage(self.operations, authorizer))
-        self.putChild(b"purge", ConsoleAction(
-            "purge", self.purge,
-            lambda p, n: f"purged {p.get('destination')!r}" + (f" ({n} messages)" if n is not None else "")))
-        self.putChild(b"delete", ConsoleAction(
-            "delete", self.delete,
-            lambda p, _: f"deleted message {p.get('message_id')!r} from {p.get('destination')!r}"))
-        self.putChild(b"send", ConsoleAction(
-            "send", self.send, lambda p, r: f"sent a test message to {p.get('destination')!r}"
-                                    + (f" ({r['message_id']})" if r else "")))
-        self.putChild(b"move", ConsoleAction(
-            "move", self.move, lambda p, n: f"moved dead letters of {p.get('destination')!r} back to their origin"
-                                    + (f" ({n} messages)" if n is not None else "")))
-        self.putChild(b"close", ConsoleAction("close", self.close, self._describe_close))
+                      ViewPage(principals, lambda who: views.connections(gateway.factory, clock.seconds(), who)))
+        self.putChild(b"routes", ViewPage(principals, lambda _: views.routes(gateway)))
+        self.putChild(b"bridges", ViewPage(principals, lambda who: views.bridges(gateway, who)))
+        self.putChild(b"browse", BrowsePage(self.operations, access, principals))
+
+        def action(name: str, act: Callable[[Principal, Params], Any], describe: Callable[[Params, Any], str]) -> None:
+            self.putChild(name.encode(), ConsoleAction(name, act, describe, principals))
+
+        action("purge", self.purge,
+               lambda p, n: f"purged {p.get('destination')!r}" + (f" ({n} messages)" if n is not None else ""))
+        action("delete", self.delete,
+               lambda p, _: f"deleted message {p.get('message_id')!r} from {p.get('destination')!r}")
+        action("send", self.send, lambda p, r: f"sent a test message to {p.get('destination')!r}"
+               + (f" ({r['message_id']})" if r else ""))
+        action("move", self.move, lambda p, n: f"moved dead letters of {p.get('destination')!r} back to their origin"
+               + (f" ({n} messages)" if n is not None else ""))
+        action("close", self.close, self._describe_close)
         self.putChild(b"bridge", ConsoleAction(
-            "bridge action", self.bridge, lambda p, _: f"asked bridge {p.get('name')!r} to {p.get('action')}"))
+            "bridge action", self.bridge, lambda p, _: f"asked bridge {p.get('name')!r} to {p.get('action')}",
+            principals))
 
     def getChild(self, path: bytes, request: Request) -> Resource:
         return ErrorPage(404, f"no console API {path.decode('utf-8', 'replace')!r}")
 
     # -- actions on the embedded broker's queues -------------------------
 
-    def _queue_for(self, login: str | None, params: Params) -> str:
+    def _queue_for(self, principal: Principal, action: Action, params: Params) -> str:
         destination = _string(params, "destination")
-        require(self.authorizer, login, "admin", destination)
+        self.access.require(principal, action, destination)
         self.operations.queue(destination)  # KeyError for a queue the broker does not have
         return destination
 
-    def purge(self, login: str | None, params: Params) -> Deferred[int]:
-        return self.operations.purge(self._queue_for(login, params))
+    def purge(self, principal: Principal, params: Params) -> Deferred[int]:
+        return self.operations.purge(self._queue_for(principal, "purge", params))
 
-    def delete(self, login: str | None, params: Params) -> Deferred[bool]:
-        destination = self._queue_for(login, params)
+    def delete(self, principal: Principal, params: Params) -> Deferred[bool]:
+        destination = self._queue_for(principal, "delete", params)
         message_id = _string(params, "message_id")
 
         def removed(found: bool) -> bool:
@@ -239,27 +248,39 @@ class ConsoleApi(Resource):
 
         return self.operations.remove(destination, message_id).addCallback(removed)
 
-    def move(self, login: str | None, params: Params) -> Deferred[int]:
-        destination = self._queue_for(login, params)
+    def move(self, principal: Principal, params: Params) -> Deferred[int]:
+        """Dead letters back to their origins: ``admin`` on the dead-letter queue, and the mover's
+        write grant on every origin they go to (a message names its own origin, so without that a
+        login could write anywhere through its own dead-letter queue)."""
+        destination = self._queue_for(principal, "move", params)
         ids = params.get("message_ids")
         if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
             raise ValueError("'message_ids' must be a list of message ids")
         if not self.operations.is_dead_letter_queue(destination):
             raise ActionFailed(f"{destination} is not a dead-letter queue "
                                f"(their names start with {self.gateway.broker.settings.dead_letter_prefix})")
-        return self.operations.move_to_origin(destination, set(ids) if ids is not None else None)
+        wanted = set(ids) if ids is not None else None
+        chosen = {message.message_id: origin for message in self.operations.queue(destination).messages()
+                  if isinstance(origin := message.properties.get(ORIGIN_PROPERTY), str)
+                  and (wanted is None or message.message_id in wanted)}
+        for origin in sorted(set(chosen.values())):
+            self.access.require_write(principal, origin)
+        return self.operations.move_to_origin(destination, set(chosen))
 
-    def send(self, login: str | None, params: Params) -> Deferred[dict[str, str]]:
+    def send(self, principal: Principal, params: Params) -> Deferred[dict[str, str]]:
         destination = _string(params, "destination")
-        require(self.authorizer, login, "admin", destination)
+        self.access.require(principal, "send", destination)
         body = params.get("body", "")
         persistent = params.get("persistent", True)
         properties = params.get("properties", {})
         if not isinstance(body, str) or not isinstance(persistent, bool) or not isinstance(properties, dict) \
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
             raise ValueError("'body' must be a string, 'persistent' true or false, 'properties' strings by name")
+        stamped = {name: value for name, value in properties.items() if name not in UNVERIFIED_PROPERTIES}
+        if principal.login is not None:  # the verified sender, as on a STOMP SEND
+            stamped.update({name: principal.login for name in IDENTITY_PROPERTIES})
         message = TextMessage(destination=destination, message_id=new_message_id(), persistent=persistent,
-                              timestamp=int(self.gateway.reactor.seconds() * 1000), properties=dict(properties),
+                              timestamp=int(self.gateway.reactor.seconds() * 1000), properties=stamped,
                               text=body)
         sent: Deferred[None] = self.gateway.broker.send(message)
         return sent.addCallback(lambda _: {"message_id": message.message_id})
@@ -273,13 +294,17 @@ class ConsoleApi(Resource):
                 return protocol
         raise KeyError(f"no STOMP connection {session_id!r} (closed already?)")
 
-    def close(self, login: str | None, params: Params) -> dict[str, str]:
+    def close(self, principal: Principal, params: Params) -> dict[str, str]:
+        """Close a STOMP connection: any for an administrator, its own for an operator."""
+        if not principal.may_act:
+            raise Forbidden(f"{principal.name} may not close connections (an operator closes its own, an "
+                            "administrator any)")
         protocol = self._connection(params)
         session = protocol.session
-        for subscription in session.subscriptions.values():
-            require(self.authorizer, login, "admin", subscription.destination)
-        who = login if login is not None else "anonymous"
-        session.fail(StompError("connection closed by an administrator", f"closed by {who} from the admin console"))
+        if not principal.administrator and not principal.owns(session.login):
+            raise Forbidden(f"{principal.name} may close only its own connections, not {session.session_id}")
+        session.fail(StompError("connection closed by an administrator",
+                                f"closed by {principal.name} from the admin console"))
         return {"id": session.session_id, "peer": protocol.peer}
 
     def _describe_close(self, params: Params, result: Any) -> str:
@@ -287,7 +312,9 @@ class ConsoleApi(Resource):
             return f"closed STOMP connection {result['id']} of {result['peer']}"
         return f"closing STOMP connection {params.get('id')!r}"
 
-    def bridge(self, login: str | None, params: Params) -> Deferred[Any]:
+    def bridge(self, principal: Principal, params: Params) -> Deferred[Any]:
+        if not principal.administrator:
+            raise Forbidden(f"{principal.name} may not control bridges (administrators only)")
         name, action = _string(params, "name"), _string(params, "action")
         if action not in BRIDGE_ACTIONS:
             raise ValueError(f"no bridge action {action!r}; actions: {', '.join(BRIDGE_ACTIONS)}")
@@ -295,17 +322,36 @@ class ConsoleApi(Resource):
         return maybeDeferred(getattr(bridge, action)).addCallback(lambda _: bridge.status())
 
 
+class ViewPage(Resource):
+    """``GET``: ``produce(principal)`` as JSON, for the principal the request is."""
+
+    isLeaf = True
+
+    def __init__(self, principals: Principals, produce: Callable[[Principal], Any]) -> None:
+        super().__init__()
+        self.principals = principals
+        self.produce = produce
+
+    def render_GET(self, request: Request) -> bytes:
+        principal = self.principals.of(request)
+        if principal.role is None:
+            return json_body(request, 403, {"error": f"{principal.name} has no management role"})
+        return json_body(request, 200, self.produce(principal))
+
+
 class ConsoleRoot(Resource):
     """``/console/``: the static pages, ``api/`` and the console's security headers on all of it."""
 
-    def __init__(self, gateway: Any, authorizer: IAuthorizer | None = None, history: RateHistory | None = None) -> None:
+    def __init__(self, gateway: Any, authorizer: IAuthorizer | None = None, history: RateHistory | None = None,
+                 principals: Principals | None = None) -> None:
         super().__init__()
         self.history = history or RateHistory(gateway.reactor, gateway.factory.traffic)
         self.pages = File(STATIC)
         self.pages.indexNames = ["index.html"]
         self.pages.contentTypes = {**self.pages.contentTypes, ".js": "text/javascript; charset=utf-8",
                                    ".css": "text/css; charset=utf-8", ".html": "text/html; charset=utf-8"}
-        self.api = ConsoleApi(gateway, authorizer if authorizer is not None else PermitAll(), self.history)
+        self.api = ConsoleApi(gateway, authorizer if authorizer is not None else PermitAll(), self.history,
+                              principals or Principals())
 
     def getChildWithDefault(self, path: bytes, request: Request) -> Any:
         for name, value in SECURITY_HEADERS.items():

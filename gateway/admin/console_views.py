@@ -3,7 +3,11 @@
 One function per page: :func:`overview`, :func:`destinations`,
 :func:`connections`, :func:`routes`, :func:`bridges`, and :func:`browsed`
 for a queue's messages.  They only read: actions live in
-:mod:`gateway.admin.console`.  Everything here runs on the reactor thread
+:mod:`gateway.admin.console`.  Each shows what the asking principal may see
+(:mod:`gateway.admin.roles`): an administrator everything; a viewer or
+operator the destinations it may read or administer, its own connections and
+durable subscriptions, no bridges.  Rows carry what the principal may do
+(``actions``, ``may_close``) so the page shows only those buttons.  Everything here runs on the reactor thread
 and is cheap enough for a page refreshing every few seconds.
 """
 
@@ -15,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from gateway.admin.health import bridge_health, gateway_health
+from gateway.admin.permissions import ConsoleAccess
 from gateway.admin.rates import RateHistory
+from gateway.admin.roles import Principal
 from gateway.broker.operations import CAUSE_PROPERTY, ORIGIN_PROPERTY, QueueOperations
+from gateway.broker.store import DURABLE_PREFIX
 from gateway.message.model import BytesMessage, Message, TextMessage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,12 +33,13 @@ PREVIEW_CHARS = 1024
 """How much of a body a browsed message shows."""
 
 
-def overview(gateway: Any, history: RateHistory, now: float) -> dict[str, Any]:
-    """Connections, message rates (with the last minutes' history), connectors' and bridges' health."""
+def overview(gateway: Any, history: RateHistory, now: float, principal: Principal) -> dict[str, Any]:
+    """Connections, message rates (with the last minutes' history), connectors' and bridges' health
+    (bridges for an administrator only), and who is asking (``you``)."""
     from gateway import __version__
 
     bridge_statuses = gateway.bridges.status()
-    health = gateway_health(gateway.config.id, gateway.connectors, bridge_statuses)
+    health = gateway_health(gateway.config.id, gateway.connectors, bridge_statuses if principal.administrator else [])
     traffic = gateway.factory.traffic
     started = gateway.started_at
     return {
@@ -39,18 +47,24 @@ def overview(gateway: Any, history: RateHistory, now: float) -> dict[str, Any]:
         "version": __version__,
         "status": health["status"],
         "uptime_seconds": round(now - started, 1) if started is not None else None,
-        "connections": len(gateway.factory.connections),
+        "connections": len(gateway.factory.connections) if principal.administrator else sum(
+            1 for protocol in gateway.factory.connections
+            if protocol.session is not None and principal.owns(protocol.session.login)),
         "messages": {"received": traffic.received, "sent": traffic.sent},
         "rates": history.latest(),
         "history": history.document(),
         "connectors": [{"name": name, **part} for name, part in sorted(health["components"]["connectors"].items())],
         "bridges": [{"name": status["name"], "state": status["state"], **bridge_health(status)}
-                    for status in bridge_statuses],
+                    for status in bridge_statuses] if principal.administrator else [],
+        "you": {"login": principal.login, "role": principal.role},
     }
 
 
-def destinations(broker: EmbeddedBroker, operations: QueueOperations) -> dict[str, Any]:
-    """The embedded broker's queues (dead-letter queues flagged), topics and durable subscriptions."""
+def destinations(broker: EmbeddedBroker, operations: QueueOperations, principal: Principal,
+                 access: ConsoleAccess, owners: dict[str, str | None]) -> dict[str, Any]:
+    """The embedded broker's queues (dead-letter queues flagged), topics and durable subscriptions that
+    ``principal`` may see; ``owners``: the login of each client id now connected (a durable
+    subscription is a non-administrator's own when its client id is one of its connections')."""
     queues = [
         {
             "name": name,
@@ -60,8 +74,9 @@ def destinations(broker: EmbeddedBroker, operations: QueueOperations) -> dict[st
             "enqueued": queue.enqueued,
             "dequeued": queue.dequeued,
             "dead_letter": operations.is_dead_letter_queue(name),
+            "actions": access.actions(principal, name),
         }
-        for name, queue in sorted(broker.queues.items())
+        for name, queue in sorted(broker.queues.items()) if access.visible(principal, name)
     ]
     topics = [
         {
@@ -70,7 +85,7 @@ def destinations(broker: EmbeddedBroker, operations: QueueOperations) -> dict[st
             "durable_subscriptions": sum(1 for queue in subscribers if queue.durable),
             "pending": sum(len(queue) for queue in subscribers),
         }
-        for name, subscribers in sorted(broker.topics.items())
+        for name, subscribers in sorted(broker.topics.items()) if access.visible(principal, name)
     ]
     durables = [
         {
@@ -84,17 +99,45 @@ def destinations(broker: EmbeddedBroker, operations: QueueOperations) -> dict[st
             "dequeued": queue.dequeued,
         }
         for key, queue in sorted(broker.durables.items())
+        if principal.administrator or principal.owns(owners.get(durable_client_id(key)))
     ]
     return {"queues": queues, "topics": topics, "durables": durables,
             "dead_letter_prefix": broker.settings.dead_letter_prefix}
 
 
-def connections(factory: Any, now: float) -> list[dict[str, Any]]:
-    """Every admitted STOMP connection (TCP, TLS and WebSocket), oldest first."""
+def durable_client_id(key: str) -> str:
+    """The client id of a durable subscription's key (``durable:CLIENT:NAME``, ``\\`` and ``:`` escaped)."""
+    body = key.removeprefix(DURABLE_PREFIX)
+    client, index = [], 0
+    while index < len(body):
+        char = body[index]
+        if char == "\\" and index + 1 < len(body):
+            client.append(body[index + 1])
+            index += 2
+            continue
+        if char == ":":
+            break
+        client.append(char)
+        index += 1
+    return "".join(client)
+
+
+def client_owners(factory: Any) -> dict[str, str | None]:
+    """client id -> login of the connections now open (for whose a durable subscription is)."""
+    return {protocol.session.client_id: protocol.session.login for protocol in factory.connections
+            if protocol.session is not None and protocol.session.client_id}
+
+
+def connections(factory: Any, now: float, principal: Principal) -> list[dict[str, Any]]:
+    """The admitted STOMP connections (TCP, TLS and WebSocket) ``principal`` may see, oldest first: every
+    one for an administrator, its own for others."""
     rows = []
     for protocol in sorted(factory.connections, key=lambda p: p.connected_at):
         session = protocol.session
         if session is None:
+            continue
+        own = principal.owns(session.login)
+        if not principal.administrator and not own:
             continue
         rows.append({
             "id": session.session_id,
@@ -112,6 +155,7 @@ def connections(factory: Any, now: float) -> list[dict[str, Any]]:
                 {"id": sub.id, "destination": sub.destination, "ack": sub.ack_mode, "unacked": len(sub.unacked)}
                 for sub in session.subscriptions.values()
             ],
+            "may_close": principal.administrator or (own and principal.may_act),
         })
     return rows
 
@@ -155,8 +199,10 @@ def routes(gateway: Any) -> dict[str, Any]:
             "routes": rows, "kafka": status["kafka"]}
 
 
-def bridges(gateway: Any) -> list[dict[str, Any]]:
-    """Every bridge's status with its health."""
+def bridges(gateway: Any, principal: Principal) -> list[dict[str, Any]]:
+    """Every bridge's status with its health, for an administrator (none for others)."""
+    if not principal.administrator:
+        return []
     return [{**status, "health": bridge_health(status)} for status in gateway.bridges.status()]
 
 

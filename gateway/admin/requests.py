@@ -8,6 +8,9 @@
   (``twisted.web`` would otherwise read it all, spooling a large one to a
   temporary file, and only then ask for a login); a chunked body is cut off
   with 413 once it passes the bound.  Either way the connection closes.
+- **Only its own host names and origins** (:class:`~gateway.admin.hosts.HostPolicy`, the site's
+  ``host_policy``): a request whose ``Host`` is not in ``[admin] allowed_hosts`` gets 421 (a DNS
+  rebinding page), one whose ``Origin`` is not allowed gets 403, GETs included.
 - **No cross-site state changes.**  Every request that is not ``GET`` or
   ``HEAD`` must be one a web page cannot send without the browser asking the
   server first (a CORS preflight, which this endpoint never grants): it needs
@@ -24,6 +27,8 @@ from urllib.parse import urlsplit
 
 from twisted.logger import Logger
 from twisted.web.server import Request
+
+from gateway.admin.hosts import HostPolicy
 
 MAX_BODY = 16 * 1024
 """Bytes of request body the admin endpoint takes: the console's JSON actions (a test message included)."""
@@ -117,16 +122,38 @@ class AdminRequest(Request):
             return
         super().requestReceived(command, path, version)
 
+    def refusal(self) -> tuple[int, str] | None:
+        """Why this request is refused before any resource sees it: ``(code, reason)``, or None.
+
+        A Host not allowed (421), an Origin not allowed (403), a cross-site state change (403).
+        """
+        channel: Any = self.channel
+        policy: HostPolicy | None = getattr(channel.site, "host_policy", None)
+        if policy is not None:
+            host = self.requestHeaders.getRawHeaders(b"host", [None])[0]
+            misdirected = policy.host_refusal(host.decode("latin-1") if host is not None else None)
+            if misdirected is not None:
+                return 421, misdirected
+            origin = self.requestHeaders.getRawHeaders(b"origin", [None])[0]
+            if origin is not None:
+                port = getattr(self.getHost(), "port", 0)
+                foreign = policy.origin_refusal(origin.decode("latin-1"), self.isSecure(), port)
+                if foreign is not None:
+                    return 403, foreign
+        cross_site = cross_site_refusal(self.method, self.requestHeaders, self.isSecure())
+        return (403, cross_site) if cross_site is not None else None
+
     def process(self) -> None:
-        refusal = cross_site_refusal(self.method, self.requestHeaders, self.isSecure())
-        if refusal is None:
+        refused = self.refusal()
+        if refused is None:
             super().process()
             return
-        self.log.info("admin: refused {method} {path} from {peer}: {reason}", method=self.method.decode("latin-1"),
-                      path=self.path.decode("latin-1", "replace"), peer=getattr(self.getClientAddress(), "host", "?"),
-                      reason=refusal)
-        body = json.dumps({"error": refusal}).encode("utf-8") + b"\n"
-        self.setResponseCode(403)
+        code, reason = refused
+        self.log.info("admin: refused {method} {path} from {peer} ({code}): {reason}",
+                      method=self.method.decode("latin-1"), path=self.path.decode("latin-1", "replace"),
+                      peer=getattr(self.getClientAddress(), "host", "?"), code=code, reason=reason)
+        body = json.dumps({"error": reason}).encode("utf-8") + b"\n"
+        self.setResponseCode(code, b"Misdirected Request" if code == 421 else None)
         self.setHeader(b"content-type", b"application/json; charset=utf-8")
         self.setHeader(b"cache-control", b"no-store")
         self.setHeader(b"content-length", str(len(body)).encode("ascii"))

@@ -5,15 +5,18 @@
 ``GET /health``                        200 ``{"status": "UP"}`` or 503 ``"DOWN"``, per part
 ``GET /metrics``                       the gateway's Prometheus registry (text format)
 ``GET /status``                        uptime, STOMP connections, connectors, bridges
-``GET /bridges``, ``/bridges/NAME``    bridge status
+``GET /bridges``, ``/bridges/NAME``    bridge status (administrators: others see none)
 ``POST /bridges/NAME/ACTION``          ``start``, ``stop``, ``pause``, ``resume``; answers
                                        with the bridge's status once the action is done
 ``GET /routing``                       Kafka routing: stopped routes, the producer
 ``POST /routing/restart[?route=R]``    clear a hard stop (all routing) or one route's stop
+                                       (administrators)
 ``GET /console/``                      the web console (:mod:`gateway.admin.console`); a browser
                                        asking for ``/`` (``Accept: text/html``) is sent there
 =====================================  =====================================================
 
+Every document passes :func:`~gateway.redaction.redact` on its way out: a
+password (in a URL or under a key such as ``password``) shows as ``***``.
 Errors are JSON too: ``{"error": "..."}`` with 404 (unknown bridge, route or
 path), 405 (an action asked for with GET) or 500 (the action failed).
 """
@@ -33,18 +36,23 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from gateway.admin.health import DOWN, gateway_health, gateway_status
+from gateway.admin.roles import Principals
+from gateway.redaction import redact, redact_text
 
 BRIDGE_ACTIONS = ("start", "stop", "pause", "resume")
 
 log = Logger()
 
 
-def json_body(request: Request, code: int, document: Any) -> bytes:
-    """Set ``code`` and the JSON content type on ``request``; the encoded ``document``."""
+def json_body(request: Request, code: int, document: Any, *, secrets_hidden: bool = True) -> bytes:
+    """Set ``code`` and the JSON content type on ``request``; the encoded ``document``, with every
+    password in it as ``***`` (:func:`~gateway.redaction.redact`) unless ``secrets_hidden`` is false
+    (a browsed message's own content, shown as it is)."""
     request.setResponseCode(code)
     request.setHeader(b"content-type", b"application/json; charset=utf-8")
     request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(document, indent=1, sort_keys=True, default=str).encode("utf-8") + b"\n"
+    shown = redact(document) if secrets_hidden else document
+    return json.dumps(shown, indent=1, sort_keys=True, default=str).encode("utf-8") + b"\n"
 
 
 class ErrorPage(Resource):
@@ -81,16 +89,33 @@ class JsonPage(Resource):
         return self.render_GET(request)
 
 
-class ActionPage(Resource):
-    """``POST``: run ``act(request)`` (a Deferred or a value); answer with ``describe()`` once it is done."""
+class RequestPage(Resource):
+    """``GET``: ``(code, document) = produce(request)`` as JSON."""
 
     isLeaf = True
 
-    def __init__(self, what: str, act: Callable[[Request], Any], describe: Callable[[], Any]) -> None:
+    def __init__(self, produce: Callable[[Request], tuple[int, Any]]) -> None:
+        super().__init__()
+        self.produce = produce
+
+    def render_GET(self, request: Request) -> bytes:
+        code, document = self.produce(request)
+        return json_body(request, code, document)
+
+
+class ActionPage(Resource):
+    """``POST``: run ``act(request)`` (a Deferred or a value); answer with ``describe()`` once it is done.
+    Logged with the acting login: ``admin: root did bridge copy: stop``."""
+
+    isLeaf = True
+
+    def __init__(self, what: str, act: Callable[[Request], Any], describe: Callable[[], Any],
+                 principals: Principals | None = None) -> None:
         super().__init__()
         self.what = what
         self.act = act
         self.describe = describe
+        self.principals = principals or Principals()
 
     def render_GET(self, request: Request) -> bytes:
         request.setHeader(b"allow", b"POST")
@@ -99,8 +124,10 @@ class ActionPage(Resource):
     def render_POST(self, request: Request) -> Any:
         gone: list[bool] = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
+        who = self.principals.of(request).name
 
         def done(_: object) -> None:
+            log.info("admin: {who} did {what}", who=who, what=self.what)
             if not gone:
                 request.write(json_body(request, 200, self.describe()))
                 request.finish()
@@ -111,7 +138,8 @@ class ActionPage(Resource):
                 code, message = 404, str(error.args[0] if error is not None and error.args else error)
             else:
                 code, message = 500, f"{self.what} failed: {failure.getErrorMessage()}"
-                log.warn("admin: {what} failed: {error}", what=self.what, error=failure.getErrorMessage())
+                log.warn("admin: {who}'s {what} failed: {error}", who=who, what=self.what,
+                         error=failure.getErrorMessage())
             if not gone:
                 request.write(json_body(request, code, {"error": message}))
                 request.finish()
@@ -121,31 +149,61 @@ class ActionPage(Resource):
         return NOT_DONE_YET
 
 
-class BridgesPage(Resource):
-    """``/bridges``: every bridge; ``/bridges/NAME`` one; ``/bridges/NAME/ACTION`` control."""
+class AdministratorOnly(Resource):
+    """``page`` for an administrator; 403 for anyone else."""
 
-    def __init__(self, service: Any) -> None:
+    isLeaf = True
+
+    def __init__(self, principals: Principals, page: Resource, what: str) -> None:
+        super().__init__()
+        self.principals = principals
+        self.page = page
+        self.what = what
+
+    def render(self, request: Request) -> Any:
+        principal = self.principals.of(request)
+        if not principal.administrator:
+            log.info("admin: {who} was refused: may not {what} (administrators only)", who=principal.name,
+                     what=self.what)
+            return json_body(request, 403, {"error": f"{principal.name} may not {self.what} (administrators only)"})
+        return self.page.render(request)
+
+
+class BridgesPage(Resource):
+    """``/bridges``: every bridge (none for a non-administrator); ``/bridges/NAME`` one;
+    ``/bridges/NAME/ACTION`` control (administrators only)."""
+
+    def __init__(self, service: Any, principals: Principals) -> None:
         super().__init__()
         self.service = service
+        self.principals = principals
 
     def render_GET(self, request: Request) -> bytes:
-        return json_body(request, 200, self.service.status())
+        shown = self.service.status() if self.principals.of(request).administrator else []
+        return json_body(request, 200, shown)
 
     def getChild(self, path: bytes, request: Request) -> Resource:
+        principal = self.principals.of(request)
+        if not principal.administrator:
+            log.info("admin: {who} was refused {method} {path}: bridges are administrators' only",
+                     who=principal.name, method=request.method.decode("latin-1"),
+                     path=request.path.decode("utf-8", "replace"))
+            return ErrorPage(403, f"{principal.name} may not see or control bridges (administrators only)")
         name = path.decode("utf-8", "replace")
         try:
             bridge = self.service.bridge(name)
         except KeyError as error:
             return ErrorPage(404, str(error.args[0]))
-        return BridgePage(bridge)
+        return BridgePage(bridge, self.principals)
 
 
 class BridgePage(Resource):
     """One bridge: its status, and its actions as children."""
 
-    def __init__(self, bridge: Any) -> None:
+    def __init__(self, bridge: Any, principals: Principals | None = None) -> None:
         super().__init__()
         self.bridge = bridge
+        self.principals = principals or Principals()
 
     def render_GET(self, request: Request) -> bytes:
         return json_body(request, 200, self.bridge.status())
@@ -155,16 +213,17 @@ class BridgePage(Resource):
         if action not in BRIDGE_ACTIONS:
             return ErrorPage(404, f"no bridge action {action!r}; actions: {', '.join(BRIDGE_ACTIONS)}")
         return ActionPage(f"bridge {self.bridge.name}: {action}", lambda _: getattr(self.bridge, action)(),
-                          self.bridge.status)
+                          self.bridge.status, self.principals)
 
 
 class RoutingPage(Resource):
     """``/routing``: the Kafka router's status; ``/routing/restart`` clears stops."""
 
-    def __init__(self, router: Any) -> None:
+    def __init__(self, router: Any, principals: Principals) -> None:
         super().__init__()
         self.router = router
-        self.putChild(b"restart", ActionPage("routing restart", self._restart, router.status))
+        self.putChild(b"restart", AdministratorOnly(
+            principals, ActionPage("routing restart", self._restart, router.status, principals), "restart routing"))
 
     def render_GET(self, request: Request) -> bytes:
         return json_body(request, 200, self.router.status())
@@ -183,7 +242,8 @@ class RoutingPage(Resource):
 
 class MetricsPage(Resource):
     """``GET /metrics``: ``registry`` in the Prometheus text format (OpenMetrics when the
-    scraper asks for it), collected on the reactor thread that owns the numbers."""
+    scraper asks for it), collected on the reactor thread that owns the numbers; a password in a
+    label value shows as ``***``."""
 
     isLeaf = True
 
@@ -196,27 +256,34 @@ class MetricsPage(Resource):
         encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
         request.setHeader(b"content-type", content_type.encode("ascii"))
         body: bytes = encoder(self.registry)
-        return body
+        return redact_text(body.decode("utf-8")).encode("utf-8")
 
 
 class AdminRoot(Resource):
     """``/``: the index, with the pages above as children."""
 
-    def __init__(self, gateway: Any) -> None:
+    def __init__(self, gateway: Any, principals: Principals | None = None) -> None:
         super().__init__()
         self.gateway = gateway
+        self.principals = principals = principals or Principals()
         clock = gateway.reactor
+
+        def status(request: Request) -> tuple[int, Any]:
+            document = gateway_status(gateway, clock.seconds())
+            if not principals.of(request).administrator:
+                document["bridges"] = []
+            return 200, document
 
         def health() -> tuple[int, Any]:
             document = gateway_health(gateway.config.id, gateway.connectors, gateway.bridges.status())
             return (503 if document["status"] == DOWN else 200), document
 
         self.putChild(b"health", JsonPage(health))
-        self.putChild(b"status", JsonPage(lambda: (200, gateway_status(gateway, clock.seconds()))))
+        self.putChild(b"status", RequestPage(status))
         self.putChild(b"metrics", MetricsPage(gateway.registry))
-        self.putChild(b"bridges", BridgesPage(gateway.bridges))
+        self.putChild(b"bridges", BridgesPage(gateway.bridges, principals))
         if gateway.router is not None:
-            self.putChild(b"routing", RoutingPage(gateway.router))
+            self.putChild(b"routing", RoutingPage(gateway.router, principals))
         else:
             self.putChild(b"routing", ErrorPage(404, "no Kafka routing is configured ([routing])"))
 

@@ -7,9 +7,12 @@ authentication checked by the same ``twisted.cred`` checkers as STOMP logins
 (``twisted.web.guard``), restricted to ``[admin] users`` when that is set,
 and throttled per client address after failed logins like STOMP CONNECTs
 (:mod:`gateway.admin.login_guard`: 429 with ``Retry-After`` while locked out);
-``/health`` stays open while ``public_health`` is true.  Before either, every
-request passes :class:`~gateway.admin.requests.AdminRequest`'s checks (a
-bounded body, no cross-site state change).
+``/health`` stays open while ``public_health`` is true.  Each authenticated
+request carries its :class:`~gateway.admin.roles.Principal` (login and
+management role, ``[admin] roles``); without users every request is the
+anonymous administrator.  Before either, every request passes
+:class:`~gateway.admin.requests.AdminRequest`'s checks (allowed Host and
+Origin, a bounded body, no cross-site state change).
 """
 
 from __future__ import annotations
@@ -25,21 +28,48 @@ from twisted.web.server import Request, Site
 from zope.interface import implementer
 
 from gateway.admin.console import ConsoleRoot
+from gateway.admin.hosts import HostPolicy
 from gateway.admin.login_guard import LoginGuard
 from gateway.admin.requests import AdminRequest
-from gateway.admin.resources import AdminRoot
+from gateway.admin.resources import AdminRoot, ErrorPage
+from gateway.admin.roles import ANONYMOUS, NOBODY, Principal, Principals, Roles, attach
 from gateway.admin.settings import AdminSettings
 
 REALM = b"jmsgateway admin"
 
 
+class Authenticated(Resource):
+    """``resource`` for one authenticated principal: every request through it is attached (:func:`attach`) to
+    it (the login the checkers accepted, whatever the ``Authorization`` header's padding); a principal
+    without a role gets 403."""
+
+    def __init__(self, resource: Resource, principal: Principal) -> None:
+        super().__init__()
+        self.resource = resource
+        self.principal = principal
+
+    def getChildWithDefault(self, path: bytes, request: Request) -> Any:
+        attach(request, self.principal)
+        if self.principal.role is None:
+            return ErrorPage(403, f"{self.principal.name} has no management role ([admin] roles, default_role)")
+        return self.resource.getChildWithDefault(path, request)
+
+    def render(self, request: Request) -> Any:
+        attach(request, self.principal)
+        if self.principal.role is None:
+            return ErrorPage(403, f"{self.principal.name} has no management role").render(request)
+        return self.resource.render(request)
+
+
 @implementer(IRealm)
 class AdminRealm:
-    """Gives an authenticated login the admin resource, if ``allowed`` (empty: everyone) lists it."""
+    """Gives an authenticated login the admin resource as its :class:`Principal` (its role from
+    ``roles``), if ``allowed`` (empty: everyone) lists it."""
 
-    def __init__(self, resource: Resource, allowed: tuple[str, ...]) -> None:
+    def __init__(self, resource: Resource, allowed: tuple[str, ...], roles: Roles | None = None) -> None:
         self.resource = resource
         self.allowed = frozenset(allowed)
+        self.roles = roles or Roles({})
 
     def requestAvatar(self, avatarId: Any, mind: Any, *interfaces: Any) -> tuple[Any, Resource, Any]:
         if IResource not in interfaces:
@@ -47,7 +77,7 @@ class AdminRealm:
         login = avatarId.decode("utf-8", "replace") if isinstance(avatarId, bytes) else str(avatarId)
         if self.allowed and login not in self.allowed:
             raise Unauthorized(f"{login} may not use the admin endpoint")
-        return IResource, self.resource, lambda: None
+        return IResource, Authenticated(self.resource, self.roles.principal(login)), lambda: None
 
 
 class GuardedRoot(Resource):
@@ -70,21 +100,26 @@ class GuardedRoot(Resource):
 def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
     """The admin tree for ``gateway``, guarded when ``gateway.portal`` has logins (and throttled by
     ``gateway.login_throttle``, the STOMP listeners' failed-login throttle)."""
-    root = AdminRoot(gateway)
-    console = ConsoleRoot(gateway, gateway.authorizer)
+    portal = gateway.portal
+    principals = Principals(ANONYMOUS if portal is None else NOBODY)
+    root = AdminRoot(gateway, principals)
+    console = ConsoleRoot(gateway, gateway.authorizer, principals=principals)
     console.history.start()
     root.putChild(b"console", console)
-    portal = gateway.portal
     if portal is None:
         return root
-    guard = LoginGuard(AdminRealm(root, settings.users), list(portal.checkers.values()),
+    roles = Roles(dict(settings.roles), settings.default_role)
+    guard = LoginGuard(AdminRealm(root, settings.users, roles), list(portal.checkers.values()),
                        [BasicCredentialFactory(REALM)], gateway.login_throttle)
     health = root.children[b"health"] if settings.public_health else None
     return GuardedRoot(guard, health)
 
 
 class AdminSite(Site):
-    """A site whose access log leaves out probes and scrapes (``GET /health``, ``GET /metrics``)."""
+    """A site whose access log leaves out probes and scrapes (``GET /health``, ``GET /metrics``), with the
+    Host and Origin headers it answers (``host_policy``, checked by :class:`AdminRequest`)."""
+
+    host_policy: HostPolicy | None = None
 
     def log(self, request: http.Request) -> None:
         if request.method in (b"GET", b"HEAD") and request.path in (b"/health", b"/metrics"):
@@ -95,6 +130,7 @@ class AdminSite(Site):
 def admin_site(gateway: Any, settings: AdminSettings) -> Site:
     """The ``twisted.web`` site the admin listeners serve."""
     site = AdminSite(admin_resource(gateway, settings), requestFactory=AdminRequest)
+    site.host_policy = HostPolicy.from_settings(settings.listen, settings.allowed_hosts, settings.allowed_origins)
     site.displayTracebacks = False
     site.noisy = False
     return site

@@ -27,6 +27,7 @@ from twisted.logger import Logger
 
 from gateway.connectors.jms_settings import JmsSettings
 from gateway.errors import ConfigError, ConnectorError
+from gateway.redaction import redact_text
 
 log = Logger()
 
@@ -160,7 +161,7 @@ def jms_api(settings: JmsSettings) -> JmsApi:
 
 
 def java_error(error: BaseException) -> str:
-    """One line for a Java exception (class and message, with its cause's)."""
+    """One line for a Java exception (class and message, with its cause's; passwords as ``***``)."""
     text = f"{_simple_name(error)}: {_message(error)}"
     cause = getattr(error, "getCause", None)
     seen = 0
@@ -174,7 +175,7 @@ def java_error(error: BaseException) -> str:
         text += f" (caused by {_simple_name(inner)}: {_message(inner)})"
         cause = getattr(inner, "getCause", None)
         seen += 1
-    return text
+    return redact_text(text)
 
 
 def _simple_name(error: Any) -> str:

@@ -49,6 +49,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from gateway.errors import ConfigError, did_you_mean
+from gateway.redaction import redact_text
 from gateway.schema import Bool, Int, Retries, Section, Str, Strings
 
 Scalar = Str | Int | float | Bool
@@ -176,13 +177,14 @@ class JmsSettings:
 
     @property
     def provider(self) -> str:
-        """How the logs name the provider: its URL when one is configured, else the factory."""
+        """How the logs name the provider: its URL (a password in it as ``***``) when one is configured,
+        else the factory."""
         for name, value in self.jndi_environment:
             if name == "java.naming.provider.url":
-                return value
+                return redact_text(value)
         for prop, setting in self.factory_properties:
             if "url" in prop.lower() and isinstance(setting, str):
-                return setting
+                return redact_text(setting)
         if self.factory_class:
             return self.factory_class
         return f"jndi:{self.jndi_factory_name}"

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ConfigDict, Field, SkipValidation, field_validator, model_validator
 
 from gateway.errors import ConfigError
+from gateway.redaction import redact_text
 from gateway.schema import Bool, Int, KeyProblem, Retries, Section, Str, validate
 from gateway.tls import TLS_OPTIONS, ClientTls
 
@@ -70,11 +71,11 @@ class StompConnectorOptions(Section):
     def _stomp_uri(cls, uri: str) -> str:
         parts = urlsplit(uri)
         if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-            raise ValueError(f"{uri!r} is not stomp://host:port or stomp+ssl://host:port")
+            raise ValueError(f"{redact_text(uri)!r} is not stomp://host:port or stomp+ssl://host:port")
         try:
             parts.port  # noqa: B018 - raises on a bad port
         except ValueError:
-            raise ValueError(f"{uri!r} has an invalid port") from None
+            raise ValueError(f"{redact_text(uri)!r} has an invalid port") from None
         return uri
 
     @field_validator("heartbeat", mode="wrap")
@@ -90,7 +91,7 @@ class StompConnectorOptions(Section):
         if not self.uri.startswith("stomp+ssl:"):
             for option in TLS_OPTIONS:
                 if getattr(self, option) is not None:
-                    raise KeyProblem(option, f"TLS options need a stomp+ssl:// uri, not {self.uri!r}")
+                    raise KeyProblem(option, f"TLS options need a stomp+ssl:// uri, not {redact_text(self.uri)!r}")
         return self
 
 
@@ -120,7 +121,8 @@ class StompBrokerSettings(StompConnectorOptions):
         if parts.scheme == "stomp+ssl":
             tls = ClientTls.from_options(checked.model_dump(exclude_none=True), hostname=parts.hostname,
                                          base_dir=base_dir, key=lambda option: f"connectors.{name}.{option}")
-        derived = {"scheme": parts.scheme, "address": parts.hostname, "port": parts.port or DEFAULT_PORTS[parts.scheme],
+        derived = {"uri": redact_text(checked.uri),  # shown in logs and pages; the passcode is kept below
+                   "scheme": parts.scheme, "address": parts.hostname, "port": parts.port or DEFAULT_PORTS[parts.scheme],
                    "login": checked.login if checked.login is not None else parts.username,
                    "passcode": checked.passcode if checked.passcode is not None else parts.password,
                    "virtual_host": checked.host or parts.hostname, "tls": tls,

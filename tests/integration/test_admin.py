@@ -54,6 +54,7 @@ def test_bridge_control_status_metrics_and_logins(make_gateway: Callable[..., Ga
 [admin]
 listen = ["tcp:{admin}:interface=127.0.0.1"]
 users = ["alice"]
+roles = {{ alice = "administrator" }}
 
 [[bridges]]
 name = "copy"

@@ -110,6 +110,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         "--listen", f"ws:tcp:{ws_port}:interface=127.0.0.1",
         "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
         "--set", "auth.max_failed_logins=0", "--set", f'admin.listen="tcp:{admin_port}:interface=127.0.0.1"',
+        "--set", 'admin.roles={ bob = "operator", carol = "operator" }',  # their grants decide the console
     ]).start()
     wait_for_port(ws_port, timeout=10)
     wait_for_port(admin_port, timeout=10)

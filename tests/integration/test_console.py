@@ -79,6 +79,7 @@ def start_gateway(make_gateway: Callable[..., GatewayProcess], extra: str = "") 
 [admin]
 listen = ["tcp:{admin}:interface=127.0.0.1"]
 users = ["alice"]
+roles = {{ alice = "administrator" }}
 {extra}
 """, args=[USERS, "--set=broker.max_redeliveries=1"])
     gateway.wait_for_log("admin endpoint on tcp:")
@@ -435,6 +436,7 @@ def test_authorization_entries_decide_what_a_console_login_may_do(make_gateway: 
 [admin]
 listen = ["tcp:{admin}:interface=127.0.0.1"]
 users = ["alice", "bob"]
+roles = {{ alice = "operator", bob = "operator" }}
 
 [[authorization]]
 destination = "/queue/*"
@@ -454,22 +456,33 @@ admin = ["alice"]
         client.disconnect()
     bob = ("bob", "hunter2")
 
-    # bob may look (read) but not purge (admin): the page says why, and nothing changes
+    def buttons(queue: str) -> set[str]:
+        return {button.get_attribute("data-action")
+                for button in browser.find_elements("css selector", f'{console.row("queue", queue)} button')}
+
+    # bob may look (read) but not purge (admin): the page shows no purge button, the API refuses it and
+    # says why, and nothing changes
     console = Console(browser, admin, bob)
+    console.open("destinations")
+    console.wait(lambda: browser.execute_script("return document.body.dataset.role") == "operator", what="the role")
+    console.open("overview")
     console.open("destinations")
     console.click(f'{console.row("queue", ops)} [data-action="browse"]')
     console.wait(lambda: len(browser.find_elements("css selector", "#browse tr[data-message]")) == 2, what="rows")
-    console.click(f'{console.row("queue", ops)} [data-action="purge"]')
-    console.confirm(True)
-    assert "bob does not hold the admin permission on " + ops in console.notice("failed")
+    console.wait(lambda: buttons(ops) == {"browse", "send"}, what="bob's buttons: browse and send only")
+    assert browser.find_elements("css selector", '#browse [data-action="delete"]') == []
+    status, answer = api(admin, "purge", bob, body={"destination": ops})
+    assert status == 403 and answer["error"] == "bob does not hold the admin permission on " + ops
     assert queue_row(admin, ops, bob)["pending"] == 2
 
     # alice holds admin on /queue/ops.* only
+    browser.get("about:blank")
     console = Console(browser, admin, ALICE)
     console.open("destinations")
-    console.click(f'{console.row("queue", other)} [data-action="purge"]')
-    console.confirm(True)
-    assert "alice does not hold the admin permission on " + other in console.notice("failed")
+    console.wait(lambda: buttons(other) == {"browse", "send"}, what="alice's buttons on the other queue")
+    console.wait(lambda: "purge" in buttons(ops), what="alice's purge button on her queue")
+    status, answer = api(admin, "purge", body={"destination": other})
+    assert status == 403 and answer["error"] == "alice does not hold the admin permission on " + other
     console.click(f'{console.row("queue", ops)} [data-action="purge"]')
     console.confirm(True)
     console.notice(f"Purged {ops}: 2 message(s)")

@@ -22,6 +22,7 @@ from zope.interface.verify import verifyObject
 from gateway.admin.console import ConsoleRoot
 from gateway.admin.permissions import PermitAll
 from gateway.admin.rates import RateHistory
+from gateway.admin.roles import Principal, Role, attach
 from gateway.app import build_gateway
 from gateway.config import parse_config
 from gateway.interfaces import IAuthorizer, Permission
@@ -50,20 +51,13 @@ class Grants:
         return allowed
 
 
-class LoginRequest(DummyRequest):
-    """A DummyRequest that authenticated as ``login`` (what the guard leaves in ``getUser``)."""
-
-    def __init__(self, path: list[bytes], login: str | None) -> None:
-        super().__init__(path)
-        self.login = login
-
-    def getUser(self) -> bytes:
-        return (self.login or "").encode()
-
-
 def call(resource: Any, method: str, path: str, login: str | None = "alice", body: Any = None,
-         args: dict[bytes, list[bytes]] | None = None) -> tuple[int, Any]:
-    request = LoginRequest(path.encode().lstrip(b"/").split(b"/"), login)
+         args: dict[bytes, list[bytes]] | None = None, role: Role | None = "operator") -> tuple[int, Any]:
+    """Render ``method path`` as ``login`` with ``role`` (what the login guard's realm attaches; login None:
+    nothing attached, the console's default principal)."""
+    request = DummyRequest(path.encode().lstrip(b"/").split(b"/"))
+    if login is not None:
+        attach(request, Principal(login, role))
     request.method = method.encode()
     request.content = BytesIO(json.dumps(body).encode() if body is not None else b"")
     request.args = args or {}
@@ -92,7 +86,8 @@ def test_permit_all_is_an_authorizer() -> None:
     assert PermitAll().check(None, "admin", "/queue/anything", "the admin console")
 
 
-def test_actions_need_admin_and_browsing_read_on_the_destination() -> None:
+def test_actions_need_their_grant_on_the_destination() -> None:
+    """An operator's purge and delete need admin, browsing read, a test message write."""
     gateway = gateway_with_queue()
     grants = Grants(("alice", "admin", "/queue/a"), ("alice", "read", "/queue/a"))
     console = ConsoleRoot(gateway, grants)
@@ -116,7 +111,7 @@ def test_actions_need_admin_and_browsing_read_on_the_destination() -> None:
     # someone else holds nothing
     assert call(console, "POST", "/api/purge", login="bob", body={"destination": "/queue/a"})[0] == 403
     # every refusal went through the authorizer's check (where it is logged and counted), once each
-    console_refusals = [("alice", "admin", "/queue/b"), ("alice", "read", "/queue/b"), ("alice", "admin", "/queue/b"),
+    console_refusals = [("alice", "admin", "/queue/b"), ("alice", "read", "/queue/b"), ("alice", "write", "/queue/b"),
                         ("alice", "admin", "/queue/b"), ("bob", "admin", "/queue/a")]
     assert grants.refused == [(*refusal, "the admin console") for refusal in console_refusals]
 
@@ -150,9 +145,9 @@ def test_bad_requests_are_named() -> None:
     assert code == 400 and "'body' must be a string" in answer["error"]
     code, answer = call(console, "POST", "/api/send", body={"destination": "/nowhere/x", "body": "x"})
     assert code == 409 and "unknown destination" in answer["error"]
-    code, answer = call(console, "POST", "/api/bridge", body={"name": "none", "action": "stop"})
+    code, answer = call(console, "POST", "/api/bridge", body={"name": "none", "action": "stop"}, role="administrator")
     assert code == 404
-    assert call(console, "POST", "/api/close", body={"id": "jmsgw-0"})[0] == 404
+    assert call(console, "POST", "/api/close", body={"id": "jmsgw-0"}, role="administrator")[0] == 404
     assert call(console, "GET", "/api/nothing")[0] == 404
 
 

@@ -8,6 +8,10 @@ const REFRESH_MS = 2000;
 let page = "overview";
 let timer = null;
 let browsing = null; // the queue whose messages the panel shows
+let you = {login: null, role: null}; // who is logged in, with which role (the overview says)
+let actionsOf = {}; // queue -> the actions the API says you may do on it
+// Only the buttons of what you may do are shown; the endpoint refuses the rest anyway (403).
+const mayAct = () => you.role === "operator" || you.role === "administrator";
 
 // -- DOM helpers (text only: data never becomes markup) ----------------------
 
@@ -184,22 +188,24 @@ const pages = {
 
   async destinations() {
     const d = await api("destinations");
+    actionsOf = Object.fromEntries(d.queues.map(q => [q.name, q.actions || []]));
+    const may = (q, action) => (q.actions || []).includes(action);
     const queueRow = q => el("tr", {"data-queue": q.name},
       cell([q.name, q.dead_letter ? badge("DLQ", "dlq") : null], "name"),
       num(q.pending, "pending"), num(q.consumers, "consumers"), num(q.inflight, "inflight"),
       num(q.enqueued, "enqueued"), num(q.dequeued, "dequeued"),
       el("td", {class: "actions"},
-        el("button", {"data-action": "browse", onclick: () => showBrowse(q.name)}, "Browse"),
-        el("button", {"data-action": "send", onclick: () => showSend(q.name)}, "Send"),
-        el("button", {"data-action": "purge", class: "danger", onclick: () => act(
+        may(q, "browse") ? el("button", {"data-action": "browse", onclick: () => showBrowse(q.name)}, "Browse") : null,
+        may(q, "send") ? el("button", {"data-action": "send", onclick: () => showSend(q.name)}, "Send") : null,
+        !may(q, "purge") ? null : el("button", {"data-action": "purge", class: "danger", onclick: () => act(
           "Purge " + q.name, `Drop the ${q.pending} pending message(s) of ${q.name}? Persistent ones are deleted from the store too.`,
           "purge", {destination: q.name}, n => `Purged ${q.name}: ${n} message(s) dropped`)}, "Purge"),
-        q.dead_letter ? el("button", {"data-action": "move", onclick: () => act(
+        q.dead_letter && may(q, "move") ? el("button", {"data-action": "move", onclick: () => act(
           "Move dead letters of " + q.name, `Send the pending messages of ${q.name} back to the destinations they came from?`,
           "move", {destination: q.name}, n => `Moved ${n} message(s) from ${q.name} back to their origin`)}, "Move to origin") : null));
     return [el("div", {},
       el("h1", {}, "Queues & topics ", el("span", {class: "muted"}, "(embedded broker)")),
-      el("div", {}, el("button", {class: "primary", "data-action": "send-new", onclick: () => showSend("")}, "Send a test message…")),
+      mayAct() ? el("div", {}, el("button", {class: "primary", "data-action": "send-new", onclick: () => showSend("")}, "Send a test message…")) : null,
       el("h2", {}, "Queues"),
       table([["Queue"], ["Pending", "num"], ["Consumers", "num"], ["In flight", "num"], ["Enqueued", "num"],
              ["Dequeued", "num"], ["Actions"]], d.queues.map(queueRow), {id: "queues"}),
@@ -230,9 +236,9 @@ const pages = {
           cell(el("ul", {class: "subs"}, c.subscriptions.map(s =>
             el("li", {"data-subscription": s.destination}, `${s.destination} (id ${s.id}, ack ${s.ack}, ${s.unacked} unacked)`))),
             "subscriptions"),
-          el("td", {}, el("button", {class: "danger", "data-action": "close", onclick: () => act(
+          el("td", {}, c.may_close ? el("button", {class: "danger", "data-action": "close", onclick: () => act(
             "Close connection " + c.id, `Close the STOMP connection of ${c.peer} (login ${c.login || "anonymous"})? It gets an ERROR frame.`,
-            "close", {id: c.id}, r => `Closed ${r.id} (${r.peer})`)}, "Close")))), {id: "connections"}))];
+            "close", {id: c.id}, r => `Closed ${r.id} (${r.peer})`)}, "Close") : null))), {id: "connections"}))];
   },
 
   async routes() {
@@ -265,7 +271,7 @@ const pages = {
           cell(badge(b.health.status), "health"), cell(b.qos, "qos"), cell(b.source, "source"), cell(b.target, "target"),
           num(b.forwarded, "forwarded"), num(b.retries, "retries"), num(b.pending, "pending"),
           cell(b.last_error || "", "last_error"),
-          el("td", {class: "actions"}, ["start", "stop", "pause", "resume"].map(a => button(b, a)))
+          el("td", {class: "actions"}, you.role === "administrator" ? ["start", "stop", "pause", "resume"].map(a => button(b, a)) : [])
         )), {id: "bridges"}))];
   },
 };
@@ -290,6 +296,7 @@ async function showBrowse(destination) {
     closePanel();
     return;
   }
+  const allowed = actionsOf[destination] || [];
   const rows = b.messages.map(m => el("tr", {"data-message": m.message_id},
     el("td", {}, el("div", {"data-field": "message_id"}, m.message_id),
       el("div", {class: "props"}, `${m.persistent ? "persistent" : "non-persistent"}, priority ${m.priority}`
@@ -304,10 +311,10 @@ async function showBrowse(destination) {
     el("td", {}, el("pre", {class: "body", "data-field": "body"}, m.body_preview),
       el("div", {class: "props"}, `${m.body_size} bytes${m.body_truncated ? " (preview)" : ""}`)),
     el("td", {},
-      el("button", {class: "danger", "data-action": "delete", onclick: () => act(
+      !allowed.includes("delete") ? null : el("button", {class: "danger", "data-action": "delete", onclick: () => act(
         "Delete message", `Delete ${m.message_id} from ${destination}?`, "delete",
         {destination, message_id: m.message_id}, () => `Deleted ${m.message_id} from ${destination}`)}, "Delete"),
-      b.dead_letter && m.origin ? el("button", {"data-action": "move-one", onclick: () => act(
+      b.dead_letter && m.origin && allowed.includes("move") ? el("button", {"data-action": "move-one", onclick: () => act(
         "Move message back", `Send ${m.message_id} back to ${m.origin}?`, "move",
         {destination, message_ids: [m.message_id]}, n => `Moved ${n} message(s) back to ${m.origin}`)}, "Move to " + m.origin) : null)));
   panel.replaceChildren(
@@ -351,12 +358,23 @@ async function refresh() {
   }
   try {
     const o = await api("overview");
+    if (o.you) showRole(o.you);
     document.getElementById("gateway-id").textContent = o.id;
     document.getElementById("version").textContent = "jmsgateway " + o.version;
     const health = document.getElementById("health");
     health.textContent = o.status;
     health.className = "badge " + o.status;
   } catch (error) { /* shown above */ }
+}
+
+function showRole(who) {
+  const changed = who.role !== you.role;
+  you = who;
+  document.body.dataset.role = who.role || "";
+  document.getElementById("you").textContent = who.login ? `${who.login} (${who.role})` : "";
+  // bridges are an administrator's: others see none, so no tab
+  document.querySelector('nav a[data-page="bridges"]').hidden = who.role !== "administrator";
+  if (changed && page !== "overview") refresh();
 }
 
 function schedule() {
