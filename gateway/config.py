@@ -167,6 +167,8 @@ class AuthSettings(Section):
     """A file of login:password lines (Twisted's FilePasswordDB)."""
     allow_plaintext: Bool = True
     """Whether plain-text passwords are accepted (with a warning); false refuses them."""
+    allow_weak_passwords: Bool = False
+    """Whether plain-text and low-cost (bcrypt cost < 10) passwords start (with a warning); false refuses them."""
     groups: Table = {}
     """Group name -> list of logins, for [[authorization]] entries (group:NAME)."""
     certificates: Table = {}

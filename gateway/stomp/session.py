@@ -59,6 +59,7 @@ from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.stomp.codec import unrepresentable
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.frame import VERSIONS, Frame
+from gateway.stomp.sender_identity import stamp_sender
 
 SERVER_NAME = f"jmsgateway/{__version__}"
 TEMP_PREFIXES = {"/temp-queue/": "/remote-temp-queue/", "/temp-topic/": "/remote-temp-topic/"}
@@ -522,6 +523,7 @@ class StompSession:
             destination = self._required(frame, "destination")  # (raises)
         if self.authorizer is not None and not self._authorized(frame, destination, "write"):
             return
+        stamp_sender(headers, self.login if self.portal is not None else None)
         transaction = self._transaction(frame) if "transaction" in headers else None
         resolved: Resolved | None = None
         temporary = destination.startswith("/temp-")
