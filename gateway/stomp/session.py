@@ -38,7 +38,7 @@ from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
 from gateway.deferreds import gather
-from gateway.errors import GatewayError, SelectorError, StompProtocolError
+from gateway.errors import GatewayError, NotOwner, SelectorError, StompProtocolError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
@@ -239,6 +239,11 @@ class StompSession:
         self._heartbeat_in: IDelayedCall | None = None
         self.out_interval = 0.0
         self.in_interval = 0.0
+
+    @property
+    def verified_login(self) -> str | None:
+        """The login the portal verified (None without authentication: a CONNECT's ``login`` is its word)."""
+        return self.login if self.portal is not None else None
 
     # -- entry points from the protocol -----------------------------------
 
@@ -523,7 +528,7 @@ class StompSession:
             destination = self._required(frame, "destination")  # (raises)
         if self.authorizer is not None and not self._authorized(frame, destination, "write"):
             return
-        stamp_sender(headers, self.login if self.portal is not None else None)
+        stamp_sender(headers, self.verified_login)
         transaction = self._transaction(frame) if "transaction" in headers else None
         resolved: Resolved | None = None
         temporary = destination.startswith("/temp-")
@@ -739,6 +744,7 @@ class StompSession:
             durable_name=durable,
             client_id=self.client_id,
             owner=self.session_id,
+            login=self.verified_login,
         )
         subscription = StompSubscription(self, sub_id, destination, ack_mode, transformation)
         self.subscriptions[sub_id] = subscription
@@ -779,9 +785,22 @@ class StompSession:
             raise StompError("missing id header", "UNSUBSCRIBE requires an 'id' header")
         subscription = self.subscriptions.pop(sub_id, None)
         if subscription is None:
+            self._check_durable_owner(frame)
             raise StompError("unknown subscription", f"there is no subscription with id {sub_id!r}")
         delete = "activemq.subscriptionName" in frame.headers or "durable-subscription-name" in frame.headers
         self._track(self._close_subscription(subscription, delete=delete), frame)
+
+    def _check_durable_owner(self, frame: Frame) -> None:
+        """An UNSUBSCRIBE naming a durable subscription this connection does not hold: say so when
+        it is another login's (nothing is changed either way)."""
+        name = frame.headers.get("activemq.subscriptionName") or frame.headers.get("durable-subscription-name")
+        if not name or not self.client_id:
+            return
+        owner = self.destinations.embedded.durable_owner(self.client_id, name)  # type: ignore[attr-defined]
+        if owner is not None and owner != self.verified_login:
+            raise StompError(f"durable subscription {name!r} belongs to another login",
+                             f"{name!r} of client-id {self.client_id!r} was created by another login; "
+                             "nothing was changed")
 
     def _close_subscription(self, subscription: StompSubscription, *, delete: bool) -> Deferred[Any]:
         subscription.closed = True
@@ -1099,6 +1118,8 @@ def _check_selector(selector: str) -> None:
 
 
 def _error_title(error: GatewayError) -> str:
+    if isinstance(error, NotOwner):
+        return str(error)
     names = {
         "DestinationError": "invalid destination",
         "ConnectorUnavailable": "target unavailable",
