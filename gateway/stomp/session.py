@@ -412,27 +412,33 @@ class StompSession:
             self._connected(frame, heartbeat)
             return
         address = self.peer.rsplit(":", 1)[0]
-        locked_out = self.throttle.refusal(address) if self.throttle is not None else None
-        if locked_out is not None:
+        throttle = self.throttle
+        refusal = throttle.admit(address, login) if throttle is not None else None
+        if refusal is not None:
             self.state = "new"
-            raise StompError("too many failed logins", locked_out)
+            raise StompError("too many failed logins", refusal)
         credentials: Any = UsernamePassword(login.encode(), passcode.encode()) if login is not None else Anonymous()
         common_name = self.certificate_name() if self.certificate_name is not None else None
         if common_name is not None and "passcode" not in headers:
             credentials = CertificateIdentity(common_name, login)
-        d = self.portal.login(credentials, None, IStompUser)
+        portal = self.portal
+        if throttle is not None:  # (at most a few checks of one address at once)
+            d = throttle.check(address, lambda: portal.login(credentials, None, IStompUser))
+        else:
+            d = portal.login(credentials, None, IStompUser)
 
         def logged_in(result: tuple[Any, Any, Callable[[], None]]) -> None:
             self.login = result[1].login
-            if self.throttle is not None:
-                self.throttle.login_succeeded(address)
+            if throttle is not None:
+                throttle.settle(address, self.login, True)
             self._connected(frame, heartbeat)
 
         def refused(failure: Failure) -> None:
             self.state = "new"
-            if failure.check(UnauthorizedLogin, LoginFailed):
-                if self.throttle is not None:
-                    self.throttle.login_failed(address)
+            wrong = failure.check(UnauthorizedLogin, LoginFailed) is not None
+            if throttle is not None:  # (an error of the check itself is no guess: it only ends the attempt)
+                throttle.settle(address, login, False) if wrong else throttle.settle(address, None, True)
+            if wrong:
                 who = f"login {login!r}" if login is not None else "an anonymous login"
                 self.fail(StompError("authentication failed", f"{who} was refused"), frame)
             else:

@@ -1,5 +1,6 @@
 """Issue 33's STOMP-side holes, against a real gateway process with stomp.py over TCP and
-WebSocket: durable subscriptions owned by their login (#4).
+WebSocket: durable subscriptions owned by their login (#4), the lockout counted per login and
+address with attempts in flight, bounded hashing per address (#5, #6, #7).
 
 The gateway has bcrypt logins, deny-by-default ``[[authorization]]`` entries and a
 WebSocket listener; each test reproduces the attack the issue describes.
@@ -7,6 +8,8 @@ WebSocket listener; each test reproduces the attack the issue describes.
 
 from __future__ import annotations
 
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -105,3 +108,88 @@ def test_another_login_cannot_take_over_a_durable_subscription(secured: Secured,
     assert message.body == b"kept for alice"
     back.ack(message)
     back.disconnect()
+
+
+# -- the lockout (#5, #6, #7) ----------------------------------------------------------------
+
+
+@pytest.fixture
+def lockout_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """Real cost-12 hashes (a quarter of a second each), the default max_failed_logins (5)."""
+    users = ", ".join(f'{login} = "{STRONG[login]}"' for login in ("alice", "eve", "root"))
+    process = GatewayProcess(tmp_path_factory.mktemp("lockout"), args=[
+        "--set", f"auth.users={{ {users} }}", "--set", "auth.lockout_ms=30000",
+    ]).start()
+    yield process
+    process.stop()
+
+
+STRONG = {login: hash_password(PASSWORDS[login], rounds=12) for login in ("alice", "eve", "root")}
+
+
+def connect_frame(login: str, passcode: str) -> bytes:
+    return f"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:{login}\npasscode:{passcode}\n\n\x00".encode()
+
+
+def answer(sock: socket.socket) -> bytes:
+    """What the gateway answered a CONNECT (up to the frame's NUL, or the close)."""
+    data = b""
+    while b"\x00" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def connect_from(port: int, login: str, passcode: str, source: str = "127.0.0.1") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=20, source_address=(source, 0)) as sock:
+        sock.sendall(connect_frame(login, passcode))
+        return answer(sock)
+
+
+def test_concurrent_connects_cannot_bypass_the_lockout(lockout_gateway: GatewayProcess) -> None:
+    """#5: 40 CONNECTs written at once, #36 with the right password: none gets CONNECTED."""
+    socks = [socket.create_connection(("127.0.0.1", lockout_gateway.port), timeout=30) for _ in range(40)]
+    try:
+        for number, sock in enumerate(socks):
+            sock.sendall(connect_frame("root", PASSWORDS["root"] if number == 35 else f"guess-{number}"))
+        answers = [answer(sock) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+    assert not [a for a in answers if a.startswith(b"CONNECTED")]
+    assert sum(b"message:too many failed logins" in a for a in answers) >= 35
+    assert b"message:too many failed logins" in connect_from(lockout_gateway.port, "root", PASSWORDS["root"])
+
+
+def test_a_successful_login_does_not_reset_another_logins_failures(lockout_gateway: GatewayProcess) -> None:
+    """#6: wrong root passwords with a successful login of eve's own account every 4 guesses."""
+    answers = []
+    for guess in range(20):
+        if guess % 4 == 0:
+            eve = connect_from(lockout_gateway.port, "eve", PASSWORDS["eve"])
+            answers.append(b"CONNECTED" if eve.startswith(b"CONNECTED") else eve)
+        answers.append(connect_from(lockout_gateway.port, "root", f"guess-{guess}"))
+    assert any(b"message:too many failed logins" in a for a in answers)
+    assert b"message:too many failed logins" in connect_from(lockout_gateway.port, "root", PASSWORDS["root"])
+
+
+def test_a_login_flood_from_one_address_does_not_hold_up_another(lockout_gateway: GatewayProcess) -> None:
+    """#7: 150 wrong CONNECTs in flight from 127.0.0.1; alice from 127.0.0.2 connects in under a second
+    (or, on a host busy with other work, in under four times what she takes alone: 10 s before)."""
+    started = time.monotonic()
+    assert connect_from(lockout_gateway.port, "alice", PASSWORDS["alice"], source="127.0.0.2").startswith(b"CONN")
+    alone = time.monotonic() - started
+    socks = [socket.create_connection(("127.0.0.1", lockout_gateway.port), timeout=30) for _ in range(150)]
+    try:
+        for number, sock in enumerate(socks):
+            sock.sendall(connect_frame("root", f"guess-{number}"))
+        started = time.monotonic()
+        alice = connect_from(lockout_gateway.port, "alice", PASSWORDS["alice"], source="127.0.0.2")
+        took = time.monotonic() - started
+        assert alice.startswith(b"CONNECTED"), alice
+        assert took < max(1.0, 4 * alone), f"alice took {took:.2f}s behind the flood ({alone:.2f}s alone)"
+    finally:
+        for sock in socks:
+            sock.close()
