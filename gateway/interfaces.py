@@ -449,6 +449,18 @@ class ITopicLog(IConnector):
         """As :meth:`IStatusReporting.status`."""
 
 
+class IDestinationAliases(Interface):
+    """A connector that reaches one target under several destination names (Kafka: ``/queue/kafka.x``,
+    ``/topic/kafka.x``, ``/queue/x`` and ``/topic/x`` are all topic ``x``).  Authorization asks
+    for a grant on every name that reaches the target (:meth:`DestinationMap.aliases`)."""
+
+    def target_of(destination: str) -> str | None:
+        """The connector's own name of what ``destination`` reaches (a Kafka topic), or None."""
+
+    def names_for(target: str) -> tuple[str, ...]:
+        """Destination names that may reach ``target`` (the map keeps those routed here)."""
+
+
 class IFrameForwarder(IPostingConnector):
     """A posting connector that can take a client's SEND frame as it is.
 

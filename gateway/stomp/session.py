@@ -695,13 +695,18 @@ class StompSession:
         assert self.authorizer is not None
         if destination.startswith(tuple(TEMP_PREFIXES)):  # the connection's own temporary destination
             return True
-        if self.authorizer.check(self.login, permission, destination, self.peer):  # (logs and counts a refusal)
+        # The name and every other name of its target (a Kafka topic under /queue/ and /topic/):
+        # an entry on one alias alone does not open the target.
+        refused = next((name for name in self.destinations.aliases(destination)
+                        if not self.authorizer.check(self.login, permission, name, self.peer)), None)
+        if refused is None:  # (check logs and counts a refusal)
             return True
         who = f"login {self.login!r}" if self.login is not None else "an anonymous connection"
         headers = {"message": f"not authorized to {permission} {destination}", "content-type": "text/plain"}
         if "receipt" in frame.headers:
             headers["receipt-id"] = frame.headers["receipt"]
-        body = (f"{frame.command} frame: {who} does not hold the {permission!r} permission on {destination} "
+        where = destination if refused == destination else f"{refused}, which reaches the same target as {destination}"
+        body = (f"{frame.command} frame: {who} does not hold the {permission!r} permission on {where} "
                 "([[authorization]]); nothing was done and the connection stays open\n")
         self._write(Frame("ERROR", headers, body.encode()))
         return False

@@ -1,6 +1,7 @@
 """Issue 33's STOMP-side holes, against a real gateway process with stomp.py over TCP and
 WebSocket: durable subscriptions owned by their login (#4), the lockout counted per login and
-address with attempts in flight, bounded hashing per address (#5, #6, #7).
+address with attempts in flight, bounded hashing per address (#5, #6, #7), a Kafka topic's other
+name needing its own grant (#9, real Tansu).
 
 The gateway has bcrypt logins, deny-by-default ``[[authorization]]`` entries and a
 WebSocket listener; each test reproduces the attack the issue describes.
@@ -18,6 +19,7 @@ import pytest
 
 from gateway.passwords import hash_password
 from tests.support.gateway import GatewayProcess
+from tests.support.kafka import create_topics, group_settings, kafka_bootstrap, unique_topic
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client
 
@@ -42,6 +44,7 @@ write = ["carol"]
 admin = ["carol"]
 """
 TRANSPORTS = pytest.mark.parametrize("transport", ["tcp", "ws"])
+__all__ = ["kafka_bootstrap"]
 
 
 def users_option() -> str:
@@ -193,3 +196,57 @@ def test_a_login_flood_from_one_address_does_not_hold_up_another(lockout_gateway
     finally:
         for sock in socks:
             sock.close()
+
+
+# -- authorization judges the resolved target (#9) ------------------------------------------------
+
+KAFKA_ENTRIES = """
+[connectors.kafka]
+uri = "kafka://{bootstrap}"
+consumer = {{ {consumer} }}
+
+[[destinations]]
+pattern = "/queue/kafka.*"
+connector = "kafka"
+
+[[destinations]]
+pattern = "/topic/kafka.*"
+connector = "kafka"
+
+[[authorization]]
+destination = "/queue/kafka.*"
+read = ["alice"]
+write = ["alice"]
+
+[[authorization]]
+destination = "/topic/kafka.*"
+read = ["alice", "eve"]
+write = ["alice"]
+"""
+
+
+@pytest.mark.kafka
+def test_a_kafka_topic_under_another_name_needs_the_grant_of_every_name(
+        kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """#9: eve is refused /queue/kafka.orders; /topic/kafka.orders (granted by /topic/kafka.*) is the same
+    Kafka topic, so it is refused too; alice, granted both, reads it."""
+    topic = unique_topic("orders")
+    create_topics(kafka_bootstrap, topic)
+    consumer = ", ".join(f'"{k}" = {v}' for k, v in group_settings().items())
+    process = GatewayProcess(tmp_path_factory.mktemp("kafka-authz"),
+                             KAFKA_ENTRIES.format(bootstrap=kafka_bootstrap, consumer=consumer),
+                             args=["--set", users_option(), "--set", "auth.allow_weak_passwords=true",
+                                   "--set", "auth.max_failed_logins=0"]).start()
+    try:
+        secured = Secured(process, 0)
+        alice = secured.client("tcp", "alice")
+        alice.subscribe(f"/topic/kafka.{topic}", "a")
+        eve = secured.client("tcp", "eve")
+        eve.connection.subscribe(f"/topic/kafka.{topic}", "e", headers={"receipt": "r"})
+        error = eve.error(timeout=10)
+        assert error is not None and error.headers["message"] == f"not authorized to read /topic/kafka.{topic}"
+        alice.send(f"/queue/kafka.{topic}", "alice's order", receipt=True)
+        assert alice.message(timeout=20).body == b"alice's order"
+        assert eve.no_message(1.0)
+    finally:
+        process.stop()
