@@ -27,6 +27,7 @@ from gateway.errors import ConfigError, did_you_mean
 from gateway.pipeline.settings import PipelineSection
 from gateway.routing.config import RoutingSection
 from gateway.schema import Bool, Int, KeyProblem, Section, Str, Table, TomlKind, validate
+from gateway.stomp.origins import parse_allowed
 from gateway.transform.config import TransformConfig
 
 DEFAULT_CONFIG = "etc/jmsgateway.toml"
@@ -58,8 +59,16 @@ class GatewaySection(Section):
     """Listen backlog of every listener whose spec names no backlog= (capped at net.core.somaxconn)."""
     data_dir: Str = "var"
     """Folder for the store, dedup files and checkpoints (relative paths below it)."""
+    allowed_origins: list[Str] = []
+    """Web origins (scheme://host[:port], or "*") whose pages may open a ws: listener; empty: same-origin only."""
 
     model_config = ConfigDict(frozen=False)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        parse_allowed(value)  # (ValueError naming the bad entry)
+        return value
 
     @field_validator("listen", mode="before", json_schema_input_type=str | list[str])
     @classmethod

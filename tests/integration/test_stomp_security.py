@@ -1,7 +1,7 @@
 """Issue 33's STOMP-side holes, against a real gateway process with stomp.py over TCP and
 WebSocket: durable subscriptions owned by their login (#4), the lockout counted per login and
 address with attempts in flight, bounded hashing per address (#5, #6, #7), a Kafka topic's other
-name needing its own grant (#9, real Tansu).
+name needing its own grant (#9, real Tansu), the WebSocket Origin allow-list (#10).
 
 The gateway has bcrypt logins, deny-by-default ``[[authorization]]`` entries and a
 WebSocket listener; each test reproduces the attack the issue describes.
@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+import websocket
 
 from gateway.passwords import hash_password
 from tests.support.gateway import GatewayProcess
@@ -250,3 +251,45 @@ def test_a_kafka_topic_under_another_name_needs_the_grant_of_every_name(
         assert eve.no_message(1.0)
     finally:
         process.stop()
+
+
+# -- WebSocket Origin (#10) ----------------------------------------------------------------------
+
+
+def ws_handshake(port: int, **options: object) -> websocket.WebSocket:
+    return websocket.create_connection(f"ws://127.0.0.1:{port}/", subprotocols=["v12.stomp"], timeout=10,
+                                       **options)
+
+
+def test_a_websocket_handshake_from_another_origin_is_refused(secured: Secured) -> None:
+    """#10: a page of attacker.example cannot open the gateway's WebSocket (403 before any frame)."""
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        ws_handshake(secured.ws_port, origin="http://attacker.example")
+    assert refused.value.status_code == 403
+    log = secured.process.wait_for_log("refused a WebSocket handshake")
+    assert "attacker.example" in log
+    for options in ({"origin": f"http://127.0.0.1:{secured.ws_port}"}, {"suppress_origin": True}):
+        ws = ws_handshake(secured.ws_port, **options)  # same origin; no Origin (not a browser)
+        try:
+            ws.send(f"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:{PASSWORDS['alice']}\n\n\x00")
+            assert ws.recv().startswith("CONNECTED")
+        finally:
+            ws.close()
+
+
+def test_allowed_origins_lists_the_pages_that_may_connect(tmp_path_factory: pytest.TempPathFactory) -> None:
+    ws_port = free_port()
+    process = GatewayProcess(tmp_path_factory.mktemp("origins"), args=[
+        "--listen", f"ws:tcp:{ws_port}:interface=127.0.0.1",
+        "--set", 'gateway.allowed_origins=["https://app.example.com"]']).start()
+    try:
+        wait_for_port(ws_port, timeout=10)
+        ws_handshake(ws_port, origin="https://app.example.com").close()
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            ws_handshake(ws_port, origin=f"http://127.0.0.1:{ws_port}")
+        assert refused.value.status_code == 403
+    finally:
+        process.stop()
+    bad = GatewayProcess(tmp_path_factory.mktemp("bad-origins"), args=[
+        "--set", 'gateway.allowed_origins=["app.example.com"]']).start_fails()
+    assert "gateway.allowed_origins" in bad and "scheme://host" in bad
