@@ -171,11 +171,12 @@ class AuthSettings(Section):
     checked by :mod:`gateway.auth` and :mod:`gateway.authorization` (docs/security.md)."""
 
     users: dict[str, Str] = {}
-    """Logins and their passwords (bcrypt hashes from jmsgateway hash-password, or plain text)."""
+    """Logins and their passwords (bcrypt hashes of cost >= 10 from jmsgateway hash-password; weaker ones need
+    allow_weak_passwords)."""
     password_file: Str = ""
     """A file of login:password lines (Twisted's FilePasswordDB)."""
     allow_plaintext: Bool = True
-    """Whether plain-text passwords are accepted (with a warning); false refuses them."""
+    """False refuses plain-text passwords even with allow_weak_passwords."""
     allow_weak_passwords: Bool = False
     """Whether plain-text and low-cost (bcrypt cost < 10) passwords start (with a warning); false refuses them."""
     groups: Table = {}
