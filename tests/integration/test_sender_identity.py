@@ -100,11 +100,12 @@ def test_jms_consumer_sees_the_verified_login(clients: StompClients, jms: JmsCli
     assert received.properties.get("user-id") == "eve"
 
 
-def test_kafka_record_carries_the_verified_login(clients: StompClients, kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("receipt", [True, False], ids=["receipted", "forwarded"])
+def test_kafka_record_carries_the_verified_login(clients: StompClients, kafka_bootstrap: str, receipt: bool) -> None:
     topic = unique_topic("identity")
     create_topics(kafka_bootstrap, topic)
     eve = clients.connect(login="eve", passcode=PASSWORDS["eve"])
-    eve.send(f"/topic/kafka.{topic}", "who am I", receipt=True, **FORGED)
+    eve.send(f"/topic/kafka.{topic}", "who am I", receipt=receipt, **FORGED)
     [record] = read_records(kafka_bootstrap, topic, 1, settle=0.5)
     headers = dict(record.headers())
     assert headers["jms.JMSXUserID"] == b"eve"
