@@ -5,9 +5,12 @@
 - ``users`` (login → password) and ``password_file`` (``login:password``
   lines, read at start-up) are checked by one
   :class:`~gateway.passwords.PasswordChecker`; a password is a bcrypt hash
-  (``jmsgateway hash-password``) or plain text, which is warned about at
-  start-up naming the login, or refused with ``allow_plaintext = false``.  A
-  login in both: the file's line wins.
+  (``jmsgateway hash-password``) or plain text.  A *weak* password (plain
+  text, or a bcrypt cost below :data:`~gateway.passwords.MIN_ROUNDS`) stops
+  start-up naming the login and key, unless ``allow_weak_passwords = true``
+  (development), which warns once per such login instead;
+  ``allow_plaintext = false`` refuses plain text even then.  A login in both:
+  the file's line wins.
 - ``certificates`` (subject CN → login) lets a client that proved a
   certificate on an ``mtls:`` listener log in as that login without a
   passcode (:class:`CertificateChecker`).
@@ -30,7 +33,7 @@ from zope.interface import implementer
 from gateway.config import AuthSettings
 from gateway.errors import ConfigError
 from gateway.interfaces import ICertificateIdentity, IStompUser
-from gateway.passwords import PasswordChecker, is_hashed
+from gateway.passwords import MIN_ROUNDS, PasswordChecker, is_hashed, weak_password
 
 log = Logger()
 
@@ -105,26 +108,33 @@ def _file_passwords(path: str, config_path: str) -> dict[str, str]:
 
 
 def configured_passwords(settings: AuthSettings, config_path: str = "") -> dict[str, str]:
-    """Every login's configured password (hash or plain text), checked against ``allow_plaintext``."""
+    """Every login's configured password (hash or plain text), checked against ``allow_weak_passwords``
+    and ``allow_plaintext`` (ConfigError naming the login's key; a warning per allowed weak one)."""
     passwords: dict[str, str] = {}
     for login, password in settings.users.items():
         if not isinstance(password, str):
             raise ConfigError("passwords must be strings", path=config_path, key=f"auth.users.{login}")
         passwords[login] = password
-    if settings.password_file:
-        passwords.update(_file_passwords(settings.password_file, config_path))
+    from_file = _file_passwords(settings.password_file, config_path) if settings.password_file else {}
+    passwords.update(from_file)
     for login, password in passwords.items():
+        key = "auth.password_file" if login in from_file else f"auth.users.{login}"
         if password.startswith("$2") and not is_hashed(password):
-            raise ConfigError("looks like a hash but is not bcrypt ($2a$, $2b$, $2y$)", path=config_path,
-                              key=f"auth.users.{login}")
-        if is_hashed(password):
+            raise ConfigError("looks like a hash but is not bcrypt ($2a$, $2b$, $2y$)", path=config_path, key=key)
+        weakness = weak_password(password)
+        if weakness is None:
             continue
-        if not settings.allow_plaintext:
+        if not is_hashed(password) and not settings.allow_plaintext:
             raise ConfigError("the password is plain text and [auth] allow_plaintext is false; store a hash "
-                              "from 'jmsgateway hash-password'", path=config_path, key=f"auth.users.{login}")
-        log.warn("the password of login {login!r} is stored in plain text; replace it by the output of "
-                 "'jmsgateway hash-password' (or set [auth] allow_plaintext = false to refuse plain text)",
-                 login=login)
+                              "from 'jmsgateway hash-password'", path=config_path, key=key)
+        if not settings.allow_weak_passwords:
+            raise ConfigError(f"the password of login {login!r} is {weakness}: store a bcrypt hash of cost "
+                              f"{MIN_ROUNDS} or more ('jmsgateway hash-password'), or set [auth] "
+                              "allow_weak_passwords = true (development only: such a login is quick to guess, "
+                              "and its timing tells it apart)", path=config_path, key=key)
+        log.warn("the password of login {login!r} ({key}) is {weakness}; replace it by the output of "
+                 "'jmsgateway hash-password' (allowed by [auth] allow_weak_passwords = true)",
+                 login=login, key=key, weakness=weakness)
     return passwords
 
 

@@ -24,7 +24,10 @@ Rules:
   when at least one matching entry grants it (entries add up, their order does
   not matter).  Anonymous (``login`` None) holds nothing.
 - Names are the STOMP-side destination as the client wrote it, checked before
-  routing, so one set of entries covers the embedded broker and every connector.
+  routing, so one set of entries covers the embedded broker and every connector;
+  the caller asks for every name routed to the same target too
+  (:meth:`~gateway.routing.destination_map.DestinationMap.aliases`: a Kafka
+  topic's ``/queue/`` and ``/topic/`` forms), so an alias alone opens nothing.
 - Temporary destinations: a connection's own ``/temp-queue/...`` and
   ``/temp-topic/...`` are always its own to use (the session does not ask).
   Another connection's (``/remote-temp-queue/...``, where replies go) is open

@@ -27,6 +27,7 @@ from gateway.errors import ConfigError, did_you_mean
 from gateway.pipeline.settings import PipelineSection
 from gateway.routing.config import RoutingSection
 from gateway.schema import Bool, Int, KeyProblem, Section, Str, Table, TomlKind, validate
+from gateway.stomp.origins import parse_allowed
 from gateway.transform.config import TransformConfig
 
 DEFAULT_CONFIG = "etc/jmsgateway.toml"
@@ -58,8 +59,16 @@ class GatewaySection(Section):
     """Listen backlog of every listener whose spec names no backlog= (capped at net.core.somaxconn)."""
     data_dir: Str = "var"
     """Folder for the store, dedup files and checkpoints (relative paths below it)."""
+    allowed_origins: list[Str] = []
+    """Web origins (scheme://host[:port], or "*") whose pages may open a ws: listener; empty: same-origin only."""
 
     model_config = ConfigDict(frozen=False)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        parse_allowed(value)  # (ValueError naming the bad entry)
+        return value
 
     @field_validator("listen", mode="before", json_schema_input_type=str | list[str])
     @classmethod
@@ -162,11 +171,14 @@ class AuthSettings(Section):
     checked by :mod:`gateway.auth` and :mod:`gateway.authorization` (docs/security.md)."""
 
     users: dict[str, Str] = {}
-    """Logins and their passwords (bcrypt hashes from jmsgateway hash-password, or plain text)."""
+    """Logins and their passwords (bcrypt hashes of cost >= 10 from jmsgateway hash-password; weaker ones need
+    allow_weak_passwords)."""
     password_file: Str = ""
     """A file of login:password lines (Twisted's FilePasswordDB)."""
     allow_plaintext: Bool = True
-    """Whether plain-text passwords are accepted (with a warning); false refuses them."""
+    """False refuses plain-text passwords even with allow_weak_passwords."""
+    allow_weak_passwords: Bool = False
+    """Whether plain-text and low-cost (bcrypt cost < 10) passwords start (with a warning); false refuses them."""
     groups: Table = {}
     """Group name -> list of logins, for [[authorization]] entries (group:NAME)."""
     certificates: Table = {}

@@ -108,6 +108,11 @@ class DestinationError(GatewayError):
     """A destination name is invalid or refers to something not allowed."""
 
 
+class NotOwner(DestinationError):
+    """A durable subscription named by another login than the one that created it (its text is
+    the ERROR frame's ``message``)."""
+
+
 class TransformError(GatewayError):
     """A message transformer failed; carries the plugin name."""
 

@@ -41,6 +41,9 @@ class SubscriptionSpec:
         together with :attr:`durable_name`.
     :ivar owner: opaque id of the owning connection (temporary destinations
         may only be consumed by their owner).
+    :ivar login: the verified login of the subscriber (None without
+        authentication); a durable subscription belongs to the login that
+        created it.
     :ivar strict_acks: an acknowledgement of a delivery made on a previous
         connection (or before a Kafka rebalance or seek) fails with
         :class:`~gateway.errors.StaleDelivery` instead of being ignored (the
@@ -57,6 +60,7 @@ class SubscriptionSpec:
     client_id: str | None = None
     owner: str = ""
     strict_acks: bool = False
+    login: str | None = None
 
 
 class IConsumer(Interface):
@@ -445,6 +449,18 @@ class ITopicLog(IConnector):
         """As :meth:`IStatusReporting.status`."""
 
 
+class IDestinationAliases(Interface):
+    """A connector that reaches one target under several destination names (Kafka: ``/queue/kafka.x``,
+    ``/topic/kafka.x``, ``/queue/x`` and ``/topic/x`` are all topic ``x``).  Authorization asks
+    for a grant on every name that reaches the target (:meth:`DestinationMap.aliases`)."""
+
+    def target_of(destination: str) -> str | None:
+        """The connector's own name of what ``destination`` reaches (a Kafka topic), or None."""
+
+    def names_for(target: str) -> tuple[str, ...]:
+        """Destination names that may reach ``target`` (the map keeps those routed here)."""
+
+
 class IFrameForwarder(IPostingConnector):
     """A posting connector that can take a client's SEND frame as it is.
 
@@ -545,8 +561,8 @@ class IMessageStore(Interface):
     def set_redelivery(queue: str, message_id: str, count: int) -> Any:
         """Record a new redelivery count for a stored message."""
 
-    def add_durable(key: str, destination: str, selector: str | None) -> Any:
-        """Record a durable topic subscription (its identity survives restarts)."""
+    def add_durable(key: str, destination: str, selector: str | None, owner: str | None = None) -> Any:
+        """Record a durable topic subscription (its identity and owning login survive restarts)."""
 
     def remove_durable(key: str) -> Any:
         """Forget a durable subscription and its backlog."""

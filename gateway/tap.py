@@ -128,7 +128,8 @@ class GatewayService(service.MultiService):
         tune_garbage_collector()
         self.backlog = self._backlog()
         for spec in self.gateway.config.listen:
-            chosen = listener_for(spec, self.gateway.factory, self.reactor)  # plain or ws:<endpoint>
+            chosen = listener_for(spec, self.gateway.factory, self.reactor,  # plain or ws:<endpoint>
+                                  self.gateway.config.gateway.allowed_origins)
             self._serve(spec, with_backlog(chosen.endpoint, self.backlog), chosen.factory)
             self.log.info("jmsgateway listening for {what} on {endpoint} (listen backlog {backlog})",
                           what=chosen.description, endpoint=spec, backlog=self.backlog)

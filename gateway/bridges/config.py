@@ -85,6 +85,10 @@ class BridgeEndpoint(Section):
     def _slash(cls, destination: str) -> str:
         if not destination.startswith("/"):
             raise ValueError(f"expected a destination such as /queue/name or /topic/name, got {destination!r}")
+        if destination.startswith(TEMPORARY_PREFIXES):
+            raise ValueError(f"{destination!r} is a temporary destination: it belongs to the STOMP connection "
+                             "that created it and ends with it, so a bridge cannot read or write it; "
+                             "bridge a /queue/ or /topic/ destination")
         return destination
 
     @model_validator(mode="after")
@@ -116,6 +120,10 @@ class TransformerStep(Section):
         if self.on_error == "dead-letter" and not self.dead_letter:
             raise KeyProblem("on_error", "on_error = 'dead-letter' needs a dead_letter destination")
         return self
+
+
+TEMPORARY_PREFIXES = ("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")
+"""Temporary destinations (a connection's own): never a bridge's source or target."""
 
 
 def _named(value: Any) -> Any:

@@ -60,7 +60,7 @@ from gateway.broker.store import (
 )
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
-from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, StoreError
+from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, NotOwner, StoreError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     Capability,
@@ -206,6 +206,8 @@ class EmbeddedBroker:
         self.queues: dict[str, MessageQueue] = {}
         self.topics: dict[str, list[MessageQueue]] = {}
         self.durables: dict[str, MessageQueue] = {}
+        self.durable_owners: dict[str, str | None] = {}
+        """Durable subscription key -> the login that created it (None: created without a login)."""
         self._expiry = LoopingCall(self.purge_expired)
         self._expiry.clock = clock
         self._persist_all = not isinstance(self.store, MemoryStore)
@@ -249,6 +251,7 @@ class EmbeddedBroker:
         """
         for record in snapshot.durables:
             self._make_durable(record.key, record.destination, record.selector)
+            self.durable_owners[record.key] = record.owner
         limit = self.settings.max_redeliveries
         moves: list[Deferred[None]] = []
         for key, message in snapshot.messages:
@@ -719,6 +722,7 @@ class EmbeddedBroker:
                 )
             key = durable_key(spec.client_id, spec.durable_name)
             durable: MessageQueue | None = self.durables.get(key)
+            self._check_owner(key, spec.durable_name, spec.login)
             if key in self._subscribing or (durable is not None and durable.consumers):
                 raise DestinationError(f"durable subscription {spec.durable_name!r} of client "
                                        f"{spec.client_id!r} already has an active subscriber")
@@ -727,7 +731,11 @@ class EmbeddedBroker:
                 durable = None
             if durable is None:
                 durable = self._make_durable(key, spec.destination, spec.selector)
-                recorded = self.store.add_durable(key, spec.destination, spec.selector)
+                self.durable_owners[key] = spec.login
+                recorded = self.store.add_durable(key, spec.destination, spec.selector, spec.login)
+            elif self.durable_owners.get(key) is None and spec.login is not None:
+                self.durable_owners[key] = spec.login  # (created without a login, or before owners were kept)
+                self.store.add_durable(key, spec.destination, spec.selector, spec.login).addErrback(self._store_failed)
             queue = durable
         else:
             queue = MessageQueue(self, spec.destination, spec.destination, filter=selector, transient=True)
@@ -736,6 +744,17 @@ class EmbeddedBroker:
         if recorded is None:
             queue.add_consumer(subscription)
         return subscription, recorded
+
+    def _check_owner(self, key: str, name: str, login: str | None) -> None:
+        """NotOwner unless ``login`` may use the durable subscription ``key``: it has none yet, was
+        created without a login, or by ``login``."""
+        owner = self.durable_owners.get(key)
+        if owner is not None and owner != login:
+            raise NotOwner(f"durable subscription {name!r} belongs to another login")
+
+    def durable_owner(self, client_id: str, durable_name: str) -> str | None:
+        """The login that created the durable subscription (None: none, or created without a login)."""
+        return self.durable_owners.get(durable_key(client_id, durable_name))
 
     def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
         key = durable_key(client_id, durable_name)
@@ -793,6 +812,7 @@ class EmbeddedBroker:
         return queue
 
     def _drop_durable(self, key: str) -> Deferred[None]:
+        self.durable_owners.pop(key, None)
         queue = self.durables.pop(key, None)
         if queue is not None:
             subscribers = self.topics.get(queue.name, [])

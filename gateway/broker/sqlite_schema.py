@@ -64,12 +64,17 @@ CREATE = (
     """CREATE TABLE durables (
         key TEXT PRIMARY KEY,
         destination TEXT NOT NULL,
-        selector TEXT
+        selector TEXT,
+        owner TEXT
     )""",
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 """A new store."""
+
+DURABLE_OWNER = "ALTER TABLE durables ADD COLUMN owner TEXT"
+"""The login that created a durable subscription (added to stores of any schema version that lack it:
+earlier versions read the table by column name, so the file stays readable by them)."""
 
 MIGRATE_1_TO_2 = (
     "ALTER TABLE messages ADD COLUMN rank INTEGER NOT NULL DEFAULT 0",

@@ -52,6 +52,7 @@ from gateway.broker.sqlite_schema import (
     DELETE,
     DELETE_EXPIRED,
     DELETE_QUEUE,
+    DURABLE_OWNER,
     INSERT,
     INSERT_BODY,
     MIGRATE_1_TO_2,
@@ -253,11 +254,12 @@ class SqliteStore:
 
         return self.writer.submit(update)
 
-    def add_durable(self, key: str, destination: str, selector: str | None) -> Deferred[None]:
+    def add_durable(self, key: str, destination: str, selector: str | None,
+                    owner: str | None = None) -> Deferred[None]:
         def record(db: sqlite3.Connection) -> None:
             db.execute(
-                "INSERT OR REPLACE INTO durables (key, destination, selector) VALUES (?, ?, ?)",
-                (key, destination, selector),
+                "INSERT OR REPLACE INTO durables (key, destination, selector, owner) VALUES (?, ?, ?, ?)",
+                (key, destination, selector, owner),
             )
 
         return self.writer.submit(record)
@@ -351,6 +353,8 @@ class SqliteStore:
     def _migrate(self, db: sqlite3.Connection, version: int) -> None:
         """Bring a store of schema ``version`` to :data:`SCHEMA_VERSION`, inside the
         caller's transaction (all or nothing)."""
+        if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(durables)")}:
+            db.execute(DURABLE_OWNER)
         if version < 2:
             self.log.info("message store {path}: adding the dispatch order index (schema version {version} "
                           "to 2, once)", path=self.path, version=version)
@@ -370,9 +374,9 @@ class SqliteStore:
         try:
             expired = release(db, db.execute(DELETE_EXPIRED, (now_ms,)))
             durables = [
-                DurableRecord(key, destination, selector)
-                for key, destination, selector in db.execute(
-                    "SELECT key, destination, selector FROM durables ORDER BY rowid"
+                DurableRecord(key, destination, selector, owner)
+                for key, destination, selector, owner in db.execute(
+                    "SELECT key, destination, selector, owner FROM durables ORDER BY rowid"
                 )
             ]
             messages = []

@@ -42,6 +42,8 @@ class DurableRecord:
     key: str
     destination: str
     selector: str | None = None
+    owner: str | None = None
+    """The login that created it (None: created without authentication)."""
 
 
 @dataclass(slots=True)
@@ -128,7 +130,7 @@ class MemoryStore:
             del self._messages[seq]
         return succeed(
             Snapshot(
-                durables=[DurableRecord(r.key, r.destination, r.selector) for r in self._durables.values()],
+                durables=[DurableRecord(r.key, r.destination, r.selector, r.owner) for r in self._durables.values()],
                 messages=[(queue, message.copy()) for queue, message in self._messages.values()],
                 expired=len(expired),
             )
@@ -165,9 +167,10 @@ class MemoryStore:
             message.redelivered = message.redelivered or count > 0
         return succeed(None)
 
-    def add_durable(self, key: str, destination: str, selector: str | None) -> Deferred[None]:
+    def add_durable(self, key: str, destination: str, selector: str | None,
+                    owner: str | None = None) -> Deferred[None]:
         self._durables.pop(key, None)
-        self._durables[key] = DurableRecord(key, destination, selector)
+        self._durables[key] = DurableRecord(key, destination, selector, owner)
         return succeed(None)
 
     def remove_durable(self, key: str) -> Deferred[None]:

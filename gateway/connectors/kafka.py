@@ -72,6 +72,7 @@ from gateway.interfaces import (
     IConnector,
     IConsumer,
     ICredentialed,
+    IDestinationAliases,
     IExactlyOnceSource,
     IExactlyOnceTarget,
     IFlowControlled,
@@ -200,7 +201,7 @@ cluster (it says whether the producer runs; librdkafka reconnects by itself)."""
 
 
 @implementer(IFlowControlled, IStatusReporting, ITopicLog, ICredentialed, IHeldMessages, IExactlyOnceSource,
-             IExactlyOnceTarget)
+             IExactlyOnceTarget, IDestinationAliases)
 class KafkaConnector:
     """Sends to and subscribes from Kafka (see the module docstring).
 
@@ -562,6 +563,19 @@ class KafkaConnector:
     def topic_of(self, destination: str) -> str:
         """The topic ``destination`` maps to (DestinationError if none)."""
         return topic_for_destination(destination, self.settings.topics)
+
+    def target_of(self, destination: str) -> str | None:
+        """:class:`IDestinationAliases`: the topic, or None for a name that is none."""
+        try:
+            return self.topic_of(destination)
+        except DestinationError:
+            return None
+
+    def names_for(self, target: str) -> tuple[str, ...]:
+        """:class:`IDestinationAliases`: every name :func:`topic_for_destination` maps to ``target``."""
+        table = self.settings.topics or {}
+        return (f"/queue/kafka.{target}", f"/topic/kafka.{target}", f"/queue/{target}", f"/topic/{target}",
+                *(name for name, topic in table.items() if topic == target))
 
     def send(self, message: Message) -> Deferred[DeliveryReport]:
         """Send ``message`` to the topic its destination names (key: ``key_header`` or message id)."""

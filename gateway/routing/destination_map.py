@@ -19,6 +19,7 @@ from gateway.errors import ConfigError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     IConnector,
+    IDestinationAliases,
     IDestinationFlowControlled,
     IFlowControlled,
     IFrameForwarder,
@@ -68,10 +69,56 @@ class DestinationMap:
             if rule.connector not in connectors:
                 raise ConfigError(f"destination rule {rule.pattern!r} names unknown connector {rule.connector!r}")
         self._cache: dict[str, Resolved] = {}
+        self._aliases: dict[str, tuple[str, ...]] = {}
 
     @property
     def embedded(self) -> IConnector:
         return self.connectors["embedded"]
+
+    def aliases(self, destination: str) -> tuple[str, ...]:
+        """``destination`` and every other name routed to the same target: the names the
+        ``[[destinations]]`` rules (their ``rename``) send to the same connector-side name, and
+        those its connector maps to the same thing (:class:`IDestinationAliases`, a Kafka topic).
+        Authorization asks for a grant on each (cached per name)."""
+        hit = self._aliases.get(destination)
+        if hit is not None:
+            return hit
+        resolved = self.resolve(destination)
+        connector = resolved.connector
+        targets = [resolved.destination]
+        if IDestinationAliases.providedBy(connector):
+            target = connector.target_of(resolved.destination)
+            if target is not None:
+                targets.extend(connector.names_for(target))
+        names = [destination]
+        if not destination.startswith(("/temp-", "/remote-temp-")):
+            for candidate in dict.fromkeys(name for target in targets for name in self._names_routed_to(target)):
+                if candidate not in names and self._same_target(self.resolve(candidate), resolved):
+                    names.append(candidate)
+        found = tuple(names)
+        if len(self._aliases) < 10_000:
+            self._aliases[destination] = found
+        return found
+
+    def _names_routed_to(self, connector_name: str) -> list[str]:
+        """Destination names the rules may turn into ``connector_name`` (itself, and each
+        ``rename`` undone)."""
+        names = [connector_name]
+        for rule in self.rules:
+            if rule.rename and connector_name.startswith(rule.rename):
+                names.append(rule.pattern.split("*", 1)[0] + connector_name[len(rule.rename):])
+        return names
+
+    @staticmethod
+    def _same_target(one: Resolved, other: Resolved) -> bool:
+        if one.connector is not other.connector:
+            return False
+        if one.destination == other.destination:
+            return True
+        connector = one.connector
+        return IDestinationAliases.providedBy(connector) and \
+            connector.target_of(one.destination) is not None and \
+            connector.target_of(one.destination) == connector.target_of(other.destination)
 
     def resolve(self, destination: str) -> Resolved:
         """The connector and connector-side name for ``destination``."""

@@ -65,9 +65,10 @@ class Listener:
     description: str
 
 
-def listener_for(spec: str, stomp_factory: Any, reactor: Any) -> Listener:
+def listener_for(spec: str, stomp_factory: Any, reactor: Any, allowed_origins: list[str] | None = None) -> Listener:
     """The endpoint and factory for ``spec``: plain STOMP, or STOMP over WebSocket for ``ws:<endpoint>``
-    (GatewayError naming the spec when WebSocket support cannot load)."""
+    whose handshakes must come from ``allowed_origins`` (:mod:`gateway.stomp.origins`; GatewayError
+    naming the spec when WebSocket support cannot load)."""
     if spec[: len(WEBSOCKET_PREFIX)].lower() != WEBSOCKET_PREFIX:
         return Listener(spec, stomp_factory, "STOMP")
     try:
@@ -76,5 +77,7 @@ def listener_for(spec: str, stomp_factory: Any, reactor: Any) -> Listener:
         raise GatewayError(f"cannot listen on {spec!r}: STOMP over WebSocket needs autobahn "
                            f"(pip install 'autobahn>=26.10'): {error}") from error
 
-    factory = StompWebSocketFactory(stomp_factory, reactor)
-    return Listener(spec[len(WEBSOCKET_PREFIX):], factory, "STOMP over WebSocket")
+    endpoint = spec[len(WEBSOCKET_PREFIX):]
+    secure = endpoint.split(":", 1)[0].lower() in ("ssl", "mtls")
+    factory = StompWebSocketFactory(stomp_factory, reactor, allowed_origins, secure=secure)
+    return Listener(endpoint, factory, "STOMP over WebSocket")

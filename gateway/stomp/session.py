@@ -38,7 +38,7 @@ from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
 from gateway.config import BrokerSettings, StompSettings
 from gateway.deferreds import gather
-from gateway.errors import GatewayError, SelectorError, StompProtocolError
+from gateway.errors import GatewayError, NotOwner, SelectorError, StompProtocolError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
@@ -59,6 +59,7 @@ from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.stomp.codec import unrepresentable
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.frame import VERSIONS, Frame
+from gateway.stomp.sender_identity import stamp_sender
 
 SERVER_NAME = f"jmsgateway/{__version__}"
 TEMP_PREFIXES = {"/temp-queue/": "/remote-temp-queue/", "/temp-topic/": "/remote-temp-topic/"}
@@ -239,6 +240,11 @@ class StompSession:
         self.out_interval = 0.0
         self.in_interval = 0.0
 
+    @property
+    def verified_login(self) -> str | None:
+        """The login the portal verified (None without authentication: a CONNECT's ``login`` is its word)."""
+        return self.login if self.portal is not None else None
+
     # -- entry points from the protocol -----------------------------------
 
     def data_received(self) -> None:
@@ -406,27 +412,33 @@ class StompSession:
             self._connected(frame, heartbeat)
             return
         address = self.peer.rsplit(":", 1)[0]
-        locked_out = self.throttle.refusal(address) if self.throttle is not None else None
-        if locked_out is not None:
+        throttle = self.throttle
+        refusal = throttle.admit(address, login) if throttle is not None else None
+        if refusal is not None:
             self.state = "new"
-            raise StompError("too many failed logins", locked_out)
+            raise StompError("too many failed logins", refusal)
         credentials: Any = UsernamePassword(login.encode(), passcode.encode()) if login is not None else Anonymous()
         common_name = self.certificate_name() if self.certificate_name is not None else None
         if common_name is not None and "passcode" not in headers:
             credentials = CertificateIdentity(common_name, login)
-        d = self.portal.login(credentials, None, IStompUser)
+        portal = self.portal
+        if throttle is not None:  # (at most a few checks of one address at once)
+            d = throttle.check(address, lambda: portal.login(credentials, None, IStompUser))
+        else:
+            d = portal.login(credentials, None, IStompUser)
 
         def logged_in(result: tuple[Any, Any, Callable[[], None]]) -> None:
             self.login = result[1].login
-            if self.throttle is not None:
-                self.throttle.login_succeeded(address)
+            if throttle is not None:
+                throttle.settle(address, self.login, True)
             self._connected(frame, heartbeat)
 
         def refused(failure: Failure) -> None:
             self.state = "new"
-            if failure.check(UnauthorizedLogin, LoginFailed):
-                if self.throttle is not None:
-                    self.throttle.login_failed(address)
+            wrong = failure.check(UnauthorizedLogin, LoginFailed) is not None
+            if throttle is not None:  # (an error of the check itself is no guess: it only ends the attempt)
+                throttle.settle(address, login, False) if wrong else throttle.settle(address, None, True)
+            if wrong:
                 who = f"login {login!r}" if login is not None else "an anonymous login"
                 self.fail(StompError("authentication failed", f"{who} was refused"), frame)
             else:
@@ -522,6 +534,7 @@ class StompSession:
             destination = self._required(frame, "destination")  # (raises)
         if self.authorizer is not None and not self._authorized(frame, destination, "write"):
             return
+        stamp_sender(headers, self.verified_login)
         transaction = self._transaction(frame) if "transaction" in headers else None
         resolved: Resolved | None = None
         temporary = destination.startswith("/temp-")
@@ -682,13 +695,18 @@ class StompSession:
         assert self.authorizer is not None
         if destination.startswith(tuple(TEMP_PREFIXES)):  # the connection's own temporary destination
             return True
-        if self.authorizer.check(self.login, permission, destination, self.peer):  # (logs and counts a refusal)
+        # The name and every other name of its target (a Kafka topic under /queue/ and /topic/):
+        # an entry on one alias alone does not open the target.
+        refused = next((name for name in self.destinations.aliases(destination)
+                        if not self.authorizer.check(self.login, permission, name, self.peer)), None)
+        if refused is None:  # (check logs and counts a refusal)
             return True
         who = f"login {self.login!r}" if self.login is not None else "an anonymous connection"
         headers = {"message": f"not authorized to {permission} {destination}", "content-type": "text/plain"}
         if "receipt" in frame.headers:
             headers["receipt-id"] = frame.headers["receipt"]
-        body = (f"{frame.command} frame: {who} does not hold the {permission!r} permission on {destination} "
+        where = destination if refused == destination else f"{refused}, which reaches the same target as {destination}"
+        body = (f"{frame.command} frame: {who} does not hold the {permission!r} permission on {where} "
                 "([[authorization]]); nothing was done and the connection stays open\n")
         self._write(Frame("ERROR", headers, body.encode()))
         return False
@@ -737,6 +755,7 @@ class StompSession:
             durable_name=durable,
             client_id=self.client_id,
             owner=self.session_id,
+            login=self.verified_login,
         )
         subscription = StompSubscription(self, sub_id, destination, ack_mode, transformation)
         self.subscriptions[sub_id] = subscription
@@ -777,9 +796,22 @@ class StompSession:
             raise StompError("missing id header", "UNSUBSCRIBE requires an 'id' header")
         subscription = self.subscriptions.pop(sub_id, None)
         if subscription is None:
+            self._check_durable_owner(frame)
             raise StompError("unknown subscription", f"there is no subscription with id {sub_id!r}")
         delete = "activemq.subscriptionName" in frame.headers or "durable-subscription-name" in frame.headers
         self._track(self._close_subscription(subscription, delete=delete), frame)
+
+    def _check_durable_owner(self, frame: Frame) -> None:
+        """An UNSUBSCRIBE naming a durable subscription this connection does not hold: say so when
+        it is another login's (nothing is changed either way)."""
+        name = frame.headers.get("activemq.subscriptionName") or frame.headers.get("durable-subscription-name")
+        if not name or not self.client_id:
+            return
+        owner = self.destinations.embedded.durable_owner(self.client_id, name)  # type: ignore[attr-defined]
+        if owner is not None and owner != self.verified_login:
+            raise StompError(f"durable subscription {name!r} belongs to another login",
+                             f"{name!r} of client-id {self.client_id!r} was created by another login; "
+                             "nothing was changed")
 
     def _close_subscription(self, subscription: StompSubscription, *, delete: bool) -> Deferred[Any]:
         subscription.closed = True
@@ -1097,6 +1129,8 @@ def _check_selector(selector: str) -> None:
 
 
 def _error_title(error: GatewayError) -> str:
+    if isinstance(error, NotOwner):
+        return str(error)
     names = {
         "DestinationError": "invalid destination",
         "ConnectorUnavailable": "target unavailable",

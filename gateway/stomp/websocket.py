@@ -23,11 +23,13 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.internet.interfaces import IAddress, IConsumer, IPushProducer, ITransport
 from twisted.internet.protocol import connectionDone
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway import __version__
 from gateway.errors import FrameTooLarge
+from gateway.stomp.origins import origin_refusal, parse_allowed
 from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
 
 STOMP_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp", "stomp")
@@ -156,6 +158,13 @@ class StompWebSocketProtocol(WebSocketServerProtocol):
     _ended = False
 
     def onConnect(self, request: ConnectionRequest) -> str | None:
+        headers = request.headers  # (autobahn lower-cases the names)
+        refusal = origin_refusal(headers.get("origin"), headers.get("host"), self.factory.allowed_origins,
+                                 self.factory.tls)
+        if refusal is not None:
+            self.factory.log.warn("refused a WebSocket handshake from {peer}: {reason}", peer=request.peer,
+                                  reason=refusal)
+            raise ConnectionDeny(ConnectionDeny.FORBIDDEN, refusal)
         return choose_subprotocol(request.protocols)
 
     def onOpen(self) -> None:
@@ -219,10 +228,16 @@ class StompWebSocketFactory(WebSocketServerFactory):
 
     protocol = StompWebSocketProtocol  # type: ignore[assignment]
     noisy = False
+    log = Logger()
 
-    def __init__(self, stomp_factory: StompServerFactory, reactor: Any) -> None:
+    def __init__(self, stomp_factory: StompServerFactory, reactor: Any, allowed_origins: list[str] | None = None,
+                 *, secure: bool = False) -> None:
         super().__init__(server=f"jmsgateway/{__version__}", reactor=reactor)
         self.stomp_factory = stomp_factory
+        self.allowed_origins = parse_allowed(allowed_origins or [])
+        """``[gateway] allowed_origins`` (empty: same-origin only; None: every origin)."""
+        self.tls = secure
+        """Whether the listener is TLS (a Host header without a port means 443)."""
         self.max_message_size = stomp_factory.limits.max_frame_size
         """Bytes a client's WebSocket message may have: ``[stomp] max_frame_size``."""
         self.setProtocolOptions(

@@ -27,6 +27,7 @@ from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 USERS = '--set=auth.users={alice = "secret", bob = "hunter2"}'
+WEAK = "--set=auth.allow_weak_passwords=true"
 
 
 def http(port: int, method: str, path: str, login: tuple[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
@@ -60,7 +61,7 @@ roles = {{ alice = "administrator" }}
 name = "copy"
 source = {{ connector = "embedded", destination = "{source}" }}
 target = {{ connector = "embedded", destination = "{target}" }}
-""", args=[USERS])
+""", args=[USERS, WEAK])
     assert "(HTTP Basic authentication)" in gateway.wait_for_log("admin endpoint on tcp:")
     alice = ("alice", "secret")
 

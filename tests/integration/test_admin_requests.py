@@ -116,7 +116,7 @@ def read_response(sock: socket.socket, timeout: float) -> bytes:
 def test_a_huge_declared_body_is_refused_before_it_is_read(make_gateway: Callable[..., GatewayProcess],
                                                             with_users: bool) -> None:
     admin = free_port()
-    args = ['--set=auth.users={alice = "secret"}'] if with_users else []
+    args = ['--set=auth.users={alice = "secret"}', "--set=auth.allow_weak_passwords=true"] if with_users else []
     gateway = make_gateway(BRIDGE.format(admin=admin, tag=uuid.uuid4().hex[:8]), args=args)
     gateway.wait_for_log("admin endpoint on tcp:")
     with socket.create_connection(("127.0.0.1", admin), timeout=10) as sock:

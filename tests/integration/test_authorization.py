@@ -81,6 +81,10 @@ write = ["bob"]
 """
 
 
+WEAK = "--set=auth.allow_weak_passwords=true"
+"""The logins have cost-4 hashes and a plain-text password (quick tests; development only)."""
+
+
 def users_option(plain: tuple[str, ...] = ("carol",)) -> str:
     users = ", ".join(f'{login} = "{password if login in plain else hash_password(password, rounds=4)}"'
                       for login, password in PASSWORDS.items())
@@ -108,7 +112,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     ws_port, admin_port = free_port(), free_port()
     process = GatewayProcess(workdir / "gateway", ENTRIES.format(remote_port=remote.port), args=[
         "--listen", f"ws:tcp:{ws_port}:interface=127.0.0.1",
-        "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
+        "--set", users_option(), WEAK, "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
         "--set", "auth.max_failed_logins=0", "--set", f'admin.listen="tcp:{admin_port}:interface=127.0.0.1"',
         "--set", 'admin.roles={ bob = "operator", carol = "operator" }',  # their grants decide the console
     ]).start()
@@ -120,8 +124,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 
 
 def test_plain_text_passwords_are_warned_about_naming_the_login(secured: Secured) -> None:
-    log = secured.process.wait_for_log("the password of login 'carol' is stored in plain text")
-    assert "login 'alice'" not in log
+    log = secured.process.wait_for_log("the password of login 'carol' (auth.users.carol) is stored in plain text")
+    assert "login 'alice' (auth.users.alice) is a bcrypt hash of cost 4 (below 10)" in log  # weak too
+    assert log.count("the password of login 'carol'") == 1  # once per login
 
 
 def denied(client: Client, receipt: str) -> str | None:
@@ -320,7 +325,7 @@ def raw_connect(port: int, login: str, passcode: str) -> bytes:
 def lockout_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     admin_port = free_port()
     process = GatewayProcess(tmp_path / "gateway", args=[
-        "--set", users_option(), "--set", "auth.max_failed_logins=3", "--set", "auth.lockout_ms=1500",
+        "--set", users_option(), WEAK, "--set", "auth.max_failed_logins=3", "--set", "auth.lockout_ms=1500",
         "--set", f'admin.listen="tcp:{admin_port}:interface=127.0.0.1"',
     ]).start()
     wait_for_port(admin_port, timeout=10)
@@ -402,8 +407,14 @@ def test_admin_logins_are_locked_out_per_address(lockout_gateway: GatewayProcess
 
 def test_plain_text_refused_when_allow_plaintext_is_false(tmp_path: Path) -> None:
     output = GatewayProcess(tmp_path / "gateway", args=[
-        "--set", users_option(), "--set", "auth.allow_plaintext=false"]).start_fails()
+        "--set", users_option(), WEAK, "--set", "auth.allow_plaintext=false"]).start_fails()
     assert "auth.users.carol" in output and "allow_plaintext is false" in output
+
+
+def test_weak_passwords_stop_start_up_unless_allowed(tmp_path: Path) -> None:
+    """Issue 33 #14: plain text and low bcrypt costs are refused at start, naming the login and key."""
+    output = GatewayProcess(tmp_path / "gateway", args=["--set", users_option()]).start_fails()
+    assert "auth.users.root" in output and "cost 4 (below 10)" in output and "allow_weak_passwords" in output
 
 
 def test_hash_password_command() -> None:
@@ -437,7 +448,7 @@ def mtls_gateway(tmp_path: Path) -> Iterator[MtlsGateway]:
     process = GatewayProcess(tmp_path / "gateway", ENTRIES.format(remote_port=free_port()), args=[
         "--listen", f"mtls:{port}:interface=127.0.0.1:{files}",
         "--listen", f"ws:mtls:{ws_port}:interface=127.0.0.1:{files}",
-        "--set", users_option(), "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
+        "--set", users_option(), WEAK, "--set", 'auth.groups={ ops = ["alice"], audit = ["bob"] }',
         "--set", 'auth.certificates={ "jmsgateway client" = "alice" }',
     ]).start()
     wait_for_port(port, timeout=10)

@@ -33,6 +33,7 @@ from tests.support.stomp_clients import Client
 from tests.support.waiting import wait_until
 
 USERS = '--set=auth.users={alice = "secret", bob = "hunter2"}'
+WEAK = "--set=auth.allow_weak_passwords=true"
 ALICE = ("alice", "secret")
 
 
@@ -81,7 +82,7 @@ listen = ["tcp:{admin}:interface=127.0.0.1"]
 users = ["alice"]
 roles = {{ alice = "administrator" }}
 {extra}
-""", args=[USERS, "--set=broker.max_redeliveries=1"])
+""", args=[USERS, WEAK, "--set=broker.max_redeliveries=1"])
     gateway.wait_for_log("admin endpoint on tcp:")
     return gateway, admin
 
@@ -446,7 +447,7 @@ write = ["*"]
 [[authorization]]
 destination = "/queue/ops.*"
 admin = ["alice"]
-""", args=[USERS])
+""", args=[USERS, WEAK])
     gateway.wait_for_log("admin endpoint on tcp:")
     client = Client(gateway.address, "1.2", text=True, login="alice", passcode="secret")
     try:

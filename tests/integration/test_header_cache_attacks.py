@@ -25,7 +25,8 @@ from tests.support.raw_stomp import RawStomp
 def cache_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     """A gateway with max_headers 6 (so a block's line count matters)."""
     process = GatewayProcess(tmp_path_factory.mktemp("cache"), args=[
-        "--set", "stomp.max_headers=6", "--set", 'auth.users={alice = "secret"}'])
+        "--set", "stomp.max_headers=6", "--set", 'auth.users={alice = "secret"}',
+        "--set", "auth.allow_weak_passwords=true"])
     process.start()
     yield process
     process.kill()

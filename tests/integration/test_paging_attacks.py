@@ -162,7 +162,8 @@ def paging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayPr
     admin = free_port()
     process = GatewayProcess(tmp_path_factory.mktemp("paging"), admin_config(admin) + POLICIES, args=[
         "--set", 'broker.memory_limit="1MB"', "--set", "broker.max_redeliveries=2",
-        "--set", 'auth.users={alice = "secret"}'])
+        "--set", 'auth.users={alice = "secret"}',
+        "--set", "auth.allow_weak_passwords=true"])
     process.start()
     process.wait_for_log("admin endpoint on tcp:")
     yield process, admin
@@ -184,7 +185,8 @@ def test_bad_memory_limits_stop_start_up_naming_the_key(tmp_path: Path) -> None:
 def test_memory_limit_0_means_no_limit_as_max_size_0_does(tmp_path: Path) -> None:
     admin = free_port()
     gateway = GatewayProcess(tmp_path / "nolimit", admin_config(admin), args=[
-        "--set", "broker.memory_limit=0", "--set", 'auth.users={alice = "secret"}'])
+        "--set", "broker.memory_limit=0", "--set", 'auth.users={alice = "secret"}',
+        "--set", "auth.allow_weak_passwords=true"])
     try:
         gateway.start()
         gateway.wait_for_log("admin endpoint on tcp:")

@@ -82,7 +82,8 @@ def test_server_sends_heartbeats(make_gateway: Callable[..., GatewayProcess]) ->
 
 
 def test_authentication_with_configured_users(make_gateway: Callable[..., GatewayProcess]) -> None:
-    gateway = make_gateway(args=["--set", 'auth.users={ alice = "s3cret" }'])
+    gateway = make_gateway(args=["--set", 'auth.users={ alice = "s3cret" }',
+                                         "--set", "auth.allow_weak_passwords=true"])
     alice = Client(gateway.address, "1.2", login="alice", passcode="s3cret")
     assert alice.connection.is_connected()
     alice.disconnect()

@@ -46,6 +46,8 @@ class JmsMessage:
     redelivered: bool = False
     properties: dict[str, JmsValue] = field(default_factory=dict)
     body: Any = None
+    user_id: str | None = None
+    """``JMSXUserID`` (ActiveMQ keeps it out of the property names)."""
 
 
 def _python_value(value: Any) -> Any:
@@ -375,6 +377,8 @@ class JmsClient:
             redelivered=bool(message.getJMSRedelivered()),
             properties=properties,
             body=body,
+            user_id=None if message.getStringProperty("JMSXUserID") is None
+            else str(message.getStringProperty("JMSXUserID")),
         )
 
     # -- lifecycle -----------------------------------------------------------

@@ -223,7 +223,7 @@ def test_unknown_page_is_a_json_404_and_the_index_lists_the_pages() -> None:
 
 # -- the guard ------------------------------------------------------------------
 
-USERS = {"auth": {"users": {"alice": "secret", "bob": "hunter2"}}}
+USERS = {"auth": {"users": {"alice": "secret", "bob": "hunter2"}, "allow_weak_passwords": True}}
 
 
 def test_with_users_every_page_but_health_needs_a_login() -> None:

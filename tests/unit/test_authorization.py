@@ -142,9 +142,10 @@ def test_password_hashes() -> None:
 
 def test_plain_text_refused_when_not_allowed() -> None:
     with pytest.raises(ConfigError, match="allow_plaintext") as caught:
-        build_portal(AuthSettings(users={"alice": "secret"}, allow_plaintext=False))
+        build_portal(AuthSettings(users={"alice": "secret"}, allow_plaintext=False, allow_weak_passwords=True))
     assert caught.value.key == "auth.users.alice"
-    assert build_portal(AuthSettings(users={"alice": hash_password("secret", rounds=4)}, allow_plaintext=False))
+    assert build_portal(AuthSettings(users={"alice": hash_password("secret", rounds=4)}, allow_plaintext=False,
+                                     allow_weak_passwords=True))
 
 
 # -- the failed-login throttle -----------------------------------------------------
@@ -170,8 +171,8 @@ def test_throttle_locks_out_after_failures_with_a_growing_delay() -> None:
     assert throttle.refusal("10.0.0.1") is not None  # the second lockout lasts 20 s
     clock.advance(1)
     assert throttle.refusal("10.0.0.1") is None
-    throttle.login_succeeded("10.0.0.1")
-    assert "10.0.0.1" not in throttle.addresses
+    throttle.login_succeeded("10.0.0.1", "alice")  # forgives alice's failures only: the next lockout is longer
+    assert throttle.addresses["10.0.0.1"].lockouts == 2
     assert registry.get_sample_value("jmsgateway_stomp_logins_failed_total") == 6
     assert registry.get_sample_value("jmsgateway_stomp_logins_refused_total") == 2
 
@@ -206,7 +207,8 @@ def test_throttle_forgets_failures_outside_the_window() -> None:
 def secured_factory(clock: Clock, broker: EmbeddedBroker, **throttle: float) -> StompServerFactory:
     users = {"alice": "a", "bob": "b", "carol": "c"}
     return StompServerFactory(clock, DestinationMap({"embedded": broker}),
-                              portal=build_portal(AuthSettings(users=users)), authorizer=authorizer(),
+                              portal=build_portal(AuthSettings(users=users, allow_weak_passwords=True)),
+                              authorizer=authorizer(),
                               throttle=LoginThrottle(clock, **throttle))  # type: ignore[arg-type]
 
 
@@ -271,7 +273,8 @@ def test_users_and_password_file_are_both_checked(tmp_path: object) -> None:
 
     password_file = Path(str(tmp_path)) / "passwords"
     password_file.write_text("# comment\nbob:from-file\n\n")
-    portal = build_portal(AuthSettings(users={"alice": "from-config"}, password_file=str(password_file)))
+    portal = build_portal(AuthSettings(users={"alice": "from-config"}, password_file=str(password_file),
+                                              allow_weak_passwords=True))
     assert portal is not None
     outcomes: list[object] = []
     for login, password in (("alice", "from-config"), ("bob", "from-file"), ("bob", "nope")):

@@ -126,6 +126,14 @@ def test_durable_client_id_defaults_to_the_bridge_name() -> None:
         ({"transformers": [{"transformer": "x", "on_error": "dead-letter"}]}, "bridges[0].transformers[0].on_error",
          "dead_letter"),
         ({"duplicate_window": 0}, "bridges[0].duplicate_window", "at least 1"),
+        ({"source": {"connector": "embedded", "destination": "/temp-queue/replies"}},
+         "bridges[0].source.destination", "is a temporary destination"),
+        ({"source": {"connector": "embedded", "destination": "/remote-temp-queue/jmsgw-1.r"}},
+         "bridges[0].source.destination", "belongs to the STOMP connection"),
+        ({"target": {"connector": "kafka", "destination": "/temp-topic/t"}},
+         "bridges[0].target.destination", "is a temporary destination"),
+        ({"target": {"connector": "kafka", "destination": "/remote-temp-topic/jmsgw-2.t"}},
+         "bridges[0].target.destination", "is a temporary destination"),
     ],
 )
 def test_bad_values_name_their_key(overrides: dict[str, Any], key: str, words: str) -> None:

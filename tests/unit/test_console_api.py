@@ -124,7 +124,7 @@ def test_the_gateways_authorizer_decides_and_allows_all_without_entries() -> Non
 
     reactor = MemoryReactorClock()
     config = parse_config({
-        "auth": {"users": {"alice": "secret", "bob": "hunter2"}},
+        "auth": {"users": {"alice": "secret", "bob": "hunter2"}, "allow_weak_passwords": True},
         "authorization": [{"destination": "/queue/a*", "read": ["*"], "admin": ["alice"]}],
     }, "gw.toml")
     guarded = build_gateway(config, reactor)

@@ -189,7 +189,7 @@ def test_invalid_heartbeat_header(clock: Clock, broker: EmbeddedBroker) -> None:
 
 
 def test_authentication(clock: Clock, broker: EmbeddedBroker) -> None:
-    portal = build_portal(AuthSettings(users={"alice": "secret"}))
+    portal = build_portal(AuthSettings(users={"alice": "secret"}, allow_weak_passwords=True))
     factory = StompServerFactory(clock, DestinationMap({"embedded": broker}), portal=portal)
     good = Peer(factory)
     assert connect(good, login="alice", passcode="secret").command == "CONNECTED"

@@ -1,0 +1,147 @@
+"""The STOMP session's security rules (issue 33), over StringTransport with a Clock:
+the verified sender identity stamped on every SEND and durable subscriptions owned by
+the login that created them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from twisted.internet.task import Clock
+
+from gateway.auth import build_portal
+from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.store import durable_key
+from gateway.config import AuthSettings, BrokerSettings
+from gateway.connectors.destination_map import DestinationMap
+from gateway.errors import NotOwner
+from gateway.interfaces import SubscriptionSpec
+from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.sender_identity import stamp_sender
+from tests.unit.test_session import Peer, connect
+from tests.unit.test_store_broker import Run, Sink
+
+FORGED = {"JMSXUserID": "root", "user-id": "root", "login": "root", "passcode": "guess"}
+
+
+def secured_factory(clock: Clock, broker: EmbeddedBroker) -> StompServerFactory:
+    return secured_factory_with(clock, broker)
+
+
+def secured_factory_with(clock: Clock, broker: EmbeddedBroker, **more: str) -> StompServerFactory:
+    users = {"alice": "a-pw", "eve": "e-pw", **more}
+    portal = build_portal(AuthSettings(users=users, allow_weak_passwords=True))
+    return StompServerFactory(clock, DestinationMap({"embedded": broker}), portal=portal)
+
+
+def received_message(consumer: Peer) -> dict[str, str]:
+    [message] = consumer.received()
+    assert message.command == "MESSAGE", message
+    return message.headers
+
+
+def test_stamp_sender_overwrites_claims_and_drops_credentials() -> None:
+    headers = {"destination": "/queue/a", **FORGED}
+    stamp_sender(headers, "eve")
+    assert headers == {"destination": "/queue/a", "JMSXUserID": "eve", "user-id": "eve"}
+    headers = {"destination": "/queue/a", **FORGED}
+    stamp_sender(headers, None)
+    assert headers == {"destination": "/queue/a"}
+
+
+def test_authenticated_sender_is_stamped_whatever_it_claims(clock: Clock, broker: EmbeddedBroker) -> None:
+    factory = secured_factory(clock, broker)
+    consumer, producer = Peer(factory), Peer(factory)
+    connect(consumer, login="alice", passcode="a-pw")
+    consumer.send("SUBSCRIBE", {"destination": "/queue/id", "id": "s"})
+    connect(producer, login="eve", passcode="e-pw")
+    producer.send("SEND", {"destination": "/queue/id", **FORGED}, b"hi")
+    headers = received_message(consumer)
+    assert headers["JMSXUserID"] == "eve"
+    assert headers["user-id"] == "eve"
+    assert "login" not in headers and "passcode" not in headers
+
+
+def test_identity_claims_are_removed_without_authentication(clock: Clock, broker: EmbeddedBroker) -> None:
+    factory = StompServerFactory(clock, DestinationMap({"embedded": broker}))
+    consumer, producer = Peer(factory), Peer(factory)
+    connect(consumer)
+    consumer.send("SUBSCRIBE", {"destination": "/queue/id", "id": "s"})
+    connect(producer, login="root")
+    producer.send("SEND", {"destination": "/queue/id", **FORGED}, b"hi")
+    headers = received_message(consumer)
+    assert not {"JMSXUserID", "user-id", "login", "passcode"} & set(headers)
+
+
+def test_transactional_sends_are_stamped(clock: Clock, broker: EmbeddedBroker) -> None:
+    factory = secured_factory(clock, broker)
+    consumer, producer = Peer(factory), Peer(factory)
+    connect(consumer, login="alice", passcode="a-pw")
+    consumer.send("SUBSCRIBE", {"destination": "/queue/tx", "id": "s"})
+    connect(producer, login="eve", passcode="e-pw")
+    producer.send("BEGIN", {"transaction": "t"})
+    producer.send("SEND", {"destination": "/queue/tx", "transaction": "t", **FORGED}, b"hi")
+    producer.send("COMMIT", {"transaction": "t"})
+    assert received_message(consumer)["JMSXUserID"] == "eve"
+
+
+def durable_headers(destination: str, name: str = "alerts-sub") -> dict[str, str]:
+    return {"destination": destination, "id": "d", "activemq.subscriptionName": name, "receipt": "sub"}
+
+
+def test_a_durable_subscription_belongs_to_the_login_that_created_it(clock: Clock, broker: EmbeddedBroker) -> None:
+    """carol names alice's client-id and subscription on another topic: ERROR, alice's backlog kept."""
+    factory = secured_factory_with(clock, broker, carol="c-pw")
+    alice = Peer(factory)
+    connect(alice, login="alice", passcode="a-pw", **{"client-id": "alice-app"})
+    alice.send("SUBSCRIBE", durable_headers("/topic/alerts.x"))
+    assert [f.command for f in alice.received()] == ["RECEIPT"]
+    alice.protocol.connectionLost(None)  # type: ignore[arg-type]
+    producer = Peer(factory)
+    connect(producer, login="alice", passcode="a-pw")
+    producer.send("SEND", {"destination": "/topic/alerts.x"}, b"kept")
+    for destination in ("/topic/carol.x", "/topic/alerts.x"):
+        carol = Peer(factory)
+        connect(carol, login="carol", passcode="c-pw", **{"client-id": "alice-app"})
+        carol.send("SUBSCRIBE", durable_headers(destination))
+        [error] = carol.received()
+        assert error.command == "ERROR"
+        assert error.headers["message"] == "durable subscription 'alerts-sub' belongs to another login"
+    carol = Peer(factory)
+    connect(carol, login="carol", passcode="c-pw", **{"client-id": "alice-app"})
+    carol.send("UNSUBSCRIBE", {"id": "d", "activemq.subscriptionName": "alerts-sub"})
+    [error] = carol.received()
+    assert error.headers["message"] == "durable subscription 'alerts-sub' belongs to another login"
+    assert broker.status()["durables"][durable_key("alice-app", "alerts-sub")]["pending"] == 1
+    again = Peer(factory)
+    connect(again, login="alice", passcode="a-pw", **{"client-id": "alice-app"})
+    again.send("SUBSCRIBE", durable_headers("/topic/alerts.x"))
+    frames = again.received()
+    assert sorted(f.command for f in frames) == ["MESSAGE", "RECEIPT"]
+    assert [f.body for f in frames if f.command == "MESSAGE"] == [b"kept"]
+
+
+def test_durable_owner_survives_a_restart(tmp_path: Path) -> None:
+    run = Run(tmp_path, BrokerSettings())
+    run.start()
+    live = run.subscribe(Sink(), destination="/topic/t", durable_name="n", client_id="c", login="alice")
+    run.wait(live.close())
+    broker = run.restart()
+    try:
+        assert broker.durable_owner("c", "n") == "alice"
+        with pytest.raises(NotOwner, match="belongs to another login"):
+            run.subscribe(Sink(), destination="/topic/other", durable_name="n", client_id="c", login="carol")
+        assert broker.durable_owner("c", "n") == "alice"
+        run.subscribe(Sink(), destination="/topic/t", durable_name="n", client_id="c", login="alice")
+    finally:
+        run.crash()
+
+
+def test_a_durable_subscription_made_without_a_login_is_claimed_by_the_first_login(
+        clock: Clock, broker: EmbeddedBroker) -> None:
+    """(created before owners were kept, or before [auth] had users)"""
+    broker.subscribe(SubscriptionSpec("/topic/t", durable_name="n", client_id="c"), Sink()).result.close()
+    assert broker.durable_owner("c", "n") is None
+    broker.subscribe(SubscriptionSpec("/topic/t", durable_name="n", client_id="c", login="bob"),
+                     Sink()).result.close()
+    assert broker.durable_owner("c", "n") == "bob"
