@@ -14,6 +14,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -217,8 +218,10 @@ def test_hole_04_durable_subscription_cannot_be_taken_over_by_another_login(secu
 
 
 def lockout_gateway(tmp_path: Path, started: list[GatewayProcess], *, max_failed: int = 5,
-                    admin: str = "") -> GatewayProcess:
-    process = gateway_from_toml(tmp_path / f"lockout{len(started)}", auth_toml(max_failed_logins=max_failed) + admin)
+                    admin_port: int | None = None, admin_users: list[str] | None = None) -> GatewayProcess:
+    admin = admin_toml(admin_port, roles=False, users=admin_users) if admin_port else ""
+    process = gateway_from_toml(tmp_path / f"lockout{len(started)}", auth_toml(max_failed_logins=max_failed) + admin,
+                                admin_port=admin_port)
     started.append(process)
     return process
 
@@ -240,6 +243,24 @@ def test_hole_05_concurrent_connects_cannot_bypass_the_lockout(tmp_path: Path, s
     assert set(answers) <= {"failed", "locked"}, answers
 
 
+def test_hole_05_concurrent_admin_requests_cannot_bypass_the_lockout(tmp_path: Path,
+                                                                     started: list[GatewayProcess]) -> None:
+    """The same on the admin endpoint: 40 requests at once with root's wrong passwords (the right one as
+    #36): at most 5 are checked (401), the rest get 429, the right one included."""
+    admin_port = new_port()
+    lockout_gateway(tmp_path, started, admin_port=admin_port)
+
+    def attempt(number: int) -> int:
+        password = PASSWORDS["root"] if number == 35 else f"guess-{number}"
+        return http_call(admin_port, "GET", "/status", headers={"Authorization": f"Basic {_token('root', password)}"},
+                         timeout=60)[0]
+
+    with ThreadPoolExecutor(max_workers=40) as pool:
+        statuses = list(pool.map(attempt, range(40)))
+    assert statuses[35] == 429, statuses
+    assert statuses.count(401) <= 5 and set(statuses) <= {401, 429}, statuses
+
+
 def test_hole_06_another_logins_success_does_not_reset_the_lockout(tmp_path: Path,
                                                                     started: list[GatewayProcess]) -> None:
     """20 wrong root passwords over STOMP, with eve's own successful login every 4 guesses: root's
@@ -259,7 +280,7 @@ def test_hole_06_a_valid_non_admin_login_does_not_reset_the_admin_lockout(tmp_pa
     """The same on the admin endpoint: eve's valid login (not in [admin] users, so 401) every 4 guesses
     does not reset the count of root's wrong passwords: 429 after 5."""
     admin_port = new_port()
-    lockout_gateway(tmp_path, started, admin=admin_toml(admin_port, roles=False, users=["root"]))
+    lockout_gateway(tmp_path, started, admin_port=admin_port, admin_users=["root"])
     statuses = []
     for number in range(20):
         if number and number % 4 == 0:
@@ -482,11 +503,12 @@ def test_hole_11_an_operator_cannot_close_another_logins_connection(contract_gat
 IDENTITY_HEADERS = {"JMSXUserID": "root", "user-id": "root", "user": "root", "login": "root", "passcode": "x"}
 
 
-def test_hole_12_sender_identity_is_stamped_by_the_gateway(secured_gateway: Secured) -> None:
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_hole_12_sender_identity_is_stamped_by_the_gateway(secured_gateway: Secured, transport: str) -> None:
     """eve's SEND claiming to be root: the consumer sees ``JMSXUserID`` and ``user-id`` = eve, no
     ``login`` or ``passcode``; the same through the upstream ``stomp://`` connector."""
     queue, upstream_queue = f"/queue/eve.{tag()}", f"/queue/up.{tag()}"
-    eve = secured_gateway.client("eve")
+    eve = secured_gateway.client("eve", transport)
     root = secured_gateway.client("root")
     assert secured_gateway.upstream is not None
     reader = Client(secured_gateway.upstream.address, "1.2")

@@ -19,7 +19,7 @@ from tests.support.stomp_clients import Client
 
 LOGINS = ("root", "alice", "bob", "carol", "eve", "vic", "dave")
 BASES = ("/queue/orders.{}", "/topic/prices.{}", "/topic/alerts.{}", "/topic/carol.{}", "/queue/alice.{}",
-         "/queue/payments", "/queue/eve.{}", "/queue/secret.{}")
+         "/queue/payments", "/queue/eve.{}")
 TRANSPORTS = ["tcp", "ws"]
 
 
