@@ -531,6 +531,51 @@ def test_hole_12_sender_identity_is_stamped_by_the_gateway(secured_gateway: Secu
             client.disconnect()
 
 
+def test_hole_12_identity_is_stamped_inside_a_transaction_and_on_repeated_headers(secured_gateway: Secured) -> None:
+    """The same claim inside a committed transaction, and in a raw frame that repeats the identity headers
+    (STOMP 1.2: the first of repeated headers counts): root still reads eve's login."""
+    queue = f"/queue/eve.{tag()}"
+    eve, root = secured_gateway.client("eve"), secured_gateway.client("root")
+    raw = socket.create_connection(secured_gateway.address(), timeout=10)
+    try:
+        root.subscribe(queue, "q")
+        eve.begin("tx1")
+        eve.send(queue, b"in a transaction", transaction="tx1", **IDENTITY_HEADERS)
+        eve.commit("tx1")
+        raw.sendall(connect_frame("eve", PASSWORDS["eve"]))
+        assert answer_kind(read_frame(raw)) == "connected"
+        raw.sendall(f"SEND\ndestination:{queue}\nJMSXUserID:root\nJMSXUserID:eve\nuser-id:root\nuser-id:eve\n"
+                    f"receipt:r1\n\nrepeated\x00".encode())
+        assert read_frame(raw).lstrip(b"\n").startswith(b"RECEIPT")
+        for frame in root.messages(2):
+            assert (frame.headers.get("JMSXUserID"), frame.headers.get("user-id")) == ("eve", "eve"), \
+                (frame.body, frame.headers)
+    finally:
+        raw.close()
+        eve.disconnect()
+        root.disconnect()
+
+
+def test_hole_12_console_send_cannot_forge_identity(contract_gateway: Secured) -> None:
+    """eve (operator, write on /queue/eve.*) sends a test message from the console with a JMSXUserID
+    property saying root: the consumer never reads root (eve's login, or no identity)."""
+    queue = f"/queue/eve.{tag()}"
+    status, answer = api(contract_gateway.admin_port, "POST", "send", "eve",
+                         {"destination": queue, "body": "from the console",
+                          "properties": {"JMSXUserID": "root", "user-id": "root"}})
+    root = contract_gateway.client("root")
+    try:
+        root.subscribe(queue, "q")
+        if status == 200:
+            headers = root.message().headers
+            assert headers.get("JMSXUserID") in (None, "eve") and headers.get("user-id") in (None, "eve"), headers
+        else:
+            assert status in (400, 403), (status, answer)
+            assert root.no_message(0.5)
+    finally:
+        root.disconnect()
+
+
 def test_hole_12_unverified_identity_headers_are_removed_without_auth(
         open_gateway: tuple[GatewayProcess, int]) -> None:
     process, _ = open_gateway
