@@ -200,7 +200,8 @@ def test_hole_04_durable_subscription_cannot_be_taken_over_by_another_login(secu
     finally:
         carol.disconnect()
     carol = secured_gateway.client("carol", **{"client-id": client_id})
-    try:
+    try:  # a plain subscription of her own, unsubscribed naming alice's durable
+        carol.subscribe(f"/topic/carol.{name}", "x")
         receipt = tag()
         carol.connection.unsubscribe("x", headers={"receipt": receipt, "activemq.subscriptionName": durable})
         assert refused(carol, receipt) == expected
@@ -210,6 +211,34 @@ def test_hole_04_durable_subscription_cannot_be_taken_over_by_another_login(secu
     try:
         alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
         assert [frame.body for frame in alice.messages(2)] == [b"alert 1", b"alert 2"]
+    finally:
+        alice.disconnect()
+
+
+def test_hole_04_durable_subscription_cannot_be_deleted_by_a_login_without_grants(secured_gateway: Secured) -> None:
+    """dave holds no grant but the read everyone has on /topic/prices.*: with alice's client-id he
+    subscribes there plainly and UNSUBSCRIBEs naming alice's durable subscription; he gets the contract's
+    ERROR and alice's backlog is kept."""
+    name = tag()
+    client_id, durable, topic = f"alice-cid-{name}", f"alerts-{name}", f"/topic/alerts.{name}"
+    alice = secured_gateway.client("alice", **{"client-id": client_id})
+    alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+    alice.disconnect()
+    root = secured_gateway.client("root")
+    root.send(topic, b"kept", receipt=True)
+    root.disconnect()
+    dave = secured_gateway.client("dave", **{"client-id": client_id})
+    try:
+        dave.subscribe(f"/topic/prices.{name}", "x")
+        receipt = tag()
+        dave.connection.unsubscribe("x", headers={"receipt": receipt, "activemq.subscriptionName": durable})
+        assert refused(dave, receipt) == f"durable subscription '{durable}' belongs to another login"
+    finally:
+        dave.disconnect()
+    alice = secured_gateway.client("alice", **{"client-id": client_id})
+    try:
+        alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+        assert alice.message(timeout=5).body == b"kept"
     finally:
         alice.disconnect()
 
