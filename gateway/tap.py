@@ -27,8 +27,9 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from gateway.app import Gateway, build_gateway
-from gateway.config import DEFAULT_CONFIG, load_config
+from gateway.config import load_config
 from gateway.errors import ConfigError, GatewayError
+from gateway.locations import choose_config
 from gateway.stomp.listeners import listen_backlog, listener_for, os_backlog_limit, with_backlog
 
 log = Logger()
@@ -39,7 +40,8 @@ class Options(usage.Options):
 
     synopsis = "[--config FILE] [--listen ENDPOINT]... [--data-dir DIR] [--set KEY=VALUE]..."
     optParameters = [
-        ["config", "c", DEFAULT_CONFIG, "The TOML configuration file."],
+        ["config", "c", None, "The TOML configuration file (default: $JMSGATEWAY_CONFIG, ./etc/jmsgateway.toml, "
+                              "/etc/jmsgateway/jmsgateway.toml, the packaged default, in this order)."],
         ["data-dir", "d", None, "Directory for stores (overrides gateway.data_dir)."],
     ]
     longdesc = (
@@ -176,6 +178,21 @@ class GatewayService(service.MultiService):
         self.log.failure("jmsgateway did not stop cleanly", failure)
 
 
+def check_listeners(gateway: Gateway, reactor: Any) -> None:
+    """Parse every listener spec (``[gateway] listen``, ``[admin] listen``) as start-up does, without
+    listening; ConfigError naming the key of the first bad one."""
+    backlog = listen_backlog(gateway.config.listen_backlog, os_backlog_limit())
+    specs = [(f"gateway.listen[{index}]", spec, True) for index, spec in enumerate(gateway.config.listen)]
+    specs += [(f"admin.listen[{index}]", spec, False) for index, spec in enumerate(gateway.admin.listen)]
+    for key, spec, stomp in specs:
+        try:
+            endpoint = listener_for(spec, gateway.factory, reactor).endpoint if stomp else spec
+            endpoints.serverFromString(reactor, with_backlog(endpoint, backlog))
+        except Exception as error:  # Twisted raises ValueError, KeyError, TypeError, OSError ... for a bad spec
+            raise ConfigError(f"not a listener endpoint {spec!r} (e.g. \"tcp:61613:interface=127.0.0.1\"): "
+                              f"{error}", path=gateway.config.path, key=key) from None
+
+
 def enable_crash_traces() -> None:
     """On SIGSEGV, SIGFPE, SIGABRT, SIGBUS or SIGILL, write every thread's Python stack to
     the process's standard error (file descriptor 2, which twistd leaves alone when it
@@ -196,13 +213,17 @@ def makeService(options: Options) -> GatewayService:
     enable_crash_traces()
     raise_open_file_limit()
     try:
-        config = load_config(options["config"], overrides)
+        chosen = choose_config(options["config"])
+        log.info("configuration {path} ({reason})", path=os.path.abspath(chosen.path), reason=chosen.reason)
+        config = load_config(chosen.path, overrides)
         if options["listen"]:
             config.gateway.listen = list(options["listen"])
         if options["data-dir"]:
             config.gateway.data_dir = options["data-dir"]
         gateway = build_gateway(config, reactor)
+        check_listeners(gateway, reactor)
     except ConfigError as error:
         raise SystemExit(f"jmsgateway: bad configuration: {error}") from None
     os.makedirs(config.data_dir, exist_ok=True)
+    log.info("data directory {path}", path=os.path.abspath(config.data_dir))
     return GatewayService(gateway, reactor)
