@@ -58,6 +58,8 @@ class GatewaySection(Section):
     """Listen backlog of every listener whose spec names no backlog= (capped at net.core.somaxconn)."""
     data_dir: Str = "var"
     """Folder for the store, dedup files and checkpoints (relative paths below it)."""
+    log_level: Literal["debug", "info", "warn", "error", "critical"] = "info"
+    """Least level logged (twistd jmsgateway --log-level overrides it; SIGHUP re-reads it)."""
 
     model_config = ConfigDict(frozen=False)
 
