@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from gateway.config import load_config
+from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError
 from gateway.identity import ID_FILE
 from gateway.locations import choose_config
@@ -97,6 +97,42 @@ def hash_password_command(rounds: int) -> int:
     return 0
 
 
+def backup_command(path: str | None, overrides: list[str], data_dir: str | None, destination: str) -> int:
+    """``jmsgateway backup DEST``: an online copy of the installation's files."""
+    from gateway.backup import BackupError, backup
+
+    try:
+        config = _configured(path, overrides, data_dir)
+        names = backup(config, destination)
+    except (ConfigError, BackupError, OSError) as error:
+        print(f"jmsgateway backup: {error}", file=sys.stderr)
+        return 1
+    print(f"backed up {', '.join(names) or 'nothing (no data files yet)'} from {config.data_dir} to {destination}")
+    return 0
+
+
+def restore_command(path: str | None, overrides: list[str], data_dir: str | None, source: str, force: bool) -> int:
+    """``jmsgateway restore SRC``: a backup back into the (stopped) gateway's data directory."""
+    from gateway.backup import BackupError, restore
+
+    try:
+        config = _configured(path, overrides, data_dir)
+        names, aside = restore(config, source, force=force)
+    except (ConfigError, BackupError, OSError) as error:
+        print(f"jmsgateway restore: {error}", file=sys.stderr)
+        return 1
+    moved = f"; what was there is in {aside}" if aside else ""
+    print(f"restored {', '.join(names)} from {source} into {config.data_dir}{moved}")
+    return 0
+
+
+def _configured(path: str | None, overrides: list[str], data_dir: str | None) -> GatewayConfig:
+    config = load_config(config_path(path), overrides)
+    if data_dir:
+        config.gateway.data_dir = data_dir
+    return config
+
+
 def print_reference(what: str) -> int:
     """Print the JSON Schema of the configuration, or its key tables in Markdown."""
     from gateway.config_reference import json_schema_text, key_tables
@@ -131,6 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     bridge = commands.add_parser("bridge", parents=[configured],
                                  help="run the configured bridges without STOMP listeners")
     bridge.add_argument("--only", action="append", default=None, metavar="NAME", help="run only this bridge")
+    backing = commands.add_parser("backup", parents=[configured],
+                                  help="copy the store, bridges.sqlite and gateway.id while the gateway runs")
+    backing.add_argument("destination", metavar="DEST", help="a new (or empty) directory")
+    backing.add_argument("--data-dir", default=None, help="the data directory (overrides gateway.data_dir)")
+    restoring = commands.add_parser("restore", parents=[configured],
+                                    help="put a backup back into a stopped gateway's data directory")
+    restoring.add_argument("source", metavar="SRC", help="a directory written by jmsgateway backup")
+    restoring.add_argument("--data-dir", default=None, help="the data directory (overrides gateway.data_dir)")
+    restoring.add_argument("--force", action="store_true",
+                           help="move the files already there aside (to before-restore-<time>/) first")
     hashing = commands.add_parser(
         "hash-password", help="print a bcrypt hash of a password (read from the terminal or stdin) for [auth] users")
     hashing.add_argument("--rounds", type=int, default=12, choices=range(4, 32), metavar="4..31",
@@ -151,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.file and args.config and args.file != args.config:
             parser.error(f"check-config: two files given ({args.file} and --config {args.config})")
         return check_config(args.config or args.file, args.set)
+    if args.command == "backup":
+        return backup_command(args.config, args.set, args.data_dir, args.destination)
+    if args.command == "restore":
+        return restore_command(args.config, args.set, args.data_dir, args.source, args.force)
     if args.command == "config":
         return print_reference(args.what)
     if args.command == "plugins":
