@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError
@@ -97,6 +99,24 @@ def hash_password_command(rounds: int) -> int:
     return 0
 
 
+def bridge_watcher(interval: float, level: str, log_format: str) -> Callable[[Any], None]:
+    """What ``jmsgateway bridge`` does before it runs: log to stdout (``--log-level``,
+    ``--log-format``) and report the bridges' progress (:mod:`gateway.bridge_progress`)."""
+    from twisted.internet import reactor
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+
+    from gateway.bridge_progress import BridgeProgress
+    from gateway.log_observer import GatewayLogObserver, json_line_observer, parse_level
+
+    def watch(bridges: Any) -> None:
+        sink = json_line_observer(sys.stdout) if log_format == "json" else textFileLogObserver(sys.stdout)
+        globalLogBeginner.beginLoggingTo([GatewayLogObserver(sink, parse_level(level))],
+                                         redirectStandardIO=False)
+        BridgeProgress(bridges, reactor, interval).start()
+
+    return watch
+
+
 def backup_command(path: str | None, overrides: list[str], data_dir: str | None, destination: str) -> int:
     """``jmsgateway backup DEST``: an online copy of the installation's files."""
     from gateway.backup import BackupError, backup
@@ -167,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     bridge = commands.add_parser("bridge", parents=[configured],
                                  help="run the configured bridges without STOMP listeners")
     bridge.add_argument("--only", action="append", default=None, metavar="NAME", help="run only this bridge")
+    bridge.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
+                        help="log each bridge's state, count and rate this often (default 10; 0: states only)")
+    bridge.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error", "critical"])
+    bridge.add_argument("--log-format", default="text", choices=["text", "json"])
     backing = commands.add_parser("backup", parents=[configured],
                                   help="copy the store, bridges.sqlite and gateway.id while the gateway runs")
     backing.add_argument("destination", metavar="DEST", help="a new (or empty) directory")
@@ -192,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as error:
             print(f"jmsgateway bridge: {error}", file=sys.stderr)
             return 1
-        return run_standalone(path, args.set, only=args.only)
+        return run_standalone(path, args.set, only=args.only,
+                              watch=bridge_watcher(args.progress_interval, args.log_level, args.log_format))
     if args.command == "check-config":
         if args.file and args.config and args.file != args.config:
             parser.error(f"check-config: two files given ({args.file} and --config {args.config})")
