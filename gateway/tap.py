@@ -90,6 +90,11 @@ frees; at 700 the collector ran every ~100 messages and took a quarter of the
 reactor thread's time while Kafka records were in flight (docs/kafka.md)."""
 
 
+DAEMON_START_WAIT = 120.0
+"""Seconds a daemonized start's parent waits for the listeners before it is told "started" anyway (a
+connector that takes that long to start must not hang the shell or an init script)."""
+
+
 def raise_open_file_limit() -> tuple[int, int]:
     """Raise this process's soft limit on open files to its hard limit (every connection is a
     descriptor; shells often start at 1024); logs and returns ``(before, after)``."""
@@ -148,6 +153,8 @@ class GatewayService(service.MultiService):
             # twistd would tell a daemon's parent "started" now; we tell it once the listeners are open
             self._status_pipe = self.twistd_options.get("statusPipe")
             self.twistd_options["statusPipe"] = None
+            if self._status_pipe is not None:
+                self.reactor.callLater(DAEMON_START_WAIT, self._still_starting)
         if self.reloader is not None:
             reload = self.reloader.reload
             signal.signal(signal.SIGHUP, lambda signum, frame: self.reactor.callFromThread(reload))
@@ -156,6 +163,12 @@ class GatewayService(service.MultiService):
         d.addCallback(lambda _: self._listen_admin())
         d.addCallback(lambda _: self._report_status(b"0"))
         d.addErrback(self._failed)
+
+    def _still_starting(self) -> None:
+        if self._status_pipe is not None:
+            self.log.warn("still starting after {wait:.0f}s: the shell that started the daemon is told it started",
+                          wait=DAEMON_START_WAIT)
+            self._report_status(b"0")
 
     def _report_status(self, status: bytes) -> None:
         """Tell a daemonized start's waiting parent: ``0`` (started) or ``1 <why>`` (it exits 1)."""
@@ -277,7 +290,6 @@ def makeService(options: Options) -> GatewayService:
         log.info("configuration {path} ({reason})", path=os.path.abspath(chosen.path), reason=chosen.reason)
         raise_open_file_limit()
         gateway = build_gateway(config, reactor)
-        check_listeners(gateway, reactor)
     except ConfigError as error:
         raise SystemExit(f"jmsgateway: bad configuration: {error}") from None
     os.makedirs(config.data_dir, exist_ok=True)

@@ -184,3 +184,17 @@ def test_the_reloader_reports_a_load_error(tmp_path: Path, hashed: str) -> None:
         raise ConfigError("not valid TOML", path=str(path))
 
     assert ConfigReloader(gateway, broken, gateway.reactor).reload() is None
+
+
+def test_twistd_options_refuse_an_unknown_log_format_or_level() -> None:
+    from twisted.python import usage
+
+    from gateway.tap import Options
+
+    options = Options()
+    options.parseOptions(["--log-format", "json", "--log-level", "WARN"])
+    assert options["log-format"] == "json" and options["log-level"] == "WARN"
+    with pytest.raises(usage.UsageError, match="one of text, json"):
+        Options().parseOptions(["--log-format", "xml"])
+    with pytest.raises(usage.UsageError, match="unknown log level 'loud'"):
+        Options().parseOptions(["--log-level", "loud"])
