@@ -19,10 +19,11 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PY) -m pip install -q '.[kafka,jms,spark,test]'
 	touch $(STAMP) $(RUNTIME)
 
-# the runtime only: what `make run` needs (a full setup has it too)
+# the runtime only: what `make run` needs (a full setup has it too); --no-compile: the first start
+# compiles the modules it imports (2 s) instead of pip compiling every installed file (10 s)
 $(RUNTIME): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q .
+	$(PY) -m pip install -q --no-compile --disable-pip-version-check .
 	touch $(RUNTIME)
 
 setup: $(STAMP)
