@@ -14,19 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gateway import REPO
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client
+from tests.support.wheel import build_wheel
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-    wheels = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(wheels), str(REPO)], check=True, cwd=wheels, capture_output=True)
-    (wheel,) = wheels.glob("jmsgateway-*.whl")
+    wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
     subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                     str(wheel)], check=True, capture_output=True)
     return root

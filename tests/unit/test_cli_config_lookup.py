@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from gateway import cli, locations
 from gateway.errors import ConfigError
 from gateway.transform.manager import build_plugin_manager, plugin_records
+from tests.support.wheel import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,11 +123,9 @@ def test_make_run_installs_the_runtime_only_and_make_test_everything() -> None:
 
 
 def test_the_wheel_carries_the_default_config_the_examples_and_the_plugins(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(REPO)], check=True, cwd=tmp_path, capture_output=True)
     import zipfile
 
-    (wheel,) = tmp_path.glob("jmsgateway-*.whl")
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("gateway/shipped/etc/jmsgateway.toml", "gateway/shipped/etc/examples/bridges.toml",
                  "gateway/shipped/plugins/header_map.py", "gateway/admin/static/index.html",
