@@ -9,6 +9,9 @@ messages) before it opens any listener.  At start-up the process raises its
 open-file limit to the hard limit (one descriptor per connection), and every
 listener gets the configured listen backlog unless its spec names one; a native
 crash (SIGSEGV ...) writes every thread's Python stack to standard error (faulthandler).
+Run by twistd, it also picks the configuration file (:mod:`gateway.locations`), logs
+through :mod:`gateway.log_observer` (``--log-level``, ``--log-format``), reloads on
+SIGHUP (:mod:`gateway.reload`) and tells a daemonized start's parent the outcome.
 """
 
 from __future__ import annotations
