@@ -158,6 +158,15 @@ class DestinationAuthorizer:
         for permission in PERMISSIONS:
             self.denied.labels(permission)
 
+    def replace_rules(self, other: DestinationAuthorizer) -> None:
+        """Take ``other``'s entries and groups (a configuration reload: the next SEND, SUBSCRIBE or admin
+        action is judged by them); the refusal counter stays."""
+        self.entries = list(other.entries)
+        self.groups = dict(other.groups)
+        self.guards_replies = other.guards_replies
+        self._principals = {}
+        self._cache = {}
+
     @property
     def enabled(self) -> bool:
         """Whether any entry restricts access (else :meth:`permits` is always True)."""

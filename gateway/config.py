@@ -61,6 +61,8 @@ class GatewaySection(Section):
     """Folder for the store, dedup files and checkpoints (relative paths below it)."""
     allowed_origins: list[Str] = []
     """Web origins (scheme://host[:port], or "*") whose pages may open a ws: listener; empty: same-origin only."""
+    log_level: Literal["debug", "info", "warn", "error", "critical"] = "info"
+    """Least level logged (twistd jmsgateway --log-level overrides it; SIGHUP re-reads it)."""
 
     model_config = ConfigDict(frozen=False)
 

@@ -9,26 +9,35 @@ messages) before it opens any listener.  At start-up the process raises its
 open-file limit to the hard limit (one descriptor per connection), and every
 listener gets the configured listen backlog unless its spec names one; a native
 crash (SIGSEGV ...) writes every thread's Python stack to standard error (faulthandler).
+Run by twistd, it also picks the configuration file (:mod:`gateway.locations`), logs
+through :mod:`gateway.log_observer` (``--log-level``, ``--log-format``), reloads on
+SIGHUP (:mod:`gateway.reload`) and tells a daemonized start's parent the outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
 import resource
+import signal
 import sys
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from twisted.application import internet, service
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred, DeferredList
-from twisted.logger import Logger
+from twisted.logger import ILogObserver, Logger
 from twisted.python import usage
 
 from gateway.app import Gateway, build_gateway
-from gateway.config import DEFAULT_CONFIG, load_config
+from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError, GatewayError
+from gateway.locations import choose_config
+from gateway.log_observer import FORMATS, GatewayLogObserver, build_observer, parse_level
+from gateway.reload import ConfigReloader
 from gateway.stomp.listeners import listen_backlog, listener_for, os_backlog_limit, with_backlog
 
 log = Logger()
@@ -39,7 +48,11 @@ class Options(usage.Options):
 
     synopsis = "[--config FILE] [--listen ENDPOINT]... [--data-dir DIR] [--set KEY=VALUE]..."
     optParameters = [
-        ["config", "c", DEFAULT_CONFIG, "The TOML configuration file."],
+        ["log-format", None, "text", "text (twistd's lines) or json (one JSON object a line)."],
+        ["log-level", None, None, "Least level logged: debug, info, warn, error, critical "
+                                  "(default: [gateway] log_level, info)."],
+        ["config", "c", None, "The TOML configuration file (default: $JMSGATEWAY_CONFIG, ./etc/jmsgateway.toml, "
+                              "/etc/jmsgateway/jmsgateway.toml, the packaged default, in this order)."],
         ["data-dir", "d", None, "Directory for stores (overrides gateway.data_dir)."],
     ]
     longdesc = (
@@ -62,6 +75,15 @@ class Options(usage.Options):
             raise usage.UsageError(f"--set {assignment!r}: expected dotted.key=value")
         self["set"].append(assignment)
 
+    def postOptions(self) -> None:
+        if self["log-format"] not in FORMATS:
+            raise usage.UsageError(f"--log-format {self['log-format']!r}: one of {', '.join(FORMATS)}")
+        if self["log-level"] is not None:
+            try:
+                parse_level(self["log-level"])
+            except ValueError as error:
+                raise usage.UsageError(f"--log-level: {error}") from None
+
 
 GC_THRESHOLD = (10_000, 10, 10)
 """Collections of the cyclic garbage collector once the gateway runs: the first
@@ -69,6 +91,11 @@ generation every 10,000 allocations instead of Python's 700.  A message stream
 allocates a few short-lived containers per message that reference counting
 frees; at 700 the collector ran every ~100 messages and took a quarter of the
 reactor thread's time while Kafka records were in flight (docs/kafka.md)."""
+
+
+DAEMON_START_WAIT = 120.0
+"""Seconds a daemonized start's parent waits for the listeners before it is told "started" anyway (a
+connector that takes that long to start must not hang the shell or an init script)."""
 
 
 def raise_open_file_limit() -> tuple[int, int]:
@@ -96,23 +123,64 @@ def tune_garbage_collector() -> None:
 
 
 class GatewayService(service.MultiService):
-    """Starts connectors first, then the STOMP listeners; stops in reverse."""
+    """Starts connectors first, then the STOMP listeners; stops in reverse.
+
+    Run by twistd (``twistd_options`` given), it also logs through ``observer``
+    (set on the application as its :class:`ILogObserver`), reloads the
+    configuration on SIGHUP (``reloader``), and reports a daemonized start's
+    outcome to the waiting parent itself, once the listeners are open: a start
+    that fails exits non-zero and removes its pid file."""
 
     log = Logger()
 
-    def __init__(self, gateway: Gateway, reactor: Any) -> None:
+    def __init__(self, gateway: Gateway, reactor: Any, *, twistd_options: MutableMapping[str, Any] | None = None,
+                 observer: GatewayLogObserver | None = None, reloader: ConfigReloader | None = None) -> None:
         super().__init__()
         self.gateway = gateway
         self.reactor = reactor
         self.listeners: list[internet.StreamServerEndpointService] = []
         self.backlog = gateway.config.listen_backlog
+        self.twistd_options = twistd_options
+        self.observer = observer
+        self.reloader = reloader
+        self._status_pipe: int | None = None
+
+    def setServiceParent(self, parent: Any) -> None:
+        super().setServiceParent(parent)
+        if self.observer is not None and hasattr(parent, "setComponent"):
+            parent.setComponent(ILogObserver, self.observer)  # twistd logs through it
 
     def startService(self) -> None:
         service.Service.startService(self)
+        if self.twistd_options is not None:
+            # twistd would tell a daemon's parent "started" now; we tell it once the listeners are open
+            self._status_pipe = self.twistd_options.get("statusPipe")
+            self.twistd_options["statusPipe"] = None
+            if self._status_pipe is not None:
+                self.reactor.callLater(DAEMON_START_WAIT, self._still_starting)
+        if self.reloader is not None:
+            reload = self.reloader.reload
+            signal.signal(signal.SIGHUP, lambda signum, frame: self.reactor.callFromThread(reload))
         d: Deferred[Any] = self.gateway.start()
         d.addCallback(lambda _: self._listen())
         d.addCallback(lambda _: self._listen_admin())
+        d.addCallback(lambda _: self._report_status(b"0"))
         d.addErrback(self._failed)
+
+    def _still_starting(self) -> None:
+        if self._status_pipe is not None:
+            self.log.warn("still starting after {wait:.0f}s: the shell that started the daemon is told it started",
+                          wait=DAEMON_START_WAIT)
+            self._report_status(b"0")
+
+    def _report_status(self, status: bytes) -> None:
+        """Tell a daemonized start's waiting parent: ``0`` (started) or ``1 <why>`` (it exits 1)."""
+        pipe, self._status_pipe = self._status_pipe, None
+        if pipe is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(pipe, status[:100])
+            os.close(pipe)
 
     def _backlog(self) -> int:
         """The listen backlog: ``[gateway] listen_backlog`` capped at the OS limit (logged when capped)."""
@@ -163,6 +231,11 @@ class GatewayService(service.MultiService):
         message = str(error) if isinstance(error, GatewayError | OSError) else failure.getTraceback()
         self.log.critical("jmsgateway cannot start: {message}", message=message)
         print(f"jmsgateway cannot start: {message}", file=sys.stderr, flush=True)
+        self._report_status(b"1 " + message.encode("utf-8", "replace"))
+        pidfile = (self.twistd_options or {}).get("pidfile")
+        if pidfile:
+            with contextlib.suppress(OSError):
+                os.unlink(pidfile)
         # Nothing was started that needs a clean shutdown: leave with a failure status.
         self.reactor.callLater(0, os._exit, 1)
 
@@ -175,6 +248,21 @@ class GatewayService(service.MultiService):
 
     def _stop_failed(self, failure: Any) -> None:
         self.log.failure("jmsgateway did not stop cleanly", failure)
+
+
+def check_listeners(gateway: Gateway, reactor: Any) -> None:
+    """Parse every listener spec (``[gateway] listen``, ``[admin] listen``) as start-up does, without
+    listening; ConfigError naming the key of the first bad one."""
+    backlog = listen_backlog(gateway.config.listen_backlog, os_backlog_limit())
+    specs = [(f"gateway.listen[{index}]", spec, True) for index, spec in enumerate(gateway.config.listen)]
+    specs += [(f"admin.listen[{index}]", spec, False) for index, spec in enumerate(gateway.admin.listen)]
+    for key, spec, stomp in specs:
+        try:
+            endpoint = listener_for(spec, gateway.factory, reactor).endpoint if stomp else spec
+            endpoints.serverFromString(reactor, with_backlog(endpoint, backlog))
+        except Exception as error:  # Twisted raises ValueError, KeyError, TypeError, OSError ... for a bad spec
+            raise ConfigError(f"not a listener endpoint {spec!r} (e.g. \"tcp:61613:interface=127.0.0.1\"): "
+                              f"{error}", path=gateway.config.path, key=key) from None
 
 
 def enable_crash_traces() -> None:
@@ -193,17 +281,39 @@ def makeService(options: Options) -> GatewayService:
     """Build the gateway service tree from parsed options."""
     from twisted.internet import reactor
 
-    overrides = list(options["set"])
+    twistd_options = getattr(options, "parent", None)  # twistd's own options when twistd runs us
     enable_crash_traces()
-    raise_open_file_limit()
     try:
-        config = load_config(options["config"], overrides)
-        if options["listen"]:
-            config.gateway.listen = list(options["listen"])
-        if options["data-dir"]:
-            config.gateway.data_dir = options["data-dir"]
+        chosen = choose_config(options["config"])
+        load = configuration_loader(chosen.path, options)
+        config = load()
+        level = parse_level(options["log-level"] or config.gateway.log_level)
+        observer = None
+        if twistd_options is not None and not twistd_options.get("syslog") and not twistd_options.get("logger"):
+            observer = build_observer(twistd_options, options["log-format"], level)
+        log.info("configuration {path} ({reason})", path=os.path.abspath(chosen.path), reason=chosen.reason)
+        raise_open_file_limit()
         gateway = build_gateway(config, reactor)
     except ConfigError as error:
         raise SystemExit(f"jmsgateway: bad configuration: {error}") from None
     os.makedirs(config.data_dir, exist_ok=True)
-    return GatewayService(gateway, reactor)
+    log.info("data directory {path}", path=os.path.abspath(config.data_dir))
+    reloader = None
+    if twistd_options is not None:
+        reloader = ConfigReloader(gateway, load, reactor, observer, level_fixed=options["log-level"] is not None)
+    return GatewayService(gateway, reactor, twistd_options=twistd_options, observer=observer, reloader=reloader)
+
+
+def configuration_loader(path: str, options: Options) -> Callable[[], GatewayConfig]:
+    """Loads ``path`` with the command line's ``--set``, ``--listen`` and ``--data-dir`` applied
+    (at start-up and on every SIGHUP)."""
+
+    def load() -> GatewayConfig:
+        config = load_config(path, list(options["set"]))
+        if options["listen"]:
+            config.gateway.listen = list(options["listen"])
+        if options["data-dir"]:
+            config.gateway.data_dir = options["data-dir"]
+        return config
+
+    return load

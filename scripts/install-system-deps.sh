@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the integration tests and benchmarks need:
 # ActiveMQ (the real JMS broker, with the jars its STOMP transformations need), a Java runtime (ActiveMQ, the JMS client through JPype, Spark)
-# and Chromium with its driver (the admin console's browser tests).
+# Chromium with its driver (the admin console's browser tests) and systemd's systemd-analyze (the unit's test).
 set -euo pipefail
 need=()
 dpkg -s activemq >/dev/null 2>&1 || need+=(activemq)
@@ -9,6 +9,8 @@ dpkg -s activemq >/dev/null 2>&1 || need+=(activemq)
 dpkg -s libxstream-java >/dev/null 2>&1 || need+=(libxstream-java)
 dpkg -s libjettison-java >/dev/null 2>&1 || need+=(libjettison-java)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+# systemd-analyze: tests/integration/test_operations_systemd.py verifies contrib/jmsgateway.service with it.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The admin console's browser tests: headless Chromium driven by Selenium through Debian's chromedriver.
 dpkg -s chromium >/dev/null 2>&1 || need+=(chromium)
 dpkg -s chromium-driver >/dev/null 2>&1 || need+=(chromium-driver)

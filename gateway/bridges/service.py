@@ -288,13 +288,15 @@ def used_connectors(config: GatewayConfig) -> set[str]:
     return {side.connector for bridge in config.bridges for side in (bridge.source, bridge.target)}
 
 
-def run_standalone(config_path: str, overrides: list[str] | None = None, *, only: list[str] | None = None) -> int:
+def run_standalone(config_path: str, overrides: list[str] | None = None, *, only: list[str] | None = None,
+                   watch: Any = None) -> int:
     """``jmsgateway bridge --config FILE``: run the configured bridges (no STOMP
     listener, no login portal, no admin endpoint) until SIGINT/SIGTERM, with only the
     connectors they use (the embedded broker only when a bridge names it).  Returns the
     exit status.
 
     :param only: run just these bridges (names); the others are not started.
+    :param watch: called with the :class:`BridgeService` before the reactor runs (progress reports).
     """
     from twisted.internet import reactor
 
@@ -325,6 +327,8 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
             if name not in only:
                 bridge.config = _disabled(bridge.config)
     os.makedirs(config.data_dir, exist_ok=True)
+    if watch is not None:
+        watch(bridges)
     status = {"code": 0}
 
     def started(_: object) -> None:  # the connectors are up: start the bridges

@@ -23,15 +23,17 @@ from typing import Any
 
 from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
 
-from gateway.config import DEFAULT_CONFIG, load_config
+from gateway.config import load_config
 from gateway.errors import ConfigError, GatewayError
+from gateway.locations import choose_config
 
 log = Logger(namespace="gateway.pipeline")
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="run the routes and transformers on Spark")
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="the gateway TOML file")
+    parser.add_argument("--config", default=None, help="the gateway TOML file (default: looked up as for "
+                                                       "twistd jmsgateway, docs/operations.md)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--master", default=None, help="Spark master URL (default: spark-submit's or local[*])")
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers (overrides pipeline.bootstrap)")
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 def _load(args: argparse.Namespace, **overrides: Any) -> tuple[Any, Any]:
     from gateway.pipeline.settings import parse_pipeline_settings
 
-    config = load_config(args.config, args.set)
+    config = load_config(choose_config(args.config).path, args.set)
     settings = parse_pipeline_settings(config, bootstrap=args.bootstrap, kafka_access=args.kafka_access, **overrides)
     return config, settings
 

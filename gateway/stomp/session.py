@@ -217,6 +217,8 @@ class StompSession:
         self.state = "new"
         self.version = "1.0"
         self.login: str | None = None
+        self.connected_logged = False
+        """Whether the connect was logged at info (then the disconnect is too)."""
         self.client_id: str | None = None
         self.subscriptions: dict[str, StompSubscription] = {}
         self.transactions: dict[str, Transaction] = {}
@@ -288,6 +290,8 @@ class StompSession:
         """The transport is gone: release everything the connection held."""
         if self.state == "closed":
             return
+        if self.connected_logged:
+            self.log.info("STOMP disconnect from {peer} (login {login})", peer=self.peer, login=self.login or "-")
         self.state = "closed"
         self._cancel_heartbeats()
         # Nothing more is delivered here: what the rollback and the closes
@@ -462,6 +466,9 @@ class StompSession:
             self.out_interval = max(server_send, client_receive) / 1000.0 if server_send and client_receive else 0.0
             self.in_interval = max(client_send, server_receive) / 1000.0 if client_send and server_receive else 0.0
         self.state = "connected"
+        self.connected_logged = True
+        self.log.info("STOMP {version} connect from {peer} (login {login})", version=self.version, peer=self.peer,
+                      login=self.login or "-")
         self._write(Frame("CONNECTED", headers))
         self._start_heartbeats()
         backlog, self._backlog = self._backlog, []

@@ -32,6 +32,7 @@ from typing import Literal
 from pluggy import PluginManager, PluginValidationError
 from twisted.logger import Logger
 
+from gateway.locations import resolve_plugin_folder
 from gateway.transform import builtin, hookspecs
 from gateway.transform.config import TransformConfig
 
@@ -138,7 +139,7 @@ class _PluginLoader:
             self.register(plugin, entry_point.name, "entry point", origin)
 
     def load_folder(self, folder: str) -> None:
-        path = Path(folder)
+        path = Path(resolve_plugin_folder(folder))
         if not path.is_dir():
             self.record(PluginRecord(folder, "folder", os.path.abspath(folder), "missing", "no such folder"))
             return
@@ -207,8 +208,9 @@ def build_plugin_manager(
     """A new plugin manager with every plugin found, minus the blocked ones.
 
     :param plugin_dirs: folders whose ``*.py`` files are plugins (relative
-        paths are taken from the current directory); a missing folder is
-        recorded, not an error.
+        paths are taken from the current directory; ``plugins``, when the
+        current directory has none, is the package's shipped plugins); a
+        missing folder is recorded, not an error.
     :param blocked: plugin names never registered (``builtin``, an entry
         point name, a file stem).
     :param load_entry_points: load setuptools entry points of group ``jmsgateway``.

@@ -1,0 +1,85 @@
+"""The examples in etc/examples/ this module covers start and move a message as their header comment says:
+the file as shipped, with only the addresses (listen port, data directory, broker address) given on the
+command line."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.config import load_config
+from gateway.passwords import is_hashed
+from tests.support.gateway import REPO, GatewayProcess, stopped_after
+from tests.support.kafka import TansuBroker, create_topics, read_records
+from tests.support.ports import free_port
+from tests.support.stomp_clients import Client
+
+EXAMPLES = REPO / "etc" / "examples"
+
+
+class ExampleGateway(GatewayProcess):
+    """A gateway on an example file as shipped (GatewayProcess writes a config of its own)."""
+
+    def __init__(self, workdir: Path, example: str, args: list[str]) -> None:
+        super().__init__(workdir, args=args)
+        self.config_path = EXAMPLES / example
+
+
+def test_embedded_example_logins_persistence_and_admin(tmp_path: Path) -> None:
+    admin = free_port()
+    gateway = ExampleGateway(tmp_path, "embedded.toml", ["--set", f'admin.listen="tcp:{admin}:interface=127.0.0.1"'])
+    gateway.start()
+    with stopped_after(gateway):
+        sender = Client(gateway.address, login="app", passcode="app-secret")
+        sender.send("/queue/example", "kept across a restart", receipt=True)  # default_persistent = true
+        sender.disconnect()
+        with socket.create_connection(gateway.address, timeout=10) as sock:
+            sock.sendall(b"CONNECT\naccept-version:1.2\nhost:x\nlogin:app\npasscode:wrong\n\n\x00")
+            assert sock.recv(4096).startswith(b"ERROR\n")
+        gateway.restart()
+        receiver = Client(gateway.address, login="app", passcode="app-secret")
+        receiver.subscribe("/queue/example")
+        assert receiver.message().body == b"kept across a restart"
+        receiver.disconnect()
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/health", timeout=10) as reply:
+            assert reply.status == 200
+    assert "(login app)" in gateway.log()
+
+
+def test_embedded_example_listens_on_localhost_with_hashed_passwords() -> None:
+    config = load_config(str(EXAMPLES / "embedded.toml"))
+    assert config.listen == ["tcp:61613:interface=127.0.0.1"]
+    assert config.auth.users and all(is_hashed(password) for password in config.auth.users.values())
+    assert config.auth.allow_plaintext is False
+
+
+@pytest.fixture
+def kafka() -> Iterator[TansuBroker]:
+    broker = TansuBroker().start()  # its own broker: the example's topic names are fixed
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_kafka_routing_example_routes_keys_and_dead_letters(tmp_path: Path, kafka: TansuBroker) -> None:
+    create_topics(kafka.bootstrap, "orders", "audit", "gateway-dlq")  # as the header comment says
+    gateway = ExampleGateway(tmp_path, "kafka-routing.toml",
+                             ["--set", f'connectors.kafka.uri="kafka://{kafka.bootstrap}"'])
+    gateway.start()
+    with stopped_after(gateway):
+        client = Client(gateway.address)
+        client.send("/queue/orders", "order 1", receipt=True, **{"correlation-id": "c-1"})
+        client.send("/queue/orders", "no key", receipt=True)  # soft failure: to the dead-letter topic
+        client.send("/topic/audit.logins", "audit 1", receipt=True, kind="audit")
+        client.disconnect()
+    (order,) = read_records(kafka.bootstrap, "orders", 1)
+    assert order.key() == b"c-1" and order.value() == b"order 1"
+    (dead,) = read_records(kafka.bootstrap, "gateway-dlq", 1)
+    assert dead.value() == b"no key"
+    (audit,) = read_records(kafka.bootstrap, "audit", 1)
+    assert audit.value() == b"audit 1"
