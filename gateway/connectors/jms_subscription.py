@@ -249,7 +249,9 @@ class ConsumerThread(JavaThread):
                 return self.commands.get(timeout=max(0.001, self._batch_remaining()))
             return self.commands.get()
         except queue.Empty:
-            if self.batch and not self.batch_handed:
+            # no command: a batch goes once full (in _receive) or once its time ran out, never
+            # merely because no command is waiting (that handed batches of one message)
+            if self.batch and not self.batch_handed and self._batch_remaining() <= 0:
                 self._hand_batch()
             return None
 
