@@ -100,8 +100,11 @@ class GatewayService(service.MultiService):
 
     log = Logger()
 
-    def __init__(self, gateway: Gateway, reactor: Any) -> None:
+    def __init__(self, gateway: Gateway, reactor: Any, *, log_on_console: bool = False) -> None:
         super().__init__()
+        self.log_on_console = log_on_console
+        """Whether the log goes to the console (``twistd -n`` without ``--logfile``): a start-up
+        failure is then only logged, else logged and written once to the real standard error."""
         self.gateway = gateway
         self.reactor = reactor
         self.listeners: list[internet.StreamServerEndpointService] = []
@@ -161,7 +164,9 @@ class GatewayService(service.MultiService):
         error = failure.value
         message = str(error) if isinstance(error, GatewayError | OSError) else failure.getTraceback()
         self.log.critical("jmsgateway cannot start: {message}", message=message)
-        print(f"jmsgateway cannot start: {message}", file=sys.stderr, flush=True)
+        console = sys.__stderr__  # twistd sends sys.stderr into the log: that would be a second copy there
+        if not self.log_on_console and console is not None:
+            print(f"jmsgateway cannot start: {message}", file=console, flush=True)
         # Nothing was started that needs a clean shutdown: leave with a failure status.
         self.reactor.callLater(0, os._exit, 1)
 
@@ -205,4 +210,12 @@ def makeService(options: Options) -> GatewayService:
     except ConfigError as error:
         raise SystemExit(f"jmsgateway: bad configuration: {error}") from None
     os.makedirs(config.data_dir, exist_ok=True)
-    return GatewayService(gateway, reactor)
+    return GatewayService(gateway, reactor, log_on_console=_logs_to_console(options))
+
+
+def _logs_to_console(options: usage.Options) -> bool:
+    """Whether twistd (``options.parent``) logs to standard output: ``-n`` without ``--logfile`` or syslog."""
+    parent = getattr(options, "parent", None)
+    if parent is None:
+        return False
+    return bool(parent.get("nodaemon")) and not parent.get("syslog") and parent.get("logfile") in (None, "", "-")

@@ -119,13 +119,24 @@ class Link:
             raise DestinationError(f"{name!r}: the jms connector takes /queue/NAME and /topic/NAME destinations")
         if self.settings.destinations == "jndi" and self.context is not None:
             with self._lock:
-                found = lookup(self.context, physical, self.settings, self.api, key="destinations")
+                found = jndi_destination(self.context, name, self.settings, self.api)
         elif kind == "queue":
             found = session.createQueue(physical)
         else:
             found = session.createTopic(physical)
         self._destinations[name] = found
         return found
+
+
+def jndi_destination(context: Any, name: str, settings: JmsSettings, api: JmsApi) -> Any:
+    """The destination JNDI binds to the physical name of ``name`` (``/queue/orders``: ``orders``);
+    DestinationError naming ``name`` when nothing is bound (one client's mistake, not the
+    connection's: the caller refuses that send or subscription alone)."""
+    physical = name[1:].partition("/")[2]
+    try:
+        return lookup(context, physical, settings, api, key="destinations")
+    except ConfigError as error:
+        raise DestinationError(f"{name}: {error.problem} ({settings.key('destinations')} = \"jndi\")") from None
 
 
 class _Send:
@@ -338,6 +349,8 @@ class JmsConnector:
         self._closing: dict[tuple[str, str], Deferred[None]] = {}
         self._first: Deferred[None] | None = None
         self._link_waiters: list[Deferred[Link]] = []
+        self._jndi_context: Any = None
+        """The last JNDI context (control thread only): names are checked with it while the connection is down."""
         self._retry: Any = None
         self._sweep: LoopingCall | None = None
         self._sent_ok = self.metrics.sends.labels(name, "ok")
@@ -456,6 +469,7 @@ class JmsConnector:
         api = self._api
         assert api is not None
         factory, context = connection_factory(settings, api)
+        self._jndi_context = context
         try:
             if settings.user is not None:
                 connection = factory.createConnection(settings.user, settings.password)
@@ -577,11 +591,14 @@ class JmsConnector:
         self.failed_attempts += 1
         limit = self.settings.max_retries
         if limit >= 0 and self.failed_attempts > limit:
-            error = ConnectorUnavailable(f"provider {self.settings.provider} unreachable, gave up after "
-                                         f"{limit} retries: {self.last_error}")
+            error = ConnectorUnavailable(f"connectors.{self.name}: provider {self.settings.provider} unreachable, "
+                                         f"gave up after {limit} retries ({self.settings.key('max_retries')} = "
+                                         f"{limit}): {self.last_error}")
             self.state = "failed"
-            self.log.error("connector {name}: giving up on {provider} after {retries} retries ({error})",
-                           name=self.name, provider=self.settings.provider, retries=limit, error=self.last_error)
+            if self._first is None:  # at start-up the caller says it (once, naming the connector)
+                self.log.error("connector {name}: giving up on {provider} after {retries} retries ({error})",
+                               name=self.name, provider=self.settings.provider, retries=limit,
+                               error=self.last_error)
             self._give_up(error)
             return
         self.state = "retrying"
@@ -758,11 +775,38 @@ class JmsConnector:
 
         def establish(_: object) -> Any:
             link = self.link
-            if link is None or subscription.closed:  # made when the connection is back
+            if subscription.closed:
                 return None
+            if link is None:  # made when the connection is back; refused now if it never can be
+                return self._check_resolvable(spec.destination)
             return subscription.establish(link)
 
         return previous.addCallback(establish).addCallbacks(lambda _: subscription, refused)
+
+    def _check_resolvable(self, destination: str) -> Deferred[None]:
+        """While the connection is down: DestinationError if JNDI binds nothing to ``destination``
+        (``destinations = "jndi"``), so that SUBSCRIBE is refused rather than receipted."""
+        control = self._control
+        if self.settings.destinations != "jndi" or control is None:
+            return succeed(None)
+        return control.call(self._resolve_jndi, destination)
+
+    def _resolve_jndi(self, destination: str) -> None:
+        """(control thread) Look ``destination`` up in the last JNDI context (made now if none);
+        a JNDI provider that cannot be asked lets it pass (the restore refuses it later)."""
+        api = self._api
+        assert api is not None
+        kind, _, physical = destination[1:].partition("/")
+        if kind not in ("queue", "topic") or not physical:
+            raise DestinationError(f"{destination!r}: the jms connector takes /queue/NAME and /topic/NAME "
+                                   "destinations")
+        try:
+            if self._jndi_context is None:
+                self._jndi_context = connection_factory(self.settings, api)[1]
+            jndi_destination(self._jndi_context, destination, self.settings, api)
+        except (ConnectorError, ConfigError) as error:
+            self.log.info("connector {name}: cannot look {destination} up while away: {error}", name=self.name,
+                          destination=destination, error=error)
 
     def _closing_durable(self, subscription: JmsSubscription, closing: Deferred[None]) -> None:
         key = _durable_key(subscription.spec)
