@@ -142,13 +142,15 @@ def jndi_destination(context: Any, name: str, settings: JmsSettings, api: JmsApi
 class _Send:
     """Messages sent together (one, or a ``send_batch``) and who waits for the outcome."""
 
-    __slots__ = ("atomic", "deadline", "messages", "settled")
+    __slots__ = ("abandoned", "atomic", "deadline", "messages", "settled")
 
     def __init__(self, messages: list[Message], atomic: bool, settled: Settled, deadline: float) -> None:
         self.messages = messages
         self.atomic = atomic
         self.settled = settled
         self.deadline = deadline
+        self.abandoned = False
+        """Settled by the watchdog (in doubt) while the producer thread's call still hangs."""
 
 
 OK, REFUSED, RETRY, DOUBT = "ok", "refused", "retry", "doubt"
@@ -173,13 +175,19 @@ class ProducerThread(JavaThread):
         self.session: Any = None
         self.producer: Any = None
         self._held: Any = None
+        self.current: list[_Send] | None = None
+        """The burst in the provider's hands (its send and commit calls), for the watchdog."""
+        self.started = 0.0
+        """When the provider got :attr:`current` (reactor seconds)."""
+        self.abandoned = False
+        """The watchdog gave this thread up (its call hung): it ends once the call returns."""
 
     def run(self) -> None:
         jpype = self.connector.jpype()
         self.attach(jpype)
         max_burst = self.connector.settings.max_burst
         try:
-            while True:
+            while not self.abandoned:
                 item = self._held if self._held is not None else self.items.get()
                 self._held = None
                 if item is None:
@@ -200,7 +208,12 @@ class ProducerThread(JavaThread):
                     burst.append(following)
                     count += len(following.messages)
                 link = self.link
-                results, trouble = self._send(burst)
+                self.started = self.connector.reactor.seconds()
+                self.current = burst
+                try:
+                    results, trouble = self._send(burst)
+                finally:
+                    self.current = None
                 self.connector.reactor.callFromThread(self.connector._burst_done, link, results, trouble)
         finally:
             self._close()
@@ -399,7 +412,7 @@ class JmsConnector:
         self._control = ControlThread(self)
         self._control.start()
         self._producer = ProducerThread(self)
-        self._sweep = LoopingCall(self._expire_waiting)
+        self._sweep = LoopingCall(self._watch_sends)
         self._sweep.clock = self.reactor
         self._sweep.start(min(1.0, self.settings.send_timeout / 10000.0), now=False)
         first: Deferred[None] = Deferred()
@@ -689,6 +702,8 @@ class JmsConnector:
 
     def _burst_done(self, link: Link | None, results: list[tuple[_Send, str, str]], trouble: str | None) -> None:
         for item, outcome, reason in results:
+            if item.abandoned:  # the watchdog settled it (in doubt) while this call hung
+                continue
             count = len(item.messages)
             self._pending -= count
             if outcome == OK:
@@ -721,6 +736,55 @@ class JmsConnector:
         self.metrics.waiting.labels(self.name).set(0)
         for item in waiting:
             self._queue(item)
+
+    def _watch_sends(self) -> None:
+        """The sweep: expire the sends waiting for the provider, and watch the producer's call."""
+        self._expire_waiting()
+        producer = self._producer
+        burst = producer.current if producer is not None else None
+        if producer is None or not burst:
+            return
+        now = self.reactor.seconds()
+        timeout = self.settings.send_timeout / 1000.0
+        # the call hangs past send_timeout, or past a send's deadline (after a second at least:
+        # a send that waited in the queue does not condemn a call that just began)
+        overdue = min(item.deadline for item in burst)
+        if now - producer.started >= timeout or (now >= overdue and now - producer.started >= min(1.0, timeout)):
+            self._abandon_producer(producer, burst, now - producer.started)
+
+    def _abandon_producer(self, producer: ProducerThread, burst: list[_Send], hung: float) -> None:
+        """The watchdog: the provider has not answered a send or commit within ``send_timeout``
+        (a stalled network path that its client does not notice).  The sends of that call are
+        in doubt and fail now; those queued behind it wait for a new session; the thread is
+        left to its call (it ends when the call returns) and the connection is rebuilt."""
+        producer.abandoned = True
+        self._producer = ProducerThread(self)
+        while True:  # queued behind the hung call: never sent
+            try:
+                queued = producer.items.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(queued, _Send):
+                self._pending -= len(queued.messages)
+                self._waiting.append(queued)
+        producer.items.put(None)
+        self.metrics.waiting.labels(self.name).set(len(self._waiting))
+        timeout = self.settings.send_timeout / 1000.0
+        reason = (f"no answer from {self.settings.provider} within {timeout}s to a send or commit "
+                  f"(hung {hung:.1f}s); session abandoned")
+        self.log.warn("connector {name}: {reason}: {count} send(s) in doubt, reconnecting", name=self.name,
+                      reason=reason, count=len(burst))
+        for item in burst:
+            if item.abandoned:
+                continue
+            item.abandoned = True
+            self._pending -= len(item.messages)
+            self._sent_failed.inc(len(item.messages))
+            item.settled(ConnectorUnavailable(f"send to {self.settings.provider} in doubt: {reason}"), None)
+        if self._pending <= self.settings.max_pending_sends // 2:
+            self.congestion.resumeProducing()
+        if producer.link is not None and producer.link is self.link:
+            self._lost(producer.link, reason)
 
     def _expire_waiting(self) -> None:
         now = self.reactor.seconds()

@@ -91,6 +91,7 @@ def test_a_stalled_path_gives_the_sender_its_error_within_send_timeout(
                 client = clients.connect(text=True)
                 client.send(queue, "before", receipt=True)
                 proxy.stall()
+                time.sleep(0.5)  # the proxy's pumps look at the stall between two reads (0.1 s)
                 started = time.monotonic()
                 send_async(client, queue, "during")
                 error = client.error(timeout=SEND_TIMEOUT + MARGIN + 5)
