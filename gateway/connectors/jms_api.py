@@ -573,7 +573,8 @@ class JmsConnector:
         if isinstance(error, ConfigError):
             self.state = "failed"
             self.last_error = error.problem
-            self.log.error("connector {name}: {error}", name=self.name, error=str(error))
+            if self._first is None:  # at start-up the caller says it (once)
+                self.log.error("connector {name}: {error}", name=self.name, error=str(error))
             self._give_up(error)
             return
         self.last_error = str(error) if isinstance(error, ConnectorError) else failure.getErrorMessage()

@@ -320,7 +320,9 @@ class StompBrokerConnector:
 
         def not_yet(failure: Failure) -> None:
             if self.settings.max_retries == 0:
-                result.errback(ConnectorUnavailable(f"cannot connect to {self.settings.uri}: {self.last_error}"))
+                result.errback(ConnectorUnavailable(
+                    f"connectors.{self.name}: cannot connect to {self.settings.uri} "
+                    f"(connectors.{self.name}.max_retries = 0): {self.last_error}"))
                 return
             self.log.warn(
                 "connector {name}: broker {uri} not reachable yet ({error}); retrying every {interval}s, "
