@@ -759,7 +759,7 @@ class JmsConnector:
         in doubt and fail now; those queued behind it wait for a new session; the thread is
         left to its call (it ends when the call returns) and the connection is rebuilt."""
         producer.abandoned = True
-        self._producer = ProducerThread(self)
+        fresh = self._producer = ProducerThread(self)
         while True:  # queued behind the hung call: never sent
             try:
                 queued = producer.items.get_nowait()
@@ -768,6 +768,8 @@ class JmsConnector:
             if isinstance(queued, _Send):
                 self._pending -= len(queued.messages)
                 self._waiting.append(queued)
+            elif isinstance(queued, tuple):  # a session for a newer connection: the fresh thread makes it
+                fresh.items.put(queued)
         producer.items.put(None)
         self.metrics.waiting.labels(self.name).set(len(self._waiting))
         timeout = self.settings.send_timeout / 1000.0
@@ -785,7 +787,12 @@ class JmsConnector:
         if self._pending <= self.settings.max_pending_sends // 2:
             self.congestion.resumeProducing()
         if producer.link is not None and producer.link is self.link:
-            self._lost(producer.link, reason)
+            self._lost(producer.link, reason)  # the fresh thread starts with the next connection
+        elif self.link is not None:  # the call hung on an older connection: go on with the current one
+            if fresh.items.empty():
+                fresh.items.put((self.link, None))
+            fresh.start()
+            self._dispatch_waiting()
 
     def _expire_waiting(self) -> None:
         now = self.reactor.seconds()
