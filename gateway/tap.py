@@ -134,8 +134,12 @@ class GatewayService(service.MultiService):
     log = Logger()
 
     def __init__(self, gateway: Gateway, reactor: Any, *, twistd_options: MutableMapping[str, Any] | None = None,
-                 observer: GatewayLogObserver | None = None, reloader: ConfigReloader | None = None) -> None:
+                 observer: GatewayLogObserver | None = None, reloader: ConfigReloader | None = None,
+                 log_on_console: bool = False) -> None:
         super().__init__()
+        self.log_on_console = log_on_console
+        """Whether the log goes to the console (``twistd -n`` without ``--logfile``): a start-up
+        failure is then only logged, else logged and written once to the real standard error."""
         self.gateway = gateway
         self.reactor = reactor
         self.listeners: list[internet.StreamServerEndpointService] = []
@@ -230,7 +234,9 @@ class GatewayService(service.MultiService):
         error = failure.value
         message = str(error) if isinstance(error, GatewayError | OSError) else failure.getTraceback()
         self.log.critical("jmsgateway cannot start: {message}", message=message)
-        print(f"jmsgateway cannot start: {message}", file=sys.stderr, flush=True)
+        console = sys.__stderr__  # twistd sends sys.stderr into the log: that would be a second copy there
+        if not self.log_on_console and console is not None:
+            print(f"jmsgateway cannot start: {message}", file=console, flush=True)
         self._report_status(b"1 " + message.encode("utf-8", "replace"))
         pidfile = (self.twistd_options or {}).get("pidfile")
         if pidfile:
@@ -301,7 +307,8 @@ def makeService(options: Options) -> GatewayService:
     reloader = None
     if twistd_options is not None:
         reloader = ConfigReloader(gateway, load, reactor, observer, level_fixed=options["log-level"] is not None)
-    return GatewayService(gateway, reactor, twistd_options=twistd_options, observer=observer, reloader=reloader)
+    return GatewayService(gateway, reactor, twistd_options=twistd_options, observer=observer, reloader=reloader,
+                          log_on_console=_logs_to_console(options))
 
 
 def configuration_loader(path: str, options: Options) -> Callable[[], GatewayConfig]:
@@ -317,3 +324,11 @@ def configuration_loader(path: str, options: Options) -> Callable[[], GatewayCon
         return config
 
     return load
+
+
+def _logs_to_console(options: usage.Options) -> bool:
+    """Whether twistd (``options.parent``) logs to standard output: ``-n`` without ``--logfile`` or syslog."""
+    parent = getattr(options, "parent", None)
+    if parent is None:
+        return False
+    return bool(parent.get("nodaemon")) and not parent.get("syslog") and parent.get("logfile") in (None, "", "-")

@@ -119,7 +119,7 @@ class Link:
             raise DestinationError(f"{name!r}: the jms connector takes /queue/NAME and /topic/NAME destinations")
         if self.settings.destinations == "jndi" and self.context is not None:
             with self._lock:
-                found = lookup(self.context, physical, self.settings, self.api, key="destinations")
+                found = jndi_destination(self.context, name, self.settings, self.api)
         elif kind == "queue":
             found = session.createQueue(physical)
         else:
@@ -128,16 +128,29 @@ class Link:
         return found
 
 
+def jndi_destination(context: Any, name: str, settings: JmsSettings, api: JmsApi) -> Any:
+    """The destination JNDI binds to the physical name of ``name`` (``/queue/orders``: ``orders``);
+    DestinationError naming ``name`` when nothing is bound (one client's mistake, not the
+    connection's: the caller refuses that send or subscription alone)."""
+    physical = name[1:].partition("/")[2]
+    try:
+        return lookup(context, physical, settings, api, key="destinations")
+    except ConfigError as error:
+        raise DestinationError(f"{name}: {error.problem} ({settings.key('destinations')} = \"jndi\")") from None
+
+
 class _Send:
     """Messages sent together (one, or a ``send_batch``) and who waits for the outcome."""
 
-    __slots__ = ("atomic", "deadline", "messages", "settled")
+    __slots__ = ("abandoned", "atomic", "deadline", "messages", "settled")
 
     def __init__(self, messages: list[Message], atomic: bool, settled: Settled, deadline: float) -> None:
         self.messages = messages
         self.atomic = atomic
         self.settled = settled
         self.deadline = deadline
+        self.abandoned = False
+        """Settled by the watchdog (in doubt) while the producer thread's call still hangs."""
 
 
 OK, REFUSED, RETRY, DOUBT = "ok", "refused", "retry", "doubt"
@@ -162,13 +175,19 @@ class ProducerThread(JavaThread):
         self.session: Any = None
         self.producer: Any = None
         self._held: Any = None
+        self.current: list[_Send] | None = None
+        """The burst in the provider's hands (its send and commit calls), for the watchdog."""
+        self.started = 0.0
+        """When the provider got :attr:`current` (reactor seconds)."""
+        self.abandoned = False
+        """The watchdog gave this thread up (its call hung): it ends once the call returns."""
 
     def run(self) -> None:
         jpype = self.connector.jpype()
         self.attach(jpype)
         max_burst = self.connector.settings.max_burst
         try:
-            while True:
+            while not self.abandoned:
                 item = self._held if self._held is not None else self.items.get()
                 self._held = None
                 if item is None:
@@ -189,7 +208,12 @@ class ProducerThread(JavaThread):
                     burst.append(following)
                     count += len(following.messages)
                 link = self.link
-                results, trouble = self._send(burst)
+                self.started = self.connector.reactor.seconds()
+                self.current = burst
+                try:
+                    results, trouble = self._send(burst)
+                finally:
+                    self.current = None
                 self.connector.reactor.callFromThread(self.connector._burst_done, link, results, trouble)
         finally:
             self._close()
@@ -338,6 +362,8 @@ class JmsConnector:
         self._closing: dict[tuple[str, str], Deferred[None]] = {}
         self._first: Deferred[None] | None = None
         self._link_waiters: list[Deferred[Link]] = []
+        self._jndi_context: Any = None
+        """The last JNDI context (control thread only): names are checked with it while the connection is down."""
         self._retry: Any = None
         self._sweep: LoopingCall | None = None
         self._sent_ok = self.metrics.sends.labels(name, "ok")
@@ -386,7 +412,7 @@ class JmsConnector:
         self._control = ControlThread(self)
         self._control.start()
         self._producer = ProducerThread(self)
-        self._sweep = LoopingCall(self._expire_waiting)
+        self._sweep = LoopingCall(self._watch_sends)
         self._sweep.clock = self.reactor
         self._sweep.start(min(1.0, self.settings.send_timeout / 10000.0), now=False)
         first: Deferred[None] = Deferred()
@@ -456,6 +482,7 @@ class JmsConnector:
         api = self._api
         assert api is not None
         factory, context = connection_factory(settings, api)
+        self._jndi_context = context
         try:
             if settings.user is not None:
                 connection = factory.createConnection(settings.user, settings.password)
@@ -546,7 +573,8 @@ class JmsConnector:
         if isinstance(error, ConfigError):
             self.state = "failed"
             self.last_error = error.problem
-            self.log.error("connector {name}: {error}", name=self.name, error=str(error))
+            if self._first is None:  # at start-up the caller says it (once)
+                self.log.error("connector {name}: {error}", name=self.name, error=str(error))
             self._give_up(error)
             return
         self.last_error = str(error) if isinstance(error, ConnectorError) else failure.getErrorMessage()
@@ -577,11 +605,14 @@ class JmsConnector:
         self.failed_attempts += 1
         limit = self.settings.max_retries
         if limit >= 0 and self.failed_attempts > limit:
-            error = ConnectorUnavailable(f"provider {self.settings.provider} unreachable, gave up after "
-                                         f"{limit} retries: {self.last_error}")
+            error = ConnectorUnavailable(f"connectors.{self.name}: provider {self.settings.provider} unreachable, "
+                                         f"gave up after {limit} retries ({self.settings.key('max_retries')} = "
+                                         f"{limit}): {self.last_error}")
             self.state = "failed"
-            self.log.error("connector {name}: giving up on {provider} after {retries} retries ({error})",
-                           name=self.name, provider=self.settings.provider, retries=limit, error=self.last_error)
+            if self._first is None:  # at start-up the caller says it (once, naming the connector)
+                self.log.error("connector {name}: giving up on {provider} after {retries} retries ({error})",
+                               name=self.name, provider=self.settings.provider, retries=limit,
+                               error=self.last_error)
             self._give_up(error)
             return
         self.state = "retrying"
@@ -672,6 +703,8 @@ class JmsConnector:
 
     def _burst_done(self, link: Link | None, results: list[tuple[_Send, str, str]], trouble: str | None) -> None:
         for item, outcome, reason in results:
+            if item.abandoned:  # the watchdog settled it (in doubt) while this call hung
+                continue
             count = len(item.messages)
             self._pending -= count
             if outcome == OK:
@@ -704,6 +737,62 @@ class JmsConnector:
         self.metrics.waiting.labels(self.name).set(0)
         for item in waiting:
             self._queue(item)
+
+    def _watch_sends(self) -> None:
+        """The sweep: expire the sends waiting for the provider, and watch the producer's call."""
+        self._expire_waiting()
+        producer = self._producer
+        burst = producer.current if producer is not None else None
+        if producer is None or not burst:
+            return
+        now = self.reactor.seconds()
+        timeout = self.settings.send_timeout / 1000.0
+        # the call hangs past send_timeout, or past a send's deadline (after a second at least:
+        # a send that waited in the queue does not condemn a call that just began)
+        overdue = min(item.deadline for item in burst)
+        if now - producer.started >= timeout or (now >= overdue and now - producer.started >= min(1.0, timeout)):
+            self._abandon_producer(producer, burst, now - producer.started)
+
+    def _abandon_producer(self, producer: ProducerThread, burst: list[_Send], hung: float) -> None:
+        """The watchdog: the provider has not answered a send or commit within ``send_timeout``
+        (a stalled network path that its client does not notice).  The sends of that call are
+        in doubt and fail now; those queued behind it wait for a new session; the thread is
+        left to its call (it ends when the call returns) and the connection is rebuilt."""
+        producer.abandoned = True
+        fresh = self._producer = ProducerThread(self)
+        while True:  # queued behind the hung call: never sent
+            try:
+                queued = producer.items.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(queued, _Send):
+                self._pending -= len(queued.messages)
+                self._waiting.append(queued)
+            elif isinstance(queued, tuple):  # a session for a newer connection: the fresh thread makes it
+                fresh.items.put(queued)
+        producer.items.put(None)
+        self.metrics.waiting.labels(self.name).set(len(self._waiting))
+        timeout = self.settings.send_timeout / 1000.0
+        reason = (f"no answer from {self.settings.provider} within {timeout}s to a send or commit "
+                  f"(hung {hung:.1f}s); session abandoned")
+        self.log.warn("connector {name}: {reason}: {count} send(s) in doubt, reconnecting", name=self.name,
+                      reason=reason, count=len(burst))
+        for item in burst:
+            if item.abandoned:
+                continue
+            item.abandoned = True
+            self._pending -= len(item.messages)
+            self._sent_failed.inc(len(item.messages))
+            item.settled(ConnectorUnavailable(f"send to {self.settings.provider} in doubt: {reason}"), None)
+        if self._pending <= self.settings.max_pending_sends // 2:
+            self.congestion.resumeProducing()
+        if producer.link is not None and producer.link is self.link:
+            self._lost(producer.link, reason)  # the fresh thread starts with the next connection
+        elif self.link is not None:  # the call hung on an older connection: go on with the current one
+            if fresh.items.empty():
+                fresh.items.put((self.link, None))
+            fresh.start()
+            self._dispatch_waiting()
 
     def _expire_waiting(self) -> None:
         now = self.reactor.seconds()
@@ -758,11 +847,38 @@ class JmsConnector:
 
         def establish(_: object) -> Any:
             link = self.link
-            if link is None or subscription.closed:  # made when the connection is back
+            if subscription.closed:
                 return None
+            if link is None:  # made when the connection is back; refused now if it never can be
+                return self._check_resolvable(spec.destination)
             return subscription.establish(link)
 
         return previous.addCallback(establish).addCallbacks(lambda _: subscription, refused)
+
+    def _check_resolvable(self, destination: str) -> Deferred[None]:
+        """While the connection is down: DestinationError if JNDI binds nothing to ``destination``
+        (``destinations = "jndi"``), so that SUBSCRIBE is refused rather than receipted."""
+        control = self._control
+        if self.settings.destinations != "jndi" or control is None:
+            return succeed(None)
+        return control.call(self._resolve_jndi, destination)
+
+    def _resolve_jndi(self, destination: str) -> None:
+        """(control thread) Look ``destination`` up in the last JNDI context (made now if none);
+        a JNDI provider that cannot be asked lets it pass (the restore refuses it later)."""
+        api = self._api
+        assert api is not None
+        kind, _, physical = destination[1:].partition("/")
+        if kind not in ("queue", "topic") or not physical:
+            raise DestinationError(f"{destination!r}: the jms connector takes /queue/NAME and /topic/NAME "
+                                   "destinations")
+        try:
+            if self._jndi_context is None:
+                self._jndi_context = connection_factory(self.settings, api)[1]
+            jndi_destination(self._jndi_context, destination, self.settings, api)
+        except (ConnectorError, ConfigError) as error:
+            self.log.info("connector {name}: cannot look {destination} up while away: {error}", name=self.name,
+                          destination=destination, error=error)
 
     def _closing_durable(self, subscription: JmsSubscription, closing: Deferred[None]) -> None:
         key = _durable_key(subscription.spec)

@@ -126,6 +126,7 @@ class JmsApi:
         self.TemporaryQueue = jms("TemporaryQueue")
         self.TemporaryTopic = jms("TemporaryTopic")
         self.ExceptionListener = jms("ExceptionListener")
+        self.MessageListener = jms("MessageListener")
         self.JMSException = jms("JMSException")
         self.MessageEOFException = jms("MessageEOFException")
         self.InvalidSelectorException = jms("InvalidSelectorException")

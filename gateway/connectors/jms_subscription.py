@@ -14,8 +14,14 @@ On close, a window both acked and not is settled exactly (:meth:`ConsumerThread.
 for a queue, the unacked messages go back as marked copies in the commit that acks the window).
 
 The thread blocks in ``receive(receive_timeout)`` when it may take a message and
-on its command queue otherwise (no busy polling); messages go to the reactor
-with ``reactor.callFromThread``.  In *batch* mode (a bridge's local
+on its command queue otherwise; messages go to the reactor with
+``reactor.callFromThread``.  An *idle* subscription costs no thread and no CPU:
+after :data:`PARK_AFTER` empty receives with nothing unsettled, the thread sets a
+``MessageListener`` on its consumer (a doorbell) and ends, keeping the session
+(*parked*).  The first message (handed to the listener on the provider's thread)
+or command starts a new thread for the session, which takes the listener off
+again and goes on with ``receive``; a provider that refuses listeners keeps
+its thread polling.  In *batch* mode (a bridge's local
 transaction) it hands on whole batches and :meth:`JmsSubscription.forward`
 sends the batch's copies and commits, in the session that consumed them.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -51,6 +58,9 @@ from gateway.message.model import Message
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.connectors.jms_api import JmsConnector, Link
 
+
+PARK_AFTER = 10
+"""Empty receives in a row, with nothing unsettled, after which a subscription parks (its thread ends)."""
 
 PREFIX_REDELIVERY_WAIT = 5000
 """ms a closing durable topic subscription waits for each acknowledged message the provider
@@ -83,8 +93,25 @@ class JmsSubscription:
         self.batch_time = batch_time
         """Batch mode (a bridge's local transaction): ms a batch may wait to fill (-1: full only)."""
         self._backlog: list[tuple[Message, Any]] = []
+        self.lock = threading.Lock()
+        """Guards :attr:`thread` and :attr:`parked` (the reactor, the thread and the doorbell use them)."""
+        self.parked: ConsumerThread | None = None
+        """The thread that parked the session (ended, its listener set), or None."""
         self.thread = ConsumerThread(self)
         self.thread.start()
+
+    def _command(self, command: _Command) -> None:
+        """Queue ``command`` for the session's thread; a parked session gets a new thread."""
+        with self.lock:
+            self.thread.commands.put(command)
+            parked, self.parked = self.parked, None
+            if parked is not None:
+                self.thread = ConsumerThread(self, previous=parked)
+                self.thread.start()
+
+    def doorbell(self, session: Any, message: Any) -> None:
+        """(the provider's thread) The listener of the parked ``session`` got ``message``: wake the session."""
+        self._command(_Command("delivered", (session, message)))
 
     # -- reactor side ------------------------------------------------------------
 
@@ -93,14 +120,14 @@ class JmsSubscription:
         self.epoch += 1
         self._backlog.clear()
         done: Deferred[None] = Deferred()
-        self.thread.commands.put(_Command("establish", (link, self.epoch), done))
+        self._command(_Command("establish", (link, self.epoch), done))
         return done
 
     def connection_lost(self) -> None:
         """The session is gone with its connection: its deliveries come again after the reconnection."""
         self.epoch += 1
         self._backlog.clear()
-        self.thread.commands.put(_Command("lost"))
+        self._command(_Command("lost"))
 
     def fail(self, error: Exception) -> None:
         """End the subscription without the consumer asking."""
@@ -128,7 +155,7 @@ class JmsSubscription:
                              id=message.message_id)
             return
         if self.spec.ack_mode == "auto" and handed_on is not False and not self.closed and self.batch_time is None:
-            self.thread.commands.put(_Command("ack", [tag]))
+            self._command(_Command("ack", [tag]))
 
     def _settle(self, what: str, tags: list[Any]) -> Deferred[None]:
         if self.spec.strict_acks and any(tag[0] != self.epoch for tag in tags):
@@ -137,7 +164,7 @@ class JmsSubscription:
         if self.closed:
             return succeed(None)
         done: Deferred[None] = Deferred()
-        self.thread.commands.put(_Command(what, list(tags), done))
+        self._command(_Command(what, list(tags), done))
         return done
 
     def ack(self, tags: list[Any]) -> Deferred[None]:
@@ -153,16 +180,16 @@ class JmsSubscription:
         if self.closed:
             return fail(ConnectorUnavailable(f"subscription to {self.spec.destination} is closed"))
         done: Deferred[None] = Deferred()
-        self.thread.commands.put(_Command("forward", (messages, list(tags)), done))
+        self._command(_Command("forward", (messages, list(tags)), done))
         return done
 
     def pause(self) -> None:
         self.paused = True
-        self.thread.commands.put(_Command("pause"))
+        self._command(_Command("pause"))
 
     def resume(self) -> None:
         self.paused = False
-        self.thread.commands.put(_Command("resume"))
+        self._command(_Command("resume"))
         while self._backlog and not self.paused and not self.closed:
             message, tag = self._backlog.pop(0)
             self._deliver(message, tag)
@@ -180,7 +207,7 @@ class JmsSubscription:
         self.closed = True
         self._backlog.clear()
         done: Deferred[None] = Deferred()
-        self.thread.commands.put(_Command("close", None, done))
+        self._command(_Command("close", None, done))
         return done
 
     def unsubscribe(self) -> Deferred[None]:
@@ -198,7 +225,7 @@ class ConsumerThread(JavaThread):
 
     log = Logger()
 
-    def __init__(self, subscription: JmsSubscription) -> None:
+    def __init__(self, subscription: JmsSubscription, previous: ConsumerThread | None = None) -> None:
         super().__init__(f"jms-{subscription.connector.name}-{subscription.spec.destination}")
         self.subscription = subscription
         self.connector = subscription.connector
@@ -210,6 +237,11 @@ class ConsumerThread(JavaThread):
         self.link: Any = None
         self.epoch = 0
         self.paused = False
+        self.idle = 0
+        """Empty receives in a row with nothing unsettled (:data:`PARK_AFTER`)."""
+        self.parking = False
+        self.unparked = previous is not None
+        """Woken from a parked session: the listener comes off first thing."""
         self.outstanding: dict[Any, str] = {}
         """tag -> JMSMessageID of every delivery since the last commit/rollback, in order."""
         self.received: dict[Any, Any] = {}
@@ -223,6 +255,12 @@ class ConsumerThread(JavaThread):
         self.batch_handed = False
         self.sequence = itertools.count(1)
         self.running = True
+        if previous is not None:  # the parked session goes on (nothing was unsettled when it parked)
+            self.commands = previous.commands
+            self.session, self.consumer, self.producer = previous.session, previous.consumer, previous.producer
+            self.link, self.epoch, self.paused = previous.link, previous.epoch, previous.paused
+            self.acked_before_rollback = previous.acked_before_rollback
+            self.sequence = previous.sequence
 
     def call(self, function: Callable[..., Any], *args: Any) -> None:
         self.reactor.callFromThread(function, *args)
@@ -231,6 +269,8 @@ class ConsumerThread(JavaThread):
         jpype = self.connector.jpype()
         self.attach(jpype)
         try:
+            if self.unparked and self.consumer is not None:
+                self._set_listener(None)
             while self.running:
                 command = self._next_command()
                 if command is not None:
@@ -238,8 +278,39 @@ class ConsumerThread(JavaThread):
                 elif self._may_receive():
                     self._receive()
         finally:
-            self._drop_session()
+            if not self.parking:
+                self._drop_session()
             self.detach(jpype)
+
+    # -- parking -----------------------------------------------------------------
+
+    def _set_listener(self, listener: Any) -> bool:
+        try:
+            self.consumer.setMessageListener(listener)
+            return True
+        except Exception as error:  # a provider without listeners on this consumer, or a dead session
+            self.log.debug("jms {name}: {destination}: no listener: {error}", name=self.connector.name,
+                           destination=self.subscription.spec.destination, error=java_error(error))
+            return False
+
+    def _park(self) -> None:
+        """Idle: a listener (the doorbell) instead of this thread, which ends keeping the session."""
+        self.idle = 0
+        subscription = self.subscription
+        session, api = self.session, self.link.api
+
+        def on_message(message: Any) -> None:
+            subscription.doorbell(session, message)
+
+        if not self._set_listener(api.jpype.JProxy(api.MessageListener, dict={"onMessage": on_message})):
+            return
+        with subscription.lock:
+            if self.commands.empty() and subscription.thread is self:
+                subscription.parked = self
+                self.parking = True
+                self.running = False
+                return
+        self._set_listener(None)  # something came meanwhile: go on
 
     def _next_command(self) -> _Command | None:
         try:
@@ -249,7 +320,9 @@ class ConsumerThread(JavaThread):
                 return self.commands.get(timeout=max(0.001, self._batch_remaining()))
             return self.commands.get()
         except queue.Empty:
-            if self.batch and not self.batch_handed:
+            # no command: a batch goes once full (in _receive) or once its time ran out, never
+            # merely because no command is waiting (that handed batches of one message)
+            if self.batch and not self.batch_handed and self._batch_remaining() <= 0:
                 self._hand_batch()
             return None
 
@@ -283,6 +356,10 @@ class ConsumerThread(JavaThread):
                 self._forward(command)
             elif kind == "establish":
                 self._establish(command)
+            elif kind == "delivered":
+                session, message = command.args
+                if session is self.session:  # else its session is gone: the provider has it again
+                    self._take(message)
             elif kind == "lost":
                 self._drop_session()
             elif kind == "pause":
@@ -524,7 +601,6 @@ class ConsumerThread(JavaThread):
     # -- receiving ---------------------------------------------------------------
 
     def _receive(self) -> None:
-        subscription = self.subscription
         timeout = self.connector.settings.receive_timeout
         if self.batch:
             timeout = max(1, min(timeout, int(self._batch_remaining() * 1000)))
@@ -536,7 +612,17 @@ class ConsumerThread(JavaThread):
         if received is None:
             if self.batch and not self.batch_handed and self._batch_remaining() <= 0:
                 self._hand_batch()
+            elif not self.outstanding and not self.batch:
+                self.idle += 1
+                if self.idle >= PARK_AFTER:
+                    self._park()
             return
+        self.idle = 0
+        self._take(received)
+
+    def _take(self, received: Any) -> None:
+        """A message the session received (from ``receive`` or the doorbell): handed on, or batched."""
+        subscription = self.subscription
         link = self.link
         tag = (self.epoch, next(self.sequence))
         message_id = str(received.getJMSMessageID())

@@ -25,12 +25,17 @@ URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
     sends allowed to wait for a reconnection at once (default 10000); more fail at once.
 ``transformation``
     the SUBSCRIBE ``transformation`` that makes the broker label Map/Object
-    messages (``jms-json``; default ``""``: none, which every broker accepts;
-    ActiveMQ then sends Map/Object messages as empty texts).  ActiveMQ needs
-    XStream and Jettison on its classpath for it: a broker without them
-    closes the connection at such a SUBSCRIBE, without an ERROR frame; the
-    connector then logs one warning naming the cause and the fix, says so in
-    its health, and subscribes without the transformation from then on.
+    messages: ``"auto"`` (default) asks for ``jms-json`` when the broker
+    takes it, ``"jms-json"`` (or another) always tries it, ``""`` asks for none
+    (every broker accepts that; ActiveMQ then sends Map/Object messages as
+    empty texts).  ActiveMQ needs XStream and Jettison on its classpath for a
+    transformation: a broker without them closes the connection, without an
+    ERROR frame, at such a SUBSCRIBE.  So the connector probes once, at its
+    first connection, with a SUBSCRIBE to a temporary topic
+    (:data:`PROBE_DESTINATION`) before any subscription of a client is made;
+    refused, it logs one warning naming the cause and the fix, says in its
+    health that Map and Object messages cannot be told from empty texts,
+    reconnects at once and subscribes without the transformation from then on.
 ``amq_msg_type``
     the broker understands ``amq-msg-type`` (default true: ActiveMQ).
 ``tls_ca`` / ``tls_cert`` / ``tls_key`` / ``tls_hostname`` (``stomp+ssl`` only)
@@ -72,7 +77,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.connectors.stomp_browse import browse_duplicate_ids
-from gateway.connectors.stomp_mapping import forward_parts, send_frame_parts
+from gateway.connectors.stomp_mapping import SUBSCRIBE_TRANSFORMATION, forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
 from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, MessageRefused, SelectorError
@@ -105,6 +110,13 @@ __all__ = [
 
 BROWSE_LIMIT = 100_000
 """At most this many messages are browsed to tell which ones a queue holds (the in-doubt probe)."""
+
+PROBE_DESTINATION = "/temp-topic/jmsgateway.transformation-probe"
+"""Where the connector SUBSCRIBEs once with its ``transformation`` to learn whether the broker
+takes it (a temporary topic: nothing is created that outlives the connection, nothing arrives)."""
+
+EMPTY_TEXTS = "Map and Object messages cannot be told from empty texts"
+"""What a connector that subscribes without a transformation says of Map/Object messages."""
 
 
 class _SessionHandle(Protocol):
@@ -140,7 +152,20 @@ class _BrokerSessionEndpoint:
                 headers={"client-id": settings.client_id},
             )
             connecting.addTimeout(settings.connect_timeout / 1000.0, connector.clock)
-            return connecting.addCallback(lambda _: restore(protocol))
+            return connecting.addCallback(lambda _: probe(protocol))
+
+        def probe(protocol: StompClientProtocol) -> Deferred[Any]:
+            if not connector.must_probe_transformation:
+                return restore(protocol)
+
+            def answered(accepted: bool) -> Deferred[Any]:
+                if accepted or not protocol.closed:
+                    return restore(protocol)
+                # the broker closed this connection at the probe: a new one, without the transformation
+                again: Deferred[Any] = self.transport.connect(connector._factory)
+                return again.addCallback(handshake)
+
+            return connector.probe_transformation(protocol).addCallback(answered)
 
         def restore(protocol: StompClientProtocol) -> Deferred[Any]:
             def lost(reason: Failure) -> None:
@@ -227,6 +252,8 @@ class StompBrokerConnector:
         """Why Map and Object messages are refused at once: the broker closed the
         connection at a SEND carrying their ``transformation``, or empty."""
         self._reconnect_at_once = False
+        self.transformation_accepted = False
+        """Whether the broker took the transformation at the probe (:meth:`probe_transformation`)."""
         self.congestion = Congestion(f"connector {name}")
         """Paused by the broker connection's transport while its write buffer is full
         (the broker reads slower than clients send): senders then wait (:mod:`gateway.flow`)."""
@@ -293,7 +320,9 @@ class StompBrokerConnector:
 
         def not_yet(failure: Failure) -> None:
             if self.settings.max_retries == 0:
-                result.errback(ConnectorUnavailable(f"cannot connect to {self.settings.uri}: {self.last_error}"))
+                result.errback(ConnectorUnavailable(
+                    f"connectors.{self.name}: cannot connect to {self.settings.uri} "
+                    f"(connectors.{self.name}.max_retries = 0): {self.last_error}"))
                 return
             self.log.warn(
                 "connector {name}: broker {uri} not reachable yet ({error}); retrying every {interval}s, "
@@ -339,7 +368,12 @@ class StompBrokerConnector:
     def health(self) -> Health:
         """:class:`IStatusReporting`: up while connected to the broker."""
         if self.state == "connected":
-            note = f"; {self.transformation_refused}" if self.transformation_refused else ""
+            if self.transformation_refused:
+                note = f"; {self.transformation_refused}"
+            elif not self.subscribe_transformation and self.settings.amq_msg_type:
+                note = f"; no transformation asked for: {EMPTY_TEXTS}"
+            else:
+                note = ""
             return Health(True, f"connected to {self.settings.uri}{note}")
         reason = f": {self.last_error}" if self.last_error else ""
         return Health(False, f"{self.state}, not connected to {self.settings.uri}{reason}")
@@ -365,39 +399,91 @@ class StompBrokerConnector:
     # -- the SUBSCRIBE transformation ----------------------------------------
 
     @property
-    def subscribe_transformation(self) -> str:
-        """The ``transformation`` SUBSCRIBEs carry: the configured one, unless the broker refused it."""
-        return "" if self.transformation_refused else self.settings.transformation
+    def wanted_transformation(self) -> str:
+        """The configured ``transformation``, ``"auto"`` resolved: ``jms-json`` for ActiveMQ
+        (``amq_msg_type``), none for another broker."""
+        configured = self.settings.transformation
+        if configured == "auto":
+            return SUBSCRIBE_TRANSFORMATION if self.settings.amq_msg_type else ""
+        return configured
 
-    def transformation_closed(self, protocol: StompClientProtocol, transformation: str, failure: Failure) -> bool:
+    @property
+    def subscribe_transformation(self) -> str:
+        """The ``transformation`` SUBSCRIBEs carry: the wanted one, unless the broker refused it."""
+        return "" if self.transformation_refused else self.wanted_transformation
+
+    @property
+    def must_probe_transformation(self) -> bool:
+        """Whether the next connection must first learn if the broker takes the transformation."""
+        return bool(self.subscribe_transformation) and not self.transformation_accepted
+
+    def probe_transformation(self, protocol: StompClientProtocol) -> Deferred[bool]:
+        """SUBSCRIBE to :data:`PROBE_DESTINATION` with the transformation (then UNSUBSCRIBE): True
+        if the broker took it; False if it refused it (from now on SUBSCRIBEs go without it).
+        Fails only when the connection failed for another reason."""
+        transformation = self.subscribe_transformation
+        probe_id = f"{self.name}-transformation-probe"
+        subscribed = protocol.subscribe(PROBE_DESTINATION, probe_id, lambda frame: None, ack="auto",
+                                        headers={"transformation": transformation})
+
+        def accepted(_: object) -> Deferred[bool]:
+            self.transformation_accepted = True
+            self.log.info("connector {name}: {uri} takes transformation:{transformation} (Map and Object "
+                          "messages keep their type)", name=self.name, uri=self.settings.uri,
+                          transformation=transformation)
+            return protocol.unsubscribe(probe_id).addCallback(lambda _: True)
+
+        def refused(failure: Failure) -> bool | Failure:
+            if self.transformation_closed(protocol, transformation, failure, reconnect=False):
+                return False
+            if failure.check(BrokerError):  # an ERROR frame: this broker does not do it either
+                self._refuse_transformation(transformation, f"the broker answered a SUBSCRIBE with "
+                                            f"transformation:{transformation} with an ERROR "
+                                            f"({failure.getErrorMessage()})")
+                return False
+            return failure
+
+        return subscribed.addCallbacks(accepted, refused)
+
+    def transformation_closed(self, protocol: StompClientProtocol, transformation: str, failure: Failure, *,
+                              reconnect: bool = True) -> bool:
         """Whether ``failure`` of a SUBSCRIBE with ``transformation`` is the broker closing the
         connection without an ERROR frame, which is how an ActiveMQ without XStream/Jettison
         refuses it.  If so, SUBSCRIBEs go without the transformation from now on: one warning
         names the cause and the fix, the connection-lost line and :meth:`health` say it too, and
-        the connector reconnects at once."""
+        the connector reconnects at once (``reconnect``; the probe opens its next connection itself)."""
         if not _closed_without_error(protocol, failure):
             return False
-        if not self.transformation_refused:
-            self.transformation_refused = (
-                f"the broker closed the connection at a SUBSCRIBE with transformation:{transformation} "
-                "(ActiveMQ does that without the XStream and Jettison jars in its lib directory); "
-                "subscribing without it: Map and Object messages arrive as empty texts"
-            )
-            self.log.warn(
-                "connector {name}: {uri} closed the connection, without an ERROR frame, at a SUBSCRIBE with "
-                "transformation:{transformation}: ActiveMQ does that when XStream and Jettison are not on its "
-                "classpath. Subscribing without the transformation from now on (Map and Object messages then "
-                "arrive as empty texts). Fix: link xstream.jar and jettison.jar into the broker's lib directory "
-                "and restart the gateway, or set transformation = \"\" on connectors.{name} (docs/jms.md)",
-                name=self.name,
-                uri=self.settings.uri,
-                transformation=transformation,
-            )
+        self._refuse_transformation(
+            transformation,
+            f"the broker closed the connection at a SUBSCRIBE with transformation:{transformation} "
+            "(ActiveMQ does that without the XStream and Jettison jars in its lib directory)",
+            closed=True,
+        )
         protocol.error = ConnectorUnavailable(
             f"closed by the broker at a SUBSCRIBE with transformation:{transformation} (no XStream/Jettison?)"
         )
-        self._reconnect_at_once = True
+        self._reconnect_at_once = reconnect
         return True
+
+    def _refuse_transformation(self, transformation: str, why: str, *, closed: bool = False) -> None:
+        """From now on SUBSCRIBEs go without ``transformation``: said once (a warning) and in :meth:`health`."""
+        if self.transformation_refused:
+            return
+        self.transformation_refused = f"{why}; subscribing without it: {EMPTY_TEXTS}"
+        how = "closed the connection, without an ERROR frame," if closed else "refused"
+        self.log.warn(
+            "connector {name}: {uri} {how} at a SUBSCRIBE with transformation:{transformation}: ActiveMQ does "
+            "that when XStream and Jettison are not on its classpath. Subscribing without the transformation "
+            "from now on: {empty} (they arrive as empty TextMessages). Fix: link xstream.jar and jettison.jar "
+            "into the broker's lib directory and restart the gateway, or set transformation = \"\" on "
+            "connectors.{name} (docs/jms.md)",
+            name=self.name,
+            uri=self.settings.uri,
+            how=how,
+            transformation=transformation,
+            empty=EMPTY_TEXTS,
+        )
 
     # -- connection management ----------------------------------------------
 

@@ -52,9 +52,10 @@ class StompConnectorOptions(Section):
     """[send_ms, expect_ms] heart-beats offered to the broker."""
     max_waiting_sends: NotNegative = 10000
     """Sends allowed to wait for a reconnection at once; more fail at once."""
-    transformation: Str = ""
-    """SUBSCRIBE transformation that makes the broker label Map/Object messages (jms-json; ActiveMQ needs
-    XStream and Jettison for it); "": none, which every broker accepts."""
+    transformation: Str = "auto"
+    """SUBSCRIBE transformation that makes the broker label Map/Object messages: "auto" asks for jms-json
+    when the broker takes it (probed once; ActiveMQ needs XStream and Jettison for it), "jms-json" tries it
+    always, "": none, which every broker accepts (Map/Object messages then look like empty texts)."""
     amq_msg_type: Bool = True
     """The broker understands amq-msg-type (ActiveMQ)."""
     tls_ca: Str | None = None

@@ -121,6 +121,7 @@ def test_while_the_broker_is_away_the_send_waits_on_the_message_path() -> None:
     setup.broker.up = True
     setup.clock.advance(1.0)  # the connector's next attempt
     setup.broker.accept()
+    setup.broker.probe()  # the connector's transformation probe comes first
     setup.clock.advance(0)
     (frame,) = setup.sent()
     assert frame.body == b"waits"

@@ -15,7 +15,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from gateway.connectors.stomp_broker import StompBrokerConnector, StompBrokerSettings
+from gateway.connectors.stomp_broker import EMPTY_TEXTS, PROBE_DESTINATION, StompBrokerConnector, StompBrokerSettings
 from gateway.errors import ConfigError, ConnectorUnavailable, StaleDelivery
 from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
@@ -69,6 +69,20 @@ class FakeBroker:
             if "receipt" in frame.headers:
                 self.answer("RECEIPT", {"receipt-id": frame.headers["receipt"]})
         return frames
+
+    def probe(self, accept: bool = True) -> Frame:
+        """Answer the connector's transformation probe (a SUBSCRIBE, then its UNSUBSCRIBE) or, with
+        ``accept`` False, close the connection at it as a stock ActiveMQ does; returns the SUBSCRIBE."""
+        (subscribe,) = self.frames()
+        assert subscribe.command == "SUBSCRIBE" and subscribe.headers["destination"] == PROBE_DESTINATION
+        if not accept:
+            self.drop()
+            return subscribe
+        self.answer("RECEIPT", {"receipt-id": subscribe.headers["receipt"]})
+        (unsubscribe,) = self.frames()
+        assert unsubscribe.command == "UNSUBSCRIBE" and unsubscribe.headers["id"] == subscribe.headers["id"]
+        self.answer("RECEIPT", {"receipt-id": unsubscribe.headers["receipt"]})
+        return subscribe
 
     def drop(self) -> None:
         assert self.protocol is not None and self.transport is not None
@@ -124,6 +138,8 @@ def started(broker: FakeBroker, clock: Clock, **options: Any) -> StompBrokerConn
     connect = broker.accept()
     assert connect.headers["client-id"] == "gw1-amq"
     assert connect.headers["login"] == "u" and connect.headers["host"] == "broker.example"
+    if connector.must_probe_transformation:
+        broker.probe()
     clock.advance(0)
     result_of(starting)
     return connector
@@ -137,7 +153,7 @@ def test_settings_defaults_and_uri_credentials() -> None:
     assert (settings.address, settings.port, settings.login, settings.passcode) == ("h", 61613, "me", "pw")
     assert settings.client_id == "g-amq"
     assert (settings.failure_retry_interval, settings.max_retries, settings.send_timeout) == (5000, -1, 30000)
-    assert settings.transformation == ""  # a stock ActiveMQ (no XStream) closes the connection at one
+    assert settings.transformation == "auto"  # jms-json if the broker takes it (probed), else none
 
 
 @pytest.mark.parametrize(
@@ -184,6 +200,7 @@ def test_send_waits_while_the_broker_is_away_and_goes_out_after_reconnect(broker
     clock.advance(0.1)
     assert broker.attempts == 2
     broker.accept()
+    broker.probe()  # the sends wait for the probe too
     (send,) = broker.receipt_all()
     assert send.command == "SEND" and "content-length" not in send.headers
     assert result_of(sending) is None
@@ -411,3 +428,64 @@ def test_a_broker_closing_at_a_transformed_subscribe_gets_subscribes_without_it(
     broker.accept()
     (restored,) = broker.receipt_all()
     assert restored.command == "SUBSCRIBE" and "transformation" not in restored.headers
+
+
+# -- the transformation probe --------------------------------------------------
+
+
+def test_the_default_probes_once_and_subscribes_with_jms_json_when_the_broker_takes_it(
+    broker: FakeBroker, clock: Clock
+) -> None:
+    connector = make(broker, clock, failure_retry_interval=500)
+    starting = connector.start()
+    broker.accept()
+    probe = broker.probe()
+    assert probe.headers["transformation"] == "jms-json" and probe.headers["ack"] == "auto"
+    clock.advance(0)
+    result_of(starting)
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/orders"), Consumer())
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    assert subscribe.headers["transformation"] == "jms-json"
+    assert EMPTY_TEXTS not in connector.health().detail
+    broker.drop()
+    clock.advance(0.5)
+    broker.accept()  # no second probe: the answer is known
+    (again,) = broker.receipt_all()
+    assert again.command == "SUBSCRIBE" and again.headers["transformation"] == "jms-json"
+
+
+def test_a_broker_closing_at_the_probe_is_left_at_once_and_subscribed_without_the_transformation(
+    broker: FakeBroker, clock: Clock
+) -> None:
+    connector = make(broker, clock, failure_retry_interval=5000, max_retries=0)
+    starting = connector.start()
+    broker.accept()
+    broker.probe(accept=False)  # a stock ActiveMQ: no ERROR frame, no RECEIPT, the connection closed
+    broker.accept()  # a second connection within the same attempt (max_retries 0 allows no retry)
+    clock.advance(0)
+    result_of(starting)
+    assert broker.attempts == 2
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/orders"), Consumer())
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    assert "transformation" not in subscribe.headers
+    health = connector.health()
+    assert health.up and EMPTY_TEXTS in health.detail and "XStream" in health.detail
+    assert connector.status()["transformation"] == ""
+
+
+@pytest.mark.parametrize("options", [{"transformation": ""}, {"amq_msg_type": False}], ids=["none", "not-activemq"])
+def test_no_probe_without_a_transformation_to_ask_for(broker: FakeBroker, clock: Clock,
+                                                      options: dict[str, Any]) -> None:
+    connector = make(broker, clock, **options)
+    starting = connector.start()
+    broker.accept()
+    clock.advance(0)
+    result_of(starting)
+    assert broker.frames() == []
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/orders"), Consumer())
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    assert "transformation" not in subscribe.headers
+    assert (EMPTY_TEXTS in connector.health().detail) == ("transformation" in options)
