@@ -28,7 +28,7 @@ def env() -> dict[str, str]:
 
 def auth_config(writer: str, extra: str = "") -> str:
     digest = hash_password(PASSWORD, 4)
-    return (f'[auth]\nusers = {{ alice = "{digest}", bob = "{digest}" }}\n'
+    return (f'[auth]\nallow_weak_passwords = true\nusers = {{ alice = "{digest}", bob = "{digest}" }}\n'
             f'[[authorization]]\ndestination = "/queue/orders.*"\nwrite = ["{writer}"]\nread = ["*"]\n{extra}')
 
 
