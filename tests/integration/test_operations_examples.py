@@ -54,7 +54,7 @@ def test_embedded_example_listens_on_localhost_with_hashed_passwords() -> None:
     config = load_config(str(EXAMPLES / "embedded.toml"))
     assert config.listen == ["tcp:61613:interface=127.0.0.1"]
     assert config.auth.users and all(is_hashed(password) for password in config.auth.users.values())
-    assert config.auth.allow_plaintext is False
+    assert config.auth.allow_weak_passwords is False  # plain text and low-cost hashes stop start-up
 
 
 @pytest.fixture
