@@ -30,6 +30,7 @@ from zope.interface import implementer
 from gateway.admin.console import ConsoleRoot
 from gateway.admin.hosts import HostPolicy
 from gateway.admin.login_guard import LoginGuard
+from gateway.admin.metrics import register_operator_metrics
 from gateway.admin.requests import AdminRequest
 from gateway.admin.resources import AdminRoot, ErrorPage
 from gateway.admin.roles import ANONYMOUS, NOBODY, Principal, Principals, Roles, attach
@@ -106,6 +107,7 @@ def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
     """The admin tree for ``gateway``, guarded when ``gateway.portal`` has logins (and throttled by
     ``gateway.login_throttle``, the STOMP listeners' failed-login throttle)."""
     portal = gateway.portal
+    register_operator_metrics(gateway)
     principals = Principals(ANONYMOUS if portal is None else NOBODY)
     root = AdminRoot(gateway, principals)
     console = ConsoleRoot(gateway, gateway.authorizer, principals=principals)
