@@ -30,6 +30,7 @@ from zope.interface import implementer
 from gateway.admin.console import ConsoleRoot
 from gateway.admin.hosts import HostPolicy
 from gateway.admin.login_guard import LoginGuard
+from gateway.admin.logout import LogoutPage
 from gateway.admin.metrics import register_operator_metrics
 from gateway.admin.requests import AdminRequest
 from gateway.admin.resources import AdminRoot, ErrorPage
@@ -114,11 +115,13 @@ def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
     console.history.start()
     root.putChild(b"console", console)
     if portal is None:
+        root.putChild(b"logout", LogoutPage(has_logins=False))
         return root
     roles = Roles(dict(settings.roles), settings.default_role)
     guard = LoginGuard(AdminRealm(root, settings.users, roles), list(portal.checkers.values()),
                        [BasicCredentialFactory(REALM)], gateway.login_throttle)
     public = {path: root.children[path] for path in PROBES} if settings.public_health else {}
+    public[b"logout"] = LogoutPage(has_logins=True, realm=REALM)  # checks no password: never a failed login
     return GuardedRoot(guard, public)
 
 
