@@ -49,7 +49,7 @@ function dataTable(id, label, headers, rows) {
   const state = tableState[id] || (tableState[id] = {filter: "", column: null, descending: false});
   const body = el("tbody", {});
   const count = el("span", {class: "muted count", "data-count": id});
-  const heads = headers.map(([text, cls], index) => el("th", {
+  const heads = headers.map(([text, cls], index) => (cls || "").includes("nosort") || !text ? el("th", {class: cls || ""}, text) : el("th", {
     class: (cls || "") + " sortable", "data-column": index, title: "sort by " + text,
     "aria-sort": state.column === index ? (state.descending ? "descending" : "ascending") : null,
     onclick: () => {
@@ -271,7 +271,7 @@ const pages = {
         el("button", {"data-action": "create-queue", onclick: showCreate}, "New queue…")) : null,
       el("h2", {}, "Queues"),
       dataTable("queues", "queues", [["Queue"], ["Pending", "num"], ["Consumers", "num"], ["In flight", "num"], ["Enqueued", "num"],
-             ["Dequeued", "num"], ["Actions"]], d.queues.map(queueRow)),
+             ["Dequeued", "num"], ["Actions", "nosort"]], d.queues.map(queueRow)),
       el("p", {class: "muted"}, `Dead-letter queues (DLQ) are the queues named ${d.dead_letter_prefix}…; "Move to origin" sends their messages back.`),
       el("h2", {}, "Topics"),
       dataTable("topics", "topics", [["Topic"], ["Subscribers", "num"], ["Durable subscriptions", "num"], ["Pending", "num"]],
@@ -329,7 +329,7 @@ const pages = {
     return [el("div", {},
       el("h1", {}, "Bridges"),
       dataTable("bridges", "bridges", [["Bridge"], ["State"], ["Health"], ["QoS"], ["Source"], ["Target"], ["Forwarded", "num"], ["Retries", "num"],
-             ["Pending", "num"], ["Last error"], ["Control"]],
+             ["Pending", "num"], ["Last error"], ["Control", "nosort"]],
         rows.map(b => el("tr", {"data-bridge": b.name}, cell(b.name, "name"), cell(badge(b.state), "state"),
           cell(badge(b.health.status), "health"), cell(b.qos, "qos"), cell(b.source, "source"), cell(b.target, "target"),
           num(b.forwarded, "forwarded"), num(b.retries, "retries"), num(b.pending, "pending"),
