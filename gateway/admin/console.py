@@ -16,6 +16,9 @@ the tables and the rate chart themselves:
 ``POST api/send``       ``{destination, body, persistent?, properties?}``  a test text message (write)
 ``POST api/move``       ``{destination, message_ids?}``  dead letters back to their origin (admin; write
                                               on every origin)
+``POST api/create``     ``{destination}``     create a queue of the embedded broker (admin)
+``POST api/remove``     ``{destination}``     delete a queue and its pending messages, not while it
+                                              has consumers (admin)
 ``POST api/close``      ``{id}``              close a STOMP connection (ERROR frame, then close): an
                                               operator's own, any for an administrator
 ``POST api/bridge``     ``{name, action}``    start, stop, pause or resume a bridge (administrators)
@@ -218,6 +221,10 @@ class ConsoleApi(Resource):
                + (f" ({r['message_id']})" if r else ""))
         action("move", self.move, lambda p, n: f"moved dead letters of {p.get('destination')!r} back to their origin"
                + (f" ({n} messages)" if n is not None else ""))
+        action("create", self.create_queue,
+               lambda p, made: f"{'created' if made else 'asked to create (it exists)'} queue {p.get('destination')!r}")
+        action("remove", self.delete_queue, lambda p, n: f"deleted queue {p.get('destination')!r}"
+               + (f" ({n} pending messages dropped)" if n is not None else ""))
         action("close", self.close, self._describe_close)
         self.putChild(b"bridge", ConsoleAction(
             "bridge action", self.bridge, lambda p, _: f"asked bridge {p.get('name')!r} to {p.get('action')}",
@@ -266,6 +273,20 @@ class ConsoleApi(Resource):
         for origin in sorted(set(chosen.values())):
             self.access.require_write(principal, origin)
         return self.operations.move_to_origin(destination, set(chosen))
+
+    def create_queue(self, principal: Principal, params: Params) -> bool:
+        """A queue of the embedded broker (``admin`` on it); false when it existed already.  A name that
+        the gateway's ``[[destinations]]`` send to another connector is refused (409)."""
+        destination = _string(params, "destination")
+        self.access.require(principal, "create_queue", destination)
+        connector = self.gateway.destinations.resolve(destination).connector
+        if connector is not self.gateway.broker:
+            raise ActionFailed(f"{destination} goes to another connector ([[destinations]]), not the embedded broker")
+        return self.operations.create_queue(destination)
+
+    def delete_queue(self, principal: Principal, params: Params) -> Deferred[int]:
+        """Delete a queue and its pending messages (``admin`` on it); 409 while it has consumers."""
+        return self.operations.delete_queue(self._queue_for(principal, "delete_queue", params))
 
     def send(self, principal: Principal, params: Params) -> Deferred[dict[str, str]]:
         destination = _string(params, "destination")

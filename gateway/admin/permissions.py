@@ -12,7 +12,7 @@ the asking :class:`~gateway.admin.roles.Principal`:
   ``[auth]``, as before roles existed) needs the grant of the gateway's
   authorizer (``Gateway.authorizer``: the ``[[authorization]]`` entries,
   :mod:`gateway.authorization`) the action needs: browse ``read``, send
-  ``write``, purge / delete / move ``admin``, and ``write`` on each
+  ``write``, purge / delete / move / create and delete a queue ``admin``, and ``write`` on each
   destination a move sends dead letters back to.
 
 A refused grant is asked through
@@ -32,9 +32,9 @@ from zope.interface import implementer
 from gateway.admin.roles import Principal, is_temporary
 from gateway.interfaces import IAuthorizer, Permission
 
-Action = Literal["browse", "send", "purge", "delete", "move"]
+Action = Literal["browse", "send", "purge", "delete", "move", "create_queue", "delete_queue"]
 ACTIONS: dict[Action, Permission] = {"browse": "read", "send": "write", "purge": "admin", "delete": "admin",
-                                     "move": "admin"}
+                                     "move": "admin", "create_queue": "admin", "delete_queue": "admin"}
 """The grant each action on a destination needs."""
 
 TEMPORARY_ACTIONS: frozenset[Action] = frozenset({"browse", "purge"})
@@ -98,8 +98,10 @@ class ConsoleAccess:
         self.require(principal, "send", destination)
 
     def actions(self, principal: Principal, destination: str) -> list[Action]:
-        """The actions ``principal`` may do on ``destination`` (for the page's buttons)."""
-        return [action for action in ACTIONS if self.refusal(principal, action, destination, report=False) is None]
+        """The actions ``principal`` may do on the existing queue ``destination`` (for the page's buttons;
+        creating it is not one)."""
+        return [action for action in ACTIONS if action != "create_queue"
+                and self.refusal(principal, action, destination, report=False) is None]
 
     def visible(self, principal: Principal, destination: str) -> bool:
         """Whether a listing shows ``destination`` to ``principal``: an administrator sees everything; others

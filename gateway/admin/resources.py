@@ -3,6 +3,9 @@
 =====================================  =====================================================
 ``GET /``                              what is here (id, version, the paths below)
 ``GET /health``                        200 ``{"status": "UP"}`` or 503 ``"DOWN"``, per part
+``GET /livez``                         200 while the process and its reactor work
+``GET /readyz``                        200 when connectors, routes and bridges are ready;
+                                       503 with the reasons otherwise
 ``GET /metrics``                       the gateway's Prometheus registry (text format)
 ``GET /status``                        uptime, STOMP connections, connectors, bridges
 ``GET /bridges``, ``/bridges/NAME``    bridge status (administrators: others see none)
@@ -36,6 +39,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from gateway.admin.health import DOWN, gateway_health, gateway_status
+from gateway.admin.probes import liveness, readiness
 from gateway.admin.roles import Principals
 from gateway.redaction import redact, redact_text
 
@@ -279,6 +283,8 @@ class AdminRoot(Resource):
             return (503 if document["status"] == DOWN else 200), document
 
         self.putChild(b"health", JsonPage(health))
+        self.putChild(b"livez", JsonPage(lambda: liveness(gateway, clock.seconds())))
+        self.putChild(b"readyz", JsonPage(lambda: readiness(gateway)))
         self.putChild(b"status", RequestPage(status))
         self.putChild(b"metrics", MetricsPage(gateway.registry))
         self.putChild(b"bridges", BridgesPage(gateway.bridges, principals))
@@ -304,6 +310,8 @@ class AdminRoot(Resource):
             "version": __version__,
             "pages": {
                 "/health": "UP/DOWN per connector and bridge (503 when DOWN)",
+                "/livez": "liveness: 200 while the process and its reactor work",
+                "/readyz": "readiness: 200 when connectors, routes and bridges are ready, else 503 with reasons",
                 "/metrics": "Prometheus metrics",
                 "/status": "uptime, STOMP connections, connectors, bridges",
                 "/bridges": "bridges; POST /bridges/NAME/{start,stop,pause,resume}",

@@ -7,7 +7,7 @@ authentication checked by the same ``twisted.cred`` checkers as STOMP logins
 (``twisted.web.guard``), restricted to ``[admin] users`` when that is set,
 and throttled per client address after failed logins like STOMP CONNECTs
 (:mod:`gateway.admin.login_guard`: 429 with ``Retry-After`` while locked out);
-``/health`` stays open while ``public_health`` is true.  Each authenticated
+``/health``, ``/livez`` and ``/readyz`` (the probes) stay open while ``public_health`` is true.  Each authenticated
 request carries its :class:`~gateway.admin.roles.Principal` (login and
 management role, ``[admin] roles``); without users every request is the
 anonymous administrator.  Before either, every request passes
@@ -30,6 +30,8 @@ from zope.interface import implementer
 from gateway.admin.console import ConsoleRoot
 from gateway.admin.hosts import HostPolicy
 from gateway.admin.login_guard import LoginGuard
+from gateway.admin.logout import LogoutPage
+from gateway.admin.metrics import register_operator_metrics
 from gateway.admin.requests import AdminRequest
 from gateway.admin.resources import AdminRoot, ErrorPage
 from gateway.admin.roles import ANONYMOUS, NOBODY, Principal, Principals, Roles, attach
@@ -80,17 +82,22 @@ class AdminRealm:
         return IResource, Authenticated(self.resource, self.roles.principal(login)), lambda: None
 
 
-class GuardedRoot(Resource):
-    """Everything behind ``guard``, except ``/health`` when it is public."""
+PROBES = (b"health", b"livez", b"readyz")
+"""The pages a load balancer or an orchestrator probes: without a login while ``public_health`` is true."""
 
-    def __init__(self, guard: LoginGuard, health: Resource | None) -> None:
+
+class GuardedRoot(Resource):
+    """Everything behind ``guard``, except the probes (:data:`PROBES`) given in ``public``."""
+
+    def __init__(self, guard: LoginGuard, public: dict[bytes, Resource] | None = None) -> None:
         super().__init__()
         self.guard = guard
-        self.health = health
+        self.public = public or {}
 
     def getChildWithDefault(self, path: bytes, request: Request) -> Any:
-        if path == b"health" and self.health is not None:
-            return self.health
+        page = self.public.get(path)
+        if page is not None:
+            return page
         return self.guard.resource_for(request).getChildWithDefault(path, request)
 
     def render(self, request: Request) -> Any:
@@ -101,28 +108,36 @@ def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
     """The admin tree for ``gateway``, guarded when ``gateway.portal`` has logins (and throttled by
     ``gateway.login_throttle``, the STOMP listeners' failed-login throttle)."""
     portal = gateway.portal
+    register_operator_metrics(gateway)
     principals = Principals(ANONYMOUS if portal is None else NOBODY)
     root = AdminRoot(gateway, principals)
     console = ConsoleRoot(gateway, gateway.authorizer, principals=principals)
     console.history.start()
     root.putChild(b"console", console)
     if portal is None:
+        root.putChild(b"logout", LogoutPage(has_logins=False))
         return root
     roles = Roles(dict(settings.roles), settings.default_role)
     guard = LoginGuard(AdminRealm(root, settings.users, roles), list(portal.checkers.values()),
                        [BasicCredentialFactory(REALM)], gateway.login_throttle)
-    health = root.children[b"health"] if settings.public_health else None
-    return GuardedRoot(guard, health)
+    public = {path: root.children[path] for path in PROBES} if settings.public_health else {}
+    public[b"logout"] = LogoutPage(has_logins=True, realm=REALM)  # checks no password: never a failed login
+    return GuardedRoot(guard, public)
+
+
+QUIET_PATHS = frozenset(b"/" + path for path in (*PROBES, b"metrics"))
 
 
 class AdminSite(Site):
-    """A site whose access log leaves out probes and scrapes (``GET /health``, ``GET /metrics``), with the
-    Host and Origin headers it answers (``host_policy``, checked by :class:`AdminRequest`)."""
+    """A site whose access log leaves out probes and scrapes (``GET /health``, ``/livez``, ``/readyz``,
+    ``/metrics``) unless ``log_probes``, with the Host and Origin headers it answers (``host_policy``,
+    checked by :class:`AdminRequest`)."""
 
     host_policy: HostPolicy | None = None
+    log_probes = False
 
     def log(self, request: http.Request) -> None:
-        if request.method in (b"GET", b"HEAD") and request.path in (b"/health", b"/metrics"):
+        if not self.log_probes and request.method in (b"GET", b"HEAD") and request.path in QUIET_PATHS:
             return
         super().log(request)
 

@@ -369,6 +369,7 @@ class EmbeddedBroker:
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         self.metrics.expired.inc()
+        queue.expired_count += 1
         self.log.debug("message {id} expired in {queue}", id=message.message_id, queue=queue.name)
         if self._bookkeeping and message.persistent and self._stored(queue):
             self.store.remove(queue.key, message.message_id).addErrback(self._store_failed)
@@ -831,6 +832,7 @@ class EmbeddedBroker:
         dead.properties["dlqDeliveryFailureCause"] = reason
         dead.properties["original-destination"] = queue.name
         self.metrics.dead_lettered.inc()
+        queue.dead_lettered_count += 1
         self.log.warn("message {id} from {queue} moved to {dlq}: {reason}",
                       id=message.message_id, queue=queue.name, dlq=dlq, reason=reason)
         target = self._queue(dlq)

@@ -1,4 +1,5 @@
-"""Operator actions on the embedded broker's queues: browse, purge, remove one, move dead letters back.
+"""Operator actions on the embedded broker's queues: browse, purge, remove one, move dead letters back,
+create and delete a queue.
 
 The admin console calls these (after its own authorization and confirmation);
 they know nothing of HTTP.  Each works on a queue's *pending* messages: those
@@ -18,6 +19,7 @@ from twisted.python.failure import Failure
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.queue import MessageQueue
 from gateway.deferreds import gather
+from gateway.errors import DestinationError
 from gateway.message.model import Message
 
 ORIGIN_PROPERTY = "original-destination"
@@ -91,6 +93,29 @@ class QueueOperations:
             return failure
 
         return sent.addCallbacks(stored, refused)
+
+    def create_queue(self, destination: str) -> bool:
+        """Make the queue ``destination`` (``/queue/name``) if the broker has none; whether it was made.
+        Like a queue a SEND or SUBSCRIBE makes, an empty one is not remembered across a restart."""
+        if not destination.startswith("/queue/") or len(destination) == len("/queue/") \
+                or any(c.isspace() or not c.isprintable() for c in destination):
+            raise ValueError(f"{destination!r} is not a queue name such as /queue/orders")
+        if destination in self.broker.queues:
+            return False
+        self.broker._queue(destination)
+        return True
+
+    def delete_queue(self, destination: str) -> Deferred[int]:
+        """Delete the queue ``destination`` with its pending messages (from the store too); fires with how
+        many were dropped.  Refused (:class:`DestinationError`) while consumers are attached: their
+        in-flight messages would have nowhere to go back to."""
+        queue = self.queue(destination)
+        if queue.consumers:
+            raise DestinationError(f"{destination} has {len(queue.consumers)} consumer(s): it is deleted only "
+                                   "without consumers (close their connections first)")
+        dropped = queue.remove_pending(None)
+        self.broker.queues.pop(destination, None)
+        return self._forget(queue, dropped).addCallback(lambda _: len(dropped))
 
     def _forget(self, queue: MessageQueue, messages: list[Message]) -> Deferred[None]:
         """Remove the persistent ones of ``messages`` (taken from ``queue``) from the store."""

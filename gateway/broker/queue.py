@@ -150,6 +150,10 @@ class MessageQueue:
         """Messages that entered this queue since start (redeliveries not counted again)."""
         self.dequeued = 0
         """Messages consumers acknowledged (or auto-acknowledged) from this queue since start."""
+        self.expired_count = 0
+        """Messages that expired in this queue since start (admin metrics)."""
+        self.dead_lettered_count = 0
+        """Messages moved from this queue to its dead-letter queue since start (admin metrics)."""
 
     def __len__(self) -> int:
         page = self.page

@@ -164,7 +164,8 @@ target = {{ connector = "embedded", destination = "{theirs}" }}
     finally:
         client.disconnect()
     with chromium() as browser:
-        for login, role, buttons in (("bob", "viewer", set()), ("alice", "operator", {"browse", "send", "purge"})):
+        for login, role, buttons in (("bob", "viewer", set()),
+                                     ("alice", "operator", {"browse", "send", "purge", "delete-queue"})):
             browser.get("about:blank")  # a fresh page for each login
             console = Console(browser, admin, (login, PASSWORDS[login]))
             console.open("destinations")

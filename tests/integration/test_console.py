@@ -425,6 +425,11 @@ topic = "{audit}"
         assert console.field("route", route["name"], "routed") == str(route["routed"])
         assert console.field("route", route["name"], "topic") == route["topic"]
         assert console.field("route", route["name"], "state") == "running"
+    # the Kafka connector's status as a table of keys and values, not raw JSON
+    for key, value in document["kafka"].items():
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            assert console.text(f'#kafka-status tr[data-key="{key}"] [data-field="value"]') == str(value), key
+    assert console.find("#kafka-status").tag_name == "table"
     console.screenshot(screenshots(tmp_path) / "routes.png")
 
 

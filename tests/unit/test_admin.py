@@ -218,7 +218,8 @@ def test_unknown_page_is_a_json_404_and_the_index_lists_the_pages() -> None:
     assert "/nope" in document["error"]
     code, document = call(site, "GET", "/")
     assert code == 200
-    assert set(document["pages"]) == {"/health", "/metrics", "/status", "/bridges", "/routing", "/console/"}
+    assert set(document["pages"]) == {"/health", "/livez", "/readyz", "/metrics", "/status", "/bridges", "/routing",
+                                      "/console/"}
 
 
 # -- the guard ------------------------------------------------------------------

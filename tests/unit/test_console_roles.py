@@ -228,7 +228,7 @@ def test_an_operator_acts_by_its_grants_an_administrator_on_everything() -> None
     for name in ("/queue/orders", "/queue/payments"):
         gateway.broker.send(TextMessage(destination=name, message_id=f"ID:{name}", text="x"))
     queues = {q["name"]: q["actions"] for q in call(site, "GET", "/console/api/destinations", "alice")[1]["queues"]}
-    assert queues == {"/queue/orders": ["browse", "send", "purge", "delete", "move"]}
+    assert queues == {"/queue/orders": ["browse", "send", "purge", "delete", "move", "delete_queue"]}
     assert call(site, "POST", "/console/api/purge", "alice", {"destination": "/queue/payments"})[0] == 403
     assert call(site, "POST", "/console/api/send", "alice", {"destination": "/queue/payments", "body": "x"})[0] == 403
     assert call(site, "POST", "/console/api/purge", "alice", {"destination": "/queue/orders"})[0] == 200

@@ -10,6 +10,9 @@ let timer = null;
 let browsing = null; // the queue whose messages the panel shows
 let you = {login: null, role: null}; // who is logged in, with which role (the overview says)
 let actionsOf = {}; // queue -> the actions the API says you may do on it
+// table id -> {filter, column, descending}: kept across the redraw every REFRESH_MS
+const tableState = {};
+const LONG_TEXT = 120; // longer texts (a Java stack trace as a bridge's last error) are collapsed
 // Only the buttons of what you may do are shown; the endpoint refuses the rest anyway (403).
 const mayAct = () => you.role === "operator" || you.role === "administrator";
 
@@ -38,6 +41,61 @@ function table(headers, rows, attrs) {
   return el("table", attrs || {},
     el("thead", {}, el("tr", {}, headers.map(([text, cls]) => el("th", {class: cls || ""}, text)))),
     el("tbody", {}, rows.length ? rows : [el("tr", {}, el("td", {colspan: headers.length, class: "muted"}, "none"))]));
+}
+
+// A table with a search box filtering its rows (case-insensitive, on every cell's text) and headers that sort
+// it (click again: descending); numbers sort as numbers. Its state survives the page's redraws.
+function dataTable(id, label, headers, rows) {
+  const state = tableState[id] || (tableState[id] = {filter: "", column: null, descending: false});
+  const body = el("tbody", {});
+  const count = el("span", {class: "muted count", "data-count": id});
+  const heads = headers.map(([text, cls], index) => (cls || "").includes("nosort") || !text ? el("th", {class: cls || ""}, text) : el("th", {
+    class: (cls || "") + " sortable", "data-column": index, title: "sort by " + text,
+    "aria-sort": state.column === index ? (state.descending ? "descending" : "ascending") : null,
+    onclick: () => {
+      state.descending = state.column === index ? !state.descending : false;
+      state.column = index;
+      for (const th of heads) th.removeAttribute("aria-sort");
+      heads[index].setAttribute("aria-sort", state.descending ? "descending" : "ascending");
+      arrange();
+    }}, text));
+  const search = el("input", {type: "search", class: "search", placeholder: `Filter ${label}…`, "data-search": id,
+    "aria-label": `Filter ${label}`, value: state.filter,
+    oninput: event => { state.filter = event.target.value; arrange(); }});
+  function arrange() {
+    const wanted = state.filter.trim().toLowerCase();
+    const sorted = rows.slice();
+    if (state.column !== null) {
+      const key = row => { const c = row.children[state.column]; return c ? (c.dataset.sort ?? c.textContent) : ""; };
+      sorted.sort((a, b) => {
+        const x = key(a), y = key(b), nx = Number(x), ny = Number(y);
+        const order = x !== "" && y !== "" && !isNaN(nx) && !isNaN(ny) ? nx - ny : x.localeCompare(y, undefined, {numeric: true});
+        return state.descending ? -order : order;
+      });
+    }
+    let shown = 0;
+    for (const row of sorted) {
+      row.hidden = wanted !== "" && !row.textContent.toLowerCase().includes(wanted);
+      if (!row.hidden) shown++;
+    }
+    body.replaceChildren(...(rows.length ? sorted : [el("tr", {}, el("td", {colspan: headers.length, class: "muted"}, "none"))]));
+    count.textContent = wanted ? `${shown} of ${rows.length} shown` : `${rows.length}`;
+  }
+  arrange();
+  return el("div", {class: "data-table"},
+    el("div", {class: "table-tools"}, search, count),
+    el("div", {class: "scroll"}, el("table", {id}, el("thead", {}, el("tr", {}, heads)), body)));
+}
+
+// A text shown in full when short; else its first line, cut, with the rest behind a click (a <details>).
+function longText(text, field) {
+  const value = text === null || text === undefined ? "" : String(text);
+  const cls = "long-text";
+  if (value.length <= LONG_TEXT && !value.includes("\n")) return el("td", {class: cls, "data-field": field}, value);
+  const first = value.split("\n", 1)[0];
+  const summary = first.length > LONG_TEXT ? first.slice(0, LONG_TEXT) + "…" : first + " …";
+  return el("td", {class: cls, "data-field": field, "data-sort": value},
+    el("details", {class: "error-text"}, el("summary", {}, summary), el("pre", {}, value)));
 }
 
 function duration(seconds) {
@@ -177,12 +235,12 @@ const pages = {
         canvas),
       el("h2", {}, "Connectors"),
       table([["Name"], ["Health"], ["Detail"]], o.connectors.map(c =>
-        el("tr", {"data-connector": c.name}, cell(c.name, "name"), cell(badge(c.status), "status"), cell(c.detail, "detail"))),
+        el("tr", {"data-connector": c.name}, cell(c.name, "name"), cell(badge(c.status), "status"), longText(c.detail, "detail"))),
         {id: "connectors"}),
       el("h2", {}, "Bridges"),
       table([["Name"], ["State"], ["Health"], ["Detail"]], o.bridges.map(b =>
         el("tr", {"data-bridge": b.name}, cell(b.name, "name"), cell(badge(b.state), "state"),
-          cell(badge(b.status), "status"), cell(b.detail, "detail"))), {id: "overview-bridges"}));
+          cell(badge(b.status), "status"), longText(b.detail, "detail"))), {id: "overview-bridges"}));
     return [view, () => drawChart(canvas, o.history)];
   },
 
@@ -202,43 +260,48 @@ const pages = {
           "purge", {destination: q.name}, n => `Purged ${q.name}: ${n} message(s) dropped`)}, "Purge"),
         q.dead_letter && may(q, "move") ? el("button", {"data-action": "move", onclick: () => act(
           "Move dead letters of " + q.name, `Send the pending messages of ${q.name} back to the destinations they came from?`,
-          "move", {destination: q.name}, n => `Moved ${n} message(s) from ${q.name} back to their origin`)}, "Move to origin") : null));
+          "move", {destination: q.name}, n => `Moved ${n} message(s) from ${q.name} back to their origin`)}, "Move to origin") : null,
+        !may(q, "delete_queue") ? null : el("button", {"data-action": "delete-queue", class: "danger", onclick: () => act(
+          "Delete queue " + q.name, `Delete the queue ${q.name} and its ${q.pending} pending message(s)? Persistent ones are deleted from the store too. A queue with consumers is not deleted.`,
+          "remove", {destination: q.name}, n => `Deleted queue ${q.name}: ${n} message(s) dropped`)}, "Delete queue")));
     return [el("div", {},
       el("h1", {}, "Queues & topics ", el("span", {class: "muted"}, "(embedded broker)")),
-      mayAct() ? el("div", {}, el("button", {class: "primary", "data-action": "send-new", onclick: () => showSend("")}, "Send a test message…")) : null,
+      mayAct() ? el("div", {class: "toolbar"},
+        el("button", {class: "primary", "data-action": "send-new", onclick: () => showSend("")}, "Send a test message…"),
+        el("button", {"data-action": "create-queue", onclick: showCreate}, "New queue…")) : null,
       el("h2", {}, "Queues"),
-      table([["Queue"], ["Pending", "num"], ["Consumers", "num"], ["In flight", "num"], ["Enqueued", "num"],
-             ["Dequeued", "num"], ["Actions"]], d.queues.map(queueRow), {id: "queues"}),
+      dataTable("queues", "queues", [["Queue"], ["Pending", "num"], ["Consumers", "num"], ["In flight", "num"], ["Enqueued", "num"],
+             ["Dequeued", "num"], ["Actions", "nosort"]], d.queues.map(queueRow)),
       el("p", {class: "muted"}, `Dead-letter queues (DLQ) are the queues named ${d.dead_letter_prefix}…; "Move to origin" sends their messages back.`),
       el("h2", {}, "Topics"),
-      table([["Topic"], ["Subscribers", "num"], ["Durable subscriptions", "num"], ["Pending", "num"]],
+      dataTable("topics", "topics", [["Topic"], ["Subscribers", "num"], ["Durable subscriptions", "num"], ["Pending", "num"]],
         d.topics.map(t => el("tr", {"data-topic": t.name}, cell(t.name, "name"), num(t.subscribers, "subscribers"),
-          num(t.durable_subscriptions, "durables"), num(t.pending, "pending"))), {id: "topics"}),
+          num(t.durable_subscriptions, "durables"), num(t.pending, "pending")))),
       el("h2", {}, "Durable subscriptions"),
-      table([["Subscription"], ["Topic"], ["Active"], ["Pending", "num"], ["In flight", "num"], ["Enqueued", "num"], ["Dequeued", "num"]],
+      dataTable("durables", "durable subscriptions", [["Subscription"], ["Topic"], ["Active"], ["Pending", "num"], ["In flight", "num"], ["Enqueued", "num"], ["Dequeued", "num"]],
         d.durables.map(s => el("tr", {"data-durable": s.key}, cell(s.key, "key"), cell(s.topic, "topic"),
           cell(s.active ? "yes" : "no", "active"), num(s.pending, "pending"), num(s.inflight, "inflight"),
-          num(s.enqueued, "enqueued"), num(s.dequeued, "dequeued"))), {id: "durables"}))];
+          num(s.enqueued, "enqueued"), num(s.dequeued, "dequeued")))))];
   },
 
   async connections() {
     const rows = await api("connections");
     return [el("div", {},
       el("h1", {}, `Connections (${rows.length})`),
-      table([["Id"], ["Client address"], ["Login"], ["Client id"], ["STOMP"], ["Heart-beats"], ["Connected"],
+      dataTable("connections", "connections", [["Id"], ["Client address"], ["Login"], ["Client id"], ["STOMP"], ["Heart-beats"], ["Connected"],
              ["In", "num"], ["Out", "num"], ["Subscriptions"], [""]],
         rows.map(c => el("tr", {"data-connection": c.id},
           cell(c.id, "id"), cell(c.peer, "peer"), cell(c.login || "–", "login"), cell(c.client_id || "–", "client_id"),
           cell(c.version, "version"),
           cell(`send ${c.heartbeat.send_ms} ms / expect ${c.heartbeat.expect_ms} ms`, "heartbeat"),
-          cell(duration(c.connected_seconds), "connected"),
+          el("td", {"data-field": "connected", "data-sort": c.connected_seconds}, duration(c.connected_seconds)),
           num(c.messages_in, "messages_in"), num(c.messages_out, "messages_out"),
           cell(el("ul", {class: "subs"}, c.subscriptions.map(s =>
             el("li", {"data-subscription": s.destination}, `${s.destination} (id ${s.id}, ack ${s.ack}, ${s.unacked} unacked)`))),
             "subscriptions"),
           el("td", {}, c.may_close ? el("button", {class: "danger", "data-action": "close", onclick: () => act(
             "Close connection " + c.id, `Close the STOMP connection of ${c.peer} (login ${c.login || "anonymous"})? It gets an ERROR frame.`,
-            "close", {id: c.id}, r => `Closed ${r.id} (${r.peer})`)}, "Close") : null))), {id: "connections"}))];
+            "close", {id: c.id}, r => `Closed ${r.id} (${r.peer})`)}, "Close") : null)))))];
   },
 
   async routes() {
@@ -255,7 +318,7 @@ const pages = {
           num(x.failures, "failures"), num(x.dead_lettered, "dead_lettered"), num(x.skipped, "skipped"),
           cell(x.detail, "detail"))), {id: "routes"}),
       el("h2", {}, "Kafka connector"),
-      el("pre", {class: "body", id: "kafka-status"}, JSON.stringify(r.kafka, null, 1)))];
+      keyValues("kafka-status", r.kafka))];
   },
 
   async bridges() {
@@ -265,18 +328,35 @@ const pages = {
       "bridge", {name: b.name, action}, s => `Bridge ${s.name} is ${s.state}`)}, action);
     return [el("div", {},
       el("h1", {}, "Bridges"),
-      table([["Bridge"], ["State"], ["Health"], ["QoS"], ["Source"], ["Target"], ["Forwarded", "num"], ["Retries", "num"],
-             ["Pending", "num"], ["Last error"], ["Control"]],
+      dataTable("bridges", "bridges", [["Bridge"], ["State"], ["Health"], ["QoS"], ["Source"], ["Target"], ["Forwarded", "num"], ["Retries", "num"],
+             ["Pending", "num"], ["Last error"], ["Control", "nosort"]],
         rows.map(b => el("tr", {"data-bridge": b.name}, cell(b.name, "name"), cell(badge(b.state), "state"),
           cell(badge(b.health.status), "health"), cell(b.qos, "qos"), cell(b.source, "source"), cell(b.target, "target"),
           num(b.forwarded, "forwarded"), num(b.retries, "retries"), num(b.pending, "pending"),
-          cell(b.last_error || "", "last_error"),
+          longText(b.last_error || "", "last_error"),
           el("td", {class: "actions"}, you.role === "administrator" ? ["start", "stop", "pause", "resume"].map(a => button(b, a)) : [])
-        )), {id: "bridges"}))];
+        ))))];
   },
 };
 
-// -- panels: browse a queue, send a test message --------------------------------------
+// A status object as a two-column table: one row a key (nested objects' keys joined with "."), lists joined.
+function keyValues(id, status) {
+  const rows = [];
+  const walk = (prefix, value) => {
+    if (value !== null && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length) {
+      for (const [key, inner] of Object.entries(value)) walk(prefix ? `${prefix}.${key}` : key, inner);
+    } else {
+      const shown = Array.isArray(value) ? (value.length ? value.join(", ") : "–")
+        : value === null || value === undefined ? "–" : typeof value === "object" ? "–" : String(value);
+      rows.push(el("tr", {"data-key": prefix}, el("th", {scope: "row"}, prefix), longText(shown, "value")));
+    }
+  };
+  walk("", status || {});
+  return el("table", {id, class: "key-values"}, el("tbody", {}, rows.length ? rows
+    : [el("tr", {}, el("td", {class: "muted"}, "no status"))]));
+}
+
+// -- panels: browse a queue, send a test message, create a queue ------------------------
 
 function closePanel() {
   browsing = null;
@@ -325,6 +405,20 @@ async function showBrowse(destination) {
   panel.hidden = false;
 }
 
+function showCreate() {
+  browsing = null;
+  const panel = document.getElementById("panel");
+  const name = el("input", {type: "text", id: "create-destination", value: "/queue/"});
+  panel.replaceChildren(
+    el("div", {class: "head"}, el("h2", {}, "New queue (embedded broker)"), el("button", {onclick: closePanel}, "Close")),
+    el("label", {for: "create-destination"}, "Queue (/queue/…)"), name,
+    el("p", {class: "muted"}, "An empty queue is not remembered across a restart (as one a SEND makes)."),
+    el("p", {}, el("button", {class: "primary", id: "create-submit", onclick: () => act(
+      "Create queue", `Create the queue ${name.value}?`, "create", {destination: name.value},
+      made => made ? `Created queue ${name.value}` : `Queue ${name.value} exists already`)}, "Create")));
+  panel.hidden = false;
+}
+
 function showSend(destination) {
   browsing = null;
   const panel = document.getElementById("panel");
@@ -350,7 +444,13 @@ async function refresh() {
   try {
     const [view, after] = await pages[shown]();
     if (shown !== page) return;
+    const typing = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.search : null;
+    const caret = typing ? document.activeElement.selectionStart : null;
     document.getElementById("view").replaceChildren(view);
+    if (typing) { // the redraw keeps the search box the operator is typing in
+      const box = view.querySelector(`[data-search="${typing}"]`);
+      if (box) { box.focus(); box.setSelectionRange(caret, caret); }
+    }
     if (after) after();
     document.body.dataset.loaded = shown;
   } catch (error) {
@@ -372,6 +472,7 @@ function showRole(who) {
   you = who;
   document.body.dataset.role = who.role || "";
   document.getElementById("you").textContent = who.login ? `${who.login} (${who.role})` : "";
+  document.getElementById("logout").hidden = !who.login; // without [auth] logins there is nothing to log out of
   // bridges are an administrator's: others see none, so no tab
   document.querySelector('nav a[data-page="bridges"]').hidden = who.role !== "administrator";
   if (changed && page !== "overview") refresh();
