@@ -81,6 +81,8 @@ class BrokerSubscription:
             headers["selector"] = spec.selector
         if spec.durable_name and spec.destination.startswith("/topic/"):
             headers["activemq.subscriptionName"] = durable_subscription_name(spec.client_id, spec.durable_name)
+        if spec.exclusive and spec.destination.startswith("/queue/"):
+            headers["activemq.exclusive"] = "true"
         transformation = self.connector.subscribe_transformation
         if transformation:
             headers["transformation"] = transformation
