@@ -441,11 +441,11 @@ class Bridge:
         self._doubting = False
         if not self._active():
             return
+        if not self._paused:
+            self.subscription.resume()
         if self._start_check is not None and not self._start_check.called:
             self._set_state(STARTING)  # the start-up check: the subscription comes next
             return
-        if not self._paused:
-            self.subscription.resume()
         self._update_state()
 
     def in_doubt_failed(self, reason: str) -> None:

@@ -132,6 +132,9 @@ def test_the_start_up_check_waits_for_the_target_before_consuming() -> None:
     assert rig.bodies() == ["a", "b", "c"], "what the target held was recorded, not sent again"
     assert rig.pending_at_source() == 0
     assert rig.metric("jmsgateway_bridge_duplicates_skipped_total") == 3
+    assert not rig.bridge.subscription.paused, "consuming again"
+    rig.publish(text("d"), text("e"), text("f"))
+    assert rig.bodies() == ["a", "b", "c", "d", "e", "f"]
 
 
 def test_stop_ends_an_in_doubt_episode() -> None:
