@@ -42,6 +42,7 @@ injected (a ``Clock`` in unit tests).  Nothing here blocks.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -177,7 +178,10 @@ class Bridge:
         self._target_ok = True
         self._paused = False
         self._retry_timers: set[IDelayedCall] = set()
-        self._inflight: Deferred[None] | None = None
+        self._inflight: set[Deferred[None]] = set()
+        """The batches in flight (at most the strategy's ``window``)."""
+        self._inflight_keys: Counter[str] = Counter()
+        """Source keys of the batches in flight: a batch repeating one waits for them."""
         self._acking: set[Deferred[None]] = set()
         self._flushing = False
         self._send_waiters: set[Deferred[None]] = set()
@@ -321,7 +325,8 @@ class Bridge:
             "forwarded": self.forwarded,
             "retries": self.retries,
             "pending": len(self.batches),
-            "in_flight": self._inflight is not None,
+            "in_flight": bool(self._inflight),
+            "batches_in_flight": len(self._inflight),
             "in_doubt": self._doubting,
             "last_error": self.last_error,
         }
@@ -388,19 +393,14 @@ class Bridge:
 
     def _drained(self) -> Deferred[None]:
         """Fires when no batch is in flight and every acknowledgement was answered."""
-        inflight = self._inflight
         done: Deferred[None] = Deferred()
 
-        def finished(result: Any) -> Any:
+        def finished(_: object) -> None:
             if not done.called:
                 acks = [_watch(ack) for ack in self._acking]
                 gather(acks).addBoth(lambda _: done.callback(None))
-            return result
 
-        if inflight is None:
-            finished(None)
-        else:
-            inflight.addBoth(finished)
+        gather([_watch(batch) for batch in self._inflight]).addBoth(finished)
         return done
 
     def _retry_later(self, reason: str, action: Callable[[], None]) -> None:
@@ -496,9 +496,17 @@ class Bridge:
         self._flush()
 
     def _ready(self) -> bool:
-        if self._paused or self._doubting or not self._active() or self._inflight is not None:
+        if self._paused or self._doubting or not self._active() or len(self._inflight) >= self.qos.window:
             return False
-        return self.subscription.ready() and self.batches.ready()
+        if not (self.subscription.ready() and self.batches.ready()):
+            return False
+        if self._inflight:
+            # a message again (redelivered after a reconnection) while its first delivery is in
+            # flight, or any redelivery under a duplicate store: wait until those batches are done
+            for _, message, _ in self.batches.pending[:self.batches.size]:
+                if source_key(message) in self._inflight_keys or (message.redelivered and self.qos.uses_dedup):
+                    return False
+        return True
 
     def _flush(self) -> None:
         """Send ready batches; a batch that completes at once lets the next go (a loop, not recursion)."""
@@ -508,27 +516,32 @@ class Bridge:
         try:
             while self._ready():
                 batch = self.batches.take()
+                keys = [source_key(message) for _, message, _ in batch]
+                self._inflight_keys.update(keys)
                 marker: Deferred[None] = Deferred()
-                self._inflight = marker  # a send completing synchronously must not start another
+                self._inflight.add(marker)  # a send completing synchronously must not start another
                 done = self._forward(batch)
                 done.addErrback(self._unexpected)
                 finished: list[Any] = []
                 done.addBoth(_note, finished)
+                self._inflight.discard(marker)
                 if finished:  # the whole chain ran synchronously (``called`` is also true when paused)
-                    self._inflight = None
+                    self._inflight_keys.subtract(keys)
+                    self._inflight_keys = +self._inflight_keys
                     marker.callback(None)
                     continue
-                self._inflight = done
-                done.addBoth(self._batch_done, marker)
-                return
+                self._inflight.add(done)
+                done.addBoth(self._batch_done, done, marker, keys)
         finally:
             self._flushing = False
         self.batches.settle()  # nothing left is overdue: the next delivery starts its own max_batch_time
         if not self._paused:
             self.batches.arm()
 
-    def _batch_done(self, result: Any, marker: Deferred[None]) -> None:
-        self._inflight = None
+    def _batch_done(self, result: Any, done: Deferred[None], marker: Deferred[None], keys: list[str]) -> None:
+        self._inflight.discard(done)
+        self._inflight_keys.subtract(keys)
+        self._inflight_keys = +self._inflight_keys  # (drops the keys at zero)
         marker.callback(None)
         self._flush()
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
-from gateway.bridges.config import AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE, QOS_STRATEGIES
+from gateway.bridges.config import AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE, QOS_STRATEGIES, WINDOW
 from gateway.bridges.outgoing import source_key
 from gateway.interfaces import IBridge, IConnector, IExactlyOnceSource, IExactlyOnceTarget, ILocalTransactionSource
 from gateway.message.model import Message
@@ -127,6 +127,9 @@ class BatchQuality(QualityOfService):
     """Before consuming, count what the target already holds as delivered."""
     uses_dedup: ClassVar[bool] = False
     """Needs the duplicate store."""
+    window: ClassVar[int] = WINDOW
+    """Batches in flight at once (the next is sent while the target confirms the previous ones;
+    each is settled on its own, in this mode's order)."""
     waits_for_answer: ClassVar[bool] = False
     """A send in doubt, or a start-up check, waits until the target answers what it holds
     (the bridge is ``in_doubt`` meanwhile) instead of going on without the answer."""
@@ -163,6 +166,7 @@ class AtMostOnce(BatchQuality):
 
     mode = AT_MOST_ONCE
     acknowledges_first = True
+    window = 1  # what is acknowledged and not yet sent is lost on a failure: keep it to one batch
 
     def forward(self, port: BatchPort, outgoing: Deferred[list[Any]], accepted: list[Any],
                 tags: list[Any]) -> None:
@@ -212,6 +216,7 @@ class LocalTransaction(OnceAndOnlyOnce):
 
     checks_target_at_start = False
     uses_dedup = False
+    window = 1  # the provider's session settles one batch before it hands out the next
 
     @classmethod
     def accepts(cls, config: BridgeConfig, source: IConnector, target: IConnector) -> bool:
