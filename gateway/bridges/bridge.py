@@ -14,8 +14,9 @@ own modules, each behind a small port:
 * **batching** (:mod:`gateway.bridges.batching`): deliveries collect until
   ``max_batch_size`` messages or ``max_batch_time`` ms after the first one
   (``-1``: only a full batch), then go to the target as one unit
-  (:meth:`IConnector.send_batch`; one message: :meth:`IConnector.send`); one
-  batch is in flight at a time;
+  (:meth:`IConnector.send_batch`; one message: :meth:`IConnector.send`); up
+  to the strategy's ``window`` of batches are in flight at once (a batch
+  repeating a source id in flight waits for it);
 * **quality of service** (:mod:`gateway.bridges.qos`): a strategy per mode owns
   the order of a batch's steps (send, record, acknowledge), which it asks for
   through :class:`~gateway.bridges.qos.BatchPort` (this class's public methods);

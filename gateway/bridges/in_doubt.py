@@ -82,6 +82,8 @@ class InDoubtResolver:
         """Episodes so far (each logged once)."""
         self._timers: set[IDelayedCall] = set()
         self._waiting: set[Deferred[set[str] | None]] = set()
+        self._doubting = 0
+        """Questions unanswered now: an episode lasts while any is (several batches in flight)."""
 
     def held(self, destinations: Iterable[str], why: str) -> Deferred[set[str] | None]:
         """The ids the target holds at ``destinations`` (None: it cannot tell), asked until it answers;
@@ -111,9 +113,13 @@ class InDoubtResolver:
                 assert held is not None
                 held |= answer
             if state["episode"]:
-                self.log.info("bridge {name}: {target} answered after {count} question(s); {why} resolved",
-                              name=self.owner.name, target=self.target_name, count=state["attempts"] + 1, why=why)
-                self.owner.in_doubt_ended()
+                state["episode"] = False
+                self._doubting -= 1
+                if self._doubting == 0:
+                    self.log.info("bridge {name}: {target} answered after {count} question(s); {why} resolved",
+                                  name=self.owner.name, target=self.target_name, count=state["attempts"] + 1,
+                                  why=why)
+                    self.owner.in_doubt_ended()
             self._settle(result, held)
 
         def unanswered(failure: Failure) -> None:
@@ -124,12 +130,15 @@ class InDoubtResolver:
             reason = f"cannot ask {self.target_name} what it holds ({why}): {failure.getErrorMessage()}"
             if not state["episode"]:
                 state["episode"] = True
-                self.episodes += 1
-                self.log.warn("bridge {name} IN DOUBT: {reason}; consuming and sending nothing until it answers, "
-                              "asking again from {delay}s up to every {most}s", name=self.owner.name, reason=reason,
-                              delay=self.first_delay, most=MAX_BACKOFF_S)
-                self.owner.in_doubt_began(reason)
+                self._doubting += 1
+                if self._doubting == 1:  # once per episode, however many batches are in doubt
+                    self.episodes += 1
+                    self.log.warn("bridge {name} IN DOUBT: {reason}; consuming and sending nothing until it "
+                                  "answers, asking again from {delay}s up to every {most}s", name=self.owner.name,
+                                  reason=reason, delay=self.first_delay, most=MAX_BACKOFF_S)
+                    self.owner.in_doubt_began(reason)
             if self.max_attempts != -1 and attempts > self.max_attempts:
+                self._doubting = max(0, self._doubting - 1)
                 self.owner.in_doubt_failed(f"{reason} (gave up, in doubt, after {self.max_attempts} retries; "
                                            "nothing was sent again)")
                 self._settle(result, Failure(GaveUpInDoubt(reason)))
@@ -153,6 +162,7 @@ class InDoubtResolver:
             if timer.active():
                 timer.cancel()
         self._timers.clear()
+        self._doubting = 0
         for waiting in list(self._waiting):
             self._settle(waiting, Failure(GaveUpInDoubt("the bridge stopped")))
 

@@ -177,3 +177,27 @@ def test_a_redelivered_message_another_consumer_sent_is_not_sent_again() -> None
     assert sorted(rig.bodies()) == ["a", "b", "c"], "a not sent again; b (redelivered, not held) and c sent"
     assert rig.pending_at_source() == 0
     assert rig.metric("jmsgateway_bridge_duplicates_skipped_total") == 1
+
+
+def test_two_batches_in_doubt_are_one_episode() -> None:
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=1)
+    real = rig.target.send_batch
+    lost = [2]
+
+    def send_batch(messages: list[Message]) -> Any:
+        d = real(messages)
+        if lost[0]:
+            lost[0] -= 1
+            return d.addCallback(lambda _: fail(ConnectorUnavailable("no confirmation")))
+        return d
+
+    rig.target.send_batch = send_batch  # type: ignore[method-assign]
+    rig.bridge.start()
+    asked = unanswered_probes(rig, 4)
+    rig.publish(text("a"), text("b"))
+    rig.clock.advance(1.0)
+    assert rig.bridge.state == "in_doubt" and len(asked) == 2
+    for _ in range(10):
+        rig.clock.advance(1.0)
+    assert rig.bridge.in_doubt.episodes == 1, "logged once"
+    assert rig.bodies() == ["a", "b"] and rig.bridge.state == "running"
