@@ -31,13 +31,14 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from gateway.bridges.config import AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE, QOS_STRATEGIES, WINDOW
+from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.outgoing import source_key
+from gateway.bridges.transactional_copy import TransactionalCopyBridge
 from gateway.interfaces import IBridge, IConnector, IExactlyOnceSource, IExactlyOnceTarget, ILocalTransactionSource
 from gateway.message.model import Message
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.bridges.config import BridgeConfig
-    from gateway.bridges.dedup import DuplicateStore
     from gateway.bridges.metrics import BridgeMetrics
 
 DEDUP_DATABASE = "bridges.sqlite"
@@ -50,6 +51,9 @@ class BuildContext:
     """What strategies need to build the bridges of one :class:`~gateway.bridges.service.BridgeService`.
 
     :ivar chains: the transformer chain of a bridge's config (or None).
+    :ivar engine: the per-batch engine a :class:`BatchQuality` runs in
+        (:class:`~gateway.bridges.bridge.Bridge`; given by the service, so this module
+        does not import the engine that imports it).
     :ivar dedup: the shared duplicate store, made in ``data_dir`` by the first bridge that
         needs it unless one was given.
     """
@@ -57,6 +61,7 @@ class BuildContext:
     reactor: Any
     metrics: BridgeMetrics
     chains: Callable[[BridgeConfig], Any]
+    engine: Callable[..., IBridge]
     data_dir: str = "var"
     dedup: DuplicateStore | None = None
     dedup_users: list[BridgeConfig] = field(default_factory=list)
@@ -65,8 +70,6 @@ class BuildContext:
     def duplicate_store(self, config: BridgeConfig) -> DuplicateStore:
         """The shared duplicate store, ``config``'s bridge counted as one of its users."""
         if self.dedup is None:
-            from gateway.bridges.dedup import DuplicateStore
-
             self.dedup = DuplicateStore(os.path.join(self.data_dir, DEDUP_DATABASE), self.reactor)
         self.dedup_users.append(config)
         return self.dedup
@@ -144,11 +147,9 @@ class BatchQuality(QualityOfService):
               context: BuildContext) -> IBridge | None:
         if not cls.accepts(config, source, target):
             return None
-        from gateway.bridges.bridge import Bridge
-
         dedup = context.duplicate_store(config) if cls.uses_dedup else None
-        return Bridge(config, source, target, clock=context.reactor, metrics=context.metrics, dedup=dedup,
-                      chains=context.chains(config), qos=cls())
+        return context.engine(config, source, target, clock=context.reactor, metrics=context.metrics, dedup=dedup,
+                              chains=context.chains(config), qos=cls())
 
     def select(self, port: BatchPort, batch: list[Any]) -> Deferred[Any]:
         """(deliveries to send, ``(consumer, tag)`` pairs only to acknowledge) of ``batch``."""
@@ -250,8 +251,6 @@ class TransactionalCopy(QualityOfService):
             log.warn("bridge {name}: ONCE_AND_ONLY_ONCE without Kafka transactions ({why}); it uses the duplicate "
                      "store", name=config.name, why=copy)
             return None
-        from gateway.bridges.transactional_copy import TransactionalCopyBridge
-
         return TransactionalCopyBridge(config, copy, clock=context.reactor, metrics=context.metrics,
                                        chains=context.chains(config))
 

@@ -31,6 +31,7 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import BridgeConfig, BridgeEndpoint, parse_bridges
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
@@ -276,7 +277,7 @@ def build_bridge_service(
     owned: list[IConnector] = []
     context = BuildContext(reactor, metrics, lambda config: _chains_for(config, plugin_manager, transform_config,
                                                                         registry, reactor, path),
-                           data_dir=data_dir, dedup=dedup)
+                           Bridge, data_dir=data_dir, dedup=dedup)
     built: list[IBridge] = []
     for config in bridges:
         source = _connector_for(config.source, f"{config.key}.source", connectors, owned, path)
