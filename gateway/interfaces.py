@@ -50,6 +50,9 @@ class SubscriptionSpec:
         source redelivers that message).  Bridges ask for it, so they never take
         such a message for acknowledged; a STOMP client's ACK of an old copy
         stays harmless.
+    :ivar exclusive: for a queue: one consumer owns it at a time, the others stand by until
+        it goes away (ActiveMQ's exclusive consumer); a connector without the notion ignores it.
+        Bridges ask for it: one owner per bridge.
     """
 
     destination: str
@@ -61,6 +64,7 @@ class SubscriptionSpec:
     owner: str = ""
     strict_acks: bool = False
     login: str | None = None
+    exclusive: bool = False
 
 
 class IConsumer(Interface):
@@ -488,6 +492,9 @@ class BridgeState(StrEnum):
     PAUSED = "paused"
     RETRYING = "retrying"
     """A connector failed; the bridge tries again every ``failure_retry_interval``."""
+    IN_DOUBT = "in_doubt"
+    """A batch may or may not have reached the target, which cannot be asked now; the bridge
+    consumes and sends nothing and asks again until it answers (ONCE_AND_ONLY_ONCE)."""
     FAILED = "failed"
     """Gave up (retries exhausted, an error no retry fixes); :meth:`IBridge.start` tries again."""
     STOPPED = "stopped"

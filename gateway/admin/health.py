@@ -3,7 +3,7 @@
 Connectors report through :class:`~gateway.interfaces.IStatusReporting`
 (the embedded broker, JMS brokers, Kafka and its routing); a connector that
 does not is shown as ``UNKNOWN`` and does not make the gateway ``DOWN``.  A
-bridge is down while it is ``failed`` or ``retrying`` (messages do not move);
+bridge is down while it is ``failed``, ``retrying`` or ``in_doubt`` (messages do not move);
 paused, stopped or starting bridges are up.  Everything here is read on the
 reactor thread and is cheap enough for a probe every second.
 """
@@ -31,7 +31,8 @@ def bridge_health(status: Mapping[str, Any]) -> dict[str, str]:
     """The health of a bridge, from its ``status()``."""
     state = status["state"]
     detail = state if not status.get("last_error") else f"{state}: {status['last_error']}"
-    return {"status": DOWN if state in (BridgeState.FAILED, BridgeState.RETRYING) else UP, "detail": detail}
+    down = state in (BridgeState.FAILED, BridgeState.RETRYING, BridgeState.IN_DOUBT)
+    return {"status": DOWN if down else UP, "detail": detail}
 
 
 def gateway_health(gateway_id: str, connectors: Mapping[str, Any], bridges: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,7 +4,11 @@ The JMS bridge of JBoss Messaging / ActiveMQ Artemis over the gateway's
 connectors, which it knows only through :mod:`gateway.interfaces`.  Modules:
 :mod:`~gateway.bridges.config` (``[[bridges]]``, the registry of QoS modes),
 :mod:`~gateway.bridges.qos` (one strategy class per mode),
-:mod:`~gateway.bridges.bridge` (the per-batch engine), :mod:`~gateway.bridges.dedup`
+:mod:`~gateway.bridges.bridge` (the per-batch engine) with its parts
+:mod:`~gateway.bridges.source`, :mod:`~gateway.bridges.batching`,
+:mod:`~gateway.bridges.in_doubt` and :mod:`~gateway.bridges.outgoing` (the copy every
+engine sends), :mod:`~gateway.bridges.ownership` (one owner per data directory),
+:mod:`~gateway.bridges.dedup`
 (the ONCE_AND_ONLY_ONCE duplicate store), :mod:`~gateway.bridges.transactional_copy`
 (ONCE_AND_ONLY_ONCE through a log's transactions: Kafka -> Kafka),
 :mod:`~gateway.bridges.probe` (the in-doubt probe), :mod:`~gateway.bridges.metrics`,

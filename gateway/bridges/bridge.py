@@ -1,42 +1,38 @@
 """One bridge: consume from a source connector, send to a target connector.
 
-:class:`Bridge` owns the moving parts of the JMS bridge of JBoss Messaging /
-ActiveMQ Artemis on top of any two :class:`~gateway.interfaces.IConnector`:
+:class:`Bridge` is the per-batch engine of the JMS bridge of JBoss Messaging /
+ActiveMQ Artemis on top of any two :class:`~gateway.interfaces.IConnector`.  It
+holds the state, the retry policy and the batch in flight; the parts live in their
+own modules, each behind a small port:
 
-* **source**: one subscription in ``client-individual`` mode with a prefetch
-  of at least twice ``max_batch_size`` (the batch being sent and the next one
-  filling), the bridge's selector and, for a durable topic subscription, its
-  ``subscription_name`` / ``client_id``;
-* **batching**: deliveries collect until ``max_batch_size`` messages or
-  ``max_batch_time`` ms after the first one (``-1``: only a full batch),
-  then go to the target as one unit (:meth:`IConnector.send_batch`; one
-  message: :meth:`IConnector.send`); one batch is in flight at a time;
-* **quality of service** per batch, a strategy of :mod:`gateway.bridges.qos`:
-  ``AT_MOST_ONCE`` acknowledges at the source, then sends;
-  ``DUPLICATES_OK`` sends, waits for the target's confirmation, then acknowledges;
-  ``ONCE_AND_ONLY_ONCE`` is DUPLICATES_OK plus the
-  :class:`~gateway.bridges.dedup.DuplicateStore`: messages already delivered
-  are skipped, the ids of a confirmed batch are committed before the
-  acknowledgement, and non-persistent messages are refused (logged, counted
-  as dropped);
-* **the message sent** is a copy: target destination, a new message id
-  (AT_MOST_ONCE and ONCE_AND_ONLY_ONCE: one derived from the source id, also
-  set as the ``_AMQ_DUPL_ID`` property), redelivery flags cleared; with ``add_message_id_in_header`` the source id is
-  appended to ``AMQ_BRIDGE_MSG_ID_LIST`` (comma-separated, one id per hop);
-  the bridge's transformer chain runs before that;
+* **source** (:mod:`gateway.bridges.source`): one subscription in
+  ``client-individual`` mode with a prefetch of at least twice ``max_batch_size``,
+  the bridge's selector and, for a durable topic subscription, its
+  ``subscription_name`` / ``client_id``; strict acknowledgements: one of a
+  delivery from a previous connection fails, and the bridge drops what it holds
+  from it and subscribes again;
+* **batching** (:mod:`gateway.bridges.batching`): deliveries collect until
+  ``max_batch_size`` messages or ``max_batch_time`` ms after the first one
+  (``-1``: only a full batch), then go to the target as one unit
+  (:meth:`IConnector.send_batch`; one message: :meth:`IConnector.send`); up
+  to the strategy's ``window`` of batches are in flight at once (a batch
+  repeating a source id in flight waits for it);
+* **quality of service** (:mod:`gateway.bridges.qos`): a strategy per mode owns
+  the order of a batch's steps (send, record, acknowledge), which it asks for
+  through :class:`~gateway.bridges.qos.BatchPort` (this class's public methods);
+* **the message sent** (:mod:`gateway.bridges.outgoing`): a transformed copy,
+  built in the one place every engine shares;
+* **in doubt** (:mod:`gateway.bridges.in_doubt`): a send whose confirmation was
+  lost is sent again under AT_MOST_ONCE and ONCE_AND_ONLY_ONCE only without what
+  the target already holds.  ONCE_AND_ONLY_ONCE asks until the target answers
+  (state ``in_doubt``, nothing new consumed or sent), at start-up too; AT_MOST_ONCE
+  gives the batch up when the target cannot tell;
 * **resilience**: a failed subscription (or subscribe) is retried every
   ``failure_retry_interval`` ms, a failed send is resent after the same
   interval, up to ``max_retries`` consecutive attempts (``-1``: forever);
-  then the bridge is *failed* (logged, state metric), the gateway goes on.
-  A send whose confirmation was lost is resent under AT_MOST_ONCE and
-  ONCE_AND_ONLY_ONCE only without what the target already holds (the
-  in-doubt check; AT_MOST_ONCE gives the batch up when the target cannot
-  tell).  The subscription asks for strict acknowledgements: one of a
-  delivery from a previous connection fails, and the bridge drops what it
-  holds from it and subscribes again;
+  then the bridge is *failed* (logged, state metric), the gateway goes on;
 * **control**: :meth:`start`, :meth:`stop`, :meth:`pause`, :meth:`resume`
-  return Deferreds; states are starting, running, paused, retrying, failed,
-  stopped.
+  return Deferreds; states are :class:`~gateway.interfaces.BridgeState`'s.
 
 Errors that no retry can fix (a bad destination, a message the target
 refuses for good: ``ConnectorError.permanent``, a transformer rejecting a
@@ -47,6 +43,7 @@ injected (a ``Clock`` in unit tests).  Nothing here blocks.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -56,31 +53,36 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.bridges.batching import Batcher, Delivery
 from gateway.bridges.config import BridgeConfig
 from gateway.bridges.dedup import DuplicateStore
+from gateway.bridges.in_doubt import GaveUpInDoubt, InDoubtResolver
 from gateway.bridges.metrics import BridgeMetrics
+from gateway.bridges.outgoing import (
+    KAFKA_FALLBACK_ID,
+    MESSAGE_ID_LIST,
+    CopyMaker,
+    CopyRules,
+    TransformRejected,
+    source_key,
+)
 from gateway.bridges.probe import held_message_ids, source_id_of, target_message_id
 from gateway.bridges.qos import BatchQuality, batch_quality
-from gateway.connectors.kafka_records import ORIGIN_HEADER
-from gateway.connectors.stomp_browse import DUPLICATE_ID
+from gateway.bridges.source import BridgeSource, SourceConsumer, StaleSubscription
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, StaleDelivery
-from gateway.interfaces import (
-    BridgeState,
-    IBridge,
-    IConnector,
-    IConsumer,
-    ILocalTransactionSource,
-    ISubscription,
-    SubscriptionSpec,
-)
-from gateway.message.model import Message, new_message_id
+from gateway.interfaces import BridgeState, IBridge, IConnector
+from gateway.message.model import Message
 
-MESSAGE_ID_LIST = "AMQ_BRIDGE_MSG_ID_LIST"
-"""Property listing the source message ids of every hop (the name Artemis uses)."""
+__all__ = ["KAFKA_FALLBACK_ID", "MESSAGE_ID_LIST", "Bridge", "BridgeFailed", "source_key"]
 
-STARTING, RUNNING, PAUSED, RETRYING, FAILED, STOPPED = BridgeState
-"""The states of every bridge (:class:`~gateway.interfaces.BridgeState`)."""
+STARTING = BridgeState.STARTING
+RUNNING = BridgeState.RUNNING
+PAUSED = BridgeState.PAUSED
+RETRYING = BridgeState.RETRYING
+IN_DOUBT = BridgeState.IN_DOUBT
+FAILED = BridgeState.FAILED
+STOPPED = BridgeState.STOPPED
 
 
 class BridgeFailed(ConnectorError):
@@ -95,26 +97,15 @@ class _NotAcknowledged(Exception):
     """An AT_MOST_ONCE batch whose acknowledgement failed: not sent (the source has it again)."""
 
 
-KAFKA_FALLBACK_ID = "ID:kafka:"
-"""Prefix of the id a Kafka record without ``jms.MessageId`` gets (topic, partition, offset)."""
-
-
-def source_key(message: Message) -> str:
-    """The id a ONCE_AND_ONLY_ONCE bridge remembers a source message by.
-
-    The message id, except for the id made up for a plain Kafka record
-    (``ID:kafka:<topic>:<partition>:<offset>``), which a topic deleted and
-    created again hands out once more: the record's timestamp is added, so a
-    new record at a reused offset is not taken for the old one.
-    """
-    message_id = message.message_id
-    if message_id.startswith(KAFKA_FALLBACK_ID) and message.timestamp:
-        return f"{message_id}@{message.timestamp}"
-    return message_id
-
-
 def _note(result: Any, into: list[Any]) -> None:
     into.append(result)
+
+
+def _open(gate: Deferred[None], result: Any) -> Any:
+    """Fire ``gate`` (once), passing ``result`` on."""
+    if not gate.called:
+        gate.callback(None)
+    return result
 
 
 def _watch(d: Deferred[Any]) -> Deferred[None]:
@@ -127,28 +118,6 @@ def _watch(d: Deferred[Any]) -> Deferred[None]:
 
     d.addBoth(fired)
     return watcher
-
-
-@implementer(IConsumer)
-class _SourceConsumer:
-    """The consumer one subscription attempt delivers to.
-
-    Each (re)subscription gets its own, so deliveries and failures of a
-    subscription the bridge already gave up are ignored.
-    """
-
-    def __init__(self, bridge: Bridge) -> None:
-        self.bridge = bridge
-        self.subscription: ISubscription | None = None
-        self.active = True
-
-    def deliver(self, message: Message, tag: Any) -> None:
-        if self.active:
-            self.bridge._delivered(self, message, tag)
-
-    def subscription_failed(self, reason: Exception) -> None:
-        if self.active:
-            self.bridge._source_lost(self, reason)
 
 
 @implementer(IBridge)
@@ -196,20 +165,30 @@ class Bridge:
         self.forwarded = 0
         self.retries = 0
         """Consecutive failed attempts (reset by any success)."""
-        self._consumer: _SourceConsumer | None = None
-        self._source_ok = False
+        self.copies = CopyMaker(
+            CopyRules(self.name, config.source.destination, config.target.destination, self.qos.derives_ids,
+                      config.add_message_id_in_header),
+            chains, self.metrics.dropped.labels(self.name, "transformer").inc)
+        self.subscription = BridgeSource(self, source, config)
+        self.batches = Batcher(self, clock, config.max_batch_size, config.max_batch_time)
+        self.in_doubt = InDoubtResolver(self, target, self._describe(config.target), clock,
+                                        tail=max(1000, 4 * config.prefetch),
+                                        first_delay=config.failure_retry_interval / 1000.0,
+                                        max_attempts=config.max_retries)
+        self._doubting = False
         self._target_ok = True
         self._paused = False
-        self._pending: list[tuple[_SourceConsumer, Message, Any]] = []
-        self._due = False
-        self._batch_timer: IDelayedCall | None = None
         self._retry_timers: set[IDelayedCall] = set()
-        self._inflight: Deferred[None] | None = None
+        self._inflight: set[Deferred[None]] = set()
+        """The batches in flight (at most the strategy's ``window``)."""
+        self._inflight_keys: Counter[str] = Counter()
+        """Source keys of the batches in flight: a batch repeating one waits for them."""
         self._acking: set[Deferred[None]] = set()
         self._flushing = False
         self._send_waiters: set[Deferred[None]] = set()
         self._start_waiters: list[Deferred[None]] = []
-        self._in_doubt: Deferred[None] | None = None
+        self._start_check: Deferred[None] | None = None
+        self._start_gate: Deferred[None] | None = None
         self._forward_fields = self.metrics.forwarded.labels(self.name)
         self._batch_sizes = self.metrics.batch_size.labels(self.name)
         self.metrics.state.labels(self.name).state(STOPPED)
@@ -223,41 +202,58 @@ class Bridge:
             return succeed(None)
         waiter: Deferred[None] = Deferred()
         self._start_waiters.append(waiter)
-        if self.state in (STARTING, RETRYING):
+        if self.state in (STARTING, RETRYING, IN_DOUBT):
             return waiter
         self.retries = 0
         self.last_error = None
         self._target_ok = True
+        self._doubting = False
         self._paused = False
-        self._due = False
+        self.subscription.paused = False
+        self.batches.clear()
         self._set_state(STARTING)
         self.log.info("bridge {name} starting: {source} -> {target} ({qos})", name=self.name,
                       source=self._describe(self.config.source), target=self._describe(self.config.target),
                       qos=self.config.qos)
         if self.qos.checks_target_at_start:
+            gate: Deferred[None] = Deferred()
+            self._start_gate = gate
             checked = self._resolve_in_doubt()
-            self._in_doubt = checked
-            checked.addCallback(lambda _: self._subscribe() if self.state == STARTING else None)
+            self._start_check = checked
+            checked.addBoth(lambda result: _open(gate, result))
+            checked.addCallback(lambda _: self._checked_at_start())
         else:
-            self._subscribe()
+            self.subscription.subscribe()
         return waiter
+
+    def _checked_at_start(self) -> None:
+        if self.state in (STARTING, IN_DOUBT) and self.subscription.consumer is None:
+            self._set_state(STARTING)
+            self.subscription.subscribe()
 
     def in_doubt_resolved(self) -> Deferred[None]:
         """Fires once the in-doubt check of the last :meth:`start` is done (at once
         when there is none): what the target holds is recorded as delivered, so
-        consumers of the target may take messages from then on."""
-        checked = self._in_doubt
-        if checked is None or checked.called:
+        consumers of the target may take messages from then on.  Also fires when the
+        target cannot be asked (the bridge is ``in_doubt`` and consumes nothing until it
+        answers): the gateway's listeners do not wait for a broker that is away."""
+        gate = self._start_gate
+        if gate is None or gate.called:
             return succeed(None)
-        return _watch(checked)
+        return _watch(gate)
 
     def _resolve_in_doubt(self) -> Deferred[None]:
         """Count what the target already holds from this bridge as delivered (see
         :mod:`gateway.bridges.probe`): a crash between the target's commit and the
-        duplicate store's is resolved by looking."""
+        duplicate store's is resolved by looking.  A target that cannot be asked is
+        asked again until it answers (:mod:`gateway.bridges.in_doubt`): the bridge
+        consumes nothing meanwhile."""
         assert self.dedup is not None
         dedup = self.dedup
-        d = held_message_ids(self.target, self.config.target.destination, tail=max(1000, 4 * self.config.prefetch))
+        if self.qos.waits_for_answer:
+            d = self.in_doubt.held([self.config.target.destination], "the start-up check")
+        else:
+            d = held_message_ids(self.target, self.config.target.destination, tail=max(1000, 4 * self.config.prefetch))
 
         def found(held: set[str] | None) -> Deferred[None] | None:
             if held is None:
@@ -276,6 +272,8 @@ class Bridge:
             return None
 
         def unknown(failure: Failure) -> None:
+            if failure.check(GaveUpInDoubt):
+                return  # the bridge failed (in doubt) or stopped: it does not consume
             self.log.warn("bridge {name}: cannot ask the target what it holds: {error}", name=self.name,
                           error=failure.getErrorMessage())
 
@@ -300,8 +298,7 @@ class Bridge:
         if self.state in (STOPPED, FAILED):
             return succeed(None)
         self._paused = True
-        if self._consumer is not None and self._consumer.subscription is not None:
-            self._consumer.subscription.pause()
+        self.subscription.pause()
         self._update_state()
         self.log.info("bridge {name} paused", name=self.name)
         return self._drained()
@@ -311,8 +308,8 @@ class Bridge:
         if not self._paused:
             return succeed(None)
         self._paused = False
-        if self._consumer is not None and self._consumer.subscription is not None:
-            self._consumer.subscription.resume()
+        if not self._doubting:
+            self.subscription.resume()
         self._update_state()
         self.log.info("bridge {name} resumed", name=self.name)
         self._flush()
@@ -328,8 +325,10 @@ class Bridge:
             "target": self._describe(self.config.target),
             "forwarded": self.forwarded,
             "retries": self.retries,
-            "pending": len(self._pending),
-            "in_flight": self._inflight is not None,
+            "pending": len(self.batches),
+            "in_flight": bool(self._inflight),
+            "batches_in_flight": len(self._inflight),
+            "in_doubt": self._doubting,
             "last_error": self.last_error,
         }
 
@@ -347,8 +346,10 @@ class Bridge:
     def _update_state(self) -> None:
         if self.state in (STOPPED, FAILED):
             return
-        if not self._source_ok or not self._target_ok:
-            if self.state != STARTING or self._consumer is None or not self._target_ok:
+        if self._doubting:
+            self._set_state(IN_DOUBT)
+        elif not self.subscription.ok or not self._target_ok:
+            if self.state != STARTING or self.subscription.consumer is None or not self._target_ok:
                 self._set_state(RETRYING)
         elif self._paused:
             self._set_state(PAUSED)
@@ -378,13 +379,12 @@ class Bridge:
         self._release_start_waiters()
 
     def _cancel_timers(self) -> None:
-        if self._batch_timer is not None and self._batch_timer.active():
-            self._batch_timer.cancel()
-        self._batch_timer = None
+        self.batches.disarm()
         for timer in list(self._retry_timers):
             if timer.active():
                 timer.cancel()
         self._retry_timers.clear()
+        self.in_doubt.cancel()
 
     def _abandon_sends(self) -> None:
         waiters, self._send_waiters = self._send_waiters, set()
@@ -394,19 +394,14 @@ class Bridge:
 
     def _drained(self) -> Deferred[None]:
         """Fires when no batch is in flight and every acknowledgement was answered."""
-        inflight = self._inflight
         done: Deferred[None] = Deferred()
 
-        def finished(result: Any) -> Any:
+        def finished(_: object) -> None:
             if not done.called:
                 acks = [_watch(ack) for ack in self._acking]
                 gather(acks).addBoth(lambda _: done.callback(None))
-            return result
 
-        if inflight is None:
-            finished(None)
-        else:
-            inflight.addBoth(finished)
+        gather([_watch(batch) for batch in self._inflight]).addBoth(finished)
         return done
 
     def _retry_later(self, reason: str, action: Callable[[], None]) -> None:
@@ -431,118 +426,88 @@ class Bridge:
         scheduled.append(self.clock.callLater(delay, fire))
         self._retry_timers.update(scheduled)
 
-    # --------------------------------------------------------------- source
+    # ------------------------------------------------ in doubt (InDoubtOwner)
 
-    def _spec(self) -> SubscriptionSpec:
-        config = self.config
-        return SubscriptionSpec(
-            destination=config.source.destination,
-            selector=config.selector,
-            ack_mode="client-individual",
-            # a transacted source delivers whole batches, each settled before the next
-            prefetch=config.max_batch_size if ILocalTransactionSource.providedBy(self.source) else config.prefetch,
-            durable_name=config.subscription_name,
-            client_id=config.client_id,
-            owner=f"bridge:{self.name}",
-            strict_acks=True,
-        )
-
-    def _subscribe(self) -> None:
-        consumer = _SourceConsumer(self)
-        self._consumer = consumer
-        self._source_ok = False
-        if ILocalTransactionSource.providedBy(self.source):
-            d = maybeDeferred(self.source.subscribe_transacted, self._spec(), consumer, self.config.max_batch_time)
-        else:
-            d = maybeDeferred(self.source.subscribe, self._spec(), consumer)
-        d.addCallbacks(self._subscribed, self._subscribe_failed, callbackArgs=(consumer,), errbackArgs=(consumer,))
-
-    def _subscribed(self, subscription: ISubscription, consumer: _SourceConsumer) -> None:
-        if consumer is not self._consumer or not self._active():
-            consumer.active = False
-            maybeDeferred(subscription.close).addErrback(self._log_close_failure)
+    def in_doubt_began(self, reason: str) -> None:
+        if not self._active():
             return
-        consumer.subscription = subscription
-        self._source_ok = True
+        self._doubting = True
+        self.last_error = reason
+        if self._start_gate is not None:
+            _open(self._start_gate, None)
+        self.subscription.pause()  # nothing new is consumed while the outcome is unknown
+        self._update_state()
+
+    def in_doubt_ended(self) -> None:
+        self._doubting = False
+        if not self._active():
+            return
+        if not self._paused:
+            self.subscription.resume()
+        if self._start_check is not None and not self._start_check.called:
+            self._set_state(STARTING)  # the start-up check: the subscription comes next
+            return
+        self._update_state()
+
+    def in_doubt_failed(self, reason: str) -> None:
+        self._doubting = False
+        self._fail(reason)
+
+    def asking_allowed(self) -> bool:
+        return self._active()
+
+    # ------------------------------------------------- source (SourceOwner)
+
+    def delivered(self, consumer: SourceConsumer, message: Message, tag: Any) -> None:
+        if not self.subscription.current(consumer) or not self._active():
+            return
+        if consumer.subscription is None:
+            self.batches.add((consumer, message, tag), timed=False)
+            return  # delivered while subscribing: flushed once the subscription is ours
+        if self.batches.add((consumer, message, tag)):
+            self._flush()
+
+    def source_up(self) -> None:
+        if not self._active():
+            self.subscription.close()
+            return
         if self._target_ok:
             self.retries = 0
-        if self._paused:
-            subscription.pause()
-        self.log.info("bridge {name} consuming from {source}", name=self.name,
-                      source=self._describe(self.config.source))
         self._update_state()
         self._flush()
 
-    def _subscribe_failed(self, failure: Failure, consumer: _SourceConsumer) -> None:
-        consumer.active = False
-        if consumer is not self._consumer or not self._active():
+    def source_down(self, consumer: SourceConsumer, reason: str, retryable: bool) -> None:
+        if not self._active():
             return
-        self._consumer = None
-        error = failure.value
-        reason = f"cannot subscribe to {self._describe(self.config.source)}: {error}"
-        if not isinstance(error, ConnectorError):
+        # Deliveries not yet sent were never acknowledged: the source has them again.
+        self.batches.drop_from(consumer)
+        if not retryable:
             self._fail(reason)
             return
-        self._source_ok = False
         self._update_state()
-        self._retry_later(reason, self._subscribe)
-
-    def _source_lost(self, consumer: _SourceConsumer, reason: Exception) -> None:
-        if consumer is not self._consumer or not self._active():
-            return
-        consumer.active = False
-        self._consumer = None
-        self._source_ok = False
-        if consumer.subscription is not None:
-            maybeDeferred(consumer.subscription.close).addErrback(self._log_close_failure)
-        # Deliveries not yet sent were never acknowledged: the source has them again.
-        self._pending = [entry for entry in self._pending if entry[0] is not consumer]
-        if not self._pending:
-            self._not_due()
-        self._update_state()
-        self._retry_later(f"source {self._describe(self.config.source)} lost: {reason}", self._subscribe)
+        self._retry_later(reason, self.subscription.subscribe)
 
     def _close_subscription(self) -> Deferred[None]:
-        consumer, self._consumer = self._consumer, None
-        self._pending = []
-        self._not_due()
-        self._source_ok = False
-        if consumer is None:
-            return succeed(None)
-        consumer.active = False
-        subscription = consumer.subscription
-        if subscription is None:
-            return succeed(None)
-        d: Deferred[None] = maybeDeferred(subscription.close)
-        d.addErrback(self._log_close_failure)
-        return d
+        self.batches.clear()
+        return self.subscription.close()
 
-    def _log_close_failure(self, failure: Failure) -> None:
-        self.log.warn("bridge {name}: closing the source subscription failed: {error}", name=self.name,
-                      error=failure.getErrorMessage())
+    # ----------------------------------------------------- batches (BatchOwner)
 
-    def _delivered(self, consumer: _SourceConsumer, message: Message, tag: Any) -> None:
-        self._pending.append((consumer, message, tag))
-        if consumer.subscription is None:
-            return  # delivered while subscribing: flushed once the subscription is ours
-        if len(self._pending) >= self.config.max_batch_size:
-            self._flush()
-        elif self._batch_timer is None and self.config.max_batch_time > 0 and not self._due:
-            self._batch_timer = self.clock.callLater(self.config.max_batch_time / 1000.0, self._batch_time_up)
-
-    def _batch_time_up(self) -> None:
-        self._batch_timer = None
-        self._due = True
+    def batch_due(self) -> None:
         self._flush()
 
-    # -------------------------------------------------------------- batches
-
     def _ready(self) -> bool:
-        if self._paused or not self._active() or self._inflight is not None or not self._pending:
+        if self._paused or self._doubting or not self._active() or len(self._inflight) >= self.qos.window:
             return False
-        if self._consumer is None or self._consumer.subscription is None:
+        if not (self.subscription.ready() and self.batches.ready()):
             return False
-        return len(self._pending) >= self.config.max_batch_size or self._due
+        if self._inflight:
+            # a message again (redelivered after a reconnection) while its first delivery is in
+            # flight, or any redelivery under a duplicate store: wait until those batches are done
+            for _, message, _ in self.batches.pending[:self.batches.size]:
+                if source_key(message) in self._inflight_keys or (message.redelivered and self.qos.uses_dedup):
+                    return False
+        return True
 
     def _flush(self) -> None:
         """Send ready batches; a batch that completes at once lets the next go (a loop, not recursion)."""
@@ -551,45 +516,33 @@ class Bridge:
         self._flushing = True
         try:
             while self._ready():
-                size = self.config.max_batch_size
-                batch, self._pending = self._pending[:size], self._pending[size:]
-                self._due = False
-                if self._batch_timer is not None and self._batch_timer.active():
-                    self._batch_timer.cancel()
-                self._batch_timer = None
+                batch = self.batches.take()
+                keys = [source_key(message) for _, message, _ in batch]
+                self._inflight_keys.update(keys)
                 marker: Deferred[None] = Deferred()
-                self._inflight = marker  # a send completing synchronously must not start another
+                self._inflight.add(marker)  # a send completing synchronously must not start another
                 done = self._forward(batch)
                 done.addErrback(self._unexpected)
                 finished: list[Any] = []
                 done.addBoth(_note, finished)
+                self._inflight.discard(marker)
                 if finished:  # the whole chain ran synchronously (``called`` is also true when paused)
-                    self._inflight = None
+                    self._inflight_keys.subtract(keys)
+                    self._inflight_keys = +self._inflight_keys
                     marker.callback(None)
                     continue
-                self._inflight = done
-                done.addBoth(self._batch_done, marker)
-                return
+                self._inflight.add(done)
+                done.addBoth(self._batch_done, done, marker, keys)
         finally:
             self._flushing = False
-        if not self._pending:
-            self._due = False  # nothing left is overdue: the next delivery starts its own max_batch_time
-        if self._pending and self._batch_timer is None and self.config.max_batch_time > 0 and not self._paused:
-            self._batch_timer = self.clock.callLater(self.config.max_batch_time / 1000.0, self._batch_time_up)
+        self.batches.settle()  # nothing left is overdue: the next delivery starts its own max_batch_time
+        if not self._paused:
+            self.batches.arm()
 
-    def _not_due(self) -> None:
-        """The pending deliveries were dropped: no batch is due and none is timed.
-
-        A stale ``_due`` would keep the next subscription's deliveries from starting
-        their batch timer, and a final batch short of ``max_batch_size`` (the end of a
-        stream redelivered after a reconnection) would never be sent."""
-        self._due = False
-        if self._batch_timer is not None and self._batch_timer.active():
-            self._batch_timer.cancel()
-        self._batch_timer = None
-
-    def _batch_done(self, result: Any, marker: Deferred[None]) -> None:
-        self._inflight = None
+    def _batch_done(self, result: Any, done: Deferred[None], marker: Deferred[None], keys: list[str]) -> None:
+        self._inflight.discard(done)
+        self._inflight_keys.subtract(keys)
+        self._inflight_keys = +self._inflight_keys  # (drops the keys at zero)
         marker.callback(None)
         self._flush()
 
@@ -597,7 +550,7 @@ class Bridge:
         self.log.failure("bridge {name}: unexpected error", failure, name=self.name)
         self._fail(f"unexpected error: {failure.getErrorMessage()}")
 
-    def _forward(self, batch: list[tuple[_SourceConsumer, Message, Any]]) -> Deferred[None]:
+    def _forward(self, batch: list[Delivery]) -> Deferred[None]:
         """Transform, send and acknowledge one batch per the QoS; never fails
         for a connector's fault (those become retries or a failed bridge)."""
         self._batch_sizes.observe(len(batch))
@@ -606,12 +559,39 @@ class Bridge:
         d.addErrback(self._batch_failed)
         return d.addCallback(lambda _: None)
 
-    def _not_yet_delivered(self, batch: list[tuple[_SourceConsumer, Message, Any]]) -> Deferred[Any]:
+    def _forward_fresh(self, split: tuple[list[Delivery], list[Any]]) -> Deferred[None]:
+        accepted, skipped = split
+        tags = [(consumer, tag) for consumer, _, tag in accepted] + skipped
+        d = self.copies.copies([message for _, message, _ in accepted])
+
+        def rejected(failure: Failure) -> Failure:
+            failure.trap(TransformRejected)
+            return Failure(BridgeFailed(str(failure.value)))
+
+        d.addErrback(rejected)
+        self.qos.forward(self, d, accepted, tags)
+        return d.addCallback(lambda _: None)
+
+    def _batch_failed(self, failure: Failure) -> None:
+        if failure.check(_NotAcknowledged):
+            return
+        if failure.check(_Abandoned):
+            if self.qos.acknowledges_first:
+                self.metrics.dropped.labels(self.name, "abandoned").inc()
+            return
+        if failure.check(BridgeFailed):
+            self._fail(str(failure.value))
+            return
+        failure.raiseException()
+
+    # --------------------------------------------------- the port (BatchPort)
+
+    def not_yet_delivered(self, batch: list[Delivery]) -> Deferred[Any]:
         """ONCE_AND_ONLY_ONCE: (messages to send, tags only to acknowledge): non-persistent
         messages, those the duplicate store knows and repeats within the batch (a source
         that redelivered after a reconnection while the first delivery was pending) are skipped."""
-        skipped: list[tuple[_SourceConsumer, Any]] = []
-        candidates: list[tuple[_SourceConsumer, Message, Any]] = []
+        skipped: list[tuple[SourceConsumer, Any]] = []
+        candidates: list[Delivery] = []
         seen: set[str] = set()
         for consumer, message, tag in batch:
             if not message.persistent:
@@ -631,7 +611,7 @@ class Bridge:
         # a local transaction needs no duplicate store: the provider commits consume and send together
         d = self.dedup.known(self.name, [key for key in seen if key]) if self.dedup is not None else succeed(set())
 
-        def split(known: set[str]) -> tuple[list[tuple[_SourceConsumer, Message, Any]], list[Any]]:
+        def split(known: set[str]) -> tuple[list[Delivery], list[Any]]:
             accepted = []
             for consumer, message, tag in candidates:
                 if source_key(message) in known:
@@ -647,99 +627,60 @@ class Bridge:
             self._fail(f"cannot read delivered ids: {failure.getErrorMessage()}")
             raise _Abandoned()
 
-        return d.addCallbacks(split, unknown)
+        selected: Deferred[Any] = d.addCallbacks(split, unknown)
+        if self.dedup is not None and self.qos.waits_for_answer:
+            selected.addCallback(self._redelivered_in_doubt)
+        return selected
 
-    def _forward_fresh(self, split: tuple[list[tuple[_SourceConsumer, Message, Any]], list[Any]]) -> Deferred[None]:
+    def _redelivered_in_doubt(self, split: tuple[list[Delivery], list[Any]]) -> Deferred[Any] | Any:
+        """A redelivered message the duplicate store does not know may have been sent by another
+        consumer of the source (a second gateway running this bridge, whose connection died after
+        its target committed): ask the target (until it answers) and skip what it holds."""
         accepted, skipped = split
-        tags = [(consumer, tag) for consumer, _, tag in accepted] + skipped
-        d = self._transform([message for _, message, _ in accepted])
-        self.qos.forward(self, d, accepted, tags)
-        return d.addCallback(lambda _: None)
+        redelivered = [entry for entry in accepted if entry[1].redelivered]
+        if not redelivered:
+            return split
+        assert self.dedup is not None
+        dedup = self.dedup
+        asked = self.in_doubt.held([self.config.target.destination],
+                                   f"{len(redelivered)} redelivered message(s) the duplicate store does not know")
 
-    def _batch_failed(self, failure: Failure) -> None:
-        if failure.check(_NotAcknowledged):
-            return
-        if failure.check(_Abandoned):
-            if self.qos.acknowledges_first:
-                self.metrics.dropped.labels(self.name, "abandoned").inc()
-            return
-        if failure.check(BridgeFailed):
-            self._fail(str(failure.value))
-            return
-        failure.raiseException()
+        def looked(held: set[str] | None) -> Any:
+            if not held:
+                return split
+            taken = [entry for entry in accepted
+                     if entry[1].redelivered and target_message_id(self.name, source_key(entry[1])) in held]
+            if not taken:
+                return split
+            self.metrics.duplicates.labels(self.name).inc(len(taken))
+            self.log.info("bridge {name}: the target already holds {count} redelivered message(s) (sent by "
+                          "another consumer of the source); not sent again", name=self.name, count=len(taken))
+            keys = [source_key(entry[1]) for entry in taken]
+            rest = [entry for entry in accepted if entry not in taken]
+            return dedup.record(self.name, keys).addCallback(
+                lambda _: (rest, skipped + [(consumer, tag) for consumer, _, tag in taken]))
 
-    # --------------------------------------------------------- transformers
+        def gave_up(failure: Failure) -> None:
+            failure.trap(GaveUpInDoubt)
+            raise _Abandoned()
 
-    def _transform(self, messages: list[Message]) -> Deferred[list[Message]]:
-        """The messages to send: transformed, addressed, with a new id and the id list."""
-        if self.chains is None:
-            return succeed([self._addressed(message, message, self.config.target.destination) for message in messages])
-        from gateway.transform import TransformContext
+        return asked.addCallbacks(looked, gave_up)
 
-        outcomes = [
-            maybeDeferred(
-                self.chains.run, message,
-                TransformContext("inbound", self.config.source.destination, self.config.target.destination),
-            )
-            for message in messages
-        ]
-        d = gather(outcomes)
-        d.addCallback(self._outcomes, messages)
-        return d
-
-    def _outcomes(self, outcomes: list[Any], messages: list[Message]) -> list[Message]:
-        from gateway.transform import DeadLettered, Deliver, Dropped
-
-        outgoing: list[Message] = []
-        for outcome, original in zip(outcomes, messages, strict=True):
-            if isinstance(outcome, Deliver):
-                outgoing.append(self._addressed(outcome.message, original, outcome.destination))
-            elif isinstance(outcome, Dropped):
-                self.metrics.dropped.labels(self.name, "transformer").inc()
-            elif isinstance(outcome, DeadLettered):
-                outgoing.append(self._addressed(outcome.message, original, outcome.destination))
-            else:
-                error = getattr(outcome, "error", outcome)
-                raise BridgeFailed(f"a transformer rejected message {original.message_id}: {error}")
-        return outgoing
-
-    def _addressed(self, message: Message, original: Message, destination: str) -> Message:
-        out = message.copy()
-        out.destination = destination
-        if self.qos.derives_ids and original.message_id:
-            # the in-doubt check finds these copies at the target by their id; a JMS broker over
-            # STOMP sets its own message-id, so the id also travels as Artemis's duplicate id
-            out.message_id = target_message_id(self.name, source_key(original))
-            out.properties[DUPLICATE_ID] = out.message_id
-        else:
-            out.message_id = new_message_id()
-        out.redelivered = False
-        out.redelivery_count = 0
-        # The copy is a new message of this gateway: the origin of the source record (maybe this
-        # gateway itself) must not make a router take it for one it produced (the cycle guard).
-        out.properties.pop(ORIGIN_HEADER, None)
-        if self.config.add_message_id_in_header and original.message_id:
-            previous = out.properties.get(MESSAGE_ID_LIST)
-            if isinstance(previous, bytes):
-                previous = previous.decode("utf-8", "replace")
-            out.properties[MESSAGE_ID_LIST] = f"{previous},{original.message_id}" if previous else original.message_id
-        return out
-
-    # -------------------------------------------------------------- target
-
-    def _send(self, outgoing: list[Message]) -> Deferred[None]:
+    def send(self, outgoing: list[Message]) -> Deferred[None]:
         """Send until the target confirms; retried every interval (ConnectorError),
         fails the bridge otherwise (and at once for a message the target refuses
         for good).  When the failed send may have reached the target (its
         confirmation lost), a ONCE_AND_ONLY_ONCE or AT_MOST_ONCE retry first asks
         the target what it already holds (the in-doubt check) and sends only
-        the rest; AT_MOST_ONCE gives the batch up when the target cannot tell.
+        the rest: ONCE_AND_ONLY_ONCE asks until it gets an answer (``in_doubt``),
+        AT_MOST_ONCE gives the batch up when the target cannot tell.
         Fails with _Abandoned if the bridge stops or fails."""
         if not outgoing:
             return succeed(None)
         done: Deferred[None] = Deferred()
         remaining = list(outgoing)
         total = len(outgoing)
+        target = self._describe(self.config.target)
 
         def attempt() -> None:
             self._send_waiters.discard(done)
@@ -760,10 +701,9 @@ class Bridge:
             self.forwarded += total
             self._forward_fields.inc(total)
             if not self._target_ok:
-                self.log.info("bridge {name}: target {target} is back", name=self.name,
-                              target=self._describe(self.config.target))
+                self.log.info("bridge {name}: target {target} is back", name=self.name, target=target)
             self._target_ok = True
-            if self._source_ok:
+            if self.subscription.ok:
                 self.retries = 0
             self._update_state()
             done.callback(None)
@@ -773,12 +713,11 @@ class Bridge:
                 return
             self.metrics.failed.labels(self.name).inc()
             error = failure.value
-            reason = f"sending {len(remaining)} message(s) to {self._describe(self.config.target)} failed: {error}"
+            reason = f"sending {len(remaining)} message(s) to {target} failed: {error}"
             if not isinstance(error, ConnectorError) or error.permanent:
                 if isinstance(error, ConnectorError):
-                    reason = (f"the target {self._describe(self.config.target)} refused a message of a batch of "
-                              f"{len(remaining)} (ids {', '.join(m.message_id for m in remaining[:5])}"
-                              f"{' ...' if len(remaining) > 5 else ''}) for good: {error}")
+                    reason = (f"the target {target} refused a message of a batch of "
+                              f"{len(remaining)} (ids {_ids(remaining)}) for good: {error}")
                     if self.qos.acknowledges_first:  # acknowledged already: these are lost
                         self.metrics.dropped.labels(self.name, "refused").inc(len(remaining))
                 self._fail(reason)
@@ -795,36 +734,45 @@ class Bridge:
         def resend() -> None:
             """The in-doubt check before a retry: drop what the target already took."""
             destinations = sorted({message.destination for message in remaining})
+            if self.qos.waits_for_answer:
+                asked = self.in_doubt.held(destinations, f"a batch of {len(remaining)} ({_ids(remaining)})")
+                asked.addCallbacks(lambda held: looked([held]), gave_up)
+                return
             probes = [held_message_ids(self.target, destination, tail=max(1000, 4 * self.config.prefetch))
                       for destination in destinations]
-
-            def looked(answers: list[set[str] | None]) -> None:
-                if done.called:
-                    return
-                if self.qos.acknowledges_first and any(answer is None for answer in answers):
-                    drop()
-                    return
-                held: set[str] = set()
-                for answer in answers:
-                    if answer is not None:
-                        held |= answer
-                taken = [message for message in remaining if message.message_id in held]
-                if taken:
-                    self.log.info("bridge {name}: the target already holds {count} of the {total} message(s) "
-                                  "to send again; sending the rest", name=self.name, count=len(taken),
-                                  total=len(remaining))
-                    remaining[:] = [message for message in remaining if message.message_id not in held]
-                attempt()
-
-            def unknown(failure: Failure) -> None:
-                self.log.warn("bridge {name}: cannot ask the target what it holds before a retry: {error}",
-                              name=self.name, error=failure.getErrorMessage())
-                if self.qos.acknowledges_first:
-                    drop()
-                else:
-                    attempt()
-
             gather(probes).addCallbacks(looked, unknown)
+
+        def looked(answers: list[set[str] | None]) -> None:
+            if done.called:
+                return
+            if self.qos.acknowledges_first and any(answer is None for answer in answers):
+                drop()
+                return
+            held: set[str] = set()
+            for answer in answers:
+                if answer is not None:
+                    held |= answer
+            taken = [message for message in remaining if message.message_id in held]
+            if taken:
+                self.log.info("bridge {name}: the target already holds {count} of the {total} message(s) "
+                              "to send again; sending the rest", name=self.name, count=len(taken),
+                              total=len(remaining))
+                remaining[:] = [message for message in remaining if message.message_id not in held]
+            attempt()
+
+        def gave_up(failure: Failure) -> None:
+            failure.trap(GaveUpInDoubt)
+            self._send_waiters.discard(done)
+            if not done.called:
+                done.errback(_Abandoned())
+
+        def unknown(failure: Failure) -> None:
+            self.log.warn("bridge {name}: cannot ask the target what it holds before a retry: {error}",
+                          name=self.name, error=failure.getErrorMessage())
+            if self.qos.acknowledges_first:
+                drop()
+            else:
+                attempt()
 
         def drop() -> None:
             """AT_MOST_ONCE, the outcome of a send unknown and the target unable to tell:
@@ -833,29 +781,27 @@ class Bridge:
             self.metrics.dropped.labels(self.name, "in-doubt").inc(len(remaining))
             self.log.warn("bridge {name}: AT_MOST_ONCE: {count} message(s) (ids {ids}) may or may not have reached "
                           "{target}, which cannot tell; not sent again", name=self.name, count=len(remaining),
-                          ids=", ".join(m.message_id for m in remaining[:5]) + (" ..." if len(remaining) > 5 else ""),
-                          target=self._describe(self.config.target))
+                          ids=_ids(remaining), target=target)
             if not done.called:
                 done.callback(None)
 
         attempt()
         return done
 
-    def _send_and_ack_locally(self, outgoing: list[Message], tags: list[tuple[_SourceConsumer, Any]]) -> Any:
+    def send_and_acknowledge_locally(self, outgoing: list[Message], tags: list[tuple[SourceConsumer, Any]]) -> Any:
         """Send the batch and acknowledge it at the source in one local transaction of the
         provider; a failure rolls both back and the source delivers the batch again."""
         consumers = {consumer for consumer, _ in tags}
-        consumer = next(iter(consumers), None)
-        if consumer is None or consumer.subscription is None or not consumer.active or len(consumers) > 1:
-            raise _Abandoned()  # that subscription is gone: the provider delivers the batch again
-        subscription: Any = consumer.subscription  # an ITransactedSubscription (subscribe_transacted)
-        d: Deferred[None] = maybeDeferred(subscription.forward, outgoing, [tag for _, tag in tags])
+        try:
+            d = self.subscription.forward_locally(outgoing, tags)
+        except StaleSubscription:
+            raise _Abandoned() from None  # that subscription is gone: the provider delivers the batch again
 
         def done(_: object) -> None:
             self.forwarded += len(outgoing)
             self._forward_fields.inc(len(outgoing))
             self._target_ok = True
-            if self._source_ok:
+            if self.subscription.ok:
                 self.retries = 0
 
         def failed(failure: Failure) -> None:
@@ -864,15 +810,16 @@ class Bridge:
             if isinstance(error, ConnectorError) and error.permanent:
                 # rolled back: the batch stays at the source; sending it again gives the same answer
                 self._fail(f"the target {self._describe(self.config.target)} refused a message of a batch of "
-                           f"{len(outgoing)} (ids {', '.join(m.message_id for m in outgoing[:5])}"
-                           f"{' ...' if len(outgoing) > 5 else ''}) for good: {error}")
+                           f"{len(outgoing)} (ids {_ids(outgoing)}) for good: {error}")
                 raise _Abandoned()
-            self._source_lost(consumer, ConnectorError(f"local transaction failed: {failure.getErrorMessage()}"))
+            for consumer in consumers:
+                self.subscription.lost(consumer, ConnectorError(f"local transaction failed: "
+                                                                f"{failure.getErrorMessage()}"))
             raise _Abandoned()
 
         return d.addCallbacks(done, failed)
 
-    def _record(self, ids: list[str]) -> Deferred[None]:
+    def record(self, ids: list[str]) -> Deferred[None]:
         assert self.dedup is not None
         d = self.dedup.record(self.name, ids)
 
@@ -883,10 +830,10 @@ class Bridge:
         d.addErrback(failed)
         return d
 
-    def _ack_behind(self, tags: list[tuple[_SourceConsumer, Any]]) -> None:
+    def acknowledge_behind(self, tags: list[tuple[SourceConsumer, Any]]) -> None:
         """Acknowledge without holding up the next batch (the target has this one):
         a source whose acknowledgements are slow (a Kafka commit) still streams."""
-        ack = self._ack(tags)
+        ack = self.acknowledge(tags)
         answered: list[Any] = []
         ack.addBoth(_note, answered)
         if answered:
@@ -898,28 +845,19 @@ class Bridge:
 
         ack.addBoth(forget)
 
-    def _ack(self, tags: list[tuple[_SourceConsumer, Any]]) -> Deferred[None]:
+    def acknowledge(self, tags: list[tuple[SourceConsumer, Any]]) -> Deferred[None]:
         """Acknowledge at the source.  A failed acknowledgement is a lost source:
         the messages come again (skipped under ONCE_AND_ONLY_ONCE)."""
-        by_consumer: dict[_SourceConsumer, list[Any]] = {}
-        for consumer, tag in tags:
-            by_consumer.setdefault(consumer, []).append(tag)
-        acks = []
-        for consumer, consumer_tags in by_consumer.items():
-            subscription = consumer.subscription
-            if subscription is None or not consumer.active:
-                continue  # that subscription is gone: the source redelivers these
-            acks.append(maybeDeferred(subscription.ack, consumer_tags))
-        d = gather(acks)
 
         def failed(failure: Failure) -> None:
-            consumers = list(by_consumer)
-            for consumer in consumers:
-                self._source_lost(consumer, ConnectorError(f"acknowledgement failed: {failure.getErrorMessage()}"))
             if failure.check(StaleDelivery):
                 self.log.warn("bridge {name}: {error}; dropping the deliveries held from that connection",
                               name=self.name, error=failure.getErrorMessage())
             if self.qos.acknowledges_first:
                 raise _NotAcknowledged()  # not acknowledged: sending could duplicate
 
-        return d.addCallbacks(lambda _: None, failed)
+        return self.subscription.acknowledge(tags).addErrback(failed)
+
+
+def _ids(messages: list[Message]) -> str:
+    return ", ".join(m.message_id for m in messages[:5]) + (" ..." if len(messages) > 5 else "")

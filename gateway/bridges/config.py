@@ -29,6 +29,8 @@ QOS_STRATEGIES: dict[str, tuple[str, ...]] = {
 Named by path, so this module imports no Twisted."""
 QOS_MODES: tuple[str, ...] = tuple(QOS_STRATEGIES)
 
+WINDOW = 4
+"""Batches a bridge keeps in flight at most (its strategy may take fewer)."""
 DEFAULT_RETRY_INTERVAL_MS = 5000
 DEFAULT_BATCH_TIME_MS = 100
 DEFAULT_DUPLICATE_WINDOW_MS = 24 * 3600 * 1000
@@ -242,9 +244,9 @@ class BridgeConfig(Section):
     @property
     def prefetch(self) -> int:
         """Unacknowledged deliveries the bridge takes from its source: room for the
-        batch being sent, the next one filling and acknowledgements under way
-        (at least 100, so a source that fetches in rounds, like Kafka, streams)."""
-        return max(2 * self.max_batch_size, 100)
+        batches in flight (:data:`WINDOW`), the next one filling and acknowledgements
+        under way (at least 100, so a source that fetches in rounds, like Kafka, streams)."""
+        return max((WINDOW + 1) * self.max_batch_size, 100)
 
 
 def parse_bridge(entry: Any, index: int, path: str, connector_names: set[str]) -> BridgeConfig:

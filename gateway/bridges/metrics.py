@@ -9,7 +9,7 @@ import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Histogram
 
-BRIDGE_STATES: tuple[str, ...] = ("starting", "running", "paused", "retrying", "failed", "stopped")
+BRIDGE_STATES: tuple[str, ...] = ("starting", "running", "paused", "retrying", "in_doubt", "failed", "stopped")
 
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 

@@ -12,7 +12,8 @@ the duplicate store (:class:`OnceAndOnlyOnce`), which works for any two connecto
 
 The per-batch strategies (:class:`BatchQuality`) run inside
 :class:`~gateway.bridges.bridge.Bridge`: they say in which order a batch is sent,
-recorded and acknowledged, and answer the questions its failure handling asks.
+recorded and acknowledged (asking for each step through a :class:`BatchPort`, never the
+bridge's private members), and answer the questions its failure handling asks.
 Adding a mode is one class here and one line in the registry,
 :data:`gateway.bridges.config.QOS_STRATEGIES` (the ``qos`` option accepts its names).  This module must not know a
 connector by name: it asks :mod:`gateway.interfaces`.
@@ -24,18 +25,20 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
-from gateway.bridges.config import AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE, QOS_STRATEGIES
+from gateway.bridges.config import AT_MOST_ONCE, DUPLICATES_OK, ONCE_AND_ONLY_ONCE, QOS_STRATEGIES, WINDOW
+from gateway.bridges.dedup import DuplicateStore
+from gateway.bridges.outgoing import source_key
+from gateway.bridges.transactional_copy import TransactionalCopyBridge
 from gateway.interfaces import IBridge, IConnector, IExactlyOnceSource, IExactlyOnceTarget, ILocalTransactionSource
+from gateway.message.model import Message
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gateway.bridges.bridge import Bridge
     from gateway.bridges.config import BridgeConfig
-    from gateway.bridges.dedup import DuplicateStore
     from gateway.bridges.metrics import BridgeMetrics
 
 DEDUP_DATABASE = "bridges.sqlite"
@@ -48,6 +51,9 @@ class BuildContext:
     """What strategies need to build the bridges of one :class:`~gateway.bridges.service.BridgeService`.
 
     :ivar chains: the transformer chain of a bridge's config (or None).
+    :ivar engine: the per-batch engine a :class:`BatchQuality` runs in
+        (:class:`~gateway.bridges.bridge.Bridge`; given by the service, so this module
+        does not import the engine that imports it).
     :ivar dedup: the shared duplicate store, made in ``data_dir`` by the first bridge that
         needs it unless one was given.
     """
@@ -55,6 +61,7 @@ class BuildContext:
     reactor: Any
     metrics: BridgeMetrics
     chains: Callable[[BridgeConfig], Any]
+    engine: Callable[..., IBridge]
     data_dir: str = "var"
     dedup: DuplicateStore | None = None
     dedup_users: list[BridgeConfig] = field(default_factory=list)
@@ -63,8 +70,6 @@ class BuildContext:
     def duplicate_store(self, config: BridgeConfig) -> DuplicateStore:
         """The shared duplicate store, ``config``'s bridge counted as one of its users."""
         if self.dedup is None:
-            from gateway.bridges.dedup import DuplicateStore
-
             self.dedup = DuplicateStore(os.path.join(self.data_dir, DEDUP_DATABASE), self.reactor)
         self.dedup_users.append(config)
         return self.dedup
@@ -85,8 +90,33 @@ class QualityOfService:
         raise NotImplementedError
 
 
+class BatchPort(Protocol):
+    """What a per-batch strategy asks of its bridge (:class:`~gateway.bridges.bridge.Bridge`
+    provides it): each call is one step of a batch; the strategy chooses their order."""
+
+    def not_yet_delivered(self, batch: list[Any]) -> Deferred[Any]:
+        """(deliveries to send, ``(consumer, tag)`` pairs only to acknowledge): the duplicate
+        store's and the batch's repeats and non-persistent messages left out."""
+
+    def send(self, outgoing: list[Message]) -> Deferred[None]:
+        """Send until the target confirms (retried; a send in doubt resolved per the strategy)."""
+
+    def record(self, ids: list[str]) -> Deferred[None]:
+        """Record source ids as delivered in the duplicate store."""
+
+    def acknowledge(self, tags: list[Any]) -> Deferred[None]:
+        """Acknowledge at the source and wait for it."""
+
+    def acknowledge_behind(self, tags: list[Any]) -> None:
+        """Acknowledge at the source without holding up the next batch."""
+
+    def send_and_acknowledge_locally(self, outgoing: list[Message], tags: list[Any]) -> Deferred[None]:
+        """Send and acknowledge in one local transaction of the source's provider."""
+
+
 class BatchQuality(QualityOfService):
-    """A per-batch strategy of :class:`~gateway.bridges.bridge.Bridge`."""
+    """A per-batch strategy of :class:`~gateway.bridges.bridge.Bridge`: it owns the order of a
+    batch's steps, which it asks for through a :class:`BatchPort`."""
 
     acknowledges_first: ClassVar[bool] = False
     """A batch is acknowledged at the source before it is sent: what then cannot be sent is
@@ -100,6 +130,12 @@ class BatchQuality(QualityOfService):
     """Before consuming, count what the target already holds as delivered."""
     uses_dedup: ClassVar[bool] = False
     """Needs the duplicate store."""
+    window: ClassVar[int] = WINDOW
+    """Batches in flight at once (the next is sent while the target confirms the previous ones;
+    each is settled on its own, in this mode's order)."""
+    waits_for_answer: ClassVar[bool] = False
+    """A send in doubt, or a start-up check, waits until the target answers what it holds
+    (the bridge is ``in_doubt`` meanwhile) instead of going on without the answer."""
 
     @classmethod
     def accepts(cls, config: BridgeConfig, source: IConnector, target: IConnector) -> bool:
@@ -111,19 +147,18 @@ class BatchQuality(QualityOfService):
               context: BuildContext) -> IBridge | None:
         if not cls.accepts(config, source, target):
             return None
-        from gateway.bridges.bridge import Bridge
-
         dedup = context.duplicate_store(config) if cls.uses_dedup else None
-        return Bridge(config, source, target, clock=context.reactor, metrics=context.metrics, dedup=dedup,
-                      chains=context.chains(config), qos=cls())
+        return context.engine(config, source, target, clock=context.reactor, metrics=context.metrics, dedup=dedup,
+                              chains=context.chains(config), qos=cls())
 
-    def select(self, bridge: Bridge, batch: list[Any]) -> Deferred[Any]:
+    def select(self, port: BatchPort, batch: list[Any]) -> Deferred[Any]:
         """(deliveries to send, ``(consumer, tag)`` pairs only to acknowledge) of ``batch``."""
         return succeed((batch, []))
 
-    def forward(self, bridge: Bridge, outgoing: Deferred[list[Any]], accepted: list[Any],
+    def forward(self, port: BatchPort, outgoing: Deferred[list[Any]], accepted: list[Any],
                 tags: list[Any]) -> None:
-        """Chain onto ``outgoing`` (the transformed copies) the send and acknowledgement of a batch."""
+        """Chain onto ``outgoing`` (the transformed copies) the send and acknowledgement of a batch,
+        in this mode's order, through ``port``."""
         raise NotImplementedError
 
 
@@ -132,11 +167,12 @@ class AtMostOnce(BatchQuality):
 
     mode = AT_MOST_ONCE
     acknowledges_first = True
+    window = 1  # what is acknowledged and not yet sent is lost on a failure: keep it to one batch
 
-    def forward(self, bridge: Bridge, outgoing: Deferred[list[Any]], accepted: list[Any],
+    def forward(self, port: BatchPort, outgoing: Deferred[list[Any]], accepted: list[Any],
                 tags: list[Any]) -> None:
-        outgoing.addCallback(lambda messages: bridge._ack(tags).addCallback(lambda _: messages))
-        outgoing.addCallback(bridge._send)
+        outgoing.addCallback(lambda messages: port.acknowledge(tags).addCallback(lambda _: messages))
+        outgoing.addCallback(port.send)
 
 
 class DuplicatesOk(BatchQuality):
@@ -146,32 +182,33 @@ class DuplicatesOk(BatchQuality):
     derives_ids = False
     resends_in_doubt = False
 
-    def forward(self, bridge: Bridge, outgoing: Deferred[list[Any]], accepted: list[Any],
+    def forward(self, port: BatchPort, outgoing: Deferred[list[Any]], accepted: list[Any],
                 tags: list[Any]) -> None:
-        outgoing.addCallback(bridge._send)
-        outgoing.addCallback(lambda _: bridge._ack_behind(tags))
+        outgoing.addCallback(port.send)
+        outgoing.addCallback(lambda _: port.acknowledge_behind(tags))
 
 
 class OnceAndOnlyOnce(BatchQuality):
     """DUPLICATES_OK plus the duplicate store: what was delivered is skipped, a confirmed
-    batch's ids are recorded before the acknowledgement; persistent messages only."""
+    batch's ids are recorded before the acknowledgement; persistent messages only.  A send
+    whose outcome is in doubt is resolved by asking the target until it answers
+    (:mod:`gateway.bridges.in_doubt`), never by sending again blind."""
 
     mode = ONCE_AND_ONLY_ONCE
     needs_held_ids = True
     checks_target_at_start = True
     uses_dedup = True
+    waits_for_answer = True
 
-    def select(self, bridge: Bridge, batch: list[Any]) -> Deferred[Any]:
-        return bridge._not_yet_delivered(batch)
+    def select(self, port: BatchPort, batch: list[Any]) -> Deferred[Any]:
+        return port.not_yet_delivered(batch)
 
-    def forward(self, bridge: Bridge, outgoing: Deferred[list[Any]], accepted: list[Any],
+    def forward(self, port: BatchPort, outgoing: Deferred[list[Any]], accepted: list[Any],
                 tags: list[Any]) -> None:
-        from gateway.bridges.bridge import source_key
-
         ids = [key for key in (source_key(message) for _, message, _ in accepted) if key]
-        outgoing.addCallback(bridge._send)
-        outgoing.addCallback(lambda _: bridge._record(ids))
-        outgoing.addCallback(lambda _: bridge._ack_behind(tags))
+        outgoing.addCallback(port.send)
+        outgoing.addCallback(lambda _: port.record(ids))
+        outgoing.addCallback(lambda _: port.acknowledge_behind(tags))
 
 
 class LocalTransaction(OnceAndOnlyOnce):
@@ -180,15 +217,16 @@ class LocalTransaction(OnceAndOnlyOnce):
 
     checks_target_at_start = False
     uses_dedup = False
+    window = 1  # the provider's session settles one batch before it hands out the next
 
     @classmethod
     def accepts(cls, config: BridgeConfig, source: IConnector, target: IConnector) -> bool:
         transacted = ILocalTransactionSource(source, None)
         return transacted is not None and bool(transacted.shares_transactions_with(target))
 
-    def forward(self, bridge: Bridge, outgoing: Deferred[list[Any]], accepted: list[Any],
+    def forward(self, port: BatchPort, outgoing: Deferred[list[Any]], accepted: list[Any],
                 tags: list[Any]) -> None:
-        outgoing.addCallback(lambda messages: bridge._send_and_ack_locally(messages, tags))
+        outgoing.addCallback(lambda messages: port.send_and_acknowledge_locally(messages, tags))
 
 
 class TransactionalCopy(QualityOfService):
@@ -213,8 +251,6 @@ class TransactionalCopy(QualityOfService):
             log.warn("bridge {name}: ONCE_AND_ONLY_ONCE without Kafka transactions ({why}); it uses the duplicate "
                      "store", name=config.name, why=copy)
             return None
-        from gateway.bridges.transactional_copy import TransactionalCopyBridge
-
         return TransactionalCopyBridge(config, copy, clock=context.reactor, metrics=context.metrics,
                                        chains=context.chains(config))
 

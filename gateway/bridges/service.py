@@ -27,13 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from twisted.application import service
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import BridgeConfig, BridgeEndpoint, parse_bridges
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
+from gateway.bridges.ownership import BridgeStoreLock
 from gateway.bridges.probe import why_cannot_tell
 from gateway.bridges.qos import DEDUP_DATABASE, BuildContext, build_bridge, strategies_for
 from gateway.deferreds import gather
@@ -60,6 +62,7 @@ class BridgeService(service.MultiService):
         owned_connectors: list[IConnector] | None = None,
         metrics: BridgeMetrics | None = None,
         duplicate_windows: list[int] | None = None,
+        lock: BridgeStoreLock | None = None,
     ) -> None:
         super().__init__()
         self.bridges: dict[str, IBridge] = {bridge.name: bridge for bridge in bridges}
@@ -70,6 +73,11 @@ class BridgeService(service.MultiService):
         self.owned_connectors = list(owned_connectors or [])
         self.metrics = metrics
         self._purge: LoopingCall | None = None
+        self.lock = lock
+        """The data directory's bridge-store lock (None: not taken, one process is assumed)."""
+        self.standby = False
+        """Another process holds :attr:`lock`: no bridge runs until it is free."""
+        self._waiting_for_lock: LoopingCall | None = None
         self.started: Deferred[None] | None = None
         self.in_doubt_checked: Deferred[None] | None = None
         """Fires once every started bridge's in-doubt check is done (the gateway opens its
@@ -108,7 +116,8 @@ class BridgeService(service.MultiService):
         Fires once every bridge answered (running, retrying or failed); a
         bridge that cannot start never fails this: it retries or is failed.
         """
-        d: Deferred[Any] = gather(connector.start() for connector in self.owned_connectors)
+        d: Deferred[Any] = self._owned()
+        d.addCallback(lambda _: gather(connector.start() for connector in self.owned_connectors))
         if self.dedup is not None:
             dedup = self.dedup
             d.addCallback(lambda _: dedup.open())
@@ -132,6 +141,32 @@ class BridgeService(service.MultiService):
         d.addCallbacks(start_all, not_started)
         return d.addCallback(lambda _: None)
 
+    def _owned(self) -> Deferred[None]:
+        """Fires once this process holds :attr:`lock` (at once without one, or when it is free);
+        meanwhile the bridges stand by, as an ActiveMQ slave on a shared store does."""
+        lock = self.lock
+        enabled = [bridge for bridge in self.bridges.values() if bridge.config.enabled]
+        if lock is None or not enabled or lock.try_acquire():
+            return succeed(None)
+        self.standby = True
+        self.log.warn("bridges STANDBY: {path} is locked by another process (pid {pid}): another gateway or "
+                      "'jmsgateway bridge' runs these bridges on this data directory; starting them once it is "
+                      "free", path=lock.path, pid=lock.holder())
+        owned: Deferred[None] = Deferred()
+
+        def poll() -> None:
+            if lock.try_acquire() and not owned.called:
+                self.standby = False
+                if self._waiting_for_lock is not None and self._waiting_for_lock.running:
+                    self._waiting_for_lock.stop()
+                self.log.info("bridges: {path} is ours now; starting the bridges", path=lock.path)
+                owned.callback(None)
+
+        self._waiting_for_lock = LoopingCall(poll)
+        self._waiting_for_lock.clock = self.reactor
+        self._waiting_for_lock.start(1.0, now=False)
+        return owned
+
     def _start_purging(self, dedup: DuplicateStore) -> None:
         interval = min(60.0, max(0.5, min(self.duplicate_windows, default=60_000) / 10_000.0))
         self._purge = LoopingCall(lambda: dedup.purge().addErrback(self._purge_failed))
@@ -150,6 +185,8 @@ class BridgeService(service.MultiService):
         super().stopService()
         if self._purge is not None and self._purge.running:
             self._purge.stop()
+        if self._waiting_for_lock is not None and self._waiting_for_lock.running:
+            self._waiting_for_lock.stop()
         d: Deferred[Any] = DeferredList([bridge.stop() for bridge in self.bridges.values()], consumeErrors=True)
         if self.dedup is not None:
             dedup = self.dedup
@@ -157,7 +194,11 @@ class BridgeService(service.MultiService):
         d.addCallback(
             lambda _: DeferredList([connector.stop() for connector in self.owned_connectors], consumeErrors=True)
         )
-        return d.addCallback(lambda _: None)
+        return d.addBoth(self._release_lock)
+
+    def _release_lock(self, _: object) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
 
 def _connector_for(side: BridgeEndpoint, key: str, connectors: dict[str, IConnector], owned: list[IConnector],
@@ -220,6 +261,7 @@ def build_bridge_service(
     transform_config: Any = None,
     path: str = "",
     dedup: DuplicateStore | None = None,
+    owner_lock: bool = False,
 ) -> BridgeService:
     """A :class:`BridgeService` for ``bridges`` over ``connectors`` (raises ConfigError).
 
@@ -228,12 +270,14 @@ def build_bridge_service(
     :param plugin_manager: the gateway's transformer plugins, for ``transformers``.
     :param transform_config: the gateway's ``[transform]`` (option defaults, timeout).
     :param dedup: a duplicate store to use instead of ``<data_dir>/bridges.sqlite``.
+    :param owner_lock: take ``<data_dir>/bridges.lock`` before starting (one process per data
+        directory runs the bridges, another stands by: :mod:`gateway.bridges.ownership`).
     """
     metrics = BridgeMetrics.for_registry(registry)
     owned: list[IConnector] = []
     context = BuildContext(reactor, metrics, lambda config: _chains_for(config, plugin_manager, transform_config,
                                                                         registry, reactor, path),
-                           data_dir=data_dir, dedup=dedup)
+                           Bridge, data_dir=data_dir, dedup=dedup)
     built: list[IBridge] = []
     for config in bridges:
         source = _connector_for(config.source, f"{config.key}.source", connectors, owned, path)
@@ -253,7 +297,8 @@ def build_bridge_service(
         for config in users:
             store.register(config.name, config.duplicate_window)
     return BridgeService(built, reactor=reactor, dedup=store if users else None, owned_connectors=owned,
-                         metrics=metrics, duplicate_windows=[config.duplicate_window for config in users])
+                         metrics=metrics, duplicate_windows=[config.duplicate_window for config in users],
+                         lock=BridgeStoreLock(data_dir) if owner_lock and built else None)
 
 
 def bridges_for_gateway(config: GatewayConfig, connectors: dict[str, IConnector], reactor: Any, *,
@@ -280,6 +325,7 @@ def bridges_for_gateway(config: GatewayConfig, connectors: dict[str, IConnector]
         plugin_manager=plugin_manager,
         transform_config=transform_config,
         path=config.path,
+        owner_lock=True,
     )
 
 
@@ -340,6 +386,9 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
 
         if bridges.started is not None:
             bridges.started.addBoth(show)
+        if bridges.standby and bridges.lock is not None:
+            print(f"jmsgateway bridge: standby: {bridges.lock.path} is locked by another process (pid "
+                  f"{bridges.lock.holder()}); the bridges start once it is free", flush=True)
 
     def failed(failure: Any) -> None:
         print(f"jmsgateway bridge: cannot start the connectors: {failure.getErrorMessage()}", file=sys.stderr)

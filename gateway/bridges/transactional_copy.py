@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import uuid
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -37,15 +36,19 @@ from twisted.internet.threads import blockingCallFromThread
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.bridges.bridge import MESSAGE_ID_LIST
 from gateway.bridges.config import BridgeConfig
 from gateway.bridges.metrics import BridgeMetrics
-from gateway.bridges.probe import target_message_id
-from gateway.errors import MessageRefused
+from gateway.bridges.outgoing import CopyMaker, CopyRules, TransformRejected, make_copy
+from gateway.errors import ConnectorError, MessageRefused
 from gateway.interfaces import BridgeState, IBridge, ITransactionalCopy
 from gateway.message.model import Message
 
-STARTING, RUNNING, PAUSED, RETRYING, FAILED, STOPPED = BridgeState
+STARTING = BridgeState.STARTING
+RUNNING = BridgeState.RUNNING
+PAUSED = BridgeState.PAUSED
+RETRYING = BridgeState.RETRYING
+FAILED = BridgeState.FAILED
+STOPPED = BridgeState.STOPPED
 
 
 @implementer(IBridge)
@@ -69,6 +72,11 @@ class TransactionalCopyBridge:
         self.reactor = clock
         self.metrics = metrics or BridgeMetrics()
         self.chains = chains
+        dropped = self.metrics.dropped.labels(self.name, "transformer")
+        self.copies = CopyMaker(
+            CopyRules(self.name, config.source.destination, config.target.destination, True,
+                      config.add_message_id_in_header),
+            chains, lambda: self.reactor.callFromThread(dropped.inc))
         self.state = STOPPED
         self.last_error: str | None = None
         self.forwarded = 0
@@ -207,10 +215,10 @@ class TransactionalCopyBridge:
                     failures += 1
                     reason = f"kafka transaction failed: {exc}"
                     copy.recover(exc)
-                    if isinstance(exc, MessageRefused) or copy.permanent(exc):
+                    if (isinstance(exc, ConnectorError) and exc.permanent) or copy.permanent(exc):
                         # the same batch would fail the same way: nothing is committed
-                        call(self._gave_up, f"{reason} (a record no retry can deliver; the batch stays at the "
-                                            "source, its offsets not committed)")
+                        call(self._gave_up, f"{reason} (a record no retry can deliver, or a route policy "
+                                            "stopped it; the batch stays at the source, its offsets not committed)")
                         return
                     limit = self.config.max_retries
                     if limit != -1 and failures > limit:
@@ -263,29 +271,13 @@ class TransactionalCopyBridge:
         return len(outgoing), len(messages)
 
     def _transformed(self, message: Message) -> list[Message]:
-        destination = self.config.target.destination
-        result = message
-        if self.chains is not None:
-            from gateway.transform import DeadLettered, Deliver, Dropped, TransformContext
-
-            context = TransformContext("inbound", self.config.source.destination, destination)
-            outcome = blockingCallFromThread(self.reactor, self.chains.run, message, context)
-            if isinstance(outcome, Dropped):
-                self.reactor.callFromThread(self.metrics.dropped.labels(self.name, "transformer").inc)
-                return []
-            if isinstance(outcome, Deliver | DeadLettered):
-                result, destination = outcome.message, outcome.destination
-            else:
-                raise MessageRefused(f"a transformer rejected message {message.message_id}: "
-                                     f"{getattr(outcome, 'error', outcome)}")
-        out = result.copy()
-        out.destination = destination
-        out.message_id = target_message_id(self.name, message.message_id or uuid.uuid4().hex)
-        out.redelivered = False
-        out.redelivery_count = 0
-        if self.config.add_message_id_in_header and message.message_id:
-            previous = out.properties.get(MESSAGE_ID_LIST)
-            if isinstance(previous, bytes):
-                previous = previous.decode("utf-8", "replace")
-            out.properties[MESSAGE_ID_LIST] = f"{previous},{message.message_id}" if previous else message.message_id
-        return [out]
+        """The copy of ``message`` to commit (:mod:`gateway.bridges.outgoing`), transformed on the
+        reactor thread; none when a transformer dropped it."""
+        if self.chains is None:
+            return [make_copy(self.copies.rules, message, message, self.config.target.destination)]
+        outcome = blockingCallFromThread(self.reactor, self.chains.run, message, self.copies.context())
+        try:
+            copy = self.copies.copy_of(outcome, message)
+        except TransformRejected as error:
+            raise MessageRefused(str(error)) from None
+        return [] if copy is None else [copy]

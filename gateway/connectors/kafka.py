@@ -783,9 +783,10 @@ class KafkaConnector:
         """Whether ``other`` names the same bootstrap servers."""
         return set(self.settings.bootstrap.split(",")) == set(other.settings.bootstrap.split(","))
 
-    def transactional_target(self, destination: str) -> tuple[KafkaConnector, str, str | None]:
-        """:class:`IExactlyOnceTarget`: (this connector, the destination's topic, the key header)."""
-        return self, self.topic_of(destination), self.settings.key_header
+    def transactional_target(self, destination: str) -> tuple[KafkaConnector, str, str | None, None]:
+        """:class:`IExactlyOnceTarget`: (this connector, the destination's topic, the key header, no
+        placement: every copy goes to that topic)."""
+        return self, self.topic_of(destination), self.settings.key_header, None
 
     def transactional_copy(self, destination: str, target: IConnector, target_destination: str, *,
                            bridge: str, durable_name: str | None, client_id: str | None,
@@ -799,7 +800,7 @@ class KafkaConnector:
         plan = target.transactional_target(target_destination)
         if isinstance(plan, str):
             return plan
-        kafka_target, target_topic, key_header = plan
+        kafka_target, target_topic, key_header, place = plan
         if not self.same_cluster(kafka_target):
             return "source and target are different Kafka clusters (offsets commit on the target's)"
         prefix = self.settings.group_prefix
@@ -807,4 +808,4 @@ class KafkaConnector:
         return KafkaTransactionalCopy(
             self, kafka_target, bridge=bridge, source_destination=destination,
             source_topic=self.topic_of(destination), target_topic=target_topic, key_header=key_header,
-            group=group, from_earliest=from_earliest)
+            group=group, from_earliest=from_earliest, place=place)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from zope.interface import implementer
@@ -34,6 +35,9 @@ from gateway.connectors.kafka_consumer_host import ConsumerProcess
 from gateway.connectors.kafka_records import message_to_record, record_to_message
 from gateway.interfaces import ITransactionalCopy
 from gateway.message.model import Message
+
+PlacedRecord = tuple[str, Any, Any, Any]
+"""(topic, key, value, headers): one record of a transaction."""
 
 NO_RETRY_CODES = REFUSED_CODES | {"TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
 """Kafka errors about the batch itself (a record too large, not authorised): no retry helps."""
@@ -50,10 +54,14 @@ class KafkaTransactionalCopy:
     :param group: the consumer group whose offsets the transactions commit.
     :param from_earliest: where a new group starts.
     :param key_header: the header giving a copy's record key (None: its message id).
+    :param place: the record (topic, key, value, headers) a copy becomes, None to leave it out,
+        or an exception no retry helps (``[routing]``'s route policies; called on the copy's
+        thread); None: every copy goes to ``target_topic``.
     """
 
     def __init__(self, source: Any, target: Any, *, bridge: str, source_destination: str, source_topic: str,
-                 target_topic: str, key_header: str | None, group: str, from_earliest: bool) -> None:
+                 target_topic: str, key_header: str | None, group: str, from_earliest: bool,
+                 place: Callable[[Message], PlacedRecord | None] | None = None) -> None:
         self.source = source
         self.target = target
         self.bridge = bridge
@@ -63,6 +71,7 @@ class KafkaTransactionalCopy:
         self.key_header = key_header
         self.group = group
         self.from_earliest = from_earliest
+        self.place = place
         self._producer: Any = None
         self._consumer: Any = None
         self._batch_start: dict[int, int] = {}
@@ -128,16 +137,23 @@ class KafkaTransactionalCopy:
     def commit(self, messages: list[Message]) -> None:
         from confluent_kafka import TopicPartition
 
-        outgoing = [message_to_record(message, self.key_header, self.target.gateway_id) for message in messages]
+        outgoing = self._records(messages)
         offsets = [TopicPartition(self.source_topic, p, o) for p, o in self._positions.items()]
         producer = self._producer
         producer.begin_transaction()
-        for key, value, headers in outgoing:
-            producer.produce(self.target_topic, value=value, key=key, headers=headers)
+        for topic, key, value, headers in outgoing:
+            producer.produce(topic, value=value, key=key, headers=headers)
         producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
         producer.commit_transaction(30)
         self._batch_start.clear()
         self._positions.clear()
+
+    def _records(self, messages: list[Message]) -> list[PlacedRecord]:
+        """The records of a transaction: through :attr:`place` when given."""
+        if self.place is None:
+            return [(self.target_topic, *message_to_record(message, self.key_header, self.target.gateway_id))
+                    for message in messages]
+        return [record for record in map(self.place, messages) if record is not None]
 
     def recover(self, error: Exception) -> None:
         from confluent_kafka import KafkaException, TopicPartition

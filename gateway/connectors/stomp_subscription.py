@@ -10,6 +10,7 @@ buffers while paused and is SUBSCRIBEd again after each reconnection of its
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
 from gateway.stomp.client import StompClientProtocol
 from gateway.stomp.frame import Frame
+
+_ACK_TRANSACTIONS = itertools.count(1)
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.connectors.stomp_broker import StompBrokerConnector
@@ -81,6 +84,8 @@ class BrokerSubscription:
             headers["selector"] = spec.selector
         if spec.durable_name and spec.destination.startswith("/topic/"):
             headers["activemq.subscriptionName"] = durable_subscription_name(spec.client_id, spec.durable_name)
+        if spec.exclusive and spec.destination.startswith("/queue/"):
+            headers["activemq.exclusive"] = "true"
         transformation = self.connector.subscribe_transformation
         if transformation:
             headers["transformation"] = transformation
@@ -195,6 +200,14 @@ class BrokerSubscription:
         if not tags:
             return succeed(None)
         assert protocol is not None
+        if what == "ack" and receipt and len(tags) > 1:
+            # Several at once (a bridge's batch): one broker transaction, one receipt, and for
+            # persistent messages one store write at the broker instead of one per message.
+            transaction = f"{self.id}-ack-{next(_ACK_TRANSACTIONS)}"
+            protocol.begin(transaction)
+            for tag in tags:
+                protocol.ack(tag.frame, transaction=transaction)
+            return protocol.commit(transaction).addCallback(lambda _: None)
         for tag in tags:
             if what == "ack":
                 work.append(protocol.ack(tag.frame, receipt=receipt))

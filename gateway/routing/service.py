@@ -63,8 +63,14 @@ class NotRouted(MessageRefused):
 class RouteStopped(ConnectorError):
     """Routing (or one route) is stopped after a failure; the message was not sent.
 
+    Permanent: the route stays stopped until :meth:`KafkaRouter.restart`, so a bridge fails
+    instead of sending again for ever.
+
     :ivar route: the stopped route, or ``*`` when all routing is stopped.
     """
+
+    permanent = True
+    in_doubt = False
 
     def __init__(self, message: str, *, route: str = "*") -> None:
         super().__init__(message)
@@ -448,14 +454,53 @@ class KafkaRouter:
         result: Deferred[set[str] | None] = self.connector.held_ids_in_topic(route.topic, tail)
         return result
 
-    def transactional_target(self, destination: str) -> tuple[Any, str, str | None] | str:
+    def transactional_target(self, destination: str) -> tuple[Any, str, str | None, Any] | str:
         """:class:`IExactlyOnceTarget`: the Kafka connector, the topic and key of the route the
-        destination alone decides, or why there is none."""
+        destination alone decides and :meth:`place_in_transaction` (the route's policies), or
+        why there is none."""
         route = self.forward_route(destination)
         if route is None:
             return (f"[routing] decides the topic of {destination} by more than the destination "
                     "(a selector or a header test comes first)")
-        return self.connector, route.topic, route.key
+        return self.connector, route.topic, route.key, self.place_in_transaction
+
+    def place_in_transaction(self, message: Message) -> tuple[str, Any, Any, Any] | None:
+        """The record ``message`` becomes in a bridge's Kafka transaction, applying the route's
+        soft-failure policy as :meth:`send_batch` does: ``skip`` leaves it out (None),
+        ``dead-letter`` gives the dead-letter record (committed in the same transaction),
+        ``stop`` stops the route and raises :class:`RouteStopped`; a stopped route or
+        routing, the cycle guard and an unrouted destination raise too (no retry helps).
+        Called on the bridge's thread: the bookkeeping is counters and one dict entry."""
+        if self.stopped is not None:
+            raise RouteStopped(f"routing to Kafka is stopped: {self.stopped}")
+        decision = self.router.route(message)
+        if decision.outcome == CYCLE:
+            raise self._cycle_refused(message)
+        if decision.outcome == UNROUTED:
+            raise DestinationError(f"no Kafka route includes destination {message.destination}")
+        route = decision.route_name
+        if route in self.stopped_routes:
+            raise RouteStopped(f"route {route} is stopped: {self.stopped_routes[route]}", route=route)
+        if decision.outcome == ROUTED:
+            assert decision.topic is not None
+            return decision.topic, decision.key, decision.value, list(decision.headers)
+        failure = decision.failure
+        assert failure is not None
+        self.metrics.failures.labels(route, failure.reason).inc()
+        if decision.policy == "skip":
+            self.metrics.skipped.labels(route).inc()
+            self.log.warn("route {route}: skipped message {id}: {problem}", route=route, id=message.message_id,
+                          problem=failure.detail)
+            return None
+        if decision.policy == "dead-letter" and decision.topic is not None:
+            self.metrics.dead_lettered.labels(route).inc()
+            self.log.warn("route {route}: dead-lettering message {id} to {topic}: {problem}", route=route,
+                          id=message.message_id, topic=decision.topic, problem=failure.detail)
+            return decision.topic, decision.key, decision.value, list(decision.headers)
+        reason = f"message {message.message_id}: {failure.reason}: {failure.detail}"
+        self.stopped_routes[route] = reason
+        self.log.error("route {route} stopped by a soft failure: {reason}", route=route, reason=reason)
+        raise RouteStopped(f"route {route} stopped: {failure.detail}", route=route)
 
     def transactional_copy(self, destination: str, target: IConnector, target_destination: str, *,
                            bridge: str, durable_name: str | None, client_id: str | None,

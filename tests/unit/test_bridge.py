@@ -15,7 +15,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from gateway.bridges.bridge import MESSAGE_ID_LIST, Bridge
-from gateway.bridges.config import BridgeConfig, parse_bridge
+from gateway.bridges.config import WINDOW, BridgeConfig, parse_bridge
 from gateway.bridges.dedup import DuplicateStore, inline_executor
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.service import build_bridge_service
@@ -273,8 +273,21 @@ def test_max_batch_time_minus_one_waits_for_a_full_batch() -> None:
     assert rig.target.batches == [4]
 
 
-def test_next_batch_waits_for_the_one_in_flight() -> None:
+def test_batches_go_while_earlier_ones_are_in_flight_up_to_the_window() -> None:
+    """Issue 32: a window of batches in flight (the target confirms one while the next goes)."""
     rig = Rig(max_batch_size=2)
+    rig.target.hold_sends = True
+    rig.bridge.start()
+    rig.publish(*(text(str(i)) for i in range(12)))
+    assert len(rig.target.held) == WINDOW, "no more than the window in flight"
+    rig.target.release()
+    assert len(rig.target.held) == 2 and rig.target.batches == [2] * WINDOW, "the rest went as room was made"
+    rig.target.release()
+    assert rig.bodies() == [str(i) for i in range(12)]
+
+
+def test_at_most_once_keeps_one_batch_in_flight() -> None:
+    rig = Rig(qos="AT_MOST_ONCE", max_batch_size=2)
     rig.target.hold_sends = True
     rig.bridge.start()
     rig.publish(*(text(str(i)) for i in range(4)))
@@ -283,6 +296,21 @@ def test_next_batch_waits_for_the_one_in_flight() -> None:
     assert len(rig.target.held) == 1 and rig.target.batches == [2]
     rig.target.release()
     assert rig.bodies() == ["0", "1", "2", "3"]
+
+
+def test_a_message_again_while_its_first_delivery_is_in_flight_waits_for_it() -> None:
+    """A source that redelivers after a reconnection while the first delivery is in flight:
+    the batch with the repeat waits, so the duplicate store knows the id when it is selected."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=1)
+    rig.target.hold_sends = True
+    rig.bridge.start()
+    rig.publish(text("a"))
+    assert len(rig.target.held) == 1
+    rig.publish(text("a"), text("b"))
+    assert len(rig.target.held) == 1, "the repeat waits for the batch in flight"
+    rig.target.release()
+    rig.target.release()
+    assert rig.bodies() == ["a", "b"]
 
 
 def test_selector_forwards_only_matching_messages() -> None:
@@ -477,16 +505,16 @@ def test_a_bad_target_destination_fails_the_bridge_at_once() -> None:
     assert rig.pending_at_source() == 1
 
 
-def test_stop_waits_for_the_batch_in_flight_and_gives_back_the_rest() -> None:
-    rig = Rig()
+def test_stop_waits_for_the_batches_in_flight_and_gives_back_the_rest() -> None:
+    rig = Rig(max_batch_size=1)
     rig.target.hold_sends = True
     rig.bridge.start()
-    rig.publish(text("a"), text("b"))
+    rig.publish(*(text(str(i)) for i in range(WINDOW + 2)))
     stopped = rig.bridge.stop()
     assert not stopped.called
     rig.target.release()
     assert stopped.called and rig.bridge.state == "stopped"
-    assert rig.bodies() == ["a"] and rig.pending_at_source() == 1
+    assert rig.bodies() == [str(i) for i in range(WINDOW)] and rig.pending_at_source() == 2
 
 
 def test_transformers_run_before_the_send() -> None:
