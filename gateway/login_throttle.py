@@ -190,6 +190,14 @@ class LoginThrottle:
         self.refused[listener].inc()
         return state.locked_until - now
 
+    def locked_seconds(self, address: str) -> float | None:
+        """How many more seconds ``address`` is locked out (nothing counted), or None."""
+        state = self.addresses.get(address)
+        if state is None or not state.locked_until:
+            return None
+        remaining = state.locked_until - self.clock.seconds()
+        return remaining if remaining > 0 else None
+
     def refusal(self, address: str, listener: Listener = "stomp") -> str | None:
         """Why a login from ``address`` is refused now (see :meth:`locked_for`), or None."""
         seconds = self.locked_for(address, listener)

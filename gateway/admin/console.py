@@ -56,6 +56,7 @@ from gateway.broker.operations import ORIGIN_PROPERTY, QueueOperations
 from gateway.errors import GatewayError
 from gateway.interfaces import IAuthorizer
 from gateway.message.model import TextMessage, new_message_id
+from gateway.stomp.sender_identity import stamp_sender
 from gateway.stomp.session import StompError
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
@@ -70,12 +71,6 @@ SECURITY_HEADERS = {
 """Sent with every console response: no framing (clickjacking a confirmation), nothing from elsewhere."""
 
 BROWSE_LIMIT = 1000
-
-IDENTITY_PROPERTIES = ("JMSXUserID", "user-id")
-"""Set to the acting login on a test message (the verified sender identity, as on a STOMP SEND)."""
-
-UNVERIFIED_PROPERTIES = frozenset({*IDENTITY_PROPERTIES, "login", "passcode"})
-"""Left out of a test message's given properties: nobody names another sender, nor sends a password."""
 
 log = Logger()
 
@@ -297,9 +292,8 @@ class ConsoleApi(Resource):
         if not isinstance(body, str) or not isinstance(persistent, bool) or not isinstance(properties, dict) \
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
             raise ValueError("'body' must be a string, 'persistent' true or false, 'properties' strings by name")
-        stamped = {name: value for name, value in properties.items() if name not in UNVERIFIED_PROPERTIES}
-        if principal.login is not None:  # the verified sender, as on a STOMP SEND
-            stamped.update({name: principal.login for name in IDENTITY_PROPERTIES})
+        stamped = dict(properties)
+        stamp_sender(stamped, principal.login)  # the acting login is the verified sender, as on a STOMP SEND
         message = TextMessage(destination=destination, message_id=new_message_id(), persistent=persistent,
                               timestamp=int(self.gateway.reactor.seconds() * 1000), properties=stamped,
                               text=body)

@@ -2,11 +2,15 @@
 
 :class:`LoginGuard` builds, for each request, a ``twisted.web.guard``
 :class:`~twisted.web.guard.HTTPAuthSessionWrapper` over the ``[auth]``
-checkers, each wrapped in a :class:`ThrottledChecker` that reports the
-outcome for the request's client address to the gateway's
+checkers, each wrapped in a :class:`ThrottledChecker` that runs every
+password check through the gateway's
 :class:`~gateway.login_throttle.LoginThrottle` (the one the STOMP listeners
-use, listener kind ``admin``).  While that address is locked out the request
-gets 429 with ``Retry-After`` before any credentials are looked at.
+use, listener kind ``admin``) as a STOMP CONNECT does: ``admit`` (a check in
+flight counts as a failure until it succeeds), ``check`` (hashing bounded per
+address), ``settle`` (a success forgives only that login's failures).  While
+the address is locked out, or when too many of its logins are failing or
+being checked, the request gets 429 with ``Retry-After`` before its password
+is looked at.
 
 The address is the TCP peer: a ``X-Forwarded-For`` header is not trusted (a
 client could name any address in it).  It owns no login logic of its own:
@@ -22,7 +26,7 @@ from twisted.cred.checkers import ICredentialsChecker
 from twisted.cred.error import UnauthorizedLogin
 from twisted.cred.portal import IRealm, Portal
 from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, fail, maybeDeferred
 from twisted.python.failure import Failure
 from twisted.web.guard import HTTPAuthSessionWrapper
 from twisted.web.iweb import ICredentialFactory
@@ -45,9 +49,18 @@ def client_address(request: Request) -> str:
     return str(address)
 
 
+class LoginThrottled(UnauthorizedLogin):
+    """A login refused unchecked by the throttle (HTTP 429, not 401)."""
+
+    def __init__(self, reason: str, seconds: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.seconds = seconds
+
+
 @implementer(ICredentialsChecker)
 class ThrottledChecker:
-    """``checker``, reporting each outcome for ``address`` to ``throttle``."""
+    """``checker``, its checks admitted, bounded and settled by ``throttle`` for ``address``."""
 
     def __init__(self, checker: ICredentialsChecker, throttle: LoginThrottle, address: str) -> None:
         self.checker = checker
@@ -56,17 +69,45 @@ class ThrottledChecker:
         self.credentialInterfaces = checker.credentialInterfaces
 
     def requestAvatarId(self, credentials: Any) -> Deferred[Any]:
+        throttle, address = self.throttle, self.address
+        login = _login_of(credentials)
+        refusal = throttle.admit(address, login, LISTENER)
+        if refusal is not None:
+            return fail(LoginThrottled(refusal, throttle.locked_seconds(address) or throttle.lockout))
+
         def succeeded(avatar_id: Any) -> Any:
-            self.throttle.login_succeeded(self.address)
+            throttle.settle(address, login, True, LISTENER)
             return avatar_id
 
         def failed(failure: Failure) -> Failure:
             if failure.check(UnauthorizedLogin):
-                self.throttle.login_failed(self.address, LISTENER)
+                throttle.settle(address, login, False, LISTENER)
+            else:  # (an error of the check itself is no guess: it only ends the attempt)
+                throttle.settle(address, None, True, LISTENER)
             return failure
 
-        d: Deferred[Any] = maybeDeferred(self.checker.requestAvatarId, credentials)
-        return d.addCallbacks(succeeded, failed)
+        return throttle.check(address, lambda: maybeDeferred(self.checker.requestAvatarId, credentials)) \
+            .addCallbacks(succeeded, failed)
+
+
+def _login_of(credentials: Any) -> str | None:
+    """The login named by ``credentials`` (None for anonymous ones)."""
+    username = getattr(credentials, "username", None)
+    if isinstance(username, bytes):
+        return username.decode("utf-8", "replace")
+    return username if isinstance(username, str) else None
+
+
+class ThrottledAuthWrapper(HTTPAuthSessionWrapper):
+    """``HTTPAuthSessionWrapper`` answering a login the throttle refused with 429, not 401."""
+
+    def _loginFailed(self, result: Failure) -> Any:
+        refused = result.check(LoginThrottled)
+        if refused is not None:
+            error = result.value
+            assert isinstance(error, LoginThrottled)
+            return TooManyLogins(error.reason, error.seconds)
+        return super()._loginFailed(result)
 
 
 class TooManyLogins(Resource):
@@ -74,9 +115,9 @@ class TooManyLogins(Resource):
 
     isLeaf = True
 
-    def __init__(self, address: str, seconds: float) -> None:
+    def __init__(self, reason: str, seconds: float) -> None:
         super().__init__()
-        self.address = address
+        self.reason = reason
         self.seconds = max(1, math.ceil(seconds))
 
     def getChildWithDefault(self, path: bytes, request: Request) -> Resource:
@@ -84,8 +125,7 @@ class TooManyLogins(Resource):
 
     def render(self, request: Request) -> bytes:
         request.setHeader(b"retry-after", str(self.seconds).encode())
-        return json_body(request, 429, {"error": f"too many failed logins from {self.address}; try again in "
-                                                 f"{self.seconds}s ([auth] max_failed_logins)"})
+        return json_body(request, 429, {"error": self.reason})
 
 
 class LoginGuard:
@@ -106,8 +146,9 @@ class LoginGuard:
         checkers = self.checkers
         if self.throttle is not None:
             address = client_address(request)
-            seconds = self.throttle.locked_for(address, LISTENER)
-            if seconds is not None:
-                return TooManyLogins(address, seconds)
+            refusal = self.throttle.refusal(address, LISTENER)
+            if refusal is not None:
+                return TooManyLogins(refusal, self.throttle.locked_seconds(address) or 1)
             checkers = [ThrottledChecker(checker, self.throttle, address) for checker in checkers]
+            return ThrottledAuthWrapper(Portal(self.realm, checkers), self.factories)
         return HTTPAuthSessionWrapper(Portal(self.realm, checkers), self.factories)

@@ -16,7 +16,7 @@
   server first (a CORS preflight, which this endpoint never grants): it needs
   a JSON content type (``application/json``) or an ``X-Requested-With``
   header, and an ``Origin`` header, when present, must be the endpoint's own
-  origin.  Otherwise: 403 with a JSON body saying why.
+  origin or one ``[admin] allowed_origins`` lists.  Otherwise: 403 with a JSON body saying why.
 """
 
 from __future__ import annotations
@@ -59,12 +59,16 @@ def same_origin(origin: str, host_header: str, secure: bool) -> bool:
         return False
 
 
-def cross_site_refusal(method: bytes, headers: Any, secure: bool) -> str | None:
-    """Why a request with ``method`` and ``headers`` (``twisted.web`` Headers) is refused, or None."""
+def cross_site_refusal(method: bytes, headers: Any, secure: bool, origin_allowed: bool = False) -> str | None:
+    """Why a request with ``method`` and ``headers`` (``twisted.web`` Headers) is refused, or None.
+
+    :param origin_allowed: its ``Origin`` is one ``[admin] allowed_origins`` allows (checked by
+        the :class:`HostPolicy`), so it need not be the very origin its ``Host`` header names.
+    """
     if method in SAFE_METHODS:
         return None
     origin = headers.getRawHeaders(b"origin", [None])[0]
-    if origin is not None:
+    if origin is not None and not origin_allowed:
         host = headers.getRawHeaders(b"host", [b""])[0]
         if not same_origin(origin.decode("latin-1"), host.decode("latin-1"), secure):
             return (f"a {method.decode('latin-1')} from the web origin {origin.decode('latin-1')!r} is refused: "
@@ -129,6 +133,7 @@ class AdminRequest(Request):
         """
         channel: Any = self.channel
         policy: HostPolicy | None = getattr(channel.site, "host_policy", None)
+        origin_allowed = False
         if policy is not None:
             host = self.requestHeaders.getRawHeaders(b"host", [None])[0]
             misdirected = policy.host_refusal(host.decode("latin-1") if host is not None else None)
@@ -140,7 +145,8 @@ class AdminRequest(Request):
                 foreign = policy.origin_refusal(origin.decode("latin-1"), self.isSecure(), port)
                 if foreign is not None:
                     return 403, foreign
-        cross_site = cross_site_refusal(self.method, self.requestHeaders, self.isSecure())
+                origin_allowed = True
+        cross_site = cross_site_refusal(self.method, self.requestHeaders, self.isSecure(), origin_allowed)
         return (403, cross_site) if cross_site is not None else None
 
     def process(self) -> None:

@@ -801,16 +801,16 @@ class StompSession:
             sub_id = frame.headers.get("destination")
         if sub_id is None:
             raise StompError("missing id header", "UNSUBSCRIBE requires an 'id' header")
+        self._check_durable_owner(frame)  # (before anything changes: the named durable may be another login's)
         subscription = self.subscriptions.pop(sub_id, None)
         if subscription is None:
-            self._check_durable_owner(frame)
             raise StompError("unknown subscription", f"there is no subscription with id {sub_id!r}")
         delete = "activemq.subscriptionName" in frame.headers or "durable-subscription-name" in frame.headers
         self._track(self._close_subscription(subscription, delete=delete), frame)
 
     def _check_durable_owner(self, frame: Frame) -> None:
-        """An UNSUBSCRIBE naming a durable subscription this connection does not hold: say so when
-        it is another login's (nothing is changed either way)."""
+        """An UNSUBSCRIBE naming a durable subscription of another login (whatever subscription its
+        ``id`` names): an ERROR, and nothing is changed."""
         name = frame.headers.get("activemq.subscriptionName") or frame.headers.get("durable-subscription-name")
         if not name or not self.client_id:
             return

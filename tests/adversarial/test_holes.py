@@ -413,6 +413,7 @@ write = ["alice"]
 [[authorization]]
 destination = "/topic/kafka.*"
 read = ["alice", "eve"]
+write = ["alice"]
 """
     ws_port = new_port()
     process = gateway_from_toml(tmp_path / "kafka", config, ws_port=ws_port)

@@ -262,10 +262,12 @@ def ws_handshake(port: int, **options: object) -> websocket.WebSocket:
 
 
 def test_a_websocket_handshake_from_another_origin_is_refused(secured: Secured) -> None:
-    """#10: a page of attacker.example cannot open the gateway's WebSocket (403 before any frame)."""
-    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
-        ws_handshake(secured.ws_port, origin="http://attacker.example")
-    assert refused.value.status_code == 403
+    """#10: a page of attacker.example (or a sandboxed page or file: ``Origin: null``) cannot open the
+    gateway's WebSocket (403 before any frame)."""
+    for origin in ("http://attacker.example", "null"):
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            ws_handshake(secured.ws_port, origin=origin)
+        assert refused.value.status_code == 403, origin
     log = secured.process.wait_for_log("refused a WebSocket handshake")
     assert "attacker.example" in log
     for options in ({"origin": f"http://127.0.0.1:{secured.ws_port}"}, {"suppress_origin": True}):

@@ -44,3 +44,13 @@ def headers(**values: str) -> Headers:
 ])
 def test_cross_site_refusal(method: bytes, given: Headers, refused: bool) -> None:
     assert (cross_site_refusal(method, given, secure=False) is not None) is refused
+
+
+def test_an_origin_allowed_by_the_host_policy_may_take_actions() -> None:
+    """``[admin] allowed_origins`` lists a console served elsewhere: its JSON POST is not cross-site
+    (the policy judged the Origin); the content type is still required."""
+    listed = headers(content_type="application/json", origin="https://console.example", host="gw.example:8161")
+    assert cross_site_refusal(b"POST", listed, secure=False) is not None
+    assert cross_site_refusal(b"POST", listed, secure=False, origin_allowed=True) is None
+    form = headers(content_type="text/plain", origin="https://console.example", host="gw.example:8161")
+    assert cross_site_refusal(b"POST", form, secure=False, origin_allowed=True) is not None

@@ -43,7 +43,8 @@ ROLES = {"alice": "operator", "bob": "viewer", "carol": "operator", "root": "adm
 
 def gateway_for(entries: list[dict[str, Any]] | None = None, admin: dict[str, Any] | None = None) -> Any:
     reactor = MemoryReactorClock()
-    config = parse_config({"auth": {"users": USERS}, "authorization": ENTRIES if entries is None else entries,
+    config = parse_config({"auth": {"users": USERS, "allow_weak_passwords": True},
+                           "authorization": ENTRIES if entries is None else entries,
                            "admin": {"roles": ROLES, **(admin or {})}}, "gw.toml")
     gateway = build_gateway(config, reactor)
     gateway.started_at = reactor.seconds()
@@ -289,7 +290,7 @@ def test_a_durable_keys_client_id_is_read_back(client_id: str) -> None:
 
 def test_bridge_actions_are_an_administrators_and_logged_with_the_login(logged: list[str]) -> None:
     gateway = build_gateway(parse_config({
-        "auth": {"users": USERS}, "admin": {"roles": ROLES},
+        "auth": {"users": USERS, "allow_weak_passwords": True}, "admin": {"roles": ROLES},
         "bridges": [{"name": "copy", "source": {"connector": "embedded", "destination": "/queue/in"},
                      "target": {"connector": "embedded", "destination": "/queue/out"}}]}, "gw.toml"),
         MemoryReactorClock())

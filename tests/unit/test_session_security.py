@@ -112,6 +112,12 @@ def test_a_durable_subscription_belongs_to_the_login_that_created_it(clock: Cloc
     carol.send("UNSUBSCRIBE", {"id": "d", "activemq.subscriptionName": "alerts-sub"})
     [error] = carol.received()
     assert error.headers["message"] == "durable subscription 'alerts-sub' belongs to another login"
+    carol = Peer(factory)  # the UNSUBSCRIBE of a plain subscription of her own, naming alice's durable
+    connect(carol, login="carol", passcode="c-pw", **{"client-id": "alice-app"})
+    carol.send("SUBSCRIBE", {"destination": "/topic/carol.x", "id": "p"})
+    carol.send("UNSUBSCRIBE", {"id": "p", "activemq.subscriptionName": "alerts-sub", "receipt": "u"})
+    [error] = carol.received()
+    assert error.headers["message"] == "durable subscription 'alerts-sub' belongs to another login"
     assert broker.status()["durables"][durable_key("alice-app", "alerts-sub")]["pending"] == 1
     again = Peer(factory)
     connect(again, login="alice", passcode="a-pw", **{"client-id": "alice-app"})
