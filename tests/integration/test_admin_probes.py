@@ -31,7 +31,7 @@ listen = "tcp:{admin}:interface=127.0.0.1"
 [connectors.amq]
 uri = "stomp://127.0.0.1:{proxy.port}"
 failure_retry_interval = 200
-""", args=['--set=auth.users={alice = "secret"}'])
+""", args=['--set=auth.users={alice = "secret"}', '--set=auth.allow_weak_passwords=true'])
         gateway.wait_for_log("admin endpoint on tcp:")
         wait_until(lambda: http(admin, "GET", "/readyz")[0] == 200, what="ready")
         assert http(admin, "GET", "/readyz")[1]["reasons"] == []

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_console import ALICE, USERS, api, screenshots
+from tests.integration.test_console import ALICE, USERS, WEAK, api, screenshots
 from tests.support.browser import Console, chromium
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
@@ -101,7 +101,7 @@ target = {{ connector = "embedded", destination = "/queue/prices" }}
 name = "copy"
 source = {{ connector = "embedded", destination = "/queue/in" }}
 target = {{ connector = "embedded", destination = "/queue/out" }}
-""", args=[USERS])
+""", args=[USERS, WEAK])
     gateway.wait_for_log("admin endpoint on tcp:")
     return gateway, admin
 
