@@ -50,6 +50,10 @@ class SubscriptionSpec:
         source redelivers that message).  Bridges ask for it, so they never take
         such a message for acknowledged; a STOMP client's ACK of an old copy
         stays harmless.
+    :ivar exclusive: a queue consumer that gets every message while it is the first exclusive
+        one of the queue (ActiveMQ's ``activemq.exclusive``); the next takes over when it leaves.
+    :ivar browser: browse the queue: a snapshot of its messages, none consumed, then an
+        end-of-browse marker (ActiveMQ's ``browser:true``).
     """
 
     destination: str
@@ -61,6 +65,8 @@ class SubscriptionSpec:
     owner: str = ""
     strict_acks: bool = False
     login: str | None = None
+    exclusive: bool = False
+    browser: bool = False
 
 
 class IConsumer(Interface):
@@ -154,6 +160,11 @@ class Capability(StrEnum):
     probe of :mod:`gateway.bridges.probe`, through :class:`IHeldMessages`.  A JMS broker over
     STOMP answers for queues only (by browsing them); :meth:`IHeldMessages.why_cannot_tell`
     says for which destinations it cannot."""
+    EXCLUSIVE_CONSUMERS = "exclusive-consumers"
+    """:attr:`SubscriptionSpec.exclusive`: one consumer of a queue gets every message."""
+    BROWSE = "browse"
+    """:attr:`SubscriptionSpec.browser`: a subscription browses a queue, then the end marker
+    (a delivery whose ``browser`` property is ``end``)."""
 
 
 class IImmediateAcks(ISubscription):

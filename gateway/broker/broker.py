@@ -33,6 +33,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.browse import QueueBrowser
 from gateway.broker.limits import (
     BLOCK,
     DROP,
@@ -679,6 +680,8 @@ class EmbeddedBroker:
         return [queue for queue in self.topics.get(destination, ()) if queue.accepts(message)]
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
+        if spec.browser:
+            return self._browse(spec, consumer)
         try:
             subscription, recorded = self._subscribe(spec, consumer)
         except GatewayError as error:
@@ -745,6 +748,15 @@ class EmbeddedBroker:
         if recorded is None:
             queue.add_consumer(subscription)
         return subscription, recorded
+
+    def _browse(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
+        """A ``browser:true`` subscription (:mod:`gateway.broker.browse`)."""
+        if destination_kind(spec.destination) != "queue":
+            return fail(DestinationError(f"browser:true browses queues only, not {spec.destination!r}"))
+        browser = QueueBrowser(self._queue(spec.destination), spec, consumer, compile_predicate(spec.selector),
+                               self.clock)
+        browser.start()
+        return succeed(browser)
 
     def _check_owner(self, key: str, name: str, login: str | None) -> None:
         """NotOwner unless ``login`` may use the durable subscription ``key``: it has none yet, was

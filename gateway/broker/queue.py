@@ -27,6 +27,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.exclusive import exclusive_owner
 from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
 from gateway.broker.paging import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
 from gateway.deferreds import gather
@@ -127,6 +128,8 @@ class MessageQueue:
         self._heap: list[Entry] = []
         self._seq = itertools.count()
         self.consumers: list[QueueSubscription] = []
+        self.exclusive: QueueSubscription | None = None
+        """The consumer that gets every message (:mod:`gateway.broker.exclusive`); None: all share."""
         self._rr = 0
         self._dispatching = False
         self._again = False
@@ -408,6 +411,8 @@ class MessageQueue:
 
     def add_consumer(self, subscription: QueueSubscription) -> None:
         self.consumers.append(subscription)
+        if subscription.exclusive and self.exclusive is None:
+            self.exclusive = subscription
         self.dispatch()
 
     def remove_consumer(self, subscription: QueueSubscription) -> None:
@@ -416,6 +421,8 @@ class MessageQueue:
             self._searched.discard(subscription)
             self._search_at.pop(subscription, None)
             self._rr = 0
+            if subscription is self.exclusive:
+                self.exclusive = exclusive_owner(self.consumers)
 
     def dispatch(self) -> None:
         """Hand pending messages to consumers that have room for them."""
@@ -435,7 +442,7 @@ class MessageQueue:
 
     def _dispatch_once(self) -> None:
         heap = self._heap
-        consumers = self.consumers
+        consumers = self.consumers if self.exclusive is None else [self.exclusive]
         now = -1  # (the clock is read when the first message with an expiration comes up)
         skipped: list[Entry] = []
         searched: Key | None = None  # (the page was searched up to this key in this round)
@@ -609,6 +616,7 @@ class QueueSubscription:
         self.consumer = consumer
         self.selector = selector
         self.auto = spec.ack_mode == "auto"
+        self.exclusive = spec.exclusive and not queue.transient
         self.prefetch = max(1, spec.prefetch)
         self.paused = False
         self.closed = False

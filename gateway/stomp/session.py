@@ -42,6 +42,7 @@ from gateway.errors import GatewayError, NotOwner, SelectorError, StompProtocolE
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
+    Capability,
     IConnector,
     IConsumer,
     IFlowControlled,
@@ -744,6 +745,7 @@ class StompSession:
         if transformation is not None and self.transformer is not None:
             self.transformer.check_transformation(transformation)
         durable = headers.get("activemq.subscriptionName") or headers.get("durable-subscription-name")
+        exclusive, browser = _flag(headers, "activemq.exclusive"), _flag(headers, "browser")
         if self.authorizer is not None:  # durable subscriptions need admin too (as ActiveMQ's creation does)
             if not self._authorized(frame, destination, "read"):
                 return
@@ -754,6 +756,7 @@ class StompSession:
             raise StompError("temporary destination is private",
                              f"{destination!r} belongs to another connection and cannot be consumed here")
         resolved = self.destinations.resolve(server_destination)
+        _check_capabilities(resolved.connector, exclusive, browser)
         spec = SubscriptionSpec(
             destination=resolved.destination,
             selector=selector,
@@ -763,6 +766,8 @@ class StompSession:
             client_id=self.client_id,
             owner=self.session_id,
             login=self.verified_login,
+            exclusive=exclusive,
+            browser=browser,
         )
         subscription = StompSubscription(self, sub_id, destination, ack_mode, transformation)
         self.subscriptions[sub_id] = subscription
@@ -1124,6 +1129,25 @@ class StompSession:
         "ABORT": _on_abort,
         "DISCONNECT": _on_disconnect,
     }
+
+
+def _flag(headers: dict[str, str], name: str) -> bool:
+    """A SUBSCRIBE header that is ``true`` or ``false`` (absent: false)."""
+    value = headers.get(name)
+    if value is None or value == "false":
+        return False
+    if value == "true":
+        return True
+    raise StompError(f"invalid {name} header", f"{name} {value!r} is neither 'true' nor 'false'")
+
+
+def _check_capabilities(connector: IConnector, exclusive: bool, browser: bool) -> None:
+    """Refuse ``activemq.exclusive`` / ``browser`` where the target cannot honour them."""
+    for asked, capability, what in ((exclusive, Capability.EXCLUSIVE_CONSUMERS, "activemq.exclusive:true"),
+                                    (browser, Capability.BROWSE, "browser:true")):
+        if asked and capability not in connector.capabilities:
+            raise StompError(f"{what} is not supported here",
+                             f"the {connector.name} connector cannot honour {what}; subscribe without it")
 
 
 def _check_selector(selector: str) -> None:

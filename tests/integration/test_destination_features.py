@@ -1,0 +1,106 @@
+"""Exclusive consumers and browsing over STOMP (issue 37): the real gateway driven by stomp.py,
+and the same scenarios against the real ActiveMQ 5.17 (differential: same observations)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401 - the broker fixture
+from tests.support.gateway import GatewayProcess
+from tests.support.stomp_clients import Client, StompClients
+
+Address = tuple[str, int]
+
+
+def fill(address: Address, destination: str, count: int, prefix: str = "m") -> None:
+    producer = Client(address)
+    for i in range(count):
+        producer.send(destination, f"{prefix}{i}", receipt=True, persistent="true")
+    producer.disconnect()
+
+
+def exclusive_takeover(address: Address, destination: str) -> list[Any]:
+    """Two exclusive consumers: the first gets all four; when it leaves having acked one, the
+    second gets the other three, flagged redelivered."""
+    first, second = Client(address), Client(address)
+    exclusive = {"activemq.exclusive": "true"}
+    first.subscribe(destination, "e1", ack="client-individual", **exclusive)
+    second.subscribe(destination, "e2", ack="client-individual", **exclusive)
+    fill(address, destination, 4)
+    got = first.messages(4)
+    idle = second.no_message(1.0)
+    first.ack(got[0])
+    first.disconnect()
+    taken = second.messages(3)
+    second.disconnect()
+    return [[f.body for f in got], idle, [(f.body, f.headers.get("redelivered")) for f in taken]]
+
+
+def browse_snapshot(address: Address, destination: str) -> list[Any]:
+    """A browse delivers every message then the end marker, and consumes none."""
+    fill(address, destination, 3)
+    browser = Client(address)
+    browser.subscribe(destination, "b", browser="true")
+    frames = browser.messages(4)
+    browser.disconnect()
+    end = frames[-1].headers
+    consumer = Client(address)
+    consumer.subscribe(destination, "c")
+    left = [f.body for f in consumer.messages(3)]
+    consumer.disconnect()
+    return [[f.body for f in frames], end.get("browser"), end.get("message-id"), end.get("subscription"),
+            end.get("destination") == destination, left]
+
+
+SCENARIOS: dict[str, Callable[[Address, str], list[Any]]] = {
+    "exclusive takeover": exclusive_takeover,
+    "browse snapshot": browse_snapshot,
+}
+EXPECTED: dict[str, list[Any]] = {
+    "exclusive takeover": [[b"m0", b"m1", b"m2", b"m3"], True, [(b"m1", "true"), (b"m2", "true"), (b"m3", "true")]],
+    "browse snapshot": [[b"m0", b"m1", b"m2", b""], "end", "0", "b", True, [b"m0", b"m1", b"m2"]],
+}
+
+
+@pytest.fixture(scope="module")
+def sqlite_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(Path(tmp_path_factory.mktemp("destinations")),
+                             args=["--set", 'broker.persistence="sqlite"']).start()
+    yield process
+    process.kill()
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_the_gateway_does_what_it_promises(scenario: str, sqlite_gateway: GatewayProcess) -> None:
+    ours = SCENARIOS[scenario](sqlite_gateway.address, f"/queue/dest.{uuid.uuid4().hex[:8]}")
+    assert ours == EXPECTED[scenario]
+
+
+@pytest.mark.activemq
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_the_gateway_and_activemq_agree(scenario: str, sqlite_gateway: GatewayProcess,
+                                        activemq: ActiveMQBroker) -> None:  # noqa: F811 - the fixture
+    destination = f"/queue/dest.{uuid.uuid4().hex[:8]}"
+    ours = SCENARIOS[scenario](sqlite_gateway.address, destination)
+    theirs = SCENARIOS[scenario](("127.0.0.1", activemq.stomp_port), destination)
+    assert ours == theirs, f"{scenario}: gateway {ours} / ActiveMQ {theirs}"
+
+
+def test_bad_flags_and_browsing_a_topic_get_an_error(sqlite_gateway: GatewayProcess) -> None:
+    clients = StompClients(sqlite_gateway.address)
+    try:
+        client = clients.connect("1.2")
+        client.subscribe("/queue/x", "bad", receipt=False, **{"activemq.exclusive": "yes"})
+        error = client.error()
+        assert error is not None and "activemq.exclusive" in error.headers["message"]
+        other = clients.connect("1.2")
+        other.subscribe("/topic/t", "b", receipt=False, browser="true")
+        error = other.error()
+        assert error is not None and "browses queues only" in error.body.decode()
+    finally:
+        clients.close()

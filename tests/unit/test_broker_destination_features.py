@@ -1,0 +1,155 @@
+"""Exclusive consumers and queue browsing on the embedded broker (issue 37)."""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+from zope.interface.verify import verifyObject
+
+from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.browse import SLICE, QueueBrowser
+from gateway.broker.limits import message_size
+from gateway.config import BrokerSettings
+from gateway.errors import DestinationError
+from gateway.interfaces import ISubscription, SubscriptionSpec
+from tests.unit.test_broker import Refusing, Sink, subscribe, text
+
+
+@pytest.fixture
+def clock() -> Clock:
+    clock = Clock()
+    clock.advance(1_000_000)
+    return clock
+
+
+@pytest.fixture
+def broker(clock: Clock) -> EmbeddedBroker:
+    broker = EmbeddedBroker(clock, BrokerSettings(max_redeliveries=2))
+    broker.start()
+    return broker
+
+
+# -- exclusive consumers ---------------------------------------------------------
+
+
+def test_the_exclusive_consumer_gets_everything(broker: EmbeddedBroker) -> None:
+    shared, owner, second = Sink(), Sink(), Sink()
+    subscribe(broker, shared, destination="/queue/q", ack_mode="client-individual")
+    subscribe(broker, owner, destination="/queue/q", ack_mode="client-individual", exclusive=True)
+    subscribe(broker, second, destination="/queue/q", ack_mode="client-individual", exclusive=True)
+    for i in range(6):
+        broker.send(text("/queue/q", f"m{i}"))
+    assert owner.texts() == [f"m{i}" for i in range(6)]
+    assert shared.texts() == [] and second.texts() == []
+
+
+def test_the_next_exclusive_consumer_takes_over_with_the_unacknowledged_first(broker: EmbeddedBroker) -> None:
+    owner, second, shared = Sink(), Sink(), Sink()
+    first = subscribe(broker, owner, destination="/queue/q", ack_mode="client-individual", prefetch=2,
+                      exclusive=True)
+    subscribe(broker, shared, destination="/queue/q", ack_mode="client-individual")
+    subscribe(broker, second, destination="/queue/q", ack_mode="client-individual", exclusive=True)
+    for i in range(4):
+        broker.send(text("/queue/q", f"m{i}"))
+    assert owner.texts() == ["m0", "m1"] and shared.texts() == [] and second.texts() == []
+    first.ack([owner.got[0][1]])
+    assert owner.texts() == ["m0", "m1", "m2"]
+    first.close()
+    assert second.texts() == ["m1", "m2", "m3"] and shared.texts() == []
+    assert [m.redelivered for m, _ in second.got] == [True, True, False]
+
+
+def test_without_an_exclusive_consumer_the_others_share_again(broker: EmbeddedBroker) -> None:
+    owner, a, b = Sink(), Sink(), Sink()
+    exclusive = subscribe(broker, owner, destination="/queue/q", exclusive=True)
+    subscribe(broker, a, destination="/queue/q")
+    subscribe(broker, b, destination="/queue/q")
+    broker.send(text("/queue/q", "m0"))
+    exclusive.close()
+    for i in range(1, 5):
+        broker.send(text("/queue/q", f"m{i}"))
+    assert owner.texts() == ["m0"] and sorted(a.texts() + b.texts()) == ["m1", "m2", "m3", "m4"]
+    assert a.texts() and b.texts()
+
+
+def test_exclusive_means_nothing_to_a_topic_subscriber(broker: EmbeddedBroker) -> None:
+    a, b = Sink(), Sink()
+    subscribe(broker, a, destination="/topic/t", exclusive=True)
+    subscribe(broker, b, destination="/topic/t", exclusive=True)
+    broker.send(text("/topic/t", "x"))
+    assert a.texts() == ["x"] and b.texts() == ["x"]
+
+
+# -- browsing ------------------------------------------------------------------------
+
+
+def test_a_browse_delivers_a_snapshot_then_the_end_marker(broker: EmbeddedBroker) -> None:
+    for i in range(3):
+        broker.send(text("/queue/q", f"m{i}", priority=9 if i == 2 else 4))
+    sink = Sink()
+    browser = subscribe(broker, sink, destination="/queue/q", ack_mode="client", browser=True)
+    assert verifyObject(ISubscription, browser)
+    broker.send(text("/queue/q", "later"))  # (not in the snapshot)
+    assert sink.texts() == ["m2", "m0", "m1", ""]
+    end, _ = sink.got[-1]
+    assert end.properties == {"browser": "end"} and end.message_id == "0" and end.destination == "/queue/q"
+    browser.ack([tag for _, tag in sink.got])  # (acknowledging consumes nothing)
+    assert [m.text for m in broker.queues["/queue/q"].messages()] == ["m2", "m0", "m1", "later"]
+
+
+def test_a_browse_applies_its_selector_and_an_empty_queue_gives_the_marker_alone(broker: EmbeddedBroker) -> None:
+    broker.send(text("/queue/q", "a", properties={"colour": "red"}))
+    broker.send(text("/queue/q", "b", properties={"colour": "blue"}))
+    sink, empty = Sink(), Sink()
+    subscribe(broker, sink, destination="/queue/q", selector="colour = 'blue'", browser=True)
+    subscribe(broker, empty, destination="/queue/empty", browser=True)
+    assert sink.texts() == ["b", ""] and empty.texts() == [""]
+
+
+def test_browsing_a_topic_is_refused(broker: EmbeddedBroker) -> None:
+    failures: list[Failure] = []
+    broker.subscribe(SubscriptionSpec(destination="/topic/t", browser=True), Sink()).addErrback(failures.append)
+    assert failures and failures[0].check(DestinationError)
+
+
+def test_a_browse_includes_paged_messages_in_order(clock: Clock) -> None:
+    one = message_size(text("/queue/p", "m000"))
+    paged = EmbeddedBroker(clock, BrokerSettings(memory_limit=8 * one))
+    paged.start()
+    for i in range(40):
+        paged.send(text("/queue/p", f"m{i:03}"))
+    queue = paged.queues["/queue/p"]
+    assert queue.paged > 20
+    sink = Sink()
+    subscribe(paged, sink, destination="/queue/p", browser=True)
+    assert sink.texts() == [f"m{i:03}" for i in range(40)] + [""]
+    assert len(queue) == 40 and queue.paged > 20  # (nothing consumed, nothing paged back in for good)
+
+
+def test_a_browse_waits_for_a_full_transport_and_goes_on_in_slices(broker: EmbeddedBroker, clock: Clock) -> None:
+    for i in range(SLICE + 10):
+        broker.send(text("/queue/q", f"m{i}"))
+    sink = Refusing()
+    browser = subscribe(broker, sink, destination="/queue/q", browser=True)
+    assert isinstance(browser, QueueBrowser)
+    assert len(sink.got) == SLICE  # (the first slice in this turn)
+    sink.full = True
+    clock.advance(0)
+    assert len(sink.got) == SLICE and browser.paused
+    sink.full = False
+    browser.resume()
+    assert sink.texts() == [f"m{i}" for i in range(SLICE + 10)] + [""]
+    browser.close()
+    assert len(broker.queues["/queue/q"]) == SLICE + 10
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_a_browse_leaves_consumers_alone(broker: EmbeddedBroker, exclusive: bool) -> None:
+    consumer, browsing = Sink(), Sink()
+    subscribe(broker, consumer, destination="/queue/q", ack_mode="client-individual", prefetch=1,
+              exclusive=exclusive)
+    broker.send(text("/queue/q", "a"))
+    broker.send(text("/queue/q", "b"))
+    subscribe(broker, browsing, destination="/queue/q", browser=True)
+    assert consumer.texts() == ["a"] and browsing.texts() == ["b", ""]  # (in flight: not pending)
