@@ -162,6 +162,8 @@ class Capability(StrEnum):
     says for which destinations it cannot."""
     EXCLUSIVE_CONSUMERS = "exclusive-consumers"
     """:attr:`SubscriptionSpec.exclusive`: one consumer of a queue gets every message."""
+    COMPOSITE_DESTINATIONS = "composite-destinations"
+    """A SEND to ``/queue/a,/topic/b`` (ActiveMQ's comma syntax) reaches every part, settled once all have it."""
     BROWSE = "browse"
     """:attr:`SubscriptionSpec.browser`: a subscription browses a queue, then the end marker
     (a delivery whose ``browser`` property is ``end``)."""

@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.broker.browse import QueueBrowser
+from gateway.broker.composite import expand, is_composite
 from gateway.broker.limits import (
     BLOCK,
     DROP,
@@ -436,6 +437,8 @@ class EmbeddedBroker:
     def _send(self, message: Message) -> Deferred[None] | None:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
         a Deferred when it waits for the store or is refused."""
+        if is_composite(message.destination):  # (one copy per part, stored as one batch: one receipt)
+            return self.send_batch([message])
         try:
             targets = self._targets(message)
         except GatewayError as error:
@@ -461,7 +464,7 @@ class EmbeddedBroker:
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
         """Store the persistent ones in one transaction, then make all visible."""
         try:
-            plan = [(message, self._targets(message)) for message in messages]
+            plan = [(part, self._targets(part)) for message in messages for part in expand(message)]
         except GatewayError as error:
             return fail(error)
         if self.policies or self.memory.full:

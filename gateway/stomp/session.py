@@ -36,9 +36,10 @@ from zope.interface import implementer
 from gateway import __version__
 from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
+from gateway.broker.composite import composite_parts
 from gateway.config import BrokerSettings, StompSettings
 from gateway.deferreds import gather
-from gateway.errors import GatewayError, NotOwner, SelectorError, StompProtocolError
+from gateway.errors import DestinationError, GatewayError, NotOwner, SelectorError, StompProtocolError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
@@ -540,6 +541,8 @@ class StompSession:
         destination = headers.get("destination")
         if not destination:
             destination = self._required(frame, "destination")  # (raises)
+        if "," in destination:
+            self._check_composite(destination)
         if self.authorizer is not None and not self._authorized(frame, destination, "write"):
             return
         stamp_sender(headers, self.verified_login)
@@ -697,6 +700,25 @@ class StompSession:
                 return name
         return destination
 
+    def _check_composite(self, destination: str) -> None:
+        """A SEND to ``/queue/a,/topic/b``: every part must go, under its own name, to one connector
+        that takes composite destinations (ActiveMQ's comma syntax; gateway/broker/composite.py)."""
+        try:
+            parts = composite_parts(destination)
+        except DestinationError as error:
+            raise StompError("invalid composite destination", str(error)) from None
+        whole = self.destinations.resolve(destination).connector
+        for part in parts:
+            resolved = self.destinations.resolve(part)
+            if part.startswith(("/temp-", "/remote-temp-")) or resolved.connector is not whole \
+                    or resolved.destination != part:
+                raise StompError("invalid composite destination",
+                                 f"{part!r} of {destination!r} is temporary, renamed or routed to another "
+                                 "connector: a composite destination's parts must all go to one connector")
+        if Capability.COMPOSITE_DESTINATIONS not in whole.capabilities:
+            raise StompError("composite destinations are not supported here",
+                             f"the {whole.name} connector cannot send to {destination!r}; send to each part")
+
     def _authorized(self, frame: Frame, destination: str, permission: Permission) -> bool:
         """Whether this login holds ``permission`` on ``destination``; if not, an ERROR that
         leaves the connection open (ActiveMQ's answer to a security exception)."""
@@ -705,7 +727,8 @@ class StompSession:
             return True
         # The name and every other name of its target (a Kafka topic under /queue/ and /topic/):
         # an entry on one alias alone does not open the target.
-        refused = next((name for name in self.destinations.aliases(destination)
+        names = (name for part in composite_parts(destination) for name in self.destinations.aliases(part))
+        refused = next((name for name in names
                         if not self.authorizer.check(self.login, permission, name, self.peer)), None)
         if refused is None:  # (check logs and counts a refusal)
             return True

@@ -57,13 +57,38 @@ def browse_snapshot(address: Address, destination: str) -> list[Any]:
             end.get("destination") == destination, left]
 
 
+def composite_send(address: Address, destination: str) -> list[Any]:
+    """A SEND (with a receipt, then in a transaction) to ``queue,topic`` reaches both, each
+    delivery under its own part's name; nothing before the COMMIT."""
+    topic = destination.replace("/queue/", "/topic/")
+    listener = Client(address)
+    listener.subscribe(topic, "t")
+    sender = Client(address)
+    sender.send(f"{destination},{topic}", "one", receipt=True, persistent="true")
+    heard = [(f.body, f.headers["destination"] == topic) for f in listener.messages(1)]
+    sender.begin("tx")
+    sender.send(f"{destination},{topic}", "two", transaction="tx", persistent="true")
+    before = listener.no_message(0.5)
+    sender.commit("tx")
+    sender.disconnect()
+    heard += [(f.body, f.headers["destination"] == topic) for f in listener.messages(1)]
+    listener.disconnect()
+    consumer = Client(address)
+    consumer.subscribe(destination, "q")
+    queued = [(f.body, f.headers["destination"] == destination) for f in consumer.messages(2)]
+    consumer.disconnect()
+    return [before, heard, queued]
+
+
 SCENARIOS: dict[str, Callable[[Address, str], list[Any]]] = {
     "exclusive takeover": exclusive_takeover,
     "browse snapshot": browse_snapshot,
+    "composite send": composite_send,
 }
 EXPECTED: dict[str, list[Any]] = {
     "exclusive takeover": [[b"m0", b"m1", b"m2", b"m3"], True, [(b"m1", "true"), (b"m2", "true"), (b"m3", "true")]],
     "browse snapshot": [[b"m0", b"m1", b"m2", b""], "end", "0", "b", True, [b"m0", b"m1", b"m2"]],
+    "composite send": [True, [(b"one", True), (b"two", True)], [(b"one", True), (b"two", True)]],
 }
 
 
@@ -104,3 +129,28 @@ def test_bad_flags_and_browsing_a_topic_get_an_error(sqlite_gateway: GatewayProc
         assert error is not None and "browses queues only" in error.body.decode()
     finally:
         clients.close()
+
+
+def test_a_composite_send_needs_write_on_every_part(make_gateway: Callable[..., GatewayProcess]) -> None:
+    process = make_gateway("""
+[[authorization]]
+destination = "/*"
+read = ["root"]
+write = ["root"]
+admin = ["root"]
+
+[[authorization]]
+destination = "/queue/open.*"
+read = ["alice"]
+write = ["alice"]
+""", args=["--set", 'auth.users={ root = "r00t!x", alice = "alice-pw" }', "--set", "auth.allow_weak_passwords=true"])
+    alice = Client(process.address, login="alice", passcode="alice-pw")
+    receipt = "r-" + uuid.uuid4().hex
+    alice.connection.send("/queue/open.a,/queue/closed.b", "x", headers={"receipt": receipt})
+    error = alice.error()
+    assert error is not None and error.headers["message"] == "not authorized to write /queue/open.a,/queue/closed.b"
+    assert "/queue/closed.b" in error.body.decode()
+    alice.send("/queue/open.a,/queue/open.b", "y", receipt=True)  # (the connection stays open)
+    alice.subscribe("/queue/open.a", "a")
+    assert [f.body for f in alice.messages(1)] == [b"y"]  # (the refused x was not stored)
+    alice.disconnect()

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.browse import SLICE, QueueBrowser
+from gateway.broker.composite import composite_parts
 from gateway.broker.limits import message_size
+from gateway.broker.store import MemoryStore
 from gateway.config import BrokerSettings
 from gateway.errors import DestinationError
 from gateway.interfaces import ISubscription, SubscriptionSpec
+from gateway.message.model import Message, TextMessage
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
 
 
@@ -153,3 +159,61 @@ def test_a_browse_leaves_consumers_alone(broker: EmbeddedBroker, exclusive: bool
     broker.send(text("/queue/q", "b"))
     subscribe(broker, browsing, destination="/queue/q", browser=True)
     assert consumer.texts() == ["a"] and browsing.texts() == ["b", ""]  # (in flight: not pending)
+
+
+# -- composite destinations ------------------------------------------------------------
+
+
+def test_composite_parts_follow_activemq() -> None:
+    assert composite_parts("/queue/a") == ["/queue/a"]
+    assert composite_parts("/queue/a,/topic/b") == ["/queue/a", "/topic/b"]
+    assert composite_parts("/queue/a, b,/topic/c,d,/queue/a") == ["/queue/a", "/queue/b", "/topic/c", "/topic/d"]
+    for bad in ("/queue/a,,/topic/b", "a,/queue/b", "/queue/a,"):
+        with pytest.raises(DestinationError):
+            composite_parts(bad)
+
+
+def test_a_composite_send_reaches_every_part_each_under_its_own_name(broker: EmbeddedBroker) -> None:
+    queue, topic = Sink(), Sink()
+    subscribe(broker, topic, destination="/topic/b")
+    outcomes: list[object] = []
+    broker.send(text("/queue/a,/topic/b,/queue/c", "x")).addCallback(outcomes.append)
+    subscribe(broker, queue, destination="/queue/a")
+    assert outcomes == [None]
+    assert [(m.destination, m.text) for m, _ in queue.got] == [("/queue/a", "x")]
+    assert [(m.destination, m.text) for m, _ in topic.got] == [("/topic/b", "x")]
+    assert [m.text for m in broker.queues["/queue/c"].messages()] == ["x"]
+
+
+def test_a_bad_composite_is_refused_and_nothing_is_sent(broker: EmbeddedBroker) -> None:
+    failures: list[Failure] = []
+    broker.send(text("/queue/a,/nowhere/b", "x")).addErrback(failures.append)
+    broker.post(text("/queue/a,,", "y"), lambda error, _: failures.append(Failure(error)) if error else None)
+    assert len(failures) == 2 and all(f.check(DestinationError) for f in failures)
+    assert "/queue/a" not in broker.queues or not broker.queues["/queue/a"].messages()
+
+
+class RecordingStore:
+    """A memory store (the broker writes to it: not a MemoryStore) that records each batch."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.batches: list[list[tuple[str, str | None]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def add_batch(self, entries: list[tuple[str, Message]]) -> Deferred[None]:
+        self.batches.append([(key, m.text if isinstance(m, TextMessage) else None) for key, m in entries])
+        return self.inner.add_batch(entries)
+
+
+def test_composite_parts_are_stored_in_one_batch(clock: Clock) -> None:
+    store = RecordingStore()
+    stored = EmbeddedBroker(clock, BrokerSettings(), store=store)  # type: ignore[arg-type]
+    stored.start()
+    batch = text("/queue/a,/queue/b", "x", persistent=True)
+    stored.send_batch([batch, text("/queue/c", "y", persistent=True)])
+    stored.send(text("/queue/d,/queue/e", "z", persistent=True))
+    assert store.batches == [[("/queue/a", "x"), ("/queue/b", "x"), ("/queue/c", "y")],
+                             [("/queue/d", "z"), ("/queue/e", "z")]]
