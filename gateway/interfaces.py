@@ -164,6 +164,9 @@ class Capability(StrEnum):
     """:attr:`SubscriptionSpec.exclusive`: one consumer of a queue gets every message."""
     COMPOSITE_DESTINATIONS = "composite-destinations"
     """A SEND to ``/queue/a,/topic/b`` (ActiveMQ's comma syntax) reaches every part, settled once all have it."""
+    WILDCARD_SUBSCRIPTIONS = "wildcard-subscriptions"
+    """A SUBSCRIBE to ``/topic/orders.*.eu`` or ``/topic/orders.>`` (ActiveMQ's wildcards) receives what
+    is published to every matching topic, each MESSAGE under its own topic's name."""
     BROWSE = "browse"
     """:attr:`SubscriptionSpec.browser`: a subscription browses a queue, then the end marker
     (a delivery whose ``browser`` property is ``end``)."""

@@ -60,6 +60,7 @@ from gateway.broker.store import (
     StoredBacklog,
     durable_key,
 )
+from gateway.broker.wildcards import WildcardTopics, is_wildcard
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, NotOwner, StoreError
@@ -207,6 +208,8 @@ class EmbeddedBroker:
         """Past :data:`REMOVALS_HELD` removals waiting: deliveries of stored queues wait."""
         self.queues: dict[str, MessageQueue] = {}
         self.topics: dict[str, list[MessageQueue]] = {}
+        self.wildcards = WildcardTopics()
+        """Which names in :attr:`topics` are wildcard patterns."""
         self.durables: dict[str, MessageQueue] = {}
         self.durable_owners: dict[str, str | None] = {}
         """Durable subscription key -> the login that created it (None: created without a login)."""
@@ -415,6 +418,8 @@ class EmbeddedBroker:
             subscribers = self.topics.get(queue.name, [])
             if queue in subscribers:
                 subscribers.remove(queue)
+            if not subscribers:
+                self.wildcards.discard(queue.name)
             queue.discard()  # (a topic subscriber's backlog ends with it: its memory and pages go)
         return None
 
@@ -680,7 +685,12 @@ class EmbeddedBroker:
             raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
         if is_queue:
             return [self._queue(destination)]
-        return [queue for queue in self.topics.get(destination, ()) if queue.accepts(message)]
+        subscribers = self.topics.get(destination, ())
+        if self.wildcards:  # (subscribers of the patterns the topic matches: gateway/broker/wildcards.py)
+            patterns = self.wildcards.matching(destination)
+            if patterns:
+                subscribers = [*subscribers, *(q for pattern in patterns for q in self.topics.get(pattern, ()))]
+        return [queue for queue in subscribers if queue.accepts(message)]
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
         if spec.browser:
@@ -747,6 +757,8 @@ class EmbeddedBroker:
         else:
             queue = MessageQueue(self, spec.destination, spec.destination, filter=selector, transient=True)
             self.topics.setdefault(spec.destination, []).append(queue)
+            if is_wildcard(spec.destination):
+                self.wildcards.add(spec.destination)
         subscription = QueueSubscription(queue, spec, consumer, None)
         if recorded is None:
             queue.add_consumer(subscription)
@@ -825,6 +837,8 @@ class EmbeddedBroker:
         queue.selector_text = selector
         self.durables[key] = queue
         self.topics.setdefault(destination, []).append(queue)
+        if is_wildcard(destination):
+            self.wildcards.add(destination)
         return queue
 
     def _drop_durable(self, key: str) -> Deferred[None]:
@@ -834,6 +848,8 @@ class EmbeddedBroker:
             subscribers = self.topics.get(queue.name, [])
             if queue in subscribers:
                 subscribers.remove(queue)
+            if not subscribers:
+                self.wildcards.discard(queue.name)
             queue.discard()
         result: Deferred[None] = self.store.remove_durable(key)
         return result

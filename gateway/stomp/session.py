@@ -37,6 +37,7 @@ from gateway import __version__
 from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
 from gateway.broker.composite import composite_parts
+from gateway.broker.wildcards import is_wildcard
 from gateway.config import BrokerSettings, StompSettings
 from gateway.deferreds import gather
 from gateway.errors import DestinationError, GatewayError, NotOwner, SelectorError, StompProtocolError
@@ -160,6 +161,8 @@ class StompSubscription:
         """The live subscription's :meth:`IImmediateAcks.acknowledge` when it has one."""
         self.closed = False
         self.backlog: list[tuple[Message, Any]] | None = None
+        self.wildcard = is_wildcard(destination)
+        """A wildcard topic subscription: each MESSAGE shows its own topic (as ActiveMQ's do)."""
         self.encoder: MessageEncoder | None = None
         """Writes this subscription's MESSAGE frames (made at the first delivery, for the session's version)."""
 
@@ -779,7 +782,7 @@ class StompSession:
             raise StompError("temporary destination is private",
                              f"{destination!r} belongs to another connection and cannot be consumed here")
         resolved = self.destinations.resolve(server_destination)
-        _check_capabilities(resolved.connector, exclusive, browser)
+        _check_capabilities(resolved.connector, exclusive, browser, is_wildcard(destination))
         spec = SubscriptionSpec(
             destination=resolved.destination,
             selector=selector,
@@ -921,9 +924,10 @@ class StompSession:
         encoder = subscription.encoder
         if encoder is None or encoder.version != self.version:
             encoder = subscription.encoder = MessageEncoder(subscription.id, subscription.destination, self.version)
-        data = encoder.encode(message, ack)
-        if data is None:  # (a header only the general encoder writes, or leaves out)
-            self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
+        data = encoder.encode(message, ack) if not subscription.wildcard else None
+        if data is None:  # (a header only the general encoder writes, or leaves out; a wildcard's topic)
+            shown = None if subscription.wildcard else subscription.destination
+            self._write(message_to_frame(message, subscription.id, ack, shown))
         else:
             if self.out_interval:  # (read only by the outgoing heart-beat's timer: no clock read without one)
                 self.last_sent = self.clock.seconds()
@@ -1164,10 +1168,11 @@ def _flag(headers: dict[str, str], name: str) -> bool:
     raise StompError(f"invalid {name} header", f"{name} {value!r} is neither 'true' nor 'false'")
 
 
-def _check_capabilities(connector: IConnector, exclusive: bool, browser: bool) -> None:
-    """Refuse ``activemq.exclusive`` / ``browser`` where the target cannot honour them."""
+def _check_capabilities(connector: IConnector, exclusive: bool, browser: bool, wildcard: bool) -> None:
+    """Refuse ``activemq.exclusive``, ``browser`` or a wildcard topic where the target cannot honour them."""
     for asked, capability, what in ((exclusive, Capability.EXCLUSIVE_CONSUMERS, "activemq.exclusive:true"),
-                                    (browser, Capability.BROWSE, "browser:true")):
+                                    (browser, Capability.BROWSE, "browser:true"),
+                                    (wildcard, Capability.WILDCARD_SUBSCRIPTIONS, "a wildcard topic")):
         if asked and capability not in connector.capabilities:
             raise StompError(f"{what} is not supported here",
                              f"the {connector.name} connector cannot honour {what}; subscribe without it")

@@ -3,6 +3,7 @@ and the same scenarios against the real ActiveMQ 5.17 (differential: same observ
 
 from __future__ import annotations
 
+import queue
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -80,7 +81,39 @@ def composite_send(address: Address, destination: str) -> list[Any]:
     return [before, heard, queued]
 
 
+def wildcard_fan_out(address: Address, destination: str) -> list[Any]:
+    """What each wildcard subscriber receives (bodies and the MESSAGE's destination) of messages
+    published to several topics."""
+    root = destination.replace("/queue/", "/topic/")
+    patterns = [f"{root}.*.eu", f"{root}.>", f"{root}.*"]
+    subscribers = []
+    for index, pattern in enumerate(patterns):
+        subscriber = Client(address)
+        subscriber.subscribe(pattern, f"w{index}")
+        subscribers.append(subscriber)
+    sender = Client(address)
+    topics = [f"{root}.books.eu", f"{root}.books", f"{root}.toys.us", f"{root}.a.b.eu", root, f"{root}x.books.eu"]
+    for index, topic in enumerate(topics):
+        sender.send(topic, f"m{index}", receipt=True)
+    sender.disconnect()
+    seen = []
+    for subscriber in subscribers:
+        seen.append(sorted((f.body, f.headers["destination"].replace(root, "ROOT")) for f in received(subscriber)))
+        subscriber.disconnect()
+    return seen
+
+
+def received(client: Client, quiet: float = 1.0) -> list[Any]:
+    got = []
+    try:
+        while True:
+            got.append(client.listener.messages.get(timeout=quiet))
+    except queue.Empty:
+        return got
+
+
 SCENARIOS: dict[str, Callable[[Address, str], list[Any]]] = {
+    "wildcard fan-out": wildcard_fan_out,
     "exclusive takeover": exclusive_takeover,
     "browse snapshot": browse_snapshot,
     "composite send": composite_send,
@@ -88,6 +121,12 @@ SCENARIOS: dict[str, Callable[[Address, str], list[Any]]] = {
 EXPECTED: dict[str, list[Any]] = {
     "exclusive takeover": [[b"m0", b"m1", b"m2", b"m3"], True, [(b"m1", "true"), (b"m2", "true"), (b"m3", "true")]],
     "browse snapshot": [[b"m0", b"m1", b"m2", b""], "end", "0", "b", True, [b"m0", b"m1", b"m2"]],
+    "wildcard fan-out": [
+        [(b"m0", "ROOT.books.eu")],
+        [(b"m0", "ROOT.books.eu"), (b"m1", "ROOT.books"), (b"m2", "ROOT.toys.us"), (b"m3", "ROOT.a.b.eu"),
+         (b"m4", "ROOT")],
+        [(b"m1", "ROOT.books")],
+    ],
     "composite send": [True, [(b"one", True), (b"two", True)], [(b"one", True), (b"two", True)]],
 }
 
@@ -154,3 +193,33 @@ write = ["alice"]
     alice.subscribe("/queue/open.a", "a")
     assert [f.body for f in alice.messages(1)] == [b"y"]  # (the refused x was not stored)
     alice.disconnect()
+
+
+def test_a_wildcard_subscriber_needs_read_on_the_pattern(make_gateway: Callable[..., GatewayProcess]) -> None:
+    """As ActiveMQ: read is checked on the wildcard itself; a grant on part of what it reaches
+    does not open it."""
+    process = make_gateway("""
+[[authorization]]
+destination = "/*"
+read = ["root"]
+write = ["root"]
+admin = ["root"]
+
+[[authorization]]
+destination = "/topic/orders.eu.*"
+read = ["alice"]
+""", args=["--set", 'auth.users={ root = "r00t!x", alice = "alice-pw" }', "--set", "auth.allow_weak_passwords=true"])
+    alice = Client(process.address, login="alice", passcode="alice-pw")
+    alice.subscribe("/topic/orders.>", "all", receipt=False)
+    error = alice.error()
+    assert error is not None and error.headers["message"] == "not authorized to read /topic/orders.>"
+    alice.subscribe("/topic/orders.eu.*", "eu")
+    root = Client(process.address, login="root", passcode="r00t!x")
+    root.send("/topic/orders.us.x", "us", receipt=True)
+    root.send("/topic/orders.eu.x", "eu", receipt=True)
+    got = alice.messages(1)
+    assert [(f.body, f.headers["destination"], f.headers["subscription"]) for f in got] == \
+        [(b"eu", "/topic/orders.eu.x", "eu")]
+    assert alice.no_message(0.5)
+    alice.disconnect()
+    root.disconnect()

@@ -15,6 +15,7 @@ from gateway.broker.browse import SLICE, QueueBrowser
 from gateway.broker.composite import composite_parts
 from gateway.broker.limits import message_size
 from gateway.broker.store import MemoryStore
+from gateway.broker.wildcards import is_wildcard, matches
 from gateway.config import BrokerSettings
 from gateway.errors import DestinationError
 from gateway.interfaces import ISubscription, SubscriptionSpec
@@ -217,3 +218,56 @@ def test_composite_parts_are_stored_in_one_batch(clock: Clock) -> None:
     stored.send(text("/queue/d,/queue/e", "z", persistent=True))
     assert store.batches == [[("/queue/a", "x"), ("/queue/b", "x"), ("/queue/c", "y")],
                              [("/queue/d", "z"), ("/queue/e", "z")]]
+
+
+# -- wildcard subscriptions -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pattern", "topic", "expected"), [
+    ("/topic/orders.*.eu", "/topic/orders.books.eu", True),
+    ("/topic/orders.*.eu", "/topic/orders.books.us", False),
+    ("/topic/orders.*.eu", "/topic/orders.a.b.eu", False),
+    ("/topic/orders.>", "/topic/orders.books", True),
+    ("/topic/orders.>", "/topic/orders.books.eu.x", True),
+    ("/topic/orders.>", "/topic/orders", True),  # (as ActiveMQ does)
+    ("/topic/orders.>", "/topic/ordersx.a", False),
+    ("/topic/*", "/topic/a", True),
+    ("/topic/*", "/topic/a.b", False),
+    ("/topic/a*", "/topic/ab", False),  # (a wildcard is a whole segment)
+    ("/topic/orders.*.eu", "/queue/orders.a.eu", False),
+])
+def test_wildcard_matching(pattern: str, topic: str, expected: bool) -> None:
+    assert matches(pattern, topic) is expected
+
+
+def test_is_wildcard() -> None:
+    assert is_wildcard("/topic/a.*") and is_wildcard("/topic/>") and is_wildcard("/topic/*.b")
+    assert not is_wildcard("/topic/a*") and not is_wildcard("/queue/a.*") and not is_wildcard("/topic/a.b")
+
+
+def test_wildcard_subscribers_get_what_their_pattern_matches(broker: EmbeddedBroker) -> None:
+    one, rest, exact = Sink(), Sink(), Sink()
+    subscribe(broker, one, destination="/topic/orders.*.eu")
+    closing = subscribe(broker, rest, destination="/topic/orders.>", selector="n > 1")
+    subscribe(broker, exact, destination="/topic/orders.books.eu")
+    for n, topic in enumerate(["/topic/orders.books.eu", "/topic/orders.toys.us", "/topic/orders.toys.eu",
+                               "/topic/orders.a.b.eu", "/topic/other.x.eu"]):
+        broker.send(text(topic, f"m{n}", properties={"n": n}))
+    assert [(m.destination, m.text) for m, _ in one.got] == [("/topic/orders.books.eu", "m0"),
+                                                             ("/topic/orders.toys.eu", "m2")]
+    assert rest.texts() == ["m2", "m3"] and exact.texts() == ["m0"]
+    closing.close()
+    assert "/topic/orders.>" not in broker.wildcards.patterns
+    broker.send(text("/topic/orders.x.y", "late", properties={"n": 9}))
+    assert rest.texts() == ["m2", "m3"]
+
+
+def test_a_durable_wildcard_subscription_keeps_matching_messages(broker: EmbeddedBroker) -> None:
+    sink = Sink()
+    durable = subscribe(broker, sink, destination="/topic/prices.>", durable_name="d", client_id="c")
+    durable.close()
+    broker.send(text("/topic/prices.eu.x", "kept"))
+    broker.send(text("/topic/other", "not"))
+    again = Sink()
+    subscribe(broker, again, destination="/topic/prices.>", durable_name="d", client_id="c")
+    assert again.texts() == ["kept"]
