@@ -13,6 +13,7 @@ from zope.interface.verify import verifyObject
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.browse import SLICE, QueueBrowser
 from gateway.broker.composite import composite_parts
+from gateway.broker.groups import MessageGroups
 from gateway.broker.limits import message_size
 from gateway.broker.store import MemoryStore
 from gateway.broker.wildcards import is_wildcard, matches
@@ -271,3 +272,77 @@ def test_a_durable_wildcard_subscription_keeps_matching_messages(broker: Embedde
     again = Sink()
     subscribe(broker, again, destination="/topic/prices.>", durable_name="d", client_id="c")
     assert again.texts() == ["kept"]
+
+
+# -- message groups ---------------------------------------------------------------------
+
+
+def grouped(body: str, group: str, seq: int | None = None) -> TextMessage:
+    properties: dict[str, Any] = {"JMSXGroupID": group}
+    if seq is not None:
+        properties["JMSXGroupSeq"] = str(seq)
+    return text("/queue/g", body, properties=properties)
+
+
+def firsts(sink: Sink) -> list[str | None]:
+    return [m.text for m, _ in sink.got if m.properties.get("JMSXGroupFirstForConsumer") is True]
+
+
+def test_a_group_sticks_to_one_consumer_and_its_first_message_says_so(broker: EmbeddedBroker) -> None:
+    a, b = Sink(), Sink()
+    subscribe(broker, a, destination="/queue/g", ack_mode="client-individual", prefetch=100)
+    subscribe(broker, b, destination="/queue/g", ack_mode="client-individual", prefetch=100)
+    for i in range(4):
+        broker.send(grouped(f"x{i}", "X"))
+        broker.send(grouped(f"y{i}", "Y"))
+        broker.send(text("/queue/g", f"n{i}"))
+    assert a.texts()[:1] == ["x0"] and [t for t in a.texts() if t and t[0] in "xy"] == ["x0", "x1", "x2", "x3"]
+    assert [t for t in b.texts() if t and t[0] in "xy"] == ["y0", "y1", "y2", "y3"]
+    assert firsts(a) == ["x0"] and firsts(b) == ["y0"]
+    assert sorted(t for t in a.texts() + b.texts() if t and t[0] == "n") == ["n0", "n1", "n2", "n3"]
+
+
+def test_a_group_waits_for_its_owner_rather_than_moving(broker: EmbeddedBroker) -> None:
+    a, b = Sink(), Sink()
+    sub_a = subscribe(broker, a, destination="/queue/g", ack_mode="client-individual", prefetch=1)
+    subscribe(broker, b, destination="/queue/g", ack_mode="client-individual", prefetch=5)
+    for i in range(3):
+        broker.send(grouped(f"x{i}", "X"))
+    assert a.texts() == ["x0"] and b.texts() == []
+    sub_a.ack([a.got[0][1]])
+    assert a.texts() == ["x0", "x1"] and b.texts() == []
+
+
+def test_a_group_moves_when_its_consumer_leaves_with_its_unacknowledged_first(broker: EmbeddedBroker) -> None:
+    a, b = Sink(), Sink()
+    sub_a = subscribe(broker, a, destination="/queue/g", ack_mode="client-individual", prefetch=2)
+    for i in range(3):
+        broker.send(grouped(f"x{i}", "X"))
+    subscribe(broker, b, destination="/queue/g", ack_mode="client-individual", prefetch=5)
+    assert a.texts() == ["x0", "x1"] and b.texts() == []
+    sub_a.ack([a.got[0][1]])
+    assert a.texts() == ["x0", "x1", "x2"] and b.texts() == []
+    broker.send(grouped("x3", "X"))
+    sub_a.close()
+    assert b.texts() == ["x1", "x2", "x3"] and firsts(b) == ["x1"]
+    assert [m.redelivered for m, _ in b.got] == [True, True, False]
+
+
+def test_seq_minus_one_closes_the_group(broker: EmbeddedBroker) -> None:
+    a, b = Sink(), Sink()
+    sub_a = subscribe(broker, a, destination="/queue/g", ack_mode="client-individual", prefetch=1)
+    subscribe(broker, b, destination="/queue/g", ack_mode="client-individual", prefetch=1)
+    broker.send(grouped("x0", "X"))
+    broker.send(grouped("x1", "X", seq=-1))  # (waits for a: the group is a's)
+    sub_a.ack([a.got[0][1]])
+    assert a.texts() == ["x0", "x1"]
+    broker.send(grouped("x2", "X"))  # (the group was closed: assigned afresh, to b, whose turn it is)
+    assert b.texts() == ["x2"] and firsts(b) == ["x2"]
+    assert len(broker.queues["/queue/g"].groups or ()) == 1
+
+
+def test_the_group_map_is_bounded() -> None:
+    groups: MessageGroups[str] = MessageGroups(limit=2)
+    for name in "abc":
+        groups.assign(name, "consumer")
+    assert len(groups) == 2 and groups.owner("a") is None and groups.owner("c") == "consumer"
