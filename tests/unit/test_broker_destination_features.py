@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,9 @@ from gateway.errors import DestinationError
 from gateway.interfaces import ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
+from tests.unit.test_store_broker import Run
+from tests.unit.test_store_broker import Sink as StoredSink
+from tests.unit.test_store_broker import text as stored_text
 
 
 @pytest.fixture
@@ -346,3 +350,21 @@ def test_the_group_map_is_bounded() -> None:
     for name in "abc":
         groups.assign(name, "consumer")
     assert len(groups) == 2 and groups.owner("a") is None and groups.owner("c") == "consumer"
+
+
+def test_a_browse_after_a_restart_includes_the_stored_messages(tmp_path: Path) -> None:
+    run = Run(tmp_path, BrokerSettings(persistence="sqlite"), lazy_recovery=True)
+    run.start()
+    try:
+        run.send(*(stored_text("/queue/s", f"m{i:02}") for i in range(30)))
+        broker = run.restart()
+        assert broker.queues["/queue/s"].paged == 30  # (left in the store: lazy recovery)
+        sink = StoredSink()
+        run.subscribe(sink, destination="/queue/s", browser=True)
+        assert sink.texts() == [f"m{i:02}" for i in range(30)] + [""]
+        consumer = StoredSink()
+        run.subscribe(consumer, destination="/queue/s")
+        assert consumer.texts() == [f"m{i:02}" for i in range(30)]
+    finally:
+        if run.broker is not None:
+            run.wait(run.broker.stop())
