@@ -274,3 +274,47 @@ read = ["alice"]
     assert alice.no_message(0.5)
     alice.disconnect()
     root.disconnect()
+
+
+# -- through the stomp:// connector: ActiveMQ does these natively ----------------------------
+
+
+@pytest.fixture(scope="module")
+def routed_gateway(activemq: ActiveMQBroker,  # noqa: F811 - the fixture
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(Path(tmp_path_factory.mktemp("routed")), f"""
+[connectors.activemq]
+uri = "{activemq.stomp_uri}"
+login = "gateway"
+passcode = "secret"
+failure_retry_interval = 200
+
+[[destinations]]
+pattern = "/queue/amq.*"
+connector = "activemq"
+
+[[destinations]]
+pattern = "/topic/amq.*"
+connector = "activemq"
+""").start()
+    yield process
+    process.kill()
+
+
+@pytest.mark.activemq
+@pytest.mark.parametrize("scenario", ["exclusive takeover", "composite send", "wildcard fan-out", "group stickiness"])
+def test_the_stomp_connector_passes_them_to_activemq(scenario: str, routed_gateway: GatewayProcess) -> None:
+    ours = SCENARIOS[scenario](routed_gateway.address, f"/queue/amq.{uuid.uuid4().hex[:8]}")
+    expected = EXPECTED[scenario]
+    if scenario == "group stickiness":  # (ActiveMQ's STOMP MESSAGE has no JMSXGroupFirstForConsumer)
+        expected = _without_first_flags(expected)
+    assert ours == expected
+
+
+@pytest.mark.activemq
+def test_the_stomp_connector_refuses_a_browse(routed_gateway: GatewayProcess) -> None:
+    client = Client(routed_gateway.address)
+    client.subscribe(f"/queue/amq.{uuid.uuid4().hex[:8]}", "b", receipt=False, browser="true")
+    error = client.error()
+    assert error is not None and error.headers["message"] == "browser:true is not supported here"
+    client.disconnect()
