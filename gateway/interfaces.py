@@ -50,9 +50,11 @@ class SubscriptionSpec:
         source redelivers that message).  Bridges ask for it, so they never take
         such a message for acknowledged; a STOMP client's ACK of an old copy
         stays harmless.
-    :ivar exclusive: for a queue: one consumer owns it at a time, the others stand by until
-        it goes away (ActiveMQ's exclusive consumer); a connector without the notion ignores it.
-        Bridges ask for it: one owner per bridge.
+    :ivar exclusive: a queue consumer that gets every message while it is the first exclusive
+        one of the queue (ActiveMQ's ``activemq.exclusive``); the next takes over when it leaves.
+        Bridges ask for it (one owner per bridge); a connector without the notion ignores it.
+    :ivar browser: browse the queue: a snapshot of its messages, none consumed, then an
+        end-of-browse marker (ActiveMQ's ``browser:true``).
     """
 
     destination: str
@@ -65,6 +67,7 @@ class SubscriptionSpec:
     strict_acks: bool = False
     login: str | None = None
     exclusive: bool = False
+    browser: bool = False
 
 
 class IConsumer(Interface):
@@ -158,6 +161,16 @@ class Capability(StrEnum):
     probe of :mod:`gateway.bridges.probe`, through :class:`IHeldMessages`.  A JMS broker over
     STOMP answers for queues only (by browsing them); :meth:`IHeldMessages.why_cannot_tell`
     says for which destinations it cannot."""
+    EXCLUSIVE_CONSUMERS = "exclusive-consumers"
+    """:attr:`SubscriptionSpec.exclusive`: one consumer of a queue gets every message."""
+    COMPOSITE_DESTINATIONS = "composite-destinations"
+    """A SEND to ``/queue/a,/topic/b`` (ActiveMQ's comma syntax) reaches every part, settled once all have it."""
+    WILDCARD_SUBSCRIPTIONS = "wildcard-subscriptions"
+    """A SUBSCRIBE to ``/topic/orders.*.eu`` or ``/topic/orders.>`` (ActiveMQ's wildcards) receives what
+    is published to every matching topic, each MESSAGE under its own topic's name."""
+    BROWSE = "browse"
+    """:attr:`SubscriptionSpec.browser`: a subscription browses a queue, then the end marker
+    (a delivery whose ``browser`` property is ``end``)."""
 
 
 class IImmediateAcks(ISubscription):

@@ -33,6 +33,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.browse import QueueBrowser
+from gateway.broker.composite import expand, is_composite
 from gateway.broker.limits import (
     BLOCK,
     DROP,
@@ -58,6 +60,7 @@ from gateway.broker.store import (
     StoredBacklog,
     durable_key,
 )
+from gateway.broker.wildcards import WildcardTopics, is_wildcard
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, NotOwner, StoreError
@@ -205,6 +208,8 @@ class EmbeddedBroker:
         """Past :data:`REMOVALS_HELD` removals waiting: deliveries of stored queues wait."""
         self.queues: dict[str, MessageQueue] = {}
         self.topics: dict[str, list[MessageQueue]] = {}
+        self.wildcards = WildcardTopics()
+        """Which names in :attr:`topics` are wildcard patterns."""
         self.durables: dict[str, MessageQueue] = {}
         self.durable_owners: dict[str, str | None] = {}
         """Durable subscription key -> the login that created it (None: created without a login)."""
@@ -413,6 +418,8 @@ class EmbeddedBroker:
             subscribers = self.topics.get(queue.name, [])
             if queue in subscribers:
                 subscribers.remove(queue)
+            if not subscribers:
+                self.wildcards.discard(queue.name)
             queue.discard()  # (a topic subscriber's backlog ends with it: its memory and pages go)
         return None
 
@@ -435,6 +442,8 @@ class EmbeddedBroker:
     def _send(self, message: Message) -> Deferred[None] | None:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
         a Deferred when it waits for the store or is refused."""
+        if is_composite(message.destination):  # (one copy per part, stored as one batch: one receipt)
+            return self.send_batch([message])
         try:
             targets = self._targets(message)
         except GatewayError as error:
@@ -460,7 +469,7 @@ class EmbeddedBroker:
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
         """Store the persistent ones in one transaction, then make all visible."""
         try:
-            plan = [(message, self._targets(message)) for message in messages]
+            plan = [(part, self._targets(part)) for message in messages for part in expand(message)]
         except GatewayError as error:
             return fail(error)
         if self.policies or self.memory.full:
@@ -676,9 +685,16 @@ class EmbeddedBroker:
             raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
         if is_queue:
             return [self._queue(destination)]
-        return [queue for queue in self.topics.get(destination, ()) if queue.accepts(message)]
+        subscribers = self.topics.get(destination, ())
+        if self.wildcards:  # (subscribers of the patterns the topic matches: gateway/broker/wildcards.py)
+            patterns = self.wildcards.matching(destination)
+            if patterns:
+                subscribers = [*subscribers, *(q for pattern in patterns for q in self.topics.get(pattern, ()))]
+        return [queue for queue in subscribers if queue.accepts(message)]
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
+        if spec.browser:
+            return self._browse(spec, consumer)
         try:
             subscription, recorded = self._subscribe(spec, consumer)
         except GatewayError as error:
@@ -741,10 +757,21 @@ class EmbeddedBroker:
         else:
             queue = MessageQueue(self, spec.destination, spec.destination, filter=selector, transient=True)
             self.topics.setdefault(spec.destination, []).append(queue)
+            if is_wildcard(spec.destination):
+                self.wildcards.add(spec.destination)
         subscription = QueueSubscription(queue, spec, consumer, None)
         if recorded is None:
             queue.add_consumer(subscription)
         return subscription, recorded
+
+    def _browse(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
+        """A ``browser:true`` subscription (:mod:`gateway.broker.browse`)."""
+        if destination_kind(spec.destination) != "queue":
+            return fail(DestinationError(f"browser:true browses queues only, not {spec.destination!r}"))
+        browser = QueueBrowser(self._queue(spec.destination), spec, consumer, compile_predicate(spec.selector),
+                               self.clock)
+        browser.start()
+        return succeed(browser)
 
     def _check_owner(self, key: str, name: str, login: str | None) -> None:
         """NotOwner unless ``login`` may use the durable subscription ``key``: it has none yet, was
@@ -810,6 +837,8 @@ class EmbeddedBroker:
         queue.selector_text = selector
         self.durables[key] = queue
         self.topics.setdefault(destination, []).append(queue)
+        if is_wildcard(destination):
+            self.wildcards.add(destination)
         return queue
 
     def _drop_durable(self, key: str) -> Deferred[None]:
@@ -819,6 +848,8 @@ class EmbeddedBroker:
             subscribers = self.topics.get(queue.name, [])
             if queue in subscribers:
                 subscribers.remove(queue)
+            if not subscribers:
+                self.wildcards.discard(queue.name)
             queue.discard()
         result: Deferred[None] = self.store.remove_durable(key)
         return result

@@ -27,6 +27,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.exclusive import exclusive_owner
+from gateway.broker.groups import MessageGroups, closes_group, flagged, group_of
 from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
 from gateway.broker.paging import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
 from gateway.deferreds import gather
@@ -127,6 +129,11 @@ class MessageQueue:
         self._heap: list[Entry] = []
         self._seq = itertools.count()
         self.consumers: list[QueueSubscription] = []
+        self.exclusive: QueueSubscription | None = None
+        """The consumer that gets every message (:mod:`gateway.broker.exclusive`); None: all share."""
+        self.groups: MessageGroups[QueueSubscription] | None = None if transient or durable else MessageGroups()
+        """Which consumer owns each message group (:mod:`gateway.broker.groups`); None: a topic
+        subscriber's backlog (one consumer)."""
         self._rr = 0
         self._dispatching = False
         self._again = False
@@ -286,6 +293,8 @@ class MessageQueue:
         message = entry[2]
         if self._dispatching or message.expiration or (page is not None and page.head is not None):
             return False
+        if self.groups is not None and group_of(message) is not None:
+            return False  # (the dispatch loop assigns its group)
         target = self.consumers[0]
         if not target.has_credit() or (target.selector is not None and not target.selector(message)):
             return False
@@ -408,6 +417,8 @@ class MessageQueue:
 
     def add_consumer(self, subscription: QueueSubscription) -> None:
         self.consumers.append(subscription)
+        if subscription.exclusive and self.exclusive is None:
+            self.exclusive = subscription
         self.dispatch()
 
     def remove_consumer(self, subscription: QueueSubscription) -> None:
@@ -416,6 +427,10 @@ class MessageQueue:
             self._searched.discard(subscription)
             self._search_at.pop(subscription, None)
             self._rr = 0
+            if subscription is self.exclusive:
+                self.exclusive = exclusive_owner(self.consumers)
+            if self.groups is not None:
+                self.groups.consumer_left(subscription)
 
     def dispatch(self) -> None:
         """Hand pending messages to consumers that have room for them."""
@@ -435,7 +450,7 @@ class MessageQueue:
 
     def _dispatch_once(self) -> None:
         heap = self._heap
-        consumers = self.consumers
+        consumers = self.consumers if self.exclusive is None else [self.exclusive]
         now = -1  # (the clock is read when the first message with an expiration comes up)
         skipped: list[Entry] = []
         searched: Key | None = None  # (the page was searched up to this key in this round)
@@ -479,7 +494,15 @@ class MessageQueue:
                         self._released(entry)
                         self.owner.expired(self, message)
                         continue
-                if ready is None:
+                groups = self.groups
+                group = group_of(message) if groups is not None and self.exclusive is None else None
+                if group is not None:
+                    grouped = self._grouped(group, message, [target] if ready is None else ready)
+                    if grouped is None:  # (its owner has no room, or no one takes it: it waits)
+                        skipped.append(entry)
+                        continue
+                    target, message = grouped
+                elif ready is None:
                     # (what _pick does with one consumer ready)
                     if target.selector is not None and not target.selector(message):
                         skipped.append(entry)
@@ -493,6 +516,8 @@ class MessageQueue:
                     target = picked
                 self._released(entry)
                 target.take(entry[1], message)
+                if group is not None and groups is not None and closes_group(message):
+                    groups.close(group)
         finally:
             for entry in skipped:
                 heapq.heappush(heap, entry)
@@ -575,6 +600,23 @@ class MessageQueue:
         self._search_later = False
         self.dispatch()
 
+    def _grouped(
+        self, group: str, message: Message, ready: list[QueueSubscription]
+    ) -> tuple[QueueSubscription, Message] | None:
+        """The consumer for a message of ``group`` (its owner, or a new one it is assigned to:
+        the message then carries ``JMSXGroupFirstForConsumer``); None when it must wait."""
+        assert self.groups is not None
+        owner = self.groups.owner(group)
+        if owner is not None:
+            if owner not in ready or (owner.selector is not None and not owner.selector(message)):
+                return None
+            return owner, flagged(message, False)
+        picked = self._pick(ready, message)
+        if picked is None:
+            return None
+        self.groups.assign(group, picked)
+        return picked, flagged(message, True)
+
     def _pick(self, ready: list[QueueSubscription], message: Message) -> QueueSubscription | None:
         count = len(ready)
         start = self._rr % count
@@ -609,6 +651,7 @@ class QueueSubscription:
         self.consumer = consumer
         self.selector = selector
         self.auto = spec.ack_mode == "auto"
+        self.exclusive = spec.exclusive and not queue.transient
         self.prefetch = max(1, spec.prefetch)
         self.paused = False
         self.closed = False

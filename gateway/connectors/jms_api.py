@@ -335,7 +335,9 @@ class JmsConnector:
     """
 
     log = Logger()
-    capabilities = frozenset(Capability)
+    capabilities = frozenset(Capability) - {
+        Capability.EXCLUSIVE_CONSUMERS, Capability.BROWSE, Capability.COMPOSITE_DESTINATIONS,
+        Capability.WILDCARD_SUBSCRIPTIONS}
     """NACK (a rollback: redelivered), prefetch, selectors, durable subscriptions, transactions,
     health following the provider, reconnection, redelivery flagged after close (a copy returned
     to a queue carries the mark, :mod:`gateway.connectors.jms_subscription`), held message ids

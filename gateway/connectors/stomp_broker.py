@@ -209,7 +209,7 @@ class StompBrokerConnector:
     """
 
     log = Logger()
-    capabilities = frozenset(Capability) - {Capability.NACK}
+    capabilities = frozenset(Capability) - {Capability.NACK, Capability.BROWSE}
     """Everything but a redelivering NACK: ActiveMQ takes a STOMP NACK as a poison
     acknowledgement and dead-letters the message at once (the NACK is relayed as it is).
     :attr:`~gateway.interfaces.Capability.HELD_MESSAGE_IDS` for queues only (browsing)."""

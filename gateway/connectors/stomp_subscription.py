@@ -82,10 +82,10 @@ class BrokerSubscription:
         headers = {"activemq.prefetchSize": str(max(1, spec.prefetch))}
         if spec.selector:
             headers["selector"] = spec.selector
+        if spec.exclusive:
+            headers["activemq.exclusive"] = "true"  # (ActiveMQ's own exclusive consumer)
         if spec.durable_name and spec.destination.startswith("/topic/"):
             headers["activemq.subscriptionName"] = durable_subscription_name(spec.client_id, spec.durable_name)
-        if spec.exclusive and spec.destination.startswith("/queue/"):
-            headers["activemq.exclusive"] = "true"
         transformation = self.connector.subscribe_transformation
         if transformation:
             headers["transformation"] = transformation

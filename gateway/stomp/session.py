@@ -36,12 +36,15 @@ from zope.interface import implementer
 from gateway import __version__
 from gateway.auth import CertificateIdentity
 from gateway.authorization import DestinationAuthorizer
+from gateway.broker.composite import composite_parts
+from gateway.broker.wildcards import is_wildcard
 from gateway.config import BrokerSettings, StompSettings
 from gateway.deferreds import gather
-from gateway.errors import GatewayError, NotOwner, SelectorError, StompProtocolError
+from gateway.errors import DestinationError, GatewayError, NotOwner, SelectorError, StompProtocolError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
+    Capability,
     IConnector,
     IConsumer,
     IFlowControlled,
@@ -158,6 +161,8 @@ class StompSubscription:
         """The live subscription's :meth:`IImmediateAcks.acknowledge` when it has one."""
         self.closed = False
         self.backlog: list[tuple[Message, Any]] | None = None
+        self.wildcard = is_wildcard(destination)
+        """A wildcard topic subscription: each MESSAGE shows its own topic (as ActiveMQ's do)."""
         self.encoder: MessageEncoder | None = None
         """Writes this subscription's MESSAGE frames (made at the first delivery, for the session's version)."""
 
@@ -539,6 +544,8 @@ class StompSession:
         destination = headers.get("destination")
         if not destination:
             destination = self._required(frame, "destination")  # (raises)
+        if "," in destination:
+            self._check_composite(destination)
         if self.authorizer is not None and not self._authorized(frame, destination, "write"):
             return
         stamp_sender(headers, self.verified_login)
@@ -696,6 +703,25 @@ class StompSession:
                 return name
         return destination
 
+    def _check_composite(self, destination: str) -> None:
+        """A SEND to ``/queue/a,/topic/b``: every part must go, under its own name, to one connector
+        that takes composite destinations (ActiveMQ's comma syntax; gateway/broker/composite.py)."""
+        try:
+            parts = composite_parts(destination)
+        except DestinationError as error:
+            raise StompError("invalid composite destination", str(error)) from None
+        whole = self.destinations.resolve(destination).connector
+        for part in parts:
+            resolved = self.destinations.resolve(part)
+            if part.startswith(("/temp-", "/remote-temp-")) or resolved.connector is not whole \
+                    or resolved.destination != part:
+                raise StompError("invalid composite destination",
+                                 f"{part!r} of {destination!r} is temporary, renamed or routed to another "
+                                 "connector: a composite destination's parts must all go to one connector")
+        if Capability.COMPOSITE_DESTINATIONS not in whole.capabilities:
+            raise StompError("composite destinations are not supported here",
+                             f"the {whole.name} connector cannot send to {destination!r}; send to each part")
+
     def _authorized(self, frame: Frame, destination: str, permission: Permission) -> bool:
         """Whether this login holds ``permission`` on ``destination``; if not, an ERROR that
         leaves the connection open (ActiveMQ's answer to a security exception)."""
@@ -704,7 +730,8 @@ class StompSession:
             return True
         # The name and every other name of its target (a Kafka topic under /queue/ and /topic/):
         # an entry on one alias alone does not open the target.
-        refused = next((name for name in self.destinations.aliases(destination)
+        names = (name for part in composite_parts(destination) for name in self.destinations.aliases(part))
+        refused = next((name for name in names
                         if not self.authorizer.check(self.login, permission, name, self.peer)), None)
         if refused is None:  # (check logs and counts a refusal)
             return True
@@ -744,6 +771,7 @@ class StompSession:
         if transformation is not None and self.transformer is not None:
             self.transformer.check_transformation(transformation)
         durable = headers.get("activemq.subscriptionName") or headers.get("durable-subscription-name")
+        exclusive, browser = _flag(headers, "activemq.exclusive"), _flag(headers, "browser")
         if self.authorizer is not None:  # durable subscriptions need admin too (as ActiveMQ's creation does)
             if not self._authorized(frame, destination, "read"):
                 return
@@ -754,6 +782,7 @@ class StompSession:
             raise StompError("temporary destination is private",
                              f"{destination!r} belongs to another connection and cannot be consumed here")
         resolved = self.destinations.resolve(server_destination)
+        _check_capabilities(resolved.connector, exclusive, browser, is_wildcard(destination))
         spec = SubscriptionSpec(
             destination=resolved.destination,
             selector=selector,
@@ -763,6 +792,8 @@ class StompSession:
             client_id=self.client_id,
             owner=self.session_id,
             login=self.verified_login,
+            exclusive=exclusive,
+            browser=browser,
         )
         subscription = StompSubscription(self, sub_id, destination, ack_mode, transformation)
         self.subscriptions[sub_id] = subscription
@@ -893,9 +924,10 @@ class StompSession:
         encoder = subscription.encoder
         if encoder is None or encoder.version != self.version:
             encoder = subscription.encoder = MessageEncoder(subscription.id, subscription.destination, self.version)
-        data = encoder.encode(message, ack)
-        if data is None:  # (a header only the general encoder writes, or leaves out)
-            self._write(message_to_frame(message, subscription.id, ack, subscription.destination))
+        data = encoder.encode(message, ack) if not subscription.wildcard else None
+        if data is None:  # (a header only the general encoder writes, or leaves out; a wildcard's topic)
+            shown = None if subscription.wildcard else subscription.destination
+            self._write(message_to_frame(message, subscription.id, ack, shown))
         else:
             if self.out_interval:  # (read only by the outgoing heart-beat's timer: no clock read without one)
                 self.last_sent = self.clock.seconds()
@@ -1124,6 +1156,26 @@ class StompSession:
         "ABORT": _on_abort,
         "DISCONNECT": _on_disconnect,
     }
+
+
+def _flag(headers: dict[str, str], name: str) -> bool:
+    """A SUBSCRIBE header that is ``true`` or ``false`` (absent: false)."""
+    value = headers.get(name)
+    if value is None or value == "false":
+        return False
+    if value == "true":
+        return True
+    raise StompError(f"invalid {name} header", f"{name} {value!r} is neither 'true' nor 'false'")
+
+
+def _check_capabilities(connector: IConnector, exclusive: bool, browser: bool, wildcard: bool) -> None:
+    """Refuse ``activemq.exclusive``, ``browser`` or a wildcard topic where the target cannot honour them."""
+    for asked, capability, what in ((exclusive, Capability.EXCLUSIVE_CONSUMERS, "activemq.exclusive:true"),
+                                    (browser, Capability.BROWSE, "browser:true"),
+                                    (wildcard, Capability.WILDCARD_SUBSCRIPTIONS, "a wildcard topic")):
+        if asked and capability not in connector.capabilities:
+            raise StompError(f"{what} is not supported here",
+                             f"the {connector.name} connector cannot honour {what}; subscribe without it")
 
 
 def _check_selector(selector: str) -> None:

@@ -271,6 +271,15 @@ def test_start_fails_at_once_without_retries(broker: FakeBroker, clock: Clock) -
 # -- subscriptions ------------------------------------------------------------
 
 
+def test_an_exclusive_subscription_asks_activemq_for_one(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock)
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/q", exclusive=True), Consumer())
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    assert subscribe.headers["activemq.exclusive"] == "true"
+    assert "browse" not in connector.capabilities and "exclusive-consumers" in connector.capabilities
+
+
 def test_subscription_headers_and_restoration_after_reconnect(broker: FakeBroker, clock: Clock) -> None:
     connector = started(broker, clock, failure_retry_interval=500, transformation="jms-json")
     spec = SubscriptionSpec(
@@ -285,6 +294,7 @@ def test_subscription_headers_and_restoration_after_reconnect(broker: FakeBroker
     assert subscribe.headers["activemq.prefetchSize"] == "10"
     assert subscribe.headers["activemq.subscriptionName"] == "app.d1"
     assert subscribe.headers["transformation"] == "jms-json"
+    assert "activemq.exclusive" not in subscribe.headers
     broker.drop()
     clock.advance(0.5)
     broker.accept()

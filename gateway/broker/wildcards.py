@@ -1,0 +1,69 @@
+"""Wildcard topic subscriptions (ActiveMQ's syntax): ``/topic/orders.*.eu``, ``/topic/orders.>``.
+
+``.`` separates segments, ``*`` is one segment, ``>`` (last) the rest: zero or more segments, as
+in ActiveMQ 5.17 (``orders.>`` matches ``orders`` too, checked against it by
+tests/integration/test_destination_features.py).
+
+A wildcard subscriber's backlog is registered under its pattern like any topic subscriber's;
+:class:`WildcardTopics` knows which registered names are patterns and which of them a
+published topic matches (cached per topic, bounded).  A ``*`` or ``>`` inside a segment
+(``a*``) is an ordinary character, as in ActiveMQ.  Pure: no Twisted, no broker.
+"""
+
+from __future__ import annotations
+
+TOPIC = "/topic/"
+CACHE_LIMIT = 10_000
+"""Most published topics whose matching patterns are remembered (cleared past it)."""
+
+
+def is_wildcard(destination: str) -> bool:
+    """Whether ``destination`` is a wildcard topic pattern."""
+    if not destination.startswith(TOPIC):
+        return False
+    return any(segment in ("*", ">") for segment in destination[len(TOPIC):].split("."))
+
+
+def matches(pattern: str, destination: str) -> bool:
+    """Whether the topic ``destination`` matches the wildcard ``pattern``."""
+    if not destination.startswith(TOPIC) or not pattern.startswith(TOPIC):
+        return False
+    wanted = pattern[len(TOPIC):].split(".")
+    segments = destination[len(TOPIC):].split(".")
+    for index, part in enumerate(wanted):
+        if part == ">" and index == len(wanted) - 1:
+            return len(segments) >= index  # (none too: ActiveMQ's orders.> matches orders)
+        if index >= len(segments) or (part != "*" and part != segments[index]):
+            return False
+    return len(segments) == len(wanted)
+
+
+class WildcardTopics:
+    """The wildcard patterns that have subscribers, and which match a topic."""
+
+    def __init__(self) -> None:
+        self.patterns: set[str] = set()
+        self._matching: dict[str, tuple[str, ...]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def add(self, pattern: str) -> None:
+        if pattern not in self.patterns:
+            self.patterns.add(pattern)
+            self._matching.clear()
+
+    def discard(self, pattern: str) -> None:
+        if pattern in self.patterns:
+            self.patterns.discard(pattern)
+            self._matching.clear()
+
+    def matching(self, destination: str) -> tuple[str, ...]:
+        """The patterns ``destination`` (a published topic) matches."""
+        hit = self._matching.get(destination)
+        if hit is None:
+            hit = tuple(p for p in self.patterns if p != destination and matches(p, destination))
+            if len(self._matching) >= CACHE_LIMIT:
+                self._matching.clear()
+            self._matching[destination] = hit
+        return hit
