@@ -82,8 +82,8 @@ class BrokerSubscription:
         headers = {"activemq.prefetchSize": str(max(1, spec.prefetch))}
         if spec.selector:
             headers["selector"] = spec.selector
-        if spec.exclusive:
-            headers["activemq.exclusive"] = "true"  # (ActiveMQ's own exclusive consumer)
+        if spec.exclusive and spec.destination.startswith("/queue/"):
+            headers["activemq.exclusive"] = "true"  # (ActiveMQ's own exclusive consumer: queues only)
         if spec.durable_name and spec.destination.startswith("/topic/"):
             headers["activemq.subscriptionName"] = durable_subscription_name(spec.client_id, spec.durable_name)
         transformation = self.connector.subscribe_transformation
