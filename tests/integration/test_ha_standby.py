@@ -11,9 +11,6 @@ stomp.py client with a host list reconnects to the standby's address.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -23,40 +20,9 @@ import stomp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_admin import http
-from tests.support.gateway import REPO, GatewayProcess
-from tests.support.ports import free_port, wait_for_port
+from tests.support.standby import accepts, gateway_pair
 from tests.support.stomp_clients import Client
 from tests.support.waiting import wait_until
-
-SQLITE = ["--set", 'broker.persistence="sqlite"']
-
-
-def gateway_pair(tmp_path: Path) -> tuple[GatewayProcess, int, GatewayProcess, int]:
-    """An active gateway (started) and a standby (launched, waiting) on one data directory, each with its
-    own STOMP and admin ports: (active, its admin port, standby, its admin port)."""
-    admins = free_port(), free_port()
-    active, standby = (GatewayProcess(tmp_path / name, f'[admin]\nlisten = "tcp:{port}:interface=127.0.0.1"\n',
-                                      args=SQLITE) for name, port in zip("ab", admins, strict=True))
-    standby.data_dir = active.data_dir
-    active.start()
-    launch(standby)
-    wait_for_port(admins[1], timeout=30)
-    return active, admins[0], standby, admins[1]
-
-
-def launch(gateway: GatewayProcess) -> None:
-    """Start ``gateway``'s process without waiting for its STOMP port (a standby does not open it)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    gateway.process = subprocess.Popen(gateway.command(), cwd=str(gateway.workdir), env=env,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-
-
-def accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 def metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
