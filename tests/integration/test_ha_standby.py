@@ -142,3 +142,20 @@ def test_a_stopped_active_hands_over_and_a_host_list_client_reconnects_to_the_st
             connection.disconnect()
         active.kill()
         standby.stop()
+
+
+def test_a_standby_stops_at_once_and_the_active_gateway_goes_on(tmp_path: Path) -> None:
+    active, active_admin, standby, _ = gateway_pair(tmp_path)
+    try:
+        standby.wait_for_log("jmsgateway role standby")
+        started = time.monotonic()
+        standby.stop()  # SIGTERM while its thread is blocked in flock
+        assert time.monotonic() - started < 10
+        assert "took over" not in standby.log()
+        producer = Client(active.address)
+        producer.send("/queue/ha.after", "still active", receipt=True, persistent="true")
+        producer.disconnect()
+        assert http(active_admin, "GET", "/status")[1]["role"] == "active"
+    finally:
+        active.stop()
+        standby.kill()
