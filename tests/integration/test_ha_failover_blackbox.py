@@ -24,9 +24,8 @@ from typing import Any
 
 import stomp
 
-from tests.integration.test_admin import http
 from tests.support.gateway import GatewayProcess
-from tests.support.standby import accepts, gateway_pair, launch
+from tests.support.standby import accepts, gateway_pair, launch, role
 from tests.support.stomp_clients import Client
 from tests.support.waiting import wait_until
 
@@ -176,7 +175,7 @@ def test_three_sigkills_in_a_row_lose_no_receipted_message(tmp_path: Path) -> No
             wait_until(lambda s=standby[0]: accepts(s.port), 60, "the standby's STOMP listener")
             takeovers.append(time.monotonic() - killed)
             launch(active[0])  # the killed one comes back as the standby
-            wait_until(lambda a=active[1]: _role(a) == "standby", 60, "the restarted gateway as standby")
+            wait_until(lambda a=active[1]: role(a) == "standby", 60, "the restarted gateway as standby")
             active, standby = standby, active
         floor = len(ledger.receipted) + 100
         wait_until(lambda: len(ledger.receipted) >= floor, 60, "100 more receipted SENDs after the last takeover")
@@ -207,13 +206,6 @@ def test_three_sigkills_in_a_row_lose_no_receipted_message(tmp_path: Path) -> No
         seen.add(body)
     assert not unflagged, f"delivered again without redelivered:true: {unflagged[:20]}"
     assert len(takeovers) == KILLS
-
-
-def _role(admin_port: int) -> str | None:
-    try:
-        return str(http(admin_port, "GET", "/status")[1]["role"])
-    except OSError:
-        return None
 
 
 def _everything(client: Client, quiet: float = 2.0) -> list[Any]:

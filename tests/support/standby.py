@@ -7,9 +7,11 @@ with its own STOMP and admin ports.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 
 from tests.support.gateway import REPO, GatewayProcess
@@ -18,12 +20,13 @@ from tests.support.ports import free_port, wait_for_port
 SQLITE = ["--set", 'broker.persistence="sqlite"']
 
 
-def gateway_pair(workdir: Path, args: list[str] | None = None, timeout: float = 30.0,
+def gateway_pair(workdir: Path, args: list[str] | None = None, timeout: float = 30.0, extra_config: str = "",
                  ) -> tuple[GatewayProcess, int, GatewayProcess, int]:
-    """(active, its admin port, standby, its admin port), the standby waiting on the active's store."""
+    """(active, its admin port, standby, its admin port), the standby waiting on the active's store;
+    both get ``extra_config`` (TOML) and ``args``."""
     admins = free_port(), free_port()
-    active, standby = (GatewayProcess(workdir / name, f'[admin]\nlisten = "tcp:{port}:interface=127.0.0.1"\n',
-                                      args=[*SQLITE, *(args or [])])
+    active, standby = (GatewayProcess(workdir / name, f'[admin]\nlisten = "tcp:{port}:interface=127.0.0.1"\n\n'
+                                      + extra_config, args=[*SQLITE, *(args or [])])
                        for name, port in zip("ab", admins, strict=True))
     standby.data_dir = active.data_dir
     active.start(timeout)
@@ -46,3 +49,12 @@ def accepts(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def role(admin_port: int) -> str | None:
+    """The role in the gateway's ``/status`` (None while its admin endpoint does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/status", timeout=10) as response:
+            return str(json.loads(response.read())["role"])
+    except OSError:
+        return None
