@@ -16,11 +16,13 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
+from gateway.admin.site import admin_resource
 from gateway.broker.sqlite_store import SqliteStore
 from gateway.ha import store_lock
 from gateway.ha.role import ACTIVE, STANDBY, GatewayRole
 from gateway.ha.standby import RoleGate
 from gateway.ha.store_lock import LocksNotEnforced, StoreLock
+from tests.unit.test_admin import call, gateway_for
 
 
 def test_the_lock_excludes_a_second_holder_until_released(tmp_path: Path) -> None:
@@ -152,3 +154,24 @@ def test_a_stopped_standby_does_not_take_over(tmp_path: Path) -> None:
     reactor.run_when_called()
     assert started == ["standby"] and gateway.role.standby
     assert StoreLock(path).try_acquire()  # released again
+
+
+def test_the_admin_endpoint_of_a_standby_says_standby_everywhere() -> None:
+    gateway = gateway_for({})
+    gateway.started_at = None
+    gateway.role.become_standby("/d/broker.sqlite")
+    site = admin_resource(gateway, gateway.admin)
+    code, document = call(site, "GET", "/readyz")
+    assert code == 503 and document["reasons"] == [
+        "standby: another gateway holds the message store's lock (gateway.ha)"]
+    code, document = call(site, "GET", "/health")
+    assert (code, document["status"], document["reason"], document["role"]) == (503, "DOWN", "standby", STANDBY)
+    assert call(site, "GET", "/livez")[0] == 200
+    code, document = call(site, "GET", "/status")
+    assert (code, document["role"], document["store_lock"], document["last_takeover"]) == (
+        200, STANDBY, "/d/broker.sqlite", None)
+    gateway.role.took_over("/d/broker.sqlite", 1.0, 0.5, 7)
+    gateway.started_at = 2.0
+    assert call(site, "GET", "/status")[1]["last_takeover"] == {"at": 1.0, "duration_seconds": 0.5,
+                                                                "recovered_messages": 7}
+    assert call(site, "GET", "/health")[1].get("reason") is None
