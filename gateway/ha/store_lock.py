@@ -42,8 +42,11 @@ class StoreLock:
         """The descriptor holding the lock (None: not held, or handed over)."""
 
     def _open(self) -> int:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise GatewayError(f"message store {self.path} cannot be opened: {error.strerror or error}") from None
 
     def try_acquire(self) -> bool:
         """Take the lock if it is free (True); False while another process holds it.

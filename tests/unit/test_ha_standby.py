@@ -18,6 +18,7 @@ from twisted.python.failure import Failure
 
 from gateway.admin.site import admin_resource
 from gateway.broker.sqlite_store import SqliteStore
+from gateway.errors import GatewayError
 from gateway.ha import store_lock
 from gateway.ha.role import ACTIVE, STANDBY, GatewayRole
 from gateway.ha.standby import RoleGate
@@ -65,6 +66,12 @@ def test_a_file_system_that_refuses_locks_is_refused(tmp_path: Path, monkeypatch
     monkeypatch.setattr(store_lock.fcntl, "flock", refuse)
     with pytest.raises(LocksNotEnforced, match=r"refuses file locks \(No locks available\).*high-availability"):
         StoreLock(str(tmp_path / "broker.sqlite")).try_acquire()
+
+
+def test_a_store_that_cannot_be_opened_is_named(tmp_path: Path) -> None:
+    (tmp_path / "data").write_text("a file where the data directory should be")
+    with pytest.raises(GatewayError, match=r"message store .*/data/broker.sqlite cannot be opened: "):
+        StoreLock(str(tmp_path / "data" / "broker.sqlite")).try_acquire()
 
 
 def test_role_status_and_metrics() -> None:
