@@ -30,8 +30,13 @@ def gateway_pair(workdir: Path, args: list[str] | None = None, timeout: float = 
                        for name, port in zip("ab", admins, strict=True))
     standby.data_dir = active.data_dir
     active.start(timeout)
-    launch(standby)
-    wait_for_port(admins[1], timeout=timeout)
+    try:
+        launch(standby)
+        wait_for_port(admins[1], timeout=timeout)
+    except BaseException:
+        standby.kill()
+        active.kill()
+        raise
     return active, admins[0], standby, admins[1]
 
 
