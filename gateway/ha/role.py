@@ -63,7 +63,10 @@ class GatewayRole:
 
     def become_active(self, lock_path: str | None) -> None:
         self.lock_path = lock_path
-        self._change(ACTIVE, "active: this gateway holds the message store's lock on {path}")
+        if lock_path is None:
+            self._change(ACTIVE, "active: the message store is in memory (no lock: no standby can share it)")
+        else:
+            self._change(ACTIVE, "active: this gateway holds the message store's lock on {path}")
 
     def took_over(self, lock_path: str, obtained_at: float, duration: float, recovered: int) -> None:
         """Record a takeover (the lock obtained at wall-clock ``obtained_at``) and become active."""
