@@ -23,6 +23,7 @@ from gateway.bridges.service import bridges_for_gateway
 from gateway.config import GatewayConfig
 from gateway.connectors.configured import configured_connectors
 from gateway.deferreds import gather
+from gateway.ha.role import GatewayRole
 from gateway.identity import resolve_gateway_id
 from gateway.interfaces import IConnector
 from gateway.login_throttle import build_login_throttle
@@ -57,6 +58,8 @@ class Gateway:
         """Per-destination permissions (:class:`~gateway.interfaces.IAuthorizer`; allows all without entries)."""
         self.login_throttle = build_login_throttle(config.auth, reactor, config.path, self.registry)
         self.admin = parse_admin_settings(config.admin, config.path, has_users=self.portal is not None)
+        self.role = GatewayRole(self.registry)
+        """Active or standby (:mod:`gateway.ha`): the admin endpoint reports it."""
         self.started_at: float | None = None
         """When :meth:`start` brought the connectors up (reactor seconds)."""
         self.transform_config = parse_transform_config(config.transform, config.path)

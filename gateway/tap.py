@@ -5,7 +5,8 @@ configured listeners), ``--data-dir`` and ``--set dotted.key=value``
 (repeatable); :func:`makeService` loads the configuration (a bad one stops
 start-up with one message naming file, key and problem) and returns the
 :class:`GatewayService`, which starts the connectors (recovering stored
-messages) before it opens any listener.  At start-up the process raises its
+messages) before it opens any listener; a second gateway on the same message store waits as a
+standby until the store's lock is free (:mod:`gateway.ha`).  At start-up the process raises its
 open-file limit to the hard limit (one descriptor per connection), and every
 listener gets the configured listen backlog unless its spec names one; a native
 crash (SIGSEGV ...) writes every thread's Python stack to standard error (faulthandler).
@@ -35,6 +36,7 @@ from twisted.python import usage
 from gateway.app import Gateway, build_gateway
 from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError, GatewayError
+from gateway.ha.standby import RoleGate
 from gateway.locations import choose_config
 from gateway.log_observer import FORMATS, GatewayLogObserver, build_observer, parse_level
 from gateway.reload import ConfigReloader
@@ -148,6 +150,8 @@ class GatewayService(service.MultiService):
         self.observer = observer
         self.reloader = reloader
         self._status_pipe: int | None = None
+        self._admin_open = False
+        self.gate: RoleGate | None = None
 
     def setServiceParent(self, parent: Any) -> None:
         super().setServiceParent(parent)
@@ -165,11 +169,23 @@ class GatewayService(service.MultiService):
         if self.reloader is not None:
             reload = self.reloader.reload
             signal.signal(signal.SIGHUP, lambda signum, frame: self.reactor.callFromThread(reload))
+        # active when the store's lock is free, else a standby until it is (gateway.ha)
+        self.gate = RoleGate(self.gateway, self.reactor, activate=self._start_gateway,
+                             standby_opened=self._standby_opened, failed=self._failed)
+        self.gate.start()
+
+    def _start_gateway(self) -> Deferred[Any]:
+        """The start-up of the active gateway: connectors (recovering the store), bridges, listeners."""
         d: Deferred[Any] = self.gateway.start()
         d.addCallback(lambda _: self._listen())
         d.addCallback(lambda _: self._listen_admin())
         d.addCallback(lambda _: self._report_status(b"0"))
-        d.addErrback(self._failed)
+        return d
+
+    def _standby_opened(self) -> None:
+        """A standby: only the admin endpoint listens (a daemon's parent is told it started)."""
+        self._listen_admin()
+        self._report_status(b"0")
 
     def _still_starting(self) -> None:
         if self._status_pipe is not None:
@@ -209,8 +225,9 @@ class GatewayService(service.MultiService):
     def _listen_admin(self) -> None:
         """Open the admin endpoint's listeners (``[admin] listen``), if any."""
         settings = self.gateway.admin
-        if not settings.listen:
+        if not settings.listen or self._admin_open:
             return
+        self._admin_open = True
         from gateway.admin.site import admin_site
 
         site = admin_site(self.gateway, settings)
@@ -247,7 +264,10 @@ class GatewayService(service.MultiService):
 
     def stopService(self) -> Deferred[Any]:
         d: Deferred[Any] = DeferredList([s.stopService() for s in self.listeners if s.running])
-        d.addCallback(lambda _: self.gateway.stop())
+        if self.gate is not None:
+            self.gate.stop()
+        if self.gate is None or self.gate.activated:  # (a standby started nothing)
+            d.addCallback(lambda _: self.gateway.stop())
         d.addErrback(self._stop_failed)  # shutdown goes on whatever failed
         service.Service.stopService(self)
         return d

@@ -50,7 +50,8 @@ def gateway_health(gateway_id: str, connectors: Mapping[str, Any], bridges: list
 
 
 def gateway_status(gateway: Any, now: float) -> dict[str, Any]:
-    """The ``/status`` document: uptime, connections, every connector's and bridge's status."""
+    """The ``/status`` document: uptime, role and last takeover (:mod:`gateway.ha`), connections,
+    every connector's and bridge's status."""
     from gateway import __version__
 
     connectors: dict[str, Any] = {}
@@ -62,6 +63,7 @@ def gateway_status(gateway: Any, now: float) -> dict[str, Any]:
         "id": gateway.config.id,
         "version": __version__,
         "uptime_seconds": round(now - started, 3) if started is not None else None,
+        **gateway.role.status(),
         "stomp_connections": len(gateway.factory.connections),
         "connectors": connectors,
         "bridges": gateway.bridges.status(),

@@ -5,7 +5,8 @@ the reactor thread, so any answer at all proves it; it is 200 whatever the
 brokers do (a liveness probe must not restart a gateway because ActiveMQ is
 down).  *Readiness* says messages move: the connectors are started, no
 connector, route or bridge is down by :mod:`gateway.admin.health`'s rules,
-and no bridge is still starting; otherwise 503 with every reason.
+and no bridge is still starting; otherwise 503 with every reason (a standby
+gateway, :mod:`gateway.ha`, is never ready: ``standby``).
 ``/health`` keeps its meaning (the parts, UP or DOWN).
 """
 
@@ -34,7 +35,9 @@ def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
     ``(503, {"status": "DOWN", "reasons": [...]})`` naming each part that is not (``connector
     activemq: retrying, ...``, ``bridge copy: starting``, ``gateway: connectors not started``)."""
     reasons: list[str] = []
-    if gateway.started_at is None:
+    if gateway.role.standby:
+        reasons.append("standby: another gateway holds the message store's lock (gateway.ha)")
+    elif gateway.started_at is None:
         reasons.append("gateway: connectors not started yet")
     bridges = gateway.bridges.status()
     health = gateway_health(gateway.config.id, gateway.connectors, bridges)

@@ -7,7 +7,7 @@
 ``GET /readyz``                        200 when connectors, routes and bridges are ready;
                                        503 with the reasons otherwise
 ``GET /metrics``                       the gateway's Prometheus registry (text format)
-``GET /status``                        uptime, STOMP connections, connectors, bridges
+``GET /status``                        uptime, role, STOMP connections, connectors, bridges
 ``GET /bridges``, ``/bridges/NAME``    bridge status (administrators: others see none)
 ``POST /bridges/NAME/ACTION``          ``start``, ``stop``, ``pause``, ``resume``; answers
                                        with the bridge's status once the action is done
@@ -280,6 +280,8 @@ class AdminRoot(Resource):
 
         def health() -> tuple[int, Any]:
             document = gateway_health(gateway.config.id, gateway.connectors, gateway.bridges.status())
+            if gateway.role.standby:  # (nothing runs: its connectors' health says nothing)
+                document.update(status=DOWN, role=gateway.role.role, reason="standby")
             return (503 if document["status"] == DOWN else 200), document
 
         self.putChild(b"health", JsonPage(health))

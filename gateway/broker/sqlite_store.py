@@ -293,6 +293,14 @@ class SqliteStore:
                 time.sleep(0.05)
         self._lock_fd = fd
 
+    def adopt_lock(self, fd: int) -> None:
+        """Use ``fd``, an open descriptor of this file that holds its ``flock`` already (taken by
+        :mod:`gateway.ha.store_lock` before the store opens), as the store's lock; closed with the store."""
+        if self._lock_fd is not None:
+            os.close(fd)
+            return
+        self._lock_fd = fd
+
     def _unlock(self, result: Any = None) -> Any:
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
