@@ -38,7 +38,7 @@ def receipt_for(frame: Frame) -> Frame | None:
 class Answer:
     """The answer of one frame that is not known yet (a place in the line)."""
 
-    __slots__ = ("done", "final", "frame", "line", "reply")
+    __slots__ = ("done", "final", "frame", "line", "queued", "reply")
 
     def __init__(self, line: ReceiptLine, frame: Frame) -> None:
         self.line = line
@@ -46,6 +46,8 @@ class Answer:
         self.done = False
         self.reply: Frame | None = None
         self.final = False
+        self.queued = False
+        """Whether it holds its place in the line (else :meth:`ReceiptLine.place` gives it one)."""
 
     def succeeded(self, _result: object = None) -> None:
         """The frame was done: its RECEIPT (if it asked for one) goes out in its turn."""
@@ -57,10 +59,14 @@ class Answer:
 
     def settled(self, error: Exception | None, _ack: object) -> None:
         """The ``settled(error, ack)`` callback of a posting connector."""
-        if error is None:
-            self.settle(receipt_for(self.frame))
-        else:
+        if error is not None:
             self.failed(error)
+        elif "receipt" in self.frame.headers:
+            self.settle(receipt_for(self.frame))
+        else:  # (the usual SEND: nothing to write)
+            self.done = True
+            if self.queued:
+                self.line.advance()
 
     def settle(self, reply: Frame | None, final: bool = False) -> None:
         if self.done:
@@ -68,7 +74,8 @@ class Answer:
         self.done = True
         self.reply = reply
         self.final = final
-        self.line.advance()
+        if self.queued:
+            self.line.advance()
 
 
 class ReceiptLine:
@@ -114,9 +121,28 @@ class ReceiptLine:
     def later(self, frame: Frame) -> Answer:
         """A place for the answer of ``frame``, known later (:meth:`Answer.settle` and its adapters)."""
         answer = Answer(self, frame)
+        answer.queued = True
         if not self.ended:
             self._waiting.append(answer)
         return answer
+
+    def pending(self, frame: Frame) -> Answer:
+        """An answer for ``frame`` that takes its place only at :meth:`place`: the hot path of a frame
+        handed to a connector that may settle it before returning (then nothing waits in the line)."""
+        return Answer(self, frame)
+
+    def place(self, answer: Answer) -> None:
+        """``answer`` (from :meth:`pending`) takes its place now: written at once if it is known and
+        nothing waits before it, else in its turn."""
+        if answer.done and not self._waiting:
+            if answer.reply is not None or answer.final:
+                self._emit(answer.reply, answer.final)
+            return
+        answer.queued = True
+        if not self.ended:
+            self._waiting.append(answer)
+            if answer.done:
+                self.advance()
 
     def track(self, result: Deferred[Any], frame: Frame) -> None:
         """Answer ``frame`` when ``result`` fires: its RECEIPT on success, its ERROR on failure."""

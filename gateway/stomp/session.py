@@ -614,18 +614,16 @@ class StompSession:
     def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
         """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles,
         in frame order."""
-        if "receipt" in frame.headers:
-            answer = self._answers.later(frame)
-            confirm = True
-        else:
-            # (only its command is read to answer an error: the frame is not kept)
-            answer = self._answers.later(_UNRECEIPTED_SEND)
-            confirm = False
+        confirm = "receipt" in frame.headers
+        # (without a receipt only its command is read to answer an error: the frame is not kept)
+        answer = self._answers.pending(frame if confirm else _UNRECEIPTED_SEND)
         try:
             post(message, answer.settled, confirm)
         except BaseException:  # (an unexpected error before it settled: it never will; ERROR follows)
             answer.settle(None)
             raise
+        finally:
+            self._answers.place(answer)
 
     def _routed_send(self, message: Message | None, frame: Frame, transaction: Transaction | None) -> Deferred[None]:
         if message is None:  # dropped by a transformer
