@@ -11,7 +11,7 @@ RUNTIME := $(VENV)/.installed-runtime
 TEST_WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 2
 
-.PHONY: setup system-deps run test check unit integration bench clean
+.PHONY: setup system-deps run test check unit integration test-random bench clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ integration: setup system-deps
 
 test: setup system-deps check
 	$(PYTEST) tests
+
+# The property tests with new random examples (the suite's own runs are derandomized: tests/conftest.py);
+# JMSGATEWAY_MODEL_EXAMPLES=3000 makes the broker model's runs longer.
+test-random: setup system-deps
+	$(PYTEST) -m hypothesis --hypothesis-profile=random tests/unit tests/integration/test_selector_differential.py
 
 bench: setup system-deps
 	$(PY) -m bench

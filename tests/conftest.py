@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.activemq import ActiveMQBroker
 from tests.support.gateway import GatewayProcess
@@ -44,6 +45,16 @@ def _install_reactor_deadline() -> None:
 
 
 _install_reactor_deadline()
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+"""Every property test of the suite, unless told otherwise: the same examples on every run and
+every machine (each test's examples derive from its own code), so a failure in CI is a change in
+the code, never a new random draw; nothing is read from or saved to an example database."""
+settings.register_profile("random", derandomize=False, print_blob=True)
+"""``--hypothesis-profile=random`` (``make test-random``): new random examples each run, for long
+runs that look for what the fixed examples miss; a failure prints the blob that reproduces it
+(``@reproduce_failure``), to be added to the test as an ``@example``."""
+settings.load_profile("ci")  # (hypothesis' own --hypothesis-profile, read later, overrides it)
 
 SHARED_GROUPS = {"tests/pipeline/": "spark"}
 """Test folders whose files share an expensive session fixture: under pytest-xdist they run

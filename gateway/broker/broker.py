@@ -48,7 +48,7 @@ from gateway.broker.limits import (
     message_size,
 )
 from gateway.broker.paging import PageFile, StoredTail
-from gateway.broker.publication import PublicationOrder
+from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
 from gateway.broker.sqlite_records import decode_message
 from gateway.broker.store import (
@@ -220,6 +220,9 @@ class EmbeddedBroker:
         self._subscribing: set[str] = set()
         """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._publishing = PublicationOrder()
+        self._arriving = 0
+        """Counted bytes of the messages admitted and not yet in their queues (waiting for the
+        store or for earlier messages): they count against the limits as if they were there."""
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -491,13 +494,16 @@ class EmbeddedBroker:
         transaction) would pass ``queue``'s ``max_size`` (counting what it paged out) or the
         broker's ``memory_limit``."""
         return self._over_own(queue, size, batch) or \
-            self.memory.used + size + (batch.get(None, 0) if batch else 0) > self.memory.limit
+            self.memory.used + self._arriving + size + (batch.get(None, 0) if batch else 0) > self.memory.limit
 
     @staticmethod
     def _over_own(queue: MessageQueue, size: int, batch: dict[MessageQueue | None, int] | None) -> bool:
+        """Whether ``queue`` would pass its ``max_size``: what it holds (in memory and paged out),
+        what is on the way to it (:attr:`MessageQueue.arriving`: in flight to the store), ``size``."""
         if not queue.max_size:
             return False
-        return queue.memory + queue.paged_size + size + (batch.get(queue, 0) if batch else 0) > queue.max_size
+        return (queue.memory + queue.paged_size + queue.arriving + size + (batch.get(queue, 0) if batch else 0)
+                > queue.max_size)
 
     def _admit(
         self, message: Message, targets: list[MessageQueue], batch: dict[MessageQueue | None, int] | None = None
@@ -625,14 +631,16 @@ class EmbeddedBroker:
 
         if not entries:
             settle(True)
-            return succeed(None)
+            shown = self._when_shown(waiting)
+            return succeed(None) if shown is None else shown
         size = sum(message_size(message) for message, _ in plan)
         self._writing_started(size)
         written: Deferred[None] = self.store.add_batch(entries)
 
-        def stored(_: object) -> None:
+        def stored(_: object) -> Deferred[None] | None:
             self._writing_ended(size)
             settle(True)
+            return self._when_shown(waiting)  # (the send is done once its messages are in their queues)
 
         def failed(failure: Any) -> Any:
             self._writing_ended(size)
@@ -640,6 +648,25 @@ class EmbeddedBroker:
             return failure
 
         return written.addCallbacks(stored, failed)
+
+    @staticmethod
+    def _when_shown(waiting: list[tuple[str, Publication]]) -> Deferred[None] | None:
+        """None when every publication of ``waiting`` is in its queues; else a Deferred fired once
+        they are (they wait behind earlier messages to their destinations, still being written)."""
+        late = [publication for _, publication in waiting if not publication.shown]
+        if not late:
+            return None
+        shown: Deferred[None] = Deferred()
+        left = [len(late)]
+
+        def one_shown() -> None:
+            left[0] -= 1
+            if not left[0]:
+                shown.callback(None)
+
+        for publication in late:
+            publication.then = one_shown
+        return shown
 
     def _writing_started(self, size: int) -> None:
         """``size`` bytes of messages wait for the store: past :attr:`_write_hold`, senders are held
@@ -661,8 +688,29 @@ class EmbeddedBroker:
                 if destination not in self._blocked:
                     congestion.resumeProducing()
 
-    def _shower(self, message: Message, targets: list[MessageQueue]) -> Callable[[], None]:
-        return lambda: self._enqueue([(message, targets)])
+    def _shower(self, message: Message, targets: list[MessageQueue]) -> Callable[[bool], None]:
+        """What makes ``message`` visible in ``targets`` once its turn comes (``show(True)``), or
+        gives up its place when it was not stored (``show(False)``); until then it counts against
+        their limits (:attr:`MessageQueue.arriving`)."""
+        size = message_size(message)
+        self._arriving += size
+        for queue in targets:
+            queue.arriving += size
+
+        def show(stored: bool) -> None:
+            self._arriving -= size
+            for queue in targets:
+                queue.arriving -= size
+            if not stored:
+                return
+            if message.expiration and message.is_expired(self.now_ms()):
+                self.metrics.expired.inc()
+                return
+            self.metrics.enqueued.count += 1
+            for queue in targets:
+                queue.enqueue(message, size)
+
+        return show
 
     def _enqueue(self, plan: list[tuple[Message, list[MessageQueue]]]) -> None:
         now = self.now_ms()

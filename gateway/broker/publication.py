@@ -16,14 +16,21 @@ from collections.abc import Callable
 
 
 class Publication:
-    """One message waiting for its turn to become visible."""
+    """One message waiting for its turn to become visible.
 
-    __slots__ = ("settled", "show", "stored")
+    :ivar show: called once in its turn: ``show(True)`` makes it visible, ``show(False)`` gives
+        its place up (it was not stored).
+    :ivar then: called once it is visible (its sender's answer waits for that).
+    """
 
-    def __init__(self, show: Callable[[], None]) -> None:
+    __slots__ = ("settled", "show", "shown", "stored", "then")
+
+    def __init__(self, show: Callable[[bool], None]) -> None:
         self.show = show
         self.settled = False
         self.stored = False
+        self.shown = False
+        self.then: Callable[[], None] | None = None
 
 
 class PublicationOrder:
@@ -36,7 +43,7 @@ class PublicationOrder:
         """Whether earlier messages to ``destination`` still wait (a new one must queue behind them)."""
         return destination in self._lines
 
-    def wait(self, destination: str, show: Callable[[], None]) -> Publication:
+    def wait(self, destination: str, show: Callable[[bool], None]) -> Publication:
         """Queue ``show`` behind what waits for ``destination``; it runs once :meth:`settle` said so
         and every earlier one settled."""
         publication = Publication(show)
@@ -50,7 +57,10 @@ class PublicationOrder:
         line = self._lines.get(destination)
         while line and line[0].settled:
             ready = line.popleft()
+            ready.show(ready.stored)
             if ready.stored:
-                ready.show()
+                ready.shown = True
+                if ready.then is not None:
+                    ready.then()
         if line is not None and not line:
             del self._lines[destination]

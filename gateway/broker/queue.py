@@ -138,6 +138,9 @@ class MessageQueue:
         self._dispatching = False
         self._again = False
         self.memory = 0
+        self.arriving = 0
+        """Counted bytes of messages admitted to this queue and not in it yet (being stored):
+        the owner counts them against ``max_size`` (a pipelined sender must not pass it)."""
         self.usage: MemoryUsage = owner.memory
         self.policy: DestinationPolicy = owner.policy(name)
         self.max_size = self.policy.max_size

@@ -41,6 +41,7 @@ from gateway.selector.values import (
     Value,
     arithmetic,
     comparator,
+    java_negate,
     like_matcher,
     mismatch_value,
     negate,
@@ -148,7 +149,7 @@ class _Compiler:
             return _Operand(get_property, property_name=name)
         if isinstance(node, Negate):
             inner = self.operand(node.operand)
-            unary = unary_plus if node.plus else negate
+            unary = unary_plus if node.plus else java_negate if self.dialect.java_overflow else negate
             if inner.is_constant:
                 return _constant(unary(inner.constant))
             inner_function = inner.function

@@ -42,6 +42,9 @@ class Dialect:
         as Java doubles with ``Double.compareTo`` (-0.0 < 0.0, NaN equal to
         itself and above +Infinity, longs rounded to double) instead of
         exact IEEE comparison.
+    :ivar java_overflow: exact ``+ - *`` and unary minus wrap as Java's int (32 bits, when both
+        operands fit in an int) and long (64 bits) arithmetic do, as in ActiveMQ, instead of
+        staying exact.
     """
 
     convert_strings: bool = True
@@ -51,6 +54,7 @@ class Dialect:
     order_strings: bool = False
     divide_as_double: bool = False
     java_double_order: bool = False
+    java_overflow: bool = False
 
 
 STOMP = Dialect()
@@ -66,6 +70,7 @@ _ACTIVEMQ_QUIRKS = {
     "order_strings": True,
     "divide_as_double": True,
     "java_double_order": True,
+    "java_overflow": True,
 }
 
 ACTIVEMQ_STOMP = Dialect(convert_strings=True, **_ACTIVEMQ_QUIRKS)

@@ -166,11 +166,43 @@ def _integer_divide(left: int, right: int) -> int | None:
     return quotient if (left < 0) == (right < 0) else -quotient
 
 
+def java_wrap(number: int, *operands: int) -> int:
+    """``number``, an exact result of ``operands``, wrapped the way Java's arithmetic overflows:
+    in 32 bits when every operand is a Java int, else in 64 bits (a long).
+
+    An exact value counts as an int when it fits in 32 bits: ActiveMQ makes every literal
+    that fits an ``Integer`` and the differential test sets such properties with
+    ``setIntProperty``.  (A Java long whose value fits in 32 bits is the case this cannot tell:
+    see docs/selectors.md.)"""
+    if all(INT_MIN <= operand <= INT_MAX for operand in operands):
+        if INT_MIN <= number <= INT_MAX:
+            return number
+        return (number - INT_MIN) % 2**32 + INT_MIN
+    if LONG_MIN <= number <= LONG_MAX:
+        return number
+    return (number - LONG_MIN) % 2**64 + LONG_MIN
+
+
 def arithmetic(operator_symbol: str, dialect: Dialect) -> Combiner:
     """``+ - * /`` with Java numeric promotion; non-numbers and NULL give NULL.
 
-    Exact arithmetic is not wrapped at 32/64 bits (see docs/selectors.md).
+    Exact arithmetic wraps at 32/64 bits only with :attr:`Dialect.java_overflow` (see
+    docs/selectors.md).
     """
+    if dialect.java_overflow:
+        exact = _exact_arithmetic(operator_symbol, dialect)
+
+        def wrapping(left: Value, right: Value) -> Value:
+            result = exact(left, right)
+            if type(result) is int and type(left) is int and type(right) is int:
+                return java_wrap(result, left, right)
+            return result
+
+        return wrapping
+    return _exact_arithmetic(operator_symbol, dialect)
+
+
+def _exact_arithmetic(operator_symbol: str, dialect: Dialect) -> Combiner:
     divide_as_double = dialect.divide_as_double
 
     def combine(left: Value, right: Value) -> Value:
@@ -202,6 +234,14 @@ def negate(value: Value) -> Value:
     if kind is int or kind is float:
         return -value  # type: ignore[operator]
     return None
+
+
+def java_negate(value: Value) -> Value:
+    """Unary minus wrapping as Java's (``-Integer.MIN_VALUE`` is itself, so is ``-Long.MIN_VALUE``)."""
+    result = negate(value)
+    if type(result) is int and type(value) is int:
+        return java_wrap(result, value)
+    return result
 
 
 def unary_plus(value: Value) -> Value:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from twisted.cred.credentials import Anonymous, UsernamePassword
 from twisted.cred.error import LoginFailed, UnauthorizedLogin
 from twisted.cred.portal import Portal
-from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -62,6 +62,7 @@ from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.stomp.codec import unrepresentable
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.frame import VERSIONS, Frame
+from gateway.stomp.receipts import ReceiptLine, receipt_for
 from gateway.stomp.sender_identity import stamp_sender
 
 SERVER_NAME = f"jmsgateway/{__version__}"
@@ -231,11 +232,8 @@ class StompSession:
         self._ack_ids: dict[str, StompSubscription] = {}
         self._ack_seq = itertools.count(1)
         self._backlog: list[Frame] = []
-        self._pending: set[Deferred[Any]] = set()
-        self._posted = 0
-        """SENDs handed to a posting connector that have not settled yet."""
-        self._posts_drained: list[Deferred[None]] = []
-        """Fired when ``_posted`` drops to zero (DISCONNECT waits for them)."""
+        self._answers = ReceiptLine(self._write, self._close_now, self._error_answer)
+        """RECEIPTs and ERRORs, written in the order of the frames they answer (:mod:`gateway.stomp.receipts`)."""
         self._paused = False
         self._held_by: set[Congestion] = set()
         """Congested targets this session stopped reading for (:mod:`gateway.flow`)."""
@@ -298,6 +296,7 @@ class StompSession:
         if self.connected_logged:
             self.log.info("STOMP disconnect from {peer} (login {login})", peer=self.peer, login=self.login or "-")
         self.state = "closed"
+        self._answers.abandon()
         self._cancel_heartbeats()
         # Nothing more is delivered here: what the rollback and the closes
         # return goes to other consumers, each message counted once.
@@ -337,9 +336,14 @@ class StompSession:
     # -- errors ------------------------------------------------------------
 
     def fail(self, error: StompError | StompProtocolError, frame: Frame | None = None) -> None:
-        """Send an ERROR frame about ``error`` and close the connection."""
+        """Stop the connection for ``error``: its ERROR frame goes out after the answers of the
+        frames before (:class:`ReceiptLine`), then the connection closes."""
         if self.state in ("closing", "closed"):
             return
+        self._answers.now(self._error_frame(error, frame), final=True)
+
+    def _error_frame(self, error: StompError | StompProtocolError, frame: Frame | None) -> Frame:
+        """The ERROR frame about ``error``; from now on nothing more is read or delivered."""
         headers = {"message": error.message, "content-type": "text/plain"}
         if frame is not None and "receipt" in frame.headers:
             headers["receipt-id"] = frame.headers["receipt"]
@@ -348,44 +352,43 @@ class StompSession:
         detail = error.detail or error.message
         text = f"{frame.command} frame: {detail}" if frame is not None else detail
         self.log.info("ERROR to {peer}: {message}: {detail}", peer=self.peer, message=error.message, detail=detail)
-        self.sink.send_frame(Frame("ERROR", headers, f"{text}\n".encode()))
-        self.state = "closing"
-        self._stop_deliveries()
-        self.sink.close()
+        if self.state not in ("closing", "closed"):
+            self.state = "closing"
+            self._stop_deliveries()
+        return Frame("ERROR", headers, f"{text}\n".encode())
+
+    def _stomp_error(self, reason: BaseException | Failure, frame: Frame) -> StompError | StompProtocolError:
+        """What the client is told about ``reason`` (a frame's failure)."""
+        error = reason.value if isinstance(reason, Failure) else reason
+        if isinstance(error, StompError | StompProtocolError):
+            return error
+        if isinstance(error, GatewayError):
+            return StompError(_error_title(error), str(error))
+        self.log.failure("unexpected error handling {command}",
+                         reason if isinstance(reason, Failure) else Failure(reason), command=frame.command)
+        return StompError("internal error", f"the gateway failed to process {frame.command}")
+
+    def _error_answer(self, reason: BaseException | Failure, frame: Frame) -> Frame:
+        """:class:`ReceiptLine`: the ERROR answering a frame that failed later."""
+        return self._error_frame(self._stomp_error(reason, frame), frame)
 
     def _failure(self, failure: Failure, frame: Frame) -> None:
-        error = failure.value
-        if isinstance(error, StompError | StompProtocolError):
-            self.fail(error, frame)
-        elif isinstance(error, GatewayError):
-            self.fail(StompError(_error_title(error), str(error)), frame)
-        else:
-            self.log.failure("unexpected error handling {command}", failure, command=frame.command)
-            self.fail(StompError("internal error", f"the gateway failed to process {frame.command}"), frame)
+        self.fail(self._stomp_error(failure, frame), frame)
 
     def _track(self, d: Deferred[Any], frame: Frame) -> None:
-        """Send the RECEIPT when ``d`` succeeds, ERROR when it fails."""
-        # (a settled result is mostly None; Deferred is an ABC, so isinstance against it costs ~1 µs)
-        if d.called and (getattr(d, "result", None) is None or not isinstance(d.result, _UNSETTLED)):
-            self._receipt(frame)
-            return
-        self._pending.add(d)
-
-        def done(result: object) -> None:
-            self._pending.discard(d)
-            if self.state in ("connected", "disconnecting"):  # (a DISCONNECT waits for this receipt)
-                self._receipt(frame)
-
-        def failed(failure: Failure) -> None:
-            self._pending.discard(d)
-            self._failure(failure, frame)
-
-        d.addCallbacks(done, failed)
+        """Answer ``frame`` when ``d`` fires (RECEIPT, or ERROR and close), in frame order."""
+        self._answers.track(d, frame)
 
     def _receipt(self, frame: Frame) -> None:
-        receipt = frame.headers.get("receipt")
-        if receipt is not None:
-            self._write(Frame("RECEIPT", {"receipt-id": receipt}))
+        """``frame`` is done: its RECEIPT, if it asked for one, goes out in its turn."""
+        if "receipt" in frame.headers:
+            self._answers.now(receipt_for(frame))
+
+    def _close_now(self) -> None:
+        """:class:`ReceiptLine`: the final answer was written."""
+        if self.state != "closed":
+            self.state = "closing"
+        self.sink.close()
 
     def _write(self, frame: Frame) -> None:
         self.last_sent = self.clock.seconds()
@@ -625,59 +628,29 @@ class StompSession:
     def _forward(self, forward: Callable[..., bool], destination: str, frame: Frame) -> bool:
         """Offer the SEND to a connector that takes frames as they are (no message
         built); False when it declines and the message path must run."""
-        settled = self._settlement(frame)
+        answer = self._answers.later(frame)
         try:
-            taken = forward(destination, frame.headers, frame.body, self.default_persistent, settled)
+            taken = forward(destination, frame.headers, frame.body, self.default_persistent, answer.settled)
         except BaseException:
-            self._posted -= 1
+            answer.settle(None)  # (the ERROR follows)
             raise
         if not taken:
-            self._posted -= 1
+            answer.settle(None)  # (answered by the message path)
         return taken
 
     def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
-        """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles."""
-        if "receipt" in frame.headers:
-            settled = self._settlement(frame)  # (counted in _posted)
-            confirm = True
-        else:
-            self._posted += 1
-            settled = self._settled_unreceipted
-            confirm = False
+        """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles,
+        in frame order."""
+        confirm = "receipt" in frame.headers
+        # (without a receipt only its command is read to answer an error: the frame is not kept)
+        answer = self._answers.pending(frame if confirm else _UNRECEIPTED_SEND)
         try:
-            post(message, settled, confirm)
+            post(message, answer.settled, confirm)
         except BaseException:  # (an unexpected error before it settled: it never will; ERROR follows)
-            self._posted -= 1
+            answer.settle(None)
             raise
-
-    def _settled_unreceipted(self, error: Exception | None, _ack: object) -> None:
-        """The ``settled`` callback of a posted SEND without a receipt (one for all of them:
-        nothing of the frame but its command is needed to answer an error)."""
-        self._posted -= 1
-        if error is not None:
-            self._failure(Failure(error), _UNRECEIPTED_SEND)
-        if not self._posted and self._posts_drained:
-            waiters, self._posts_drained = self._posts_drained, []
-            for waiter in waiters:
-                waiter.callback(None)
-
-    def _settlement(self, frame: Frame) -> Callable[[Exception | None, object], None]:
-        """The ``settled`` callback of one posted SEND (counted until it runs)."""
-        self._posted += 1
-
-        def settled(error: Exception | None, _ack: object) -> None:
-            self._posted -= 1
-            if error is None:
-                if self.state in ("connected", "disconnecting"):
-                    self._receipt(frame)
-            else:
-                self._failure(Failure(error), frame)
-            if not self._posted and self._posts_drained:
-                waiters, self._posts_drained = self._posts_drained, []
-                for waiter in waiters:
-                    waiter.callback(None)
-
-        return settled
+        finally:
+            self._answers.place(answer)
 
     def _routed_send(self, message: Message | None, frame: Frame, transaction: Transaction | None) -> Deferred[None]:
         if message is None:  # dropped by a transformer
@@ -742,7 +715,7 @@ class StompSession:
         where = destination if refused == destination else f"{refused}, which reaches the same target as {destination}"
         body = (f"{frame.command} frame: {who} does not hold the {permission!r} permission on {where} "
                 "([[authorization]]); nothing was done and the connection stays open\n")
-        self._write(Frame("ERROR", headers, body.encode()))
+        self._answers.now(Frame("ERROR", headers, body.encode()))
         return False
 
     # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------
@@ -1121,27 +1094,10 @@ class StompSession:
 
     def _on_disconnect(self, frame: Frame) -> None:
         # Frames after DISCONNECT are ignored; the work before it still answers (RECEIPT or ERROR),
-        # and only when all of it succeeded does the DISCONNECT's own receipt go out.
+        # and only when all of it succeeded does the DISCONNECT's own receipt go out (the line
+        # drops the answers after an ERROR), then the connection closes.
         self.state = "disconnecting"
-        pending: list[Deferred[Any]] = list(self._pending)
-        if self._posted:
-            drained: Deferred[None] = Deferred()
-            self._posts_drained.append(drained)
-            pending.append(drained)
-
-        def finish(_: object) -> None:
-            if self.state != "disconnecting":  # an earlier frame failed (ERROR sent), or the peer left
-                return
-            self.state = "closing"
-            receipt = frame.headers.get("receipt")
-            if receipt is not None:
-                self._write(Frame("RECEIPT", {"receipt-id": receipt}))
-            self.sink.close()
-
-        if pending:
-            DeferredList(pending, consumeErrors=True).addCallback(finish)
-        else:
-            finish(None)
+        self._answers.now(receipt_for(frame), final=True)
 
     _handlers: dict[str, Callable[[StompSession, Frame], None]] = {
         "CONNECT": _on_connect,

@@ -31,7 +31,15 @@ The rules it encodes:
   matching copy waiting is never left without it.
 - A restart from the store keeps persistent copies of queues and durable
   subscriptions (what was out for acknowledgement comes back counted) and
-  nothing else.
+  nothing else; so does a crash right after a RECEIPT: the receipt covered
+  every SEND the connection sent before it, persistent or not.
+- Limits (``limits``: destination -> full policy, with room for
+  :attr:`Model.room` messages in each of its backlogs, pending ones only):
+  a SEND that finds a backlog full is refused as a whole under FAIL (an
+  ERROR, nothing stored, the connection's later frames not handled), not
+  copied there under DROP (still receipted), taken under BLOCK (its sender
+  is held).  A COMMIT counts its SENDs in order and is refused as a whole
+  under FAIL.
 """
 
 from __future__ import annotations
@@ -120,8 +128,11 @@ class Transaction:
 class Model:
     """The reference state; every method is one client-visible event."""
 
-    def __init__(self, max_redeliveries: int) -> None:
+    def __init__(self, max_redeliveries: int, limits: dict[str, str] | None = None, room: int = 0) -> None:
         self.max_redeliveries = max_redeliveries
+        self.limits = limits or {}
+        """Destination -> ``FAIL``, ``DROP`` or ``BLOCK`` (``max_size`` with room for :attr:`room` messages)."""
+        self.room = room
         self.backlogs: dict[str, Backlog] = {}
         self.subscriptions: dict[tuple[int, str], Subscription] = {}
         self.transactions: dict[int, Transaction] = {}
@@ -155,11 +166,34 @@ class Model:
                 targets.append(self.backlogs[sub.backlog])
         return targets
 
-    def _publish(self, sent: Sent) -> None:
+    def _admitted(self, sent: Sent, batch: dict[int, int] | None = None) -> list[Backlog] | None:
+        """The backlogs ``sent`` enters; None when its destination's FAIL refuses it.  ``batch``
+        counts what a transaction admitted before it (by backlog)."""
+        targets = self._targets(sent)
+        policy = self.limits.get(sent.destination)
+        if policy is None:
+            return targets
+        kept = []
+        for backlog in targets:
+            pending = len(backlog.available) + (batch.get(id(backlog), 0) if batch is not None else 0)
+            if pending >= self.room and policy != "BLOCK":
+                if policy == "FAIL":
+                    return None
+                continue  # DROP: not this backlog
+            kept.append(backlog)
+        return kept
+
+    def _publish(self, sent: Sent, targets: list[Backlog] | None = None) -> bool:
+        """``sent`` enters its backlogs; False when FAIL refused it."""
+        if targets is None:
+            targets = self._admitted(sent)
+            if targets is None:
+                return False
         if sent.expired(self.now_ms):
-            return
-        for backlog in self._targets(sent):
+            return True
+        for backlog in targets:
             backlog.available[sent.body] = Copy(sent, next(self._seq))
+        return True
 
     def _release(self, backlog_key: str, copy: Copy, dlq_seq: int | None = None) -> None:
         """A delivery failed: back to its backlog counted, or to the dead-letter queue."""
@@ -180,11 +214,12 @@ class Model:
 
     # -- client actions --------------------------------------------------------
 
-    def send(self, connection: int, sent: Sent, transactional: bool) -> None:
+    def send(self, connection: int, sent: Sent, transactional: bool) -> bool:
+        """False when the SEND is refused (FAIL): ERROR, and the connection's later frames are not handled."""
         if transactional:
             self.transactions[connection].sends.append(sent)
-        else:
-            self._publish(sent)
+            return True
+        return self._publish(sent)
 
     def send_failing(self, connection: int) -> None:
         """A SEND in a transaction to a destination that does not exist."""
@@ -227,11 +262,21 @@ class Model:
     def commit(self, connection: int) -> bool:
         """Whether the COMMIT succeeds; a failed one rolls back (the connection then ends)."""
         transaction = self.transactions.pop(connection)
+        batch: dict[int, int] = {}
+        plan = []
+        for sent in transaction.sends:
+            targets = self._admitted(sent, batch)
+            if targets is None:
+                transaction.fails = True
+                break
+            for backlog in targets:
+                batch[id(backlog)] = batch.get(id(backlog), 0) + 1
+            plan.append((sent, targets))
         if transaction.fails:
             self._rollback(transaction)
             return False
-        for sent in transaction.sends:
-            self._publish(sent)
+        for sent, targets in plan:
+            self._publish(sent, targets)
         for what, sub, copies in transaction.settled:
             self._settle(what, sub, copies)
         return True

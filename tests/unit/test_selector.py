@@ -287,6 +287,22 @@ def test_activemq_dialect_reproduces_activemq() -> None:
     assert compile_selector("s > quote", dialect=ACTIVEMQ_STOMP).evaluate(msg) is True  # "red" > "it's"
 
 
+@pytest.mark.parametrize(("text", "properties", "activemq", "default"), [
+    ("0 < -(n * (3000000000 * 3000000000))", {"n": 2}, True, False),  # a long wraps at 64 bits (issue 38)
+    ("2147483647 + 1 < 0", {}, True, False),  # int op int wraps at 32 bits
+    ("n * 2147483647 < 0", {"n": 2}, True, False),
+    ("n * 3000000000 > 0", {"n": 2}, True, True),  # int op long: a long, no 32-bit wrap
+    ("-n < 0", {"n": -(2**31)}, True, False),  # -Integer.MIN_VALUE is itself
+    ("-n < 0", {"n": -(2**63)}, True, False),  # -Long.MIN_VALUE is itself
+    ("n + 1.0 > 0", {"n": 2**31 - 1}, True, True),  # double arithmetic never wraps
+])
+def test_the_activemq_dialect_wraps_exact_arithmetic_as_java(text: str, properties: dict[str, Any],
+                                                             activemq: bool, default: bool) -> None:
+    msg = TextMessage(properties=properties)
+    assert compile_selector(text, dialect=ACTIVEMQ_STOMP).evaluate(msg) is activemq
+    assert compile_selector(text).evaluate(msg) is default
+
+
 def test_selector_keeps_text_and_is_cached() -> None:
     clear_cache()
     first = compile_selector("color = 'red' AND weight > 2")

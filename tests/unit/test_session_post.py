@@ -78,7 +78,10 @@ def setup() -> Iterator[tuple[Peer, PostingConnector]]:
     broker.stop()
 
 
-def test_receipts_follow_each_send_settling(setup: tuple[Peer, PostingConnector]) -> None:
+def test_receipts_follow_the_sends_order_whatever_order_they_settle_in(
+        setup: tuple[Peer, PostingConnector]) -> None:
+    # A RECEIPT covers every earlier SEND of the connection (issue 38, defect 1): a later SEND
+    # settled first waits for the earlier ones.
     peer, connector = setup
     for n in range(3):
         peer.send("SEND", {"destination": "/queue/out.a", "receipt": f"r{n}"}, b"x")
@@ -86,10 +89,11 @@ def test_receipts_follow_each_send_settling(setup: tuple[Peer, PostingConnector]
     assert connector.confirms == [True] * 3
     assert peer.received() == []  # nothing settled yet: no receipt
     connector.posts[2][1](None, "ack")
+    assert peer.received() == []  # r2 waits for r0 and r1
     connector.posts[0][1](None, None)
-    assert [f.headers["receipt-id"] for f in peer.received()] == ["r2", "r0"]
+    assert [f.headers["receipt-id"] for f in peer.received()] == ["r0"]
     connector.posts[1][1](None, None)
-    assert [f.headers["receipt-id"] for f in peer.received()] == ["r1"]
+    assert [f.headers["receipt-id"] for f in peer.received()] == ["r1", "r2"]
     assert connector.sends == []
 
 
