@@ -641,7 +641,8 @@ def report(case: str, outcome: Outcome) -> None:
         return
     line = {"case": case, "confirmed": len(outcome.receipted), "arrived": len(outcome.arrived),
             "left": len(outcome.left), "lost": len(outcome.lost), "duplicated": len(outcome.duplicated),
-            "state": outcome.status.get("state")}
+            "state": outcome.status.get("state"), "aborted_copies": outcome.aborted_copies,
+            "recorded": outcome.recorded}
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")
 
@@ -693,6 +694,8 @@ def table(path: str) -> str:
                     verdict = f"{entry['confirmed']}: {entry['lost']} lost, {entry['duplicated']} dup"
                     if entry["state"] == "failed":
                         verdict += ", failed"
+                    if entry.get("aborted_copies"):
+                        verdict += f" ({entry['aborted_copies']} aborted copies)"
                     if known_gap(source, target, qos, fault) is not None:
                         verdict += " (gap)"
                     cells.append(verdict)
