@@ -331,11 +331,11 @@ class FaultRun:
         self.receipted.update(f"{prefix}-{index}" for index in indexes)
 
     def poison_parts(self, index: int, headers: dict[str, str]) -> tuple[dict[str, str], str | bytes]:
-        body: str | bytes = f"body s-{index}"
+        body: str | bytes = f"body {headers['seq']}"
         if self.poison(index) and self.fault == "refused":
             body = b"x" * BIG
             if self.target == "jms":
-                body = f"body s-{index}"
+                body = f"body {headers['seq']}"
                 headers = {**headers, "jmsgateway.types": REFUSED_TYPES, "n": "not a number"}
         if self.poison(index) and self.fault == "transformer-reject":
             headers = {**headers, COMPRESSION_FLAG: "gzip"}
