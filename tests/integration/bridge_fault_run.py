@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sqlite3
 import time
 import urllib.request
 import uuid
@@ -43,7 +45,19 @@ from tests.support.waiting import wait_until
 SIDES = ("embedded", "amq", "kafka", "jms")
 QOS_MODES = ("AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE")
 FAULTS = ("kill", "cut-source", "cut-target", "broker-restart", "refused", "transformer-reject", "rebalance",
-          "routed", "recreate")
+          "routed", "recreate", "stall", "slow")
+WAN_FAULTS = ("stall", "slow")
+"""Faults of a WAN link (issue 32), on the target's connection (the source's into the embedded
+broker): ``stall`` passes nothing either way for STALL_SECONDS (no RST); ``slow`` holds every
+answer SLOW_LATENCY seconds (more than the connector's send timeout) for SLOW_SECONDS."""
+WAN_SEND_TIMEOUT = 2000
+"""ms: the struck connector's ``send_timeout`` (a Kafka producer's ``message.timeout.ms``) in a WAN case."""
+STALL_SECONDS = 6.0
+SLOW_SECONDS = 6.0
+SLOW_LATENCY = 3.5
+SLOW_JITTER = 0.5
+WAN_SEED = 32
+"""The jitter's seed: the same delays every run."""
 STOPPING_FAULTS = ("refused", "transformer-reject")
 """Faults after which the bridge must be failed (a message no retry can deliver)."""
 POISON = 120
@@ -78,7 +92,35 @@ def applies(source: str, target: str, fault: str) -> str | None:
         return "a Kafka source fault"
     if fault == "routed" and target != "kafka":
         return "[routing] routes to Kafka"
+    if fault in WAN_FAULTS and source == target == "embedded":
+        return "the embedded broker has no connection to stall or slow down"
     return None
+
+
+def struck_side(source: str, target: str, fault: str) -> str | None:
+    """``"src"`` or ``"dst"``: the role whose connection goes through a proxy in this case, or None."""
+    if fault == "cut-source":
+        return "src"
+    if fault == "cut-target":
+        return "dst"
+    if fault in WAN_FAULTS:
+        return "dst" if target != "embedded" else "src"
+    return None
+
+
+_BODY_ID = re.compile(rb"^body ([a-z]-[0-9]+)$")
+
+
+def message_id_of(body: bytes | str | None, seq: str | bytes | None) -> str:
+    """The message id a run wrote into the body (``body s-17`` -> ``s-17``); a body without
+    one (a poison message) falls back to the ``seq`` header, then to ``?``."""
+    raw = body.encode() if isinstance(body, str) else (body or b"")
+    found = _BODY_ID.match(raw)
+    if found:
+        return found.group(1).decode()
+    if isinstance(seq, bytes):
+        seq = seq.decode(errors="replace")
+    return seq or "?"
 
 
 @dataclass
@@ -90,6 +132,11 @@ class Outcome:
     left: set[str]
     status: dict[str, Any]
     log: str = ""
+    aborted_copies: int = 0
+    """Kafka transactions only: copies read_uncommitted shows more than once that the bridge's
+    commit log accounts for as aborted transactions (Tansu serves them to every reader)."""
+    recorded: int | None = None
+    """Source ids the bridge's duplicate store (its commit log, ``bridges.sqlite``) holds, if it has one."""
 
     @property
     def lost(self) -> set[str]:
@@ -97,12 +144,17 @@ class Outcome:
 
     @property
     def duplicated(self) -> dict[str, int]:
+        if self.aborted_copies:
+            return {}
         return {seq: n for seq, n in self.arrived.items() if n > 1}
 
     def summary(self) -> str:
+        extra = f", copies of aborted transactions {self.aborted_copies}" if self.aborted_copies else ""
+        if self.recorded is not None:
+            extra += f", recorded in the duplicate store {self.recorded}"
         return (f"confirmed {len(self.receipted)}, at the target {len(self.arrived)}, left at the source "
                 f"{len(self.left)}, lost {len(self.lost)}, duplicated {len(self.duplicated)}, "
-                f"state {self.status.get('state')}, forwarded {self.status.get('forwarded')}")
+                f"state {self.status.get('state')}, forwarded {self.status.get('forwarded')}{extra}")
 
 
 @dataclass
@@ -167,25 +219,29 @@ class FaultRun:
     def config(self, *, enabled: bool = True) -> str:
         parts = [f'[admin]\nlisten = ["tcp:{self.admin_port}:interface=127.0.0.1"]\n']
         for role, side in (("src", self.source), ("dst", self.target)):
+            cut = struck_side(self.source, self.target, self.fault) == role
+            send_timeout = WAN_SEND_TIMEOUT if cut and self.fault in WAN_FAULTS else 20000
             if side == "amq":
                 assert self.brokers.activemq is not None
-                cut = (role == "src" and self.fault == "cut-source") or (role == "dst" and self.fault == "cut-target")
                 port = self.amq_proxy.port if cut and self.amq_proxy is not None else self.brokers.activemq.stomp_port
                 parts.append(f'[connectors.amq_{role}]\nuri = "stomp://127.0.0.1:{port}"\n'
-                             "failure_retry_interval = 200\nsend_timeout = 20000\nheartbeat = [0, 0]\n")
+                             f"failure_retry_interval = 200\nsend_timeout = {send_timeout}\nheartbeat = [0, 0]\n")
             if side == "jms":
                 assert self.brokers.activemq is not None
-                cut = (role == "src" and self.fault == "cut-source") or (role == "dst" and self.fault == "cut-target")
                 port = (self.amq_proxy.port if cut and self.amq_proxy is not None
                         else self.brokers.activemq.openwire_port)
                 parts.append(f'[connectors.jms_{role}]\ntype = "jms"\nclasspath = {json.dumps(JMS_CLIENT_JARS)}\n'
-                             "failure_retry_interval = 200\nsend_timeout = 20000\n"
+                             f"failure_retry_interval = 200\nsend_timeout = {send_timeout}\n"
                              'connection_factory = { class = "org.apache.activemq.ActiveMQConnectionFactory", '
                              f'properties = {{ brokerURL = "tcp://127.0.0.1:{port}", '
                              "watchTopicAdvisories = false } }\n")
         if "kafka" in (self.source, self.target):
             consumer = ", ".join(f'"{key}" = {value}' for key, value in group_settings().items())
-            parts.append(f'[connectors.kafka]\nuri = "kafka://{self.bootstrap}"\nconsumer = {{ {consumer} }}\n')
+            producer = ""
+            if self.fault in WAN_FAULTS and self.side_of_cut() == "kafka":
+                producer = f'producer = {{ "message.timeout.ms" = {WAN_SEND_TIMEOUT} }}\n'
+            parts.append(f'[connectors.kafka]\nuri = "kafka://{self.bootstrap}"\nconsumer = {{ {consumer} }}\n'
+                         + producer)
         if self.fault == "routed":
             parts.append(f'[routing]\nconnector = "kafka"\n[[routing.routes]]\nname = "to-dst"\n'
                          f'include = "msg.address == \'{self.destination("kafka", "dst")}\'"\n'
@@ -275,11 +331,11 @@ class FaultRun:
         self.receipted.update(f"{prefix}-{index}" for index in indexes)
 
     def poison_parts(self, index: int, headers: dict[str, str]) -> tuple[dict[str, str], str | bytes]:
-        body: str | bytes = f"body s-{index}"
+        body: str | bytes = f"body {headers['seq']}"
         if self.poison(index) and self.fault == "refused":
             body = b"x" * BIG
             if self.target == "jms":
-                body = f"body s-{index}"
+                body = f"body {headers['seq']}"
                 headers = {**headers, "jmsgateway.types": REFUSED_TYPES, "n": "not a number"}
         if self.poison(index) and self.fault == "transformer-reject":
             headers = {**headers, COMPRESSION_FLAG: "gzip"}
@@ -355,6 +411,16 @@ class FaultRun:
             proxy.cut()
             time.sleep(1.0)
             proxy.restore()
+        elif self.fault == "stall":
+            proxy = self.wan_proxy
+            proxy.stall("both")  # no RST: the link passes nothing, both ends keep waiting
+            time.sleep(STALL_SECONDS)
+            proxy.flow()
+        elif self.fault == "slow":
+            proxy = self.wan_proxy
+            proxy.delay(SLOW_LATENCY, jitter=SLOW_JITTER, direction="to_client")  # answers later than send_timeout
+            time.sleep(SLOW_SECONDS)
+            proxy.delay(0)
         elif self.fault == "broker-restart":
             assert self.brokers.activemq is not None
             self.brokers.activemq.restart()
@@ -364,7 +430,14 @@ class FaultRun:
             self.recreate(gateway)
 
     def side_of_cut(self) -> str:
-        return self.source if self.fault == "cut-source" else self.target
+        """The side whose connection goes through the proxy (cut, stalled or slowed)."""
+        return self.source if struck_side(self.source, self.target, self.fault) == "src" else self.target
+
+    @property
+    def wan_proxy(self) -> TcpProxy:
+        proxy = self.amq_proxy if self.side_of_cut() in ACTIVEMQ_SIDES else self.kafka_proxy
+        assert proxy is not None, "a WAN fault needs its proxy"
+        return proxy
 
     def rebalance(self) -> None:
         """Another member joins the bridge's consumer group for a while, then leaves."""
@@ -402,9 +475,12 @@ class FaultRun:
     def read_target(self, gateway: GatewayProcess) -> Counter[str]:
         arrived: Counter[str] = Counter()
         if self.target == "kafka":
-            for record in read_records(self.bootstrap, self.topic("dst"), 10**9, timeout=4, settle=0):
+            # read_uncommitted: every copy written, committed or not (Tansu serves aborted
+            # transactions' records to read_committed readers as well: never trust that alone)
+            for record in read_records(self.bootstrap, self.topic("dst"), 10**9, timeout=4, settle=0,
+                                       **{"isolation.level": "read_uncommitted"}):
                 seq = dict(record.headers() or ()).get("jms.seq")
-                arrived[seq.decode() if seq else f"?{record.offset()}"] += 1
+                arrived[message_id_of(record.value(), seq or f"?{record.offset()}")] += 1
             return arrived
         address = gateway.address if self.target == "embedded" else ("127.0.0.1", self.brokers.activemq.stomp_port)  # type: ignore[union-attr]  # amq, jms
         return drain_counting(address, self.destination(self.target, "dst"))
@@ -418,7 +494,7 @@ class FaultRun:
             left = set()
             for record in read_records(self.bootstrap, self.topic("src"), 10**9, timeout=4, settle=0):
                 if record.offset() >= max(0, committed[record.partition()]):
-                    left.add(dict(record.headers() or ()).get("jms.seq", b"?").decode())
+                    left.add(message_id_of(record.value(), dict(record.headers() or ()).get("jms.seq")))
             return left
         if self.source in ACTIVEMQ_SIDES:
             return set(drain_counting(("127.0.0.1", self.brokers.activemq.stomp_port),  # type: ignore[union-attr]
@@ -433,11 +509,11 @@ class FaultRun:
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        if self.fault in ("cut-source", "cut-target") and self.side_of_cut() in ACTIVEMQ_SIDES:
+        if struck_side(self.source, self.target, self.fault) and self.side_of_cut() in ACTIVEMQ_SIDES:
             assert self.brokers.activemq is not None
             broker = self.brokers.activemq
             port = broker.stomp_port if self.side_of_cut() == "amq" else broker.openwire_port
-            self.amq_proxy = TcpProxy("127.0.0.1", port)
+            self.amq_proxy = TcpProxy("127.0.0.1", port, seed=WAN_SEED)
         if "kafka" in (self.source, self.target):
             create_topics(self.bootstrap, self.topic("dst"))
         self.fill_external()
@@ -478,7 +554,22 @@ class FaultRun:
             gateway.kill()
             if self.amq_proxy is not None:
                 self.amq_proxy.close()
-        return Outcome(self.receipted, arrived, left, status, gateway.log())
+        outcome = Outcome(self.receipted, arrived, left, status, gateway.log(),
+                          recorded=recorded_ids(gateway.data_dir, self.name))
+        if self.kafka_transactions:
+            outcome.aborted_copies = self.aborted_copies(outcome)
+        return outcome
+
+    def aborted_copies(self, outcome: Outcome) -> int:
+        """Kafka transactions: the extra copies read_uncommitted shows, when the bridge's own commit
+        log accounts for every record exactly once (``forwarded``: the records of the transactions it
+        committed, one process: not after a kill) and it logged failed (aborted) transactions; else 0,
+        and every extra copy counts as a duplicate."""
+        extra = sum(n - 1 for n in outcome.arrived.values() if n > 1)
+        committed_once = (self.fault != "kill"
+                          and outcome.status.get("forwarded") == len(outcome.receipted - outcome.left))
+        aborted = "transaction failed" in outcome.log or "abort" in outcome.log.lower()
+        return extra if extra and committed_once and aborted else 0
 
     def refill(self, gateway: GatewayProcess) -> None:
         sent = set(self._tally.receipted)
@@ -499,6 +590,24 @@ class FaultRun:
             client.disconnect()
 
 
+def recorded_ids(data_dir: Path, bridge: str) -> int | None:
+    """How many source ids the bridge's duplicate store (``<data_dir>/bridges.sqlite``) recorded as
+    delivered, or None when it has none (read only, after the gateway stopped)."""
+    path = data_dir / "bridges.sqlite"
+    if not path.exists():
+        return None
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in tables:
+                columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+                if "bridge" in columns:
+                    return int(db.execute(f"SELECT COUNT(*) FROM {table} WHERE bridge = ?", (bridge,)).fetchone()[0])
+    except sqlite3.Error:
+        return None
+    return None
+
+
 def drain_counting(address: tuple[str, int], destination: str, quiet: float = 1.5, timeout: float = 60.0
                    ) -> Counter[str]:
     """Consume ``destination`` until nothing came for ``quiet`` seconds; seq -> how often."""
@@ -516,7 +625,7 @@ def drain_counting(address: tuple[str, int], destination: str, quiet: float = 1.
             except queues.Empty:
                 continue
             last = time.monotonic()
-            counts[frame.headers.get("seq", "?")] += 1
+            counts[message_id_of(frame.body, frame.headers.get("seq"))] += 1
     finally:
         client.disconnect()
     return counts
@@ -532,7 +641,8 @@ def report(case: str, outcome: Outcome) -> None:
         return
     line = {"case": case, "confirmed": len(outcome.receipted), "arrived": len(outcome.arrived),
             "left": len(outcome.left), "lost": len(outcome.lost), "duplicated": len(outcome.duplicated),
-            "state": outcome.status.get("state")}
+            "state": outcome.status.get("state"), "aborted_copies": outcome.aborted_copies,
+            "recorded": outcome.recorded}
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")
 
@@ -584,6 +694,8 @@ def table(path: str) -> str:
                     verdict = f"{entry['confirmed']}: {entry['lost']} lost, {entry['duplicated']} dup"
                     if entry["state"] == "failed":
                         verdict += ", failed"
+                    if entry.get("aborted_copies"):
+                        verdict += f" ({entry['aborted_copies']} aborted copies)"
                     if known_gap(source, target, qos, fault) is not None:
                         verdict += " (gap)"
                     cells.append(verdict)

@@ -1,0 +1,102 @@
+"""How the bridge fault matrix counts (tests/integration/bridge_fault_run.py), without brokers:
+the id read from a body, which connection a WAN fault strikes, which cells exist, the
+Kafka-transactions rule (an extra copy that read_uncommitted shows is an aborted transaction's
+only when the bridge's commit log accounts for every record once), the duplicate store read
+after a run."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.integration.bridge_fault_run import (
+    FAULTS,
+    QOS_MODES,
+    SIDES,
+    WAN_FAULTS,
+    Brokers,
+    FaultRun,
+    Outcome,
+    applies,
+    check,
+    message_id_of,
+    recorded_ids,
+    struck_side,
+)
+
+
+def test_the_id_comes_from_the_body_then_the_seq_header() -> None:
+    assert message_id_of(b"body s-17", b"s-99") == "s-17", "the body wins over a header"
+    assert message_id_of("body r-3", None) == "r-3"
+    assert message_id_of(b"x" * 50, b"s-120") == "s-120", "a poison body: the seq header"
+    assert message_id_of(b"\xff\xfe not gzip", "s-5") == "s-5"
+    assert message_id_of(b"body s-17 and more", None) == "?"
+    assert message_id_of(None, None) == "?"
+
+
+def test_a_wan_fault_strikes_the_target_unless_it_is_embedded() -> None:
+    assert struck_side("amq", "kafka", "stall") == "dst"
+    assert struck_side("kafka", "embedded", "slow") == "src"
+    assert struck_side("amq", "amq", "cut-source") == "src"
+    assert struck_side("amq", "amq", "kill") is None
+    assert applies("embedded", "embedded", "stall") is not None
+    cells = [(s, t, q, f) for s in SIDES for t in SIDES for q in QOS_MODES for f in WAN_FAULTS
+             if applies(s, t, f) is None]
+    assert len(cells) == 90, "every source x target x QoS but embedded -> embedded, for stall and slow"
+    assert set(WAN_FAULTS) <= set(FAULTS)
+
+
+def outcome(arrived: dict[str, int], *, left: set[str] | None = None, forwarded: int = 4, log: str = "") -> Outcome:
+    return Outcome({"s-0", "s-1", "s-2", "s-3"}, Counter(arrived), left or set(), {"state": "running",
+                                                                                   "forwarded": forwarded}, log)
+
+
+def kafka_run(tmp_path: Path, fault: str = "stall") -> FaultRun:
+    return FaultRun(tmp_path, "kafka", "kafka", "ONCE_AND_ONLY_ONCE", fault, Brokers())
+
+
+def test_an_extra_copy_of_an_aborted_transaction_is_not_a_duplicate(tmp_path: Path) -> None:
+    found = outcome({"s-0": 2, "s-1": 2, "s-2": 1, "s-3": 1}, log="bridge fm: kafka transaction failed; aborted")
+    found.aborted_copies = kafka_run(tmp_path).aborted_copies(found)
+    assert found.aborted_copies == 2
+    check(found, "ONCE_AND_ONLY_ONCE", "stall")
+
+
+@pytest.mark.parametrize(("forwarded", "log", "fault"), [
+    (6, "kafka transaction failed", "stall"),  # the commit log says two records were committed twice
+    (4, "all fine", "stall"),  # no transaction was aborted: the copies were committed
+    (4, "kafka transaction failed", "kill"),  # forwarded counts one process only
+])
+def test_an_extra_copy_the_commit_log_does_not_explain_is_a_duplicate(tmp_path: Path, forwarded: int, log: str,
+                                                                       fault: str) -> None:
+    found = outcome({"s-0": 2, "s-1": 2, "s-2": 1, "s-3": 1}, forwarded=forwarded, log=log)
+    found.aborted_copies = kafka_run(tmp_path, fault).aborted_copies(found)
+    assert found.aborted_copies == 0
+    with pytest.raises(AssertionError, match="duplicated"):
+        check(found, "ONCE_AND_ONLY_ONCE", fault)
+
+
+def test_the_promises_per_qos() -> None:
+    lost = outcome({"s-0": 1, "s-1": 1, "s-2": 1})
+    with pytest.raises(AssertionError, match="lost"):
+        check(lost, "ONCE_AND_ONLY_ONCE", "stall")
+    with pytest.raises(AssertionError, match="lost"):
+        check(lost, "DUPLICATES_OK", "stall")
+    check(lost, "AT_MOST_ONCE", "stall")
+    check(outcome({"s-0": 1, "s-1": 1, "s-2": 1}, left={"s-3"}), "ONCE_AND_ONLY_ONCE", "stall")
+    twice = outcome({"s-0": 2, "s-1": 1, "s-2": 1, "s-3": 1})
+    check(twice, "DUPLICATES_OK", "slow")
+    with pytest.raises(AssertionError, match="duplicated"):
+        check(twice, "AT_MOST_ONCE", "slow")
+
+
+def test_the_duplicate_store_is_read_per_bridge(tmp_path: Path) -> None:
+    assert recorded_ids(tmp_path, "fm") is None, "no store"
+    with sqlite3.connect(tmp_path / "bridges.sqlite") as db:
+        db.execute("CREATE TABLE bridge_delivered (bridge TEXT, message_id TEXT, recorded INTEGER)")
+        db.executemany("INSERT INTO bridge_delivered VALUES (?, ?, 0)",
+                       [("fm", "ID:1"), ("fm", "ID:2"), ("other", "ID:3")])
+    assert recorded_ids(tmp_path, "fm") == 2
