@@ -78,6 +78,7 @@ class BridgeService(service.MultiService):
         self.standby = False
         """Another process holds :attr:`lock`: no bridge runs until it is free."""
         self._waiting_for_lock: LoopingCall | None = None
+        self._ownership: Deferred[None] | None = None
         self.started: Deferred[None] | None = None
         self.in_doubt_checked: Deferred[None] | None = None
         """Fires once every started bridge's in-doubt check is done (the gateway opens its
@@ -116,7 +117,7 @@ class BridgeService(service.MultiService):
         Fires once every bridge answered (running, retrying or failed); a
         bridge that cannot start never fails this: it retries or is failed.
         """
-        d: Deferred[Any] = self._owned()
+        d: Deferred[Any] = self.when_owned()
         d.addCallback(lambda _: gather(connector.start() for connector in self.owned_connectors))
         if self.dedup is not None:
             dedup = self.dedup
@@ -140,6 +141,21 @@ class BridgeService(service.MultiService):
 
         d.addCallbacks(start_all, not_started)
         return d.addCallback(lambda _: None)
+
+    def when_owned(self) -> Deferred[None]:
+        """Fires once this process holds :attr:`lock` (see :meth:`_owned`); one wait however
+        often it is asked (a standalone bridge asks before it starts its connectors, so a
+        standby opens no connection to the brokers while the owner runs)."""
+        if self._ownership is None:
+            self._ownership = self._owned()
+        waiter: Deferred[None] = Deferred()
+
+        def fire(result: None) -> None:
+            waiter.callback(None)
+            return result
+
+        self._ownership.addCallback(fire)
+        return waiter
 
     def _owned(self) -> Deferred[None]:
         """Fires once this process holds :attr:`lock` (at once without one, or when it is free);
@@ -386,9 +402,6 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
 
         if bridges.started is not None:
             bridges.started.addBoth(show)
-        if bridges.standby and bridges.lock is not None:
-            print(f"jmsgateway bridge: standby: {bridges.lock.path} is locked by another process (pid "
-                  f"{bridges.lock.holder()}); the bridges start once it is free", flush=True)
 
     def failed(failure: Any) -> None:
         print(f"jmsgateway bridge: cannot start the connectors: {failure.getErrorMessage()}", file=sys.stderr)
@@ -401,7 +414,14 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
             lambda _: DeferredList([c.stop() for c in connectors.values()], consumeErrors=True))
 
     reactor.addSystemEventTrigger("before", "shutdown", shutdown)
-    reactor.callWhenRunning(lambda: gather(c.start() for c in connectors.values()).addCallbacks(started, failed))
+    def begin() -> None:  # the data directory's bridges first (a standby connects to nothing), then the connectors
+        owned = bridges.when_owned()
+        if bridges.standby and bridges.lock is not None:
+            print(f"jmsgateway bridge: standby: {bridges.lock.path} is locked by another process (pid "
+                  f"{bridges.lock.holder()}); the bridges start once it is free", flush=True)
+        owned.addCallback(lambda _: gather(c.start() for c in connectors.values())).addCallbacks(started, failed)
+
+    reactor.callWhenRunning(begin)
     reactor.run()
     return status["code"]
 
