@@ -313,7 +313,9 @@ class KafkaRouter:
         assert decision.outcome == SOFT_FAILURE
         return self._soft_failure(message, decision, started)
 
-    def _soft_failure(self, message: Message, decision: RouteDecision, started: float) -> Deferred[RoutingResult]:
+    def _soft_policy(self, message: Message, decision: RouteDecision) -> str:
+        """Counts and logs the soft failure ``decision`` names and returns the policy it gets:
+        ``skip``, ``dead-letter`` (to ``decision.topic``) or ``stop`` (the route is stopped here)."""
         route = decision.route_name
         failure = decision.failure
         assert failure is not None
@@ -322,11 +324,24 @@ class KafkaRouter:
             self.metrics.skipped.labels(route).inc()
             self.log.warn("route {route}: skipped message {id}: {problem}", route=route, id=message.message_id,
                           problem=failure.detail)
-            return succeed(RoutingResult("skipped", route))
+            return "skip"
         if decision.policy == "dead-letter" and decision.topic is not None:
-            topic = decision.topic
             self.log.warn("route {route}: dead-lettering message {id} to {topic}: {problem}", route=route,
-                          id=message.message_id, topic=topic, problem=failure.detail)
+                          id=message.message_id, topic=decision.topic, problem=failure.detail)
+            return "dead-letter"
+        reason = f"message {message.message_id}: {failure.reason}: {failure.detail}"
+        self.stopped_routes[route] = reason
+        self.log.error("route {route} stopped by a soft failure: {reason}", route=route, reason=reason)
+        return "stop"
+
+    def _soft_failure(self, message: Message, decision: RouteDecision, started: float) -> Deferred[RoutingResult]:
+        route = decision.route_name
+        policy = self._soft_policy(message, decision)
+        if policy == "skip":
+            return succeed(RoutingResult("skipped", route))
+        if policy == "dead-letter":
+            assert decision.topic is not None
+            topic = decision.topic
             d: Deferred[Any] = self.connector.send_record(topic, decision.key, decision.value, decision.headers)
 
             def dead_lettered(report: DeliveryReport) -> RoutingResult:
@@ -343,10 +358,8 @@ class KafkaRouter:
 
             d.addCallbacks(dead_lettered, lost)
             return d
-        reason = f"message {message.message_id}: {failure.reason}: {failure.detail}"
-        self.stopped_routes[route] = reason
-        self.log.error("route {route} stopped by a soft failure: {reason}", route=route, reason=reason)
-        return fail(RouteStopped(f"route {route} stopped: {failure.detail}", route=route))
+        assert decision.failure is not None
+        return fail(RouteStopped(f"route {route} stopped: {decision.failure.detail}", route=route))
 
     def _publish_failed(self, message_id: str, route: str, topic: str, error: Exception) -> None:
         code = getattr(error, "code", "") or type(error).__name__
@@ -484,23 +497,15 @@ class KafkaRouter:
         if decision.outcome == ROUTED:
             assert decision.topic is not None
             return decision.topic, decision.key, decision.value, list(decision.headers)
-        failure = decision.failure
-        assert failure is not None
-        self.metrics.failures.labels(route, failure.reason).inc()
-        if decision.policy == "skip":
-            self.metrics.skipped.labels(route).inc()
-            self.log.warn("route {route}: skipped message {id}: {problem}", route=route, id=message.message_id,
-                          problem=failure.detail)
+        policy = self._soft_policy(message, decision)
+        if policy == "skip":
             return None
-        if decision.policy == "dead-letter" and decision.topic is not None:
+        if policy == "dead-letter":
+            assert decision.topic is not None
             self.metrics.dead_lettered.labels(route).inc()
-            self.log.warn("route {route}: dead-lettering message {id} to {topic}: {problem}", route=route,
-                          id=message.message_id, topic=decision.topic, problem=failure.detail)
             return decision.topic, decision.key, decision.value, list(decision.headers)
-        reason = f"message {message.message_id}: {failure.reason}: {failure.detail}"
-        self.stopped_routes[route] = reason
-        self.log.error("route {route} stopped by a soft failure: {reason}", route=route, reason=reason)
-        raise RouteStopped(f"route {route} stopped: {failure.detail}", route=route)
+        assert decision.failure is not None
+        raise RouteStopped(f"route {route} stopped: {decision.failure.detail}", route=route)
 
     def transactional_copy(self, destination: str, target: IConnector, target_destination: str, *,
                            bridge: str, durable_name: str | None, client_id: str | None,
