@@ -14,8 +14,9 @@ from twisted.internet.task import Clock
 from zope.interface import implementer
 
 from gateway.auth import build_portal
+from gateway.backup import data_files
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import AuthSettings, DestinationRule
+from gateway.config import AuthSettings, DestinationRule, GatewayConfig
 from gateway.errors import ConnectorError
 from gateway.interfaces import IConnector, ISubscription, SubscriptionSpec
 from gateway.routing.destination_map import DestinationMap
@@ -196,3 +197,10 @@ def test_without_logins_nothing_is_recorded_or_checked(clock: Clock, broker: Emb
     anonymous.send("SUBSCRIBE", durable("e", receipt="t") | {"activemq.subscriptionName": "other"})
     assert [f.command for f in anonymous.received()] == ["RECEIPT", "RECEIPT"]
     assert len(owners) == 1 and owners.owner("amq", "app", "other") is None
+
+
+def test_a_backup_takes_the_owners_along(tmp_path: Path) -> None:
+    config = GatewayConfig()
+    config.gateway.data_dir = str(tmp_path)
+    [item] = [f for f in data_files(config) if f.name == FILE_NAME]
+    assert item.path == str(tmp_path / FILE_NAME) and item.database
