@@ -43,12 +43,14 @@ class DurableOwners:
         self._by_broker_name: dict[tuple[str, str], Key] = {}
         """(connector, :func:`broker_name`) -> the key recorded under it."""
         self._db: sqlite3.Connection | None = None
-        if os.path.exists(path):
-            self._load()
+        self._loaded = False
+        """Read at the first use, not at construction: a standby on the same data directory
+        (docs/high-availability.md) reads what the active gateway wrote until it took over."""
 
     def owner(self, connector: str, client_id: str, name: str) -> str | None:
         """The login that created the durable (None: no entry), also when it was recorded under another
         client-id and name that reach the same durable at the broker (``a`` + ``b.c`` and ``a.b`` + ``c``)."""
+        self._load()
         owner = self._owners.get((connector, client_id, name))
         if owner is None:
             key = self._by_broker_name.get((connector, broker_name(client_id, name)))
@@ -67,6 +69,7 @@ class DurableOwners:
 
     def release(self, connector: str, client_id: str, name: str) -> None:
         """Forget the durable's owner (its owner unsubscribed it, or a claim's SUBSCRIBE failed)."""
+        self._load()
         key = (connector, client_id, name)
         if self._owners.pop(key, None) is not None:
             self._by_broker_name.pop((connector, broker_name(client_id, name)), None)
@@ -74,6 +77,7 @@ class DurableOwners:
                         (connector, client_id, name))
 
     def __len__(self) -> int:
+        self._load()
         return len(self._owners)
 
     def close(self) -> None:
@@ -95,6 +99,11 @@ class DurableOwners:
         return self._db
 
     def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        if not os.path.exists(self.path):
+            return
         rows = self._connection().execute("SELECT connector, client_id, name, login FROM owners").fetchall()
         for connector, client_id, name, login in rows:
             self._remember((connector, client_id, name), login)

@@ -45,6 +45,16 @@ def test_the_first_claim_owns_and_survives_a_restart(tmp_path: Path) -> None:
     again.close()
 
 
+def test_a_standby_reads_the_owners_at_its_first_use(tmp_path: Path) -> None:
+    """Made at start, used after the active gateway on the same data directory recorded more."""
+    path = str(tmp_path / FILE_NAME)
+    standby, active = DurableOwners(path), DurableOwners(path)
+    active.claim("amq", "app", "feed", "alice")
+    active.close()
+    assert standby.owner("amq", "app", "feed") == "alice"
+    standby.close()
+
+
 def test_release_removes_the_entry_for_good(tmp_path: Path) -> None:
     path = str(tmp_path / FILE_NAME)
     owners = DurableOwners(path)
