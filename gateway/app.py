@@ -10,6 +10,7 @@ Nothing here listens on a socket; :mod:`gateway.tap` does that once
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -28,6 +29,8 @@ from gateway.identity import resolve_gateway_id
 from gateway.interfaces import IConnector
 from gateway.login_throttle import build_login_throttle
 from gateway.routing.destination_map import DestinationMap
+from gateway.stomp.durable_owners import FILE_NAME as DURABLE_OWNERS_FILE
+from gateway.stomp.durable_owners import DurableOwners
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.transforms import SessionTransforms
 from gateway.transform import TransformChains, parse_transform_config, plugin_manager_for
@@ -56,6 +59,9 @@ class Gateway:
         self.authorizer = build_authorizer(config.auth, config.authorization, config.path,
                                            has_users=self.portal is not None, registry=self.registry)
         """Per-destination permissions (:class:`~gateway.interfaces.IAuthorizer`; allows all without entries)."""
+        self.durable_owners = (DurableOwners(os.path.join(config.data_dir, DURABLE_OWNERS_FILE))
+                               if self.portal is not None else None)
+        """Owners of durable subscriptions at connectors (only with [auth] logins)."""
         self.login_throttle = build_login_throttle(config.auth, reactor, config.path, self.registry)
         self.admin = parse_admin_settings(config.admin, config.path, has_users=self.portal is not None)
         self.role = GatewayRole(self.registry)
@@ -76,6 +82,7 @@ class Gateway:
             registry=self.registry,
             authorizer=self.authorizer,
             throttle=self.login_throttle if self.portal is not None else None,
+            durable_owners=self.durable_owners,
         )
         self.bridges = bridges_for_gateway(config, self.connectors, reactor, registry=self.registry,
                                            plugin_manager=self.plugin_manager,

@@ -1,7 +1,8 @@
 """``jmsgateway backup DEST`` and ``jmsgateway restore SRC``: the files of one installation.
 
 What matters under ``data_dir``: the message store (``[broker] database``,
-``broker.sqlite``), the bridges' duplicate store (``bridges.sqlite``) and the
+``broker.sqlite``), the bridges' duplicate store (``bridges.sqlite``), the owners of
+durable subscriptions at connectors (``durable-owners.sqlite``) and the
 installation's id (``gateway.id``).  The page file holds only non-persistent
 messages and is deleted at every start: it is not backed up.
 
@@ -33,6 +34,7 @@ from gateway.bridges.qos import DEDUP_DATABASE
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError
 from gateway.identity import ID_FILE
+from gateway.stomp.durable_owners import FILE_NAME as DURABLE_OWNERS_FILE
 
 MANIFEST = "MANIFEST.json"
 CONFIG_COPY = "jmsgateway.toml"
@@ -58,6 +60,7 @@ def data_files(config: GatewayConfig) -> list[DataFile]:
         files.append(DataFile("broker.sqlite", config.data_path(config.broker.database), True))
     files.append(DataFile(DEDUP_DATABASE, config.data_path(DEDUP_DATABASE), True))
     files.append(DataFile(ID_FILE, config.data_path(ID_FILE), False))
+    files.append(DataFile(DURABLE_OWNERS_FILE, config.data_path(DURABLE_OWNERS_FILE), True))
     return files
 
 

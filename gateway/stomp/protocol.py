@@ -57,6 +57,7 @@ from gateway.login_throttle import LoginThrottle
 from gateway.routing.destination_map import DestinationMap
 from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
+from gateway.stomp.durable_owners import DurableOwners
 from gateway.stomp.frame import Frame
 from gateway.stomp.session import InboundTransformer, StompError, StompSession
 from gateway.stomp.traffic import StompTraffic
@@ -331,6 +332,7 @@ class StompServerFactory(Factory):
         registry: CollectorRegistry | None = None,
         authorizer: DestinationAuthorizer | None = None,
         throttle: LoginThrottle | None = None,
+        durable_owners: DurableOwners | None = None,
     ) -> None:
         self.clock = clock
         self.destinations = destinations
@@ -340,6 +342,8 @@ class StompServerFactory(Factory):
         self.transformer = transformer
         self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.throttle = throttle
+        self.durable_owners = durable_owners
+        """Owners of durable subscriptions at connectors (:mod:`gateway.stomp.durable_owners`; None without [auth])."""
         self.certificate_logins = portal is not None and ICertificateIdentity in portal.checkers
         """Whether ``[auth] certificates`` map client certificates to logins."""
         self.limits = Limits(
@@ -385,6 +389,7 @@ class StompServerFactory(Factory):
             peer=peer,
             authorizer=self.authorizer,
             throttle=self.throttle,
+            durable_owners=self.durable_owners,
             certificate_name=protocol.peer_certificate_name if self.certificate_logins else None,
         )
 

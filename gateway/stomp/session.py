@@ -61,6 +61,7 @@ from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.stomp.codec import unrepresentable
 from gateway.stomp.delivery import MessageEncoder
+from gateway.stomp.durable_owners import DurableOwners
 from gateway.stomp.frame import VERSIONS, Frame
 from gateway.stomp.receipts import ReceiptLine, receipt_for
 from gateway.stomp.sender_identity import stamp_sender
@@ -145,6 +146,9 @@ class StompSubscription:
         self.ack_mode = ack_mode
         self.transformation = transformation
         self.subscription: ISubscription | None = None
+        self.connector: IConnector | None = None
+        """Where the subscription lives (set at SUBSCRIBE)."""
+        self.durable_name: str | None = None
         self.unacked: dict[str, Any] = {}
         """Delivery key -> connector tag of each unacknowledged delivery, oldest first.  Every
         delivery has its own key, even when two carry one message id (a redelivery, two Kafka
@@ -205,6 +209,7 @@ class StompSession:
         authorizer: DestinationAuthorizer | None = None,
         throttle: LoginThrottle | None = None,
         certificate_name: Callable[[], str | None] | None = None,
+        durable_owners: DurableOwners | None = None,
     ) -> None:
         self.sink = sink
         self.clock = clock
@@ -219,6 +224,8 @@ class StompSession:
         self.throttle = throttle
         self.certificate_name = certificate_name
         """The verified client certificate's subject CN (``mtls:`` listeners), for certificate logins."""
+        self.durable_owners = durable_owners
+        """Owners of durable subscriptions at connectors (None without [auth]: nothing recorded or checked)."""
         self.session_id = f"jmsgw-{next(_session_ids)}"
         self.state = "new"
         self.version = "1.0"
@@ -756,6 +763,7 @@ class StompSession:
                              f"{destination!r} belongs to another connection and cannot be consumed here")
         resolved = self.destinations.resolve(server_destination)
         _check_capabilities(resolved.connector, exclusive, browser, is_wildcard(destination))
+        claimed = self._claim_durable(resolved.connector, durable)  # (ERROR if another login's)
         spec = SubscriptionSpec(
             destination=resolved.destination,
             selector=selector,
@@ -769,6 +777,7 @@ class StompSession:
             browser=browser,
         )
         subscription = StompSubscription(self, sub_id, destination, ack_mode, transformation)
+        subscription.connector, subscription.durable_name = resolved.connector, durable
         self.subscriptions[sub_id] = subscription
         d: Deferred[ISubscription] = resolved.connector.subscribe(spec, subscription)
 
@@ -785,6 +794,8 @@ class StompSession:
         def refused(failure: Failure) -> Failure:
             self.subscriptions.pop(sub_id, None)
             subscription.closed = True
+            if claimed:  # (nothing was created: the name is free again)
+                self._release_durable(resolved.connector, durable)
             return failure
 
         d.addCallbacks(subscribed, refused)
@@ -805,24 +816,66 @@ class StompSession:
             sub_id = frame.headers.get("destination")
         if sub_id is None:
             raise StompError("missing id header", "UNSUBSCRIBE requires an 'id' header")
-        self._check_durable_owner(frame)  # (before anything changes: the named durable may be another login's)
+        # An UNSUBSCRIBE naming a durable subscription of another login (whatever subscription its
+        # id names): an ERROR before anything changes.
+        name = frame.headers.get("activemq.subscriptionName") or frame.headers.get("durable-subscription-name")
+        named = self.subscriptions.get(sub_id)
+        self._check_durable_owner(self.destinations.embedded, name)
+        if named is not None and named.connector is not None:
+            self._check_durable_owner(named.connector, name)
         subscription = self.subscriptions.pop(sub_id, None)
         if subscription is None:
             raise StompError("unknown subscription", f"there is no subscription with id {sub_id!r}")
         delete = "activemq.subscriptionName" in frame.headers or "durable-subscription-name" in frame.headers
-        self._track(self._close_subscription(subscription, delete=delete), frame)
+        closed = self._close_subscription(subscription, delete=delete)
+        if delete and subscription.connector is not None:  # its owner deleted it: the name is free again
+            connector, durable = subscription.connector, subscription.durable_name
 
-    def _check_durable_owner(self, frame: Frame) -> None:
-        """An UNSUBSCRIBE naming a durable subscription of another login (whatever subscription its
-        ``id`` names): an ERROR, and nothing is changed."""
-        name = frame.headers.get("activemq.subscriptionName") or frame.headers.get("durable-subscription-name")
-        if not name or not self.client_id:
+            def deleted(result: Any) -> Any:
+                self._release_durable(connector, durable)
+                return result
+
+            closed.addCallback(deleted)
+        self._track(closed, frame)
+
+    def _durable_owner(self, connector: IConnector, name: str) -> str | None:
+        """The login owning the durable subscription ``name`` of this connection's client-id at
+        ``connector`` (None: nobody's): the embedded broker keeps its own owners, a connector's are in
+        :attr:`durable_owners` (not consulted without a verified login)."""
+        if connector is self.destinations.embedded:
+            if not self.client_id:
+                return None
+            return connector.durable_owner(self.client_id, name)  # type: ignore[attr-defined]
+        if self.durable_owners is None or self.verified_login is None:
+            return None
+        return self.durable_owners.owner(connector.name, self.client_id or "", name)
+
+    def _check_durable_owner(self, connector: IConnector, name: str | None) -> None:
+        """ERROR when the durable subscription ``name`` at ``connector`` belongs to another login
+        (the one check of SUBSCRIBE and UNSUBSCRIBE, embedded broker and connectors alike)."""
+        if not name:
             return
-        owner = self.destinations.embedded.durable_owner(self.client_id, name)  # type: ignore[attr-defined]
+        owner = self._durable_owner(connector, name)
         if owner is not None and owner != self.verified_login:
             raise StompError(f"durable subscription {name!r} belongs to another login",
                              f"{name!r} of client-id {self.client_id!r} was created by another login; "
                              "nothing was changed")
+
+    def _claim_durable(self, connector: IConnector, name: str | None) -> bool:
+        """Check the durable subscription ``name`` (SUBSCRIBE) and, at a connector, record this login
+        as its owner when it has none; True when recorded now (the embedded broker records its own)."""
+        self._check_durable_owner(connector, name)
+        if (not name or connector is self.destinations.embedded or self.durable_owners is None
+                or self.verified_login is None):
+            return False
+        return self.durable_owners.claim(connector.name, self.client_id or "", name, self.verified_login)
+
+    def _release_durable(self, connector: IConnector, name: str | None) -> None:
+        """Forget the owner of the durable subscription ``name`` at ``connector`` (deleted, or never made)."""
+        owners, client_id, login = self.durable_owners, self.client_id or "", self.verified_login
+        if (name and connector is not self.destinations.embedded and owners is not None and login is not None
+                and owners.owner(connector.name, client_id, name) == login):
+            owners.release(connector.name, client_id, name)
 
     def _close_subscription(self, subscription: StompSubscription, *, delete: bool) -> Deferred[Any]:
         subscription.closed = True
