@@ -92,7 +92,10 @@ class BridgeSource:
             client_id=config.client_id,
             owner=f"bridge:{config.name}",
             strict_acks=True,
-            exclusive=True,  # one owner per bridge: a second gateway running it stands by
+            # one owner per bridge: a second gateway running it stands by; not with a selector, since an
+            # exclusive consumer takes the queue whole (ActiveMQ's rule too) and what the selector leaves
+            # for the queue's other consumers would wait for ever
+            exclusive=not config.selector,
         )
 
     def subscribe(self) -> None:

@@ -116,7 +116,8 @@ def rss_mb(process: GatewayProcess) -> int:
 
 
 def admin_config(admin: int) -> str:
-    return f'[admin]\nlisten = ["tcp:{admin}:interface=127.0.0.1"]\nusers = ["alice"]\n'
+    return (f'[admin]\nlisten = ["tcp:{admin}:interface=127.0.0.1"]\nusers = ["alice"]\n'
+            'roles = { alice = "administrator" }\n')
 
 
 def embedded(admin: int) -> dict[str, Any]:
