@@ -81,6 +81,13 @@ def test_a_bridge_subscribes_as_the_exclusive_consumer() -> None:
     assert rig.bridge.subscription.spec().exclusive
 
 
+def test_a_bridge_with_a_selector_leaves_the_queue_shared() -> None:
+    """An exclusive consumer takes the whole queue: what the selector leaves would wait for ever."""
+    rig = Rig(selector="color = 'red'")
+    assert rig.bridge.subscription.spec().selector == "color = 'red'"
+    assert not rig.bridge.subscription.spec().exclusive
+
+
 def test_activemq_gets_the_exclusive_header_for_a_queue_only() -> None:
     class Connector:
         subscribe_transformation = ""
