@@ -157,10 +157,12 @@ def wan(tmp_path: Path, activemq: ActiveMQBroker) -> Any:
 
 def test_a_stalled_target_neither_duplicates_nor_loses(wan: Any) -> None:
     run: WanRun = wan()
-    run.fill()
     run.gateway.start()
-    wait_until(run.moving, 60, "the bridge to move")
+    wait_until(lambda: run.status().get("state") == "running", 60, "the bridge to run")
+    # the stall strikes before the source fills, so a batch is in flight whatever the host's speed
+    # (filled first, the whole backlog could move before a stall struck mid-stream)
     run.proxy.stall()
+    run.fill()
     run.watch(8.0)  # four times send_timeout: the COMMIT's receipt and the first probes time out
     run.proxy.flow()
     run.settle()
