@@ -126,14 +126,17 @@ def test_kafka_transactions_rewind_a_partitions_first_batch(tmp_path: Path, kafk
     produce(b"small 0", b"x" * 1_020_000, b"small 2")
     config = kafka_connector_toml(kafka_bootstrap) + bridge_toml(
         "eos", ("kafka", f"/queue/{source}"), ("kafka", f"/topic/{target}"), qos="ONCE_AND_ONLY_ONCE",
-        max_batch_size=10, max_batch_time=200, failure_retry_interval=200)
+        # A batch time long enough that the three records make one batch however slowly the 1 MB
+        # record is fetched (with 200 ms, consume() could return "small 0" alone on a loaded host: that batch committed).
+        max_batch_size=10, max_batch_time=5000, failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config).start()
     try:
         gateway.wait_for_log("kafka transaction failed", timeout=30)
         produce(b"small 3")
         time.sleep(3.0)
         assert "bridge eos FAILED" in gateway.log(), gateway.log()[-3000:]
-        assert read_records(kafka_bootstrap, target, 1, timeout=3) == [], "nothing of the batch, nothing after it"
+        bridged = [record.value()[:20] for record in read_records(kafka_bootstrap, target, 1, timeout=3)]
+        assert bridged == [], "nothing of the batch, nothing after it"
         assert committed_offsets(kafka_bootstrap, "jmsgateway.bridge.eos", source) == [-1001], "no commit"
     finally:
         gateway.stop()
