@@ -76,6 +76,10 @@ from gateway.message.model import Message
 
 __all__ = ["KAFKA_FALLBACK_ID", "MESSAGE_ID_LIST", "Bridge", "BridgeFailed", "source_key"]
 
+HELD_ANSWER_REUSE_S = 30.0
+"""How long the target's answer about redelivered messages serves the messages that had arrived
+before it was asked (:meth:`Bridge._redelivered_in_doubt`)."""
+
 STARTING = BridgeState.STARTING
 RUNNING = BridgeState.RUNNING
 PAUSED = BridgeState.PAUSED
@@ -178,6 +182,13 @@ class Bridge:
         self._doubting = False
         self._target_ok = True
         self._paused = False
+        self._arrivals = 0
+        """Redelivered messages received so far (their arrival numbers)."""
+        self._redelivered_at: dict[str, int] = {}
+        """Source key -> arrival number of a redelivered message not yet in a batch (cleared when the
+        subscription goes: the source redelivers them again)."""
+        self._held_answer: tuple[float, int, set[str]] | None = None
+        """The target's last answer: (when, the arrivals before it was asked, the ids it holds)."""
         self._retry_timers: set[IDelayedCall] = set()
         self._inflight: set[Deferred[None]] = set()
         """The batches in flight (at most the strategy's ``window``)."""
@@ -461,6 +472,9 @@ class Bridge:
     def delivered(self, consumer: SourceConsumer, message: Message, tag: Any) -> None:
         if not self.subscription.current(consumer) or not self._active():
             return
+        if message.redelivered and self.dedup is not None and self.qos.waits_for_answer:
+            self._arrivals += 1
+            self._redelivered_at[source_key(message)] = self._arrivals  # (see _redelivered_in_doubt)
         if consumer.subscription is None:
             self.batches.add((consumer, message, tag), timed=False)
             return  # delivered while subscribing: flushed once the subscription is ours
@@ -481,6 +495,7 @@ class Bridge:
             return
         # Deliveries not yet sent were never acknowledged: the source has them again.
         self.batches.drop_from(consumer)
+        self._redelivered_at.clear()
         if not retryable:
             self._fail(reason)
             return
@@ -489,6 +504,7 @@ class Bridge:
 
     def _close_subscription(self) -> Deferred[None]:
         self.batches.clear()
+        self._redelivered_at.clear()
         return self.subscription.close()
 
     # ----------------------------------------------------- batches (BatchOwner)
@@ -593,6 +609,8 @@ class Bridge:
         skipped: list[tuple[SourceConsumer, Any]] = []
         candidates: list[Delivery] = []
         seen: set[str] = set()
+        arrivals = self._redelivered_at
+        arrived = {key: arrivals.pop(key, None) for key in (source_key(m) for _, m, _ in batch if m.redelivered)}
         for consumer, message, tag in batch:
             if not message.persistent:
                 self.metrics.dropped.labels(self.name, "non-persistent").inc()
@@ -629,21 +647,42 @@ class Bridge:
 
         selected: Deferred[Any] = d.addCallbacks(split, unknown)
         if self.dedup is not None and self.qos.waits_for_answer:
-            selected.addCallback(self._redelivered_in_doubt)
+            selected.addCallback(self._redelivered_in_doubt, arrived)
         return selected
 
-    def _redelivered_in_doubt(self, split: tuple[list[Delivery], list[Any]]) -> Deferred[Any] | Any:
+    def _redelivered_in_doubt(self, split: tuple[list[Delivery], list[Any]],
+                              arrived: dict[str, int | None]) -> Deferred[Any] | Any:
         """A redelivered message the duplicate store does not know may have been sent by another
         consumer of the source (a second gateway running this bridge, whose connection died after
-        its target committed): ask the target (until it answers) and skip what it holds."""
+        its target committed): ask the target (until it answers) and skip what it holds.
+
+        One answer serves every redelivered message that reached the bridge before the question
+        was asked (``arrived``: the arrival number of each), for :data:`HELD_ANSWER_REUSE_S`: the consumer that
+        had such a message lost it before it came here, so what its target committed by then is in
+        the answer.  A backlog redelivered after a restart (a prefetch's worth, each message
+        flagged) so costs one question, not one per batch: a question to a log (Kafka) reads the
+        topic's tail, seconds per question, and a batch of 1 took minutes for 300 messages."""
         accepted, skipped = split
         redelivered = [entry for entry in accepted if entry[1].redelivered]
         if not redelivered:
             return split
         assert self.dedup is not None
         dedup = self.dedup
-        asked = self.in_doubt.held([self.config.target.destination],
-                                   f"{len(redelivered)} redelivered message(s) the duplicate store does not know")
+        now, arrivals = self.clock.seconds(), self._arrivals
+        answer = self._held_answer
+        if answer is not None and now - answer[0] <= HELD_ANSWER_REUSE_S and all(
+                (at := arrived.get(source_key(entry[1]))) is not None and at <= answer[1] for entry in redelivered):
+            asked: Deferred[set[str] | None] = succeed(answer[2])
+        else:
+            asked = self.in_doubt.held([self.config.target.destination],
+                                       f"{len(redelivered)} redelivered message(s) the duplicate store does not know")
+
+            def remember(held: set[str] | None) -> set[str] | None:
+                if held is not None:
+                    self._held_answer = (now, arrivals, held)
+                return held
+
+            asked.addCallback(remember)
 
         def looked(held: set[str] | None) -> Any:
             if not held:

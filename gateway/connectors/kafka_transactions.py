@@ -205,6 +205,10 @@ class KafkaTransactionalCopy:
                 producer.flush(5)
 
 
+PROBE_READ = 500
+"""Records an in-doubt probe reads per call to its consumer."""
+
+
 def held_record_ids(settings: Any, topic: str, tail: int) -> set[str]:
     """The ``jms.MessageId`` headers of the last ``tail`` committed records of each partition of
     ``topic`` (blocking; the consumer in a child process)."""
@@ -235,19 +239,19 @@ def held_record_ids(settings: Any, topic: str, tail: int) -> set[str]:
         consumer.assign(assignment)
         deadline = time.monotonic() + 30
         while ends and time.monotonic() < deadline:
-            records = consumer.consume(1, 0.2)
+            records = consumer.consume(PROBE_READ, 0.2)  # (one round trip to the child per PROBE_READ records)
             if not records:
                 # transaction markers take offsets too: stop a partition once its position reached the end
                 for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
                     if tp.offset >= ends.get(tp.partition, 0):
                         ends.pop(tp.partition, None)
                 continue
-            record = records[0]
-            if record.error() is not None:
-                continue
-            for name, value in record.headers() or ():
-                if name == "jms.MessageId" and value is not None:
-                    ids.add(value.decode("utf-8", "replace"))
+            for record in records:
+                if record.error() is not None:
+                    continue
+                for name, value in record.headers() or ():
+                    if name == "jms.MessageId" and value is not None:
+                        ids.add(value.decode("utf-8", "replace"))
             # (no stop at the reported end: Tansu reports the base offset of the last write batch
             # + 1, and the rest of that batch comes with its first record; a partition stops at the
             # first empty read once its position is past the reported end)

@@ -6,9 +6,10 @@ or unreachable target) a number of times before it answers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import fail
+from twisted.internet.defer import Deferred, fail
 
 from gateway.bridges.in_doubt import MAX_BACKOFF_S
 from gateway.bridges.probe import target_message_id
@@ -149,18 +150,15 @@ def test_stop_ends_an_in_doubt_episode() -> None:
     assert rig.source.consumers == []
 
 
-def test_a_redelivered_message_another_consumer_sent_is_not_sent_again() -> None:
-    """Two gateways run one bridge; the first sent a batch, then its source connection died
-    before the acknowledgement: the broker redelivers to the second, whose duplicate store does
-    not know the ids.  The second asks the target about redelivered messages first."""
-    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=3)
+def redelivering(rig: Rig, flagged: Callable[[str], bool]) -> None:
+    """The source delivers the messages whose id ``flagged`` accepts as redelivered."""
     real = rig.source.subscribe
 
     def subscribe(spec: Any, consumer: Any) -> Any:
         class Redelivering:
             def deliver(self, message: Message, tag: Any) -> Any:
                 copy = message.copy()
-                copy.redelivered = message.message_id in ("ID:src-a", "ID:src-b")
+                copy.redelivered = flagged(message.message_id)
                 return consumer.deliver(copy, tag)
 
             def subscription_failed(self, reason: Exception) -> None:
@@ -169,6 +167,90 @@ def test_a_redelivered_message_another_consumer_sent_is_not_sent_again() -> None
         return real(spec, Redelivering())
 
     rig.source.subscribe = subscribe  # type: ignore[method-assign]
+
+
+def counted_probes(rig: Rig) -> list[str]:
+    """Every question to the target from now on (answered as the target would)."""
+    real = rig.target.held_message_ids
+    asked: list[str] = []
+
+    def probe(destination: str, tail: int = 0) -> Any:
+        asked.append(destination)
+        return real(destination, tail)
+
+    rig.target.held_message_ids = probe  # type: ignore[method-assign]
+    return asked
+
+
+def slow_duplicate_store(rig: Rig) -> None:
+    """The duplicate store answers in a later reactor turn, as the SQLite one (a thread) does."""
+    assert rig.store is not None
+    real = rig.store.known
+
+    def known(name: str, keys: list[str]) -> Deferred[set[str]]:
+        answer: Deferred[set[str]] = Deferred()
+        rig.clock.callLater(0.01, lambda: real(name, keys).chainDeferred(answer))
+        return answer
+
+    rig.store.known = known  # type: ignore[method-assign]
+
+
+def settle(rig: Rig) -> None:
+    """Let the slow duplicate store and the batches run their course (5 s in small steps)."""
+    for _ in range(100):
+        rig.clock.advance(0.05)
+
+
+def test_a_redelivered_backlog_costs_one_question_not_one_per_batch() -> None:
+    """After a crash the source redelivers the bridge's whole prefetch, every message flagged.
+    Before the fix each batch of 1 asked the target again: to Kafka a question reads the topic's
+    tail (seconds), so 300 redelivered messages took minutes and CI saw none bridged for 30 s."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=1)
+    redelivering(rig, lambda message_id: True)
+    slow_duplicate_store(rig)
+    rig.bridge.start()
+    rig.clock.advance(0.05)
+    sent_by_the_other = text("5")  # a copy the source's earlier consumer committed
+    sent_by_the_other.message_id = target_message_id("b", "ID:src-5")
+    rig.publish(sent_by_the_other, destination="/queue/dst")
+    asked = counted_probes(rig)
+    rig.publish(*(text(str(i)) for i in range(20)))  # (all arrive before the first batch is looked at)
+    settle(rig)
+    assert len(asked) == 1, "one question covers every message that had arrived before it"
+    assert sorted(rig.bodies(), key=int) == [str(i) for i in range(20)], "each once; 5 not sent again"
+    assert rig.pending_at_source() == 0
+    assert rig.metric("jmsgateway_bridge_duplicates_skipped_total") == 1
+
+
+def test_a_message_redelivered_after_the_question_is_asked_about_again() -> None:
+    """The answer covers only what had arrived when it was asked, and only for a while."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=1)
+    redelivering(rig, lambda message_id: True)
+    slow_duplicate_store(rig)
+    rig.bridge.start()
+    rig.clock.advance(0.05)
+    asked = counted_probes(rig)
+    rig.publish(text("0"), text("1"))
+    settle(rig)
+    assert len(asked) == 1
+    rig.publish(text("2"))
+    settle(rig)
+    assert len(asked) == 2, "arrived after the answer: asked anew"
+    sent_by_the_other = text("3")
+    sent_by_the_other.message_id = target_message_id("b", "ID:src-3")
+    rig.publish(sent_by_the_other, destination="/queue/dst")
+    rig.publish(text("3"))
+    settle(rig)
+    assert len(asked) == 3
+    assert sorted(rig.bodies()) == ["0", "1", "2", "3"], "3's copy by the other consumer found, not sent again"
+
+
+def test_a_redelivered_message_another_consumer_sent_is_not_sent_again() -> None:
+    """Two gateways run one bridge; the first sent a batch, then its source connection died
+    before the acknowledgement: the broker redelivers to the second, whose duplicate store does
+    not know the ids.  The second asks the target about redelivered messages first."""
+    rig = Rig(dedup=True, qos="ONCE_AND_ONLY_ONCE", max_batch_size=3)
+    redelivering(rig, lambda message_id: message_id in ("ID:src-a", "ID:src-b"))
     rig.bridge.start()
     sent_by_the_other = text("a")  # after this bridge's start-up check
     sent_by_the_other.message_id = target_message_id("b", "ID:src-a")
