@@ -708,7 +708,8 @@ class EmbeddedBroker:
                 return
             self.metrics.enqueued.count += 1
             for queue in targets:
-                queue.enqueue(message, size)
+                if not queue.detached:  # (a subscriber that left, a subscription dropped meanwhile)
+                    queue.enqueue(message, size)
 
         return show
 

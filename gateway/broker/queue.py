@@ -129,6 +129,9 @@ class MessageQueue:
         self._heap: list[Entry] = []
         self._seq = itertools.count()
         self.consumers: list[QueueSubscription] = []
+        self.detached = False
+        """Discarded (:meth:`discard`): no longer the broker's; a send still waiting for the store
+        shows nothing in it."""
         self.exclusive: QueueSubscription | None = None
         """The consumer that gets every message (:mod:`gateway.broker.exclusive`); None: all share."""
         self.groups: MessageGroups[QueueSubscription] | None = None if transient or durable else MessageGroups()
@@ -389,6 +392,7 @@ class MessageQueue:
         """Forget every pending message without reading the paged ones back (a dropped
         durable subscription, a deleted temporary queue); returns how many there were."""
         count = len(self)
+        self.detached = True
         for entry in self._heap:
             self._released(entry)
         self._heap = []

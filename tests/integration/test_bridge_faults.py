@@ -127,7 +127,8 @@ def test_kafka_transactions_rewind_a_partitions_first_batch(tmp_path: Path, kafk
     config = kafka_connector_toml(kafka_bootstrap) + bridge_toml(
         "eos", ("kafka", f"/queue/{source}"), ("kafka", f"/topic/{target}"), qos="ONCE_AND_ONLY_ONCE",
         # A batch time long enough that the three records make one batch however slowly the 1 MB
-        # record is fetched (with 200 ms, consume() could return "small 0" alone on a loaded host: that batch committed).
+        # record is fetched (with 200 ms, consume() could return "small 0" alone on a loaded
+        # host: that batch committed).
         max_batch_size=10, max_batch_time=5000, failure_retry_interval=200)
     gateway = GatewayProcess(tmp_path / "gw", config).start()
     try:

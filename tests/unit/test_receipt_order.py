@@ -245,3 +245,32 @@ def test_the_line_writes_nothing_after_a_final_answer() -> None:
     third.succeeded()
     assert written == ["a", "error"] and closed == [True]
     assert len(line) == 0
+
+
+# -- a subscriber that leaves while a SEND to its topic waits for the store --------------
+
+
+def test_a_topic_subscriber_leaving_while_a_send_waits_for_the_store_keeps_nothing() -> None:
+    """A persistent SEND to a topic with a durable subscriber waits for its write; a plain
+    subscriber of the topic that unsubscribes meanwhile must not get the message into its
+    discarded queue when the write completes (its memory would count for ever)."""
+    clock, broker, store, producer = start()
+    durable = Peer(make_factory(clock, broker))
+    connect(durable, **{"client-id": "keeper"})
+    durable.send("SUBSCRIBE", {"destination": "/topic/t", "id": "d", "ack": "client",
+                               "activemq.subscriptionName": "keep", "activemq.prefetchSize": "1"})
+    store.complete()
+    leaver = Peer(make_factory(clock, broker))
+    connect(leaver)
+    leaver.send("SUBSCRIBE", {"destination": "/topic/t", "id": "s", "ack": "client", "activemq.prefetchSize": "1"})
+    [plain] = [queue for queue in broker.topics["/topic/t"] if not queue.durable]
+    before = broker.memory.used
+    for _ in range(3):
+        send(producer, "/topic/t", persistent=True)
+    leaver.send("UNSUBSCRIBE", {"id": "s"})
+    assert plain not in broker.topics["/topic/t"]
+    store.complete()
+    assert len(plain) == 0 and plain.memory == 0, "nothing enqueued into the queue the subscriber left"
+    durable_queue = broker.durables["keeper:keep"] if "keeper:keep" in broker.durables else next(
+        iter(broker.durables.values()))
+    assert broker.memory.used - before == durable_queue.memory, "only the durable subscriber's copies count"
