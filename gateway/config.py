@@ -116,6 +116,12 @@ class DestinationLimits(Section):
     """What a full destination does with a SEND: PAGE (accept, keep only a window in memory),
     BLOCK (stop reading from its senders), FAIL (refuse with an ERROR) or DROP (discard, counted)."""
 
+    last_value: Bool = False
+    """A last-value queue (Artemis): a message with an _AMQ_LVQ_NAME header replaces the waiting one with the same
+    value (one not yet delivered)."""
+    exclusive: Bool = False
+    """Every consumer of a matching queue is exclusive, as if it asked with activemq.exclusive:true."""
+
     @field_validator("full_policy", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
@@ -147,13 +153,28 @@ class BrokerSettings(Section):
     """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
     Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md); 0: no limit (nothing is paged for memory)."""
     destinations: dict[str, DestinationLimits] = {}
-    """Destination pattern ("/queue/orders.>", "/queue/*.audit", an fnmatch glob) -> max_size, full_policy."""
+    """Destination pattern ("/queue/orders.>", "/queue/*.audit", an fnmatch glob) -> max_size, full_policy,
+    last_value, exclusive."""
+    virtual_topic_prefix: Str = "VirtualTopic."
+    """Topics named /topic/<prefix>... are virtual topics (ActiveMQ's): each consumer queue gets a copy ("" turns
+    them off)."""
+    virtual_topic_consumer_prefix: Str = "Consumer.*."
+    """A virtual topic's consumer queues: /queue/<this, * the group>/<topic name>, e.g.
+    /queue/Consumer.billing.VirtualTopic.orders."""
 
     @field_validator("synchronous")
     @classmethod
     def _pragma(cls, value: str) -> str:
         if value.upper() not in ("FULL", "NORMAL"):
             raise ValueError(f"must be 'FULL' or 'NORMAL', not {value!r}")
+        return value
+
+    @field_validator("virtual_topic_consumer_prefix")
+    @classmethod
+    def _consumer_prefix(cls, value: str) -> str:
+        from gateway.broker.virtual_topics import VirtualTopicNames  # (the broker package imports this module)
+
+        VirtualTopicNames("VirtualTopic.", value)  # (raises ValueError saying what is wrong)
         return value
 
     @field_validator("destinations")

@@ -60,6 +60,7 @@ from gateway.broker.store import (
     StoredBacklog,
     durable_key,
 )
+from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, queue_of_record, record_key
 from gateway.broker.wildcards import WildcardTopics, is_wildcard
 from gateway.config import BrokerSettings
 from gateway.deferreds import gather
@@ -188,6 +189,9 @@ class EmbeddedBroker:
         self.memory = MemoryUsage(default_memory_limit() if limit is None else limit)  # (0: no limit)
         self.memory.on_release = self._room_made
         self.policies = DestinationPolicies(self.settings.destinations)
+        self.virtual = VirtualTopics(VirtualTopicNames(self.settings.virtual_topic_prefix,
+                                                       self.settings.virtual_topic_consumer_prefix))
+        """The consumer queues of each virtual topic (:mod:`gateway.broker.virtual_topics`)."""
         self._pages = PageFile(page_path, getattr(clock, "callLater", None), min_free=self.settings.min_free)
         self._congestions: dict[str, Congestion] = {}
         """Senders of each BLOCK destination (asked for by the sessions)."""
@@ -258,6 +262,11 @@ class EmbeddedBroker:
         on a NACK.
         """
         for record in snapshot.durables:
+            consumer_queue = queue_of_record(record.key)
+            if consumer_queue is not None:  # (a virtual topic's consumer queue: it exists without messages)
+                self.virtual.add(consumer_queue)
+                self._queue(consumer_queue)
+                continue
             self._make_durable(record.key, record.destination, record.selector)
             self.durable_owners[record.key] = record.owner
         limit = self.settings.max_redeliveries
@@ -287,7 +296,7 @@ class EmbeddedBroker:
         self.log.info(
             "embedded broker recovered {messages} messages ({paged} left in the store until consumers reach them), "
             "{durables} durable subscriptions, purged {expired}",
-            messages=messages, paged=paged, durables=len(snapshot.durables), expired=snapshot.expired,
+            messages=messages, paged=paged, durables=len(self.durables), expired=snapshot.expired,
         )
 
     def _recover_backlogs(self, backlogs: dict[str, tuple[int, int]], backlog: StoredBacklog) -> None:
@@ -374,6 +383,12 @@ class EmbeddedBroker:
 
     def holds_deliveries(self, queue: MessageQueue) -> bool:
         return self._stored(queue)
+
+    def replaced(self, queue: MessageQueue, message: Message) -> None:
+        self.log.debug("{queue}: message {id} replaced by a newer one with its last-value key", queue=queue.name,
+                       id=message.message_id)
+        if message.persistent and self._stored(queue):
+            self.store.remove(queue.key, message.message_id).addErrback(self._store_failed)
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         self.metrics.expired.inc()
@@ -739,6 +754,10 @@ class EmbeddedBroker:
             patterns = self.wildcards.matching(destination)
             if patterns:
                 subscribers = [*subscribers, *(q for pattern in patterns for q in self.topics.get(pattern, ()))]
+        if self.virtual:  # (a virtual topic's consumer queues: gateway/broker/virtual_topics.py)
+            consumer_queues = self.virtual.queues_of(destination)
+            if consumer_queues:
+                subscribers = [*subscribers, *(self.queues[name] for name in consumer_queues if name in self.queues)]
         return [queue for queue in subscribers if queue.accepts(message)]
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
@@ -869,7 +888,19 @@ class EmbeddedBroker:
         queue = self.queues.get(destination)
         if queue is None:
             queue = self.queues[destination] = MessageQueue(self, destination, destination)
+            topic = self.virtual.add(destination)
+            if topic is not None:  # (a virtual topic's consumer queue exists from now on, across restarts)
+                self.log.info("{queue} is a consumer queue of the virtual topic {topic}", queue=destination,
+                              topic=topic)
+                self.store.add_durable(record_key(destination), topic, None).addErrback(self._store_failed)
         return queue
+
+    def forget_queue(self, destination: str) -> Deferred[None]:
+        """A deleted queue stops being a virtual topic's consumer queue (in the store too)."""
+        if self.virtual.remove(destination):
+            removed: Deferred[None] = self.store.remove_durable(record_key(destination))
+            return removed
+        return succeed(None)
 
     def _stored(self, queue: MessageQueue) -> bool:
         """Whether persistent messages of ``queue`` go to the store: queues and

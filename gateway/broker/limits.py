@@ -127,11 +127,15 @@ class DestinationPolicy:
     :ivar pattern: the ``[broker.destinations]`` key that matched ("" for none).
     :ivar max_size: bytes of queued messages the destination may hold in memory (0: no own limit).
     :ivar full_policy: PAGE, BLOCK, FAIL or DROP.
+    :ivar last_value: a last-value queue (:mod:`gateway.broker.last_value`).
+    :ivar exclusive: every consumer is exclusive (:mod:`gateway.broker.exclusive`).
     """
 
     pattern: str = ""
     max_size: int = 0
     full_policy: str = PAGE
+    last_value: bool = False
+    exclusive: bool = False
 
 
 DEFAULT_POLICY = DestinationPolicy()
@@ -142,7 +146,8 @@ class DestinationPolicies:
 
     def __init__(self, tables: dict[str, Any] | None = None) -> None:
         self.rules = [
-            DestinationPolicy(pattern, int(limits.max_size), str(limits.full_policy).upper())
+            DestinationPolicy(pattern, int(limits.max_size), str(limits.full_policy).upper(),
+                              bool(getattr(limits, "last_value", False)), bool(getattr(limits, "exclusive", False)))
             for pattern, limits in (tables or {}).items()
         ]
         self._cache: dict[str, DestinationPolicy] = {}

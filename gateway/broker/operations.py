@@ -115,7 +115,9 @@ class QueueOperations:
                                    "without consumers (close their connections first)")
         dropped = queue.remove_pending(None)
         self.broker.queues.pop(destination, None)
-        return self._forget(queue, dropped).addCallback(lambda _: len(dropped))
+        queue.discard()  # (detached: a send still waiting for the store shows nothing in it)
+        forgotten = self.broker.forget_queue(destination)
+        return self._forget(queue, dropped).addCallback(lambda _: forgotten).addCallback(lambda _: len(dropped))
 
     def _forget(self, queue: MessageQueue, messages: list[Message]) -> Deferred[None]:
         """Remove the persistent ones of ``messages`` (taken from ``queue``) from the store."""

@@ -29,6 +29,7 @@ from zope.interface import implementer
 
 from gateway.broker.exclusive import exclusive_owner
 from gateway.broker.groups import MessageGroups, closes_group, flagged, group_of
+from gateway.broker.last_value import LastValues
 from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
 from gateway.broker.paging import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
 from gateway.deferreds import gather
@@ -66,6 +67,9 @@ class QueueOwner(Protocol):
     def consumed(self, queue: MessageQueue, message: Message) -> Deferred[None] | None:
         """``message`` left ``queue`` for good (acked, auto-acked); a Deferred when that
         leaves a store write to wait for (None when nothing was stored: the hot path)."""
+
+    def replaced(self, queue: MessageQueue, message: Message) -> None:
+        """A last-value queue took the waiting ``message`` out: a newer one with its key came."""
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         """``message`` expired in ``queue`` and was dropped."""
@@ -147,6 +151,8 @@ class MessageQueue:
         self.usage: MemoryUsage = owner.memory
         self.policy: DestinationPolicy = owner.policy(name)
         self.max_size = self.policy.max_size
+        self.last_values: LastValues | None = LastValues() if self.policy.last_value else None
+        """A last-value queue's index (:mod:`gateway.broker.last_value`); None for other queues."""
         self.page: QueuePage | None = None
         self.paged_out = 0
         """Messages paged out since start."""
@@ -280,6 +286,11 @@ class MessageQueue:
     def enqueue(self, message: Message, size: int = 0) -> None:
         """Add a message (paged out when memory is full) and try to dispatch it; ``size`` is its
         :func:`message_size` when the caller knows it (a topic's message enters many queues)."""
+        if self.last_values is not None:
+            replaced = self.last_values.replace(message)
+            if replaced is not None:
+                for old in self.remove_pending({replaced}):
+                    self.owner.replaced(self, old)
         entry = (-message.priority, next(self._seq), message, size or message_size(message))
         self.enqueued += 1
         if len(self.consumers) == 1 and not self._heap and self._hand_over(entry):
@@ -328,6 +339,10 @@ class MessageQueue:
         self.enqueued += tail.count
         self._seq = itertools.count(last_seq + 1)
         page.attach(tail)
+        if self.last_values is not None:  # (read back now: a newer message must find the one it replaces)
+            self.enqueued -= tail.count
+            for entry in self._taken_from_page(page.take_all()):
+                self.enqueue(entry[2], entry[3])
         if self.consumers:
             self.dispatch()
 
@@ -658,7 +673,7 @@ class QueueSubscription:
         self.consumer = consumer
         self.selector = selector
         self.auto = spec.ack_mode == "auto"
-        self.exclusive = spec.exclusive and not queue.transient
+        self.exclusive = (spec.exclusive or queue.policy.exclusive) and not queue.transient
         self.prefetch = max(1, spec.prefetch)
         self.paused = False
         self.closed = False

@@ -145,7 +145,38 @@ def group_stickiness(address: Address, destination: str) -> list[Any]:
     return [sticky, sorted(per_group.items()), moved]
 
 
+def virtual_topic(address: Address, destination: str) -> list[Any]:
+    """Two consumer groups and a plain subscriber of a virtual topic: each group gets every
+    message once, shared by its consumers; a group whose consumer is away keeps its copies."""
+    name = destination.rsplit("/", 1)[1]
+    topic = f"/topic/VirtualTopic.{name}"
+    group_a, group_b = f"/queue/Consumer.A.VirtualTopic.{name}", f"/queue/Consumer.B.VirtualTopic.{name}"
+    a1, a2, b, plain = Client(address), Client(address), Client(address), Client(address)
+    one = {"activemq.prefetchSize": "1"}
+    a1.subscribe(group_a, "a1", **one)
+    a2.subscribe(group_a, "a2", **one)
+    b.subscribe(group_b, "b")
+    plain.subscribe(topic, "t")
+    sender = Client(address)
+    for i in range(6):
+        sender.send(topic, f"m{i}", receipt=True, persistent="true")
+    shared = [f.body for f in received(a1) + received(a2)]
+    copied = received(b)
+    heard = [f.body for f in received(plain)]
+    b.disconnect()
+    sender.send(topic, "while away", receipt=True, persistent="true")
+    sender.disconnect()
+    back = Client(address)
+    back.subscribe(group_b, "b2")
+    later = [f.body for f in received(back)]
+    for client in (a1, a2, plain, back):
+        client.disconnect()
+    return [sorted(shared), len(shared), [f.body for f in copied],
+            sorted({f.headers["destination"].replace(name, "NAME") for f in copied}), sorted(heard), later]
+
+
 SCENARIOS: dict[str, Callable[[Address, str], list[Any]]] = {
+    "virtual topic": virtual_topic,
     "group stickiness": group_stickiness,
     "wildcard fan-out": wildcard_fan_out,
     "exclusive takeover": exclusive_takeover,
@@ -153,6 +184,9 @@ SCENARIOS: dict[str, Callable[[Address, str], list[Any]]] = {
     "composite send": composite_send,
 }
 EXPECTED: dict[str, list[Any]] = {
+    "virtual topic": [[b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"], 6, [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"],
+                      ["/queue/Consumer.B.VirtualTopic.NAME"], [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"],
+                      [b"while away"]],
     "exclusive takeover": [[b"m0", b"m1", b"m2", b"m3"], True, [(b"m1", "true"), (b"m2", "true"), (b"m3", "true")]],
     "browse snapshot": [[b"m0", b"m1", b"m2", b""], "end", "0", "b", True, [b"m0", b"m1", b"m2"]],
     "wildcard fan-out": [
@@ -274,6 +308,38 @@ read = ["alice"]
     assert alice.no_message(0.5)
     alice.disconnect()
     root.disconnect()
+
+
+def test_last_value_queues_and_exclusive_queues_by_policy(make_gateway: Callable[..., GatewayProcess]) -> None:
+    """``[broker.destinations."PATTERN"]``: a last-value queue keeps the newest waiting message of
+    each ``_AMQ_LVQ_NAME`` (across a restart too), an exclusive one gives everything to one consumer."""
+    config = """
+[broker.destinations."/queue/prices.>"]
+last_value = true
+
+[broker.destinations."/queue/jobs.>"]
+exclusive = true
+"""
+    process = make_gateway(config, args=["--set", 'broker.persistence="sqlite"'])
+    sender = Client(process.address)
+    for key, price in [("EUR", "1.10"), ("USD", "1.00"), ("EUR", "1.11")]:
+        sender.send("/queue/prices.fx", price, receipt=True, persistent="true", _AMQ_LVQ_NAME=key)
+    sender.disconnect()
+    process.kill()
+    process.start()
+    sender = Client(process.address)
+    sender.send("/queue/prices.fx", "1.12", receipt=True, persistent="true", _AMQ_LVQ_NAME="EUR")
+    reader = Client(process.address)
+    reader.subscribe("/queue/prices.fx", "p")
+    assert sorted(f.body for f in received(reader)) == [b"1.00", b"1.12"]
+    first, second = Client(process.address), Client(process.address)
+    first.subscribe("/queue/jobs.a", "j1")
+    second.subscribe("/queue/jobs.a", "j2")
+    for i in range(4):
+        sender.send("/queue/jobs.a", f"j{i}", receipt=True)
+    assert [f.body for f in received(first)] == [b"j0", b"j1", b"j2", b"j3"] and second.no_message(0.3)
+    for client in (sender, reader, first, second):
+        client.disconnect()
 
 
 # -- through the stomp:// connector: ActiveMQ does these natively ----------------------------

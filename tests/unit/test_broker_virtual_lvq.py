@@ -1,0 +1,232 @@
+"""Virtual topics, last-value queues and per-destination exclusive consumers on the embedded
+broker (issue 37): the names, the copies per consumer group, a group's queue kept without
+consumers and across restarts, replacement by last-value key (in memory, paged, after a restart)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from twisted.internet.task import Clock
+
+from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.last_value import LVQ_HEADER, LastValues
+from gateway.broker.operations import QueueOperations
+from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics
+from gateway.config import BrokerSettings, DestinationLimits
+from tests.unit.test_broker import Sink, subscribe, text
+from tests.unit.test_store_broker import Run
+from tests.unit.test_store_broker import Sink as StoredSink
+from tests.unit.test_store_broker import text as stored_text
+
+VT = "/topic/VirtualTopic.orders"
+
+
+@pytest.fixture
+def clock() -> Clock:
+    clock = Clock()
+    clock.advance(1_000_000)
+    return clock
+
+
+def make(clock: Clock, **settings: Any) -> EmbeddedBroker:
+    broker = EmbeddedBroker(clock, BrokerSettings(**settings))
+    broker.start()
+    return broker
+
+
+# -- names -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("queue", "topic"), [
+    ("/queue/Consumer.A.VirtualTopic.orders", "/topic/VirtualTopic.orders"),
+    ("/queue/Consumer.billing.VirtualTopic.orders.eu", "/topic/VirtualTopic.orders.eu"),
+    ("/queue/Consumer.A.orders", None),  # (the topic part is not virtual)
+    ("/queue/Consumer..VirtualTopic.orders", None),  # (no group)
+    ("/queue/Consumers.A.VirtualTopic.orders", None),
+    ("/queue/Consumer.A", None),
+    ("/topic/Consumer.A.VirtualTopic.orders", None),
+], ids=["plain", "dotted-topic", "not-virtual", "no-group", "other-prefix", "short", "a-topic"])
+def test_consumer_queue_names(queue: str, topic: str | None) -> None:
+    assert VirtualTopicNames().topic_of(queue) == topic
+
+
+def test_the_prefixes_are_configurable_and_checked() -> None:
+    names = VirtualTopicNames("VT.", "Group.*.sub.")
+    assert names.is_virtual("/topic/VT.x") and not names.is_virtual("/topic/VirtualTopic.x")
+    assert names.topic_of("/queue/Group.g1.sub.VT.x") == "/topic/VT.x"
+    assert VirtualTopicNames("", "Consumer.*.").topic_of("/queue/Consumer.A.VirtualTopic.x") is None
+    with pytest.raises(ValidationError, match=r"must end with '\.' and have a '\*' segment"):
+        BrokerSettings(virtual_topic_consumer_prefix="Consumer.")
+
+
+def test_the_index_adds_once_and_forgets() -> None:
+    index = VirtualTopics(VirtualTopicNames())
+    assert index.add("/queue/Consumer.A.VirtualTopic.o") == "/topic/VirtualTopic.o"
+    assert index.add("/queue/Consumer.A.VirtualTopic.o") is None, "indexed once"
+    assert index.add("/queue/plain") is None and index.queues_of("/topic/VirtualTopic.o") == [
+        "/queue/Consumer.A.VirtualTopic.o"]
+    assert index.remove("/queue/Consumer.A.VirtualTopic.o") and not index
+    assert not index.remove("/queue/Consumer.A.VirtualTopic.o")
+
+
+# -- virtual topics on the broker -------------------------------------------------
+
+
+def test_each_consumer_group_gets_every_message_and_its_consumers_share_it(clock: Clock) -> None:
+    broker = make(clock)
+    a1, a2, b, plain = Sink(), Sink(), Sink(), Sink()
+    subscribe(broker, a1, destination="/queue/Consumer.A.VirtualTopic.orders")
+    subscribe(broker, a2, destination="/queue/Consumer.A.VirtualTopic.orders")
+    subscribe(broker, b, destination="/queue/Consumer.B.VirtualTopic.orders")
+    subscribe(broker, plain, destination=VT)
+    for i in range(6):
+        broker.send(text(VT, f"m{i}"))
+    group_a = a1.texts() + a2.texts()
+    assert sorted(group_a) == [f"m{i}" for i in range(6)] and a1.texts() and a2.texts(), "shared, each once"
+    assert b.texts() == [f"m{i}" for i in range(6)]
+    assert plain.texts() == [f"m{i}" for i in range(6)], "the topic's own subscribers as before"
+    assert {m.destination for m, _ in b.got} == {VT}
+
+
+def test_a_group_without_consumers_keeps_its_copies(clock: Clock) -> None:
+    broker = make(clock)
+    first = Sink()
+    subscribe(broker, first, destination="/queue/Consumer.A.VirtualTopic.orders").close()
+    broker.send(text(VT, "while away"))
+    back = Sink()
+    subscribe(broker, back, destination="/queue/Consumer.A.VirtualTopic.orders")
+    assert back.texts() == ["while away"]
+
+
+def test_virtual_topics_can_be_turned_off(clock: Clock) -> None:
+    broker = make(clock, virtual_topic_prefix="")
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/Consumer.A.VirtualTopic.orders")
+    broker.send(text(VT, "m"))
+    assert sink.texts() == []
+
+
+def test_a_deleted_consumer_queue_gets_no_more_copies(clock: Clock) -> None:
+    broker = make(clock)
+    queue = "/queue/Consumer.A.VirtualTopic.orders"
+    subscribe(broker, Sink(), destination=queue).close()
+    ops = QueueOperations(broker)
+    ops.delete_queue(queue)
+    broker.send(text(VT, "m"))
+    assert queue not in broker.queues and broker.virtual.queues_of(VT) == []
+
+
+def test_consumer_queues_are_remembered_across_a_restart(tmp_path: Path) -> None:
+    run = Run(tmp_path, BrokerSettings(persistence="sqlite"))
+    broker = run.start()
+    run.wait(broker.subscribe(_spec("/queue/Consumer.A.VirtualTopic.orders"), StoredSink())).close()
+    run.settle()
+    broker = run.restart()
+    run.send(stored_text(VT, "after the restart"))
+    assert [m.text for m in broker.queues["/queue/Consumer.A.VirtualTopic.orders"].messages()] == [  # type: ignore[attr-defined]
+        "after the restart"]
+    assert broker.status()["queues"]["/queue/Consumer.A.VirtualTopic.orders"]["pending"] == 1
+    broker = run.restart()
+    sink = StoredSink()
+    run.wait(broker.subscribe(_spec("/queue/Consumer.A.VirtualTopic.orders"), sink))
+    assert [m.text for m, _ in sink.got] == ["after the restart"], "the copy was stored"  # type: ignore[attr-defined]
+
+
+def _spec(destination: str) -> Any:
+    from gateway.interfaces import SubscriptionSpec
+
+    return SubscriptionSpec(destination=destination)
+
+
+# -- last-value queues -------------------------------------------------------------
+
+
+def lvq(key: str, body: str, destination: str = "/queue/prices") -> Any:
+    return text(destination, body, properties={LVQ_HEADER: key})
+
+
+def test_last_values_index() -> None:
+    values = LastValues()
+    assert values.replace(lvq("a", "1")) is None
+    assert values.replace(lvq("a", "2")) == "ID:1"
+    assert values.replace(text("/queue/prices", "nokey")) is None and len(values) == 1
+
+
+def test_a_newer_message_replaces_the_waiting_one_with_its_key(clock: Clock) -> None:
+    broker = make(clock, destinations={"/queue/prices": DestinationLimits(last_value=True)})
+    for key, body in [("EUR", "1.10"), ("USD", "1.00"), ("EUR", "1.11"), ("EUR", "1.12")]:
+        broker.send(lvq(key, body))
+    broker.send(text("/queue/prices", "no key"))
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/prices")
+    assert sink.texts() == ["1.00", "1.12", "no key"]
+
+
+def test_other_queues_keep_every_message(clock: Clock) -> None:
+    broker = make(clock, destinations={"/queue/prices": DestinationLimits(last_value=True)})
+    for body in ("1", "2"):
+        broker.send(lvq("EUR", body, destination="/queue/other"))
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/other")
+    assert sink.texts() == ["1", "2"]
+
+
+def test_a_message_out_for_acknowledgement_is_not_replaced(clock: Clock) -> None:
+    broker = make(clock, destinations={"/queue/prices": DestinationLimits(last_value=True)})
+    sink = Sink()
+    subscription = subscribe(broker, sink, destination="/queue/prices", ack_mode="client-individual", prefetch=1)
+    broker.send(lvq("EUR", "1"))
+    broker.send(lvq("EUR", "2"))
+    broker.send(lvq("EUR", "3"))
+    assert sink.texts() == ["1"]
+    subscription.ack([sink.got[0][1]])
+    assert sink.texts() == ["1", "3"], "2 was waiting: 3 replaced it"
+
+
+def test_a_paged_message_is_replaced_too(clock: Clock) -> None:
+    broker = make(clock, memory_limit=0, destinations={
+        "/queue/prices": DestinationLimits(last_value=True, max_size=1)})
+    broker.send(lvq("EUR", "1"))
+    broker.send(lvq("EUR", "2"))
+    assert broker.queues["/queue/prices"].paged >= 1 or len(broker.queues["/queue/prices"]) == 1
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/prices")
+    assert sink.texts() == ["2"]
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+def test_replacement_holds_after_a_restart_and_the_store_forgets_the_replaced(tmp_path: Path, lazy: bool) -> None:
+    """Recovered eagerly or lazily (left in the store until read: a last-value queue reads its
+    backlog back at once, so a newer message finds the one it replaces)."""
+    settings = BrokerSettings(persistence="sqlite", destinations={"/queue/prices": DestinationLimits(last_value=True)})
+    run = Run(tmp_path, settings, lazy_recovery=lazy)
+    run.start()
+    run.send(stored_text("/queue/prices", "1.10", properties={LVQ_HEADER: "EUR"}))
+    run.send(stored_text("/queue/prices", "1.11", properties={LVQ_HEADER: "EUR"}))
+    run.settle()
+    broker = run.restart()
+    run.send(stored_text("/queue/prices", "1.12", properties={LVQ_HEADER: "EUR"}))
+    run.settle()
+    broker = run.restart()
+    sink = StoredSink()
+    run.wait(broker.subscribe(_spec("/queue/prices"), sink))
+    assert [m.text for m, _ in sink.got] == ["1.12"]  # type: ignore[attr-defined]
+
+
+# -- exclusive by policy -------------------------------------------------------------
+
+
+def test_a_policy_makes_every_consumer_of_a_queue_exclusive(clock: Clock) -> None:
+    broker = make(clock, destinations={"/queue/jobs.>": DestinationLimits(exclusive=True)})
+    first, second = Sink(), Sink()
+    owner = subscribe(broker, first, destination="/queue/jobs.a")
+    subscribe(broker, second, destination="/queue/jobs.a")
+    for i in range(3):
+        broker.send(text("/queue/jobs.a", f"m{i}"))
+    assert first.texts() == ["m0", "m1", "m2"] and second.texts() == []
+    owner.close()
+    broker.send(text("/queue/jobs.a", "m3"))
+    assert second.texts() == ["m3"]
