@@ -2,7 +2,8 @@
 
 What matters under ``data_dir``: the message store (``[broker] database``,
 ``broker.sqlite``), the bridges' duplicate store (``bridges.sqlite``), the owners of
-durable subscriptions at connectors (``durable-owners.sqlite``) and the
+durable subscriptions at connectors (``durable-owners.sqlite``), the scheduled messages
+(``schedule.sqlite``) and the
 installation's id (``gateway.id``).  The page file holds only non-persistent
 messages and is deleted at every start: it is not backed up.
 
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gateway.bridges.qos import DEDUP_DATABASE
+from gateway.broker.scheduler import SCHEDULE_DATABASE
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError
 from gateway.identity import ID_FILE
@@ -61,6 +63,8 @@ def data_files(config: GatewayConfig) -> list[DataFile]:
     files.append(DataFile(DEDUP_DATABASE, config.data_path(DEDUP_DATABASE), True))
     files.append(DataFile(ID_FILE, config.data_path(ID_FILE), False))
     files.append(DataFile(DURABLE_OWNERS_FILE, config.data_path(DURABLE_OWNERS_FILE), True))
+    if config.broker.persistence == "sqlite":
+        files.append(DataFile(SCHEDULE_DATABASE, config.data_path(SCHEDULE_DATABASE), True))
     return files
 
 

@@ -50,6 +50,7 @@ from gateway.broker.limits import (
 from gateway.broker.paging import PageFile, StoredTail
 from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
+from gateway.broker.scheduler import MemorySchedule, Scheduler, ScheduleStore, is_scheduled
 from gateway.broker.sqlite_records import decode_message
 from gateway.broker.store import (
     DURABLE_PREFIX,
@@ -179,10 +180,13 @@ class EmbeddedBroker:
         store: IMessageStore | None = None,
         registry: CollectorRegistry | None = None,
         page_path: str | None = None,
+        schedule: ScheduleStore | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings or BrokerSettings()
         self.store: IMessageStore = store or MemoryStore()
+        self.scheduler = Scheduler(clock, schedule or MemorySchedule(), self.send, self.now_ms)
+        """Messages sent with AMQ_SCHEDULED_* until they are due (:mod:`gateway.broker.scheduler`)."""
         self.metrics = BrokerMetrics(registry)
         self.metrics.gauges = self._gauges
         limit = self.settings.memory_limit
@@ -238,7 +242,7 @@ class EmbeddedBroker:
         def recovered(snapshot: Snapshot) -> Deferred[Any]:
             moved = self.recover(snapshot)
             self._expiry.start(self.settings.expiry_check_interval_ms / 1000.0, now=False)
-            return moved
+            return gather([moved, self.scheduler.open()])
 
         return d.addCallback(recovered).addCallback(lambda _: None)
 
@@ -249,9 +253,10 @@ class EmbeddedBroker:
         # what recovery expects: deliveries returned by connections closing
         # after this point are not written (sends and ACKs still fail).
         self._bookkeeping = False
+        scheduled = self.scheduler.close()
         result: Deferred[None] = self.store.close()
         self._pages.close()
-        return result
+        return gather([scheduled, result]).addCallback(lambda _: None)
 
     def recover(self, snapshot: Snapshot) -> Deferred[Any]:
         """Rebuild state from a store snapshot; fires when recovery's own writes are stored.
@@ -460,6 +465,8 @@ class EmbeddedBroker:
     def _send(self, message: Message) -> Deferred[None] | None:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
         a Deferred when it waits for the store or is refused."""
+        if is_scheduled(message):  # (AMQ_SCHEDULED_*: held until due, gateway/broker/scheduler.py)
+            return self.scheduler.schedule(message)
         if is_composite(message.destination):  # (one copy per part, stored as one batch: one receipt)
             return self.send_batch([message])
         try:
@@ -485,7 +492,14 @@ class EmbeddedBroker:
         return None
 
     def send_batch(self, messages: list[Message]) -> Deferred[None]:
-        """Store the persistent ones in one transaction, then make all visible."""
+        """Store the persistent ones in one transaction, then make all visible (scheduled ones
+        are recorded as jobs once the others are in)."""
+        if any(is_scheduled(message) for message in messages):
+            later = [message for message in messages if is_scheduled(message)]
+            now = [message for message in messages if not is_scheduled(message)]
+            sent = self.send_batch(now) if now else succeed(None)
+            return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(
+                lambda _: None)
         try:
             plan = [(part, self._targets(part)) for message in messages for part in expand(message)]
         except GatewayError as error:
@@ -999,6 +1013,7 @@ class EmbeddedBroker:
             "durables": {key: {"pending": len(q), "active": bool(q.consumers)} for key, q in self.durables.items()},
             "topics": {name: len(subs) for name, subs in self.topics.items()},
             "paging": {key: _queue_memory(q) for key, q in [*self.queues.items(), *self.durables.items()]},
+            "scheduled": {"waiting": self.scheduler.waiting, "delivered": self.scheduler.delivered},
         }
 
     def why_cannot_tell(self, destination: str) -> str | None:

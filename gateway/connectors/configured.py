@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.scheduler import ScheduleStore
 from gateway.broker.store import MemoryStore
 from gateway.config import GatewayConfig
 from gateway.connectors.registry import create_connector
@@ -55,6 +56,15 @@ def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
     return store
 
 
+def build_schedule(config: GatewayConfig, reactor: Any) -> ScheduleStore | None:
+    """Where scheduled messages wait: ``schedule.sqlite`` under data_dir with SQLite persistence."""
+    if config.broker.persistence == "memory":
+        return None
+    from gateway.broker.scheduler import SCHEDULE_DATABASE, SqliteSchedule  # (sqlite3 only when used)
+
+    return SqliteSchedule(config.data_path(SCHEDULE_DATABASE), reactor, synchronous=config.broker.synchronous.upper())
+
+
 def page_file_name(database: str) -> str:
     """The page file beside the message store ``database`` (``broker.sqlite`` -> ``broker-pages.sqlite``)."""
     stem, dot, suffix = database.rpartition(".")
@@ -72,7 +82,8 @@ def configured_connectors(config: GatewayConfig, reactor: Any, registry: Collect
     built = Connectors({})
     if wanted is None or EMBEDDED in wanted:
         broker = EmbeddedBroker(reactor, config.broker, build_store(config, reactor), registry,
-                                page_path=config.data_path(page_file_name(config.broker.database)))
+                                page_path=config.data_path(page_file_name(config.broker.database)),
+                                schedule=build_schedule(config, reactor))
         built.broker = broker
         built.by_name[EMBEDDED] = broker
     for name, options in config.connectors.items():

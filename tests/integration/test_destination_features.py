@@ -4,6 +4,7 @@ and the same scenarios against the real ActiveMQ 5.17 (differential: same observ
 from __future__ import annotations
 
 import queue
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -340,6 +341,35 @@ exclusive = true
     assert [f.body for f in received(first)] == [b"j0", b"j1", b"j2", b"j3"] and second.no_message(0.3)
     for client in (sender, reader, first, second):
         client.disconnect()
+
+
+def test_scheduled_messages_arrive_on_time_across_a_crash(make_gateway: Callable[..., GatewayProcess]) -> None:
+    """AMQ_SCHEDULED_DELAY / PERIOD / REPEAT over STOMP; the gateway is SIGKILLed while the jobs
+    wait and they still come on time (± 1 s, docs/stomp.md); AMQ_SCHEDULED_CRON gets an ERROR."""
+    process = make_gateway(args=["--set", 'broker.persistence="sqlite"'])
+    sender = Client(process.address)
+    sent = time.monotonic()
+    sender.send("/queue/sched.a", "in 4 s", receipt=True, persistent="true", AMQ_SCHEDULED_DELAY="4000")
+    sender.send("/queue/sched.a", "every 1 s", receipt=True, persistent="true", AMQ_SCHEDULED_DELAY="5000",
+                AMQ_SCHEDULED_PERIOD="1000", AMQ_SCHEDULED_REPEAT="2")
+    sender.disconnect()
+    process.kill()
+    process.start()
+    reader = Client(process.address)
+    reader.subscribe("/queue/sched.a", "s")
+    arrivals = []
+    for _ in range(4):
+        frame = reader.message(15)
+        arrivals.append((frame.body, round(time.monotonic() - sent), frame.headers["message-id"].count(":")))
+    assert [body for body, _, _ in arrivals] == [b"in 4 s", b"every 1 s", b"every 1 s", b"every 1 s"]
+    assert all(abs(at - due) <= 1 for (_, at, _), due in zip(arrivals, [4, 5, 6, 7], strict=True)), arrivals
+    assert reader.no_message(1.5), "three deliveries of the repeated one, no more"
+    bad = Client(process.address)
+    bad.connection.send("/queue/sched.a", "x", headers={"AMQ_SCHEDULED_CRON": "* * * * *", "receipt": "r"})
+    error = bad.error()
+    assert error is not None and "AMQ_SCHEDULED_CRON is not supported" in (
+        error.headers.get("message", "") + error.body.decode())
+    reader.disconnect()
 
 
 # -- through the stomp:// connector: ActiveMQ does these natively ----------------------------

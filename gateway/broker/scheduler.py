@@ -1,0 +1,388 @@
+"""Scheduled delivery (ActiveMQ's): a SEND whose message reaches its destination later, or again.
+
+A message with ``AMQ_SCHEDULED_DELAY`` (ms before the first delivery), ``AMQ_SCHEDULED_PERIOD``
+(ms between deliveries) and ``AMQ_SCHEDULED_REPEAT`` (deliveries after the first) is not
+enqueued: the :class:`Scheduler` records it as a *job* and sends an *occurrence* of it to its
+destination when each delivery is due.  An occurrence is the message without those properties
+and with ``scheduledJobId`` (ActiveMQ's name); the first keeps the message id, the n-th repeat
+gets ``<id>:<n>``.  ``AMQ_SCHEDULED_CRON`` is refused (an ERROR that says so), as are negative
+or unreadable values and a repeat without a period.
+
+Where jobs live: with ``persistence = "sqlite"``, in ``schedule.sqlite`` beside the message store
+(:class:`SqliteSchedule`): the RECEIPT of a scheduled SEND comes once the job is on disk, jobs
+survive a restart and are due on time after it; memory holds no job and no body, only the time
+of the next one (one timer) and, while a window of due jobs is delivered, that window
+(:data:`WINDOW`).  With ``persistence = "memory"``, in memory (:class:`MemorySchedule`).
+
+Guarantee: an occurrence is delivered at least once.  A job advances (is deleted, or moves to
+its next time) after the broker stored the occurrence; a crash between the two delivers that
+occurrence again after the restart (the same message id).  An occurrence the destination
+refuses for now (FAIL policy and full, the store failing) is tried again after
+:data:`RETRY_MS`; one whose destination cannot exist (a temporary one that is gone) is dropped
+with a warning.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import sqlite3
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from gateway.broker.sqlite_records import decode_message, encode_message
+from gateway.deferreds import gather
+from gateway.errors import DestinationError, MessageRefused
+from gateway.message.model import Message
+
+DELAY = "AMQ_SCHEDULED_DELAY"
+PERIOD = "AMQ_SCHEDULED_PERIOD"
+REPEAT = "AMQ_SCHEDULED_REPEAT"
+CRON = "AMQ_SCHEDULED_CRON"
+SCHEDULING = frozenset((DELAY, PERIOD, REPEAT, CRON))
+JOB_ID = "scheduledJobId"
+"""The property an occurrence carries: the id of its job."""
+
+SCHEDULE_DATABASE = "schedule.sqlite"
+"""The file of the jobs, under data_dir."""
+
+WINDOW = 1000
+"""Due jobs read and delivered at a time."""
+RETRY_MS = 1000
+"""When an occurrence the destination refused for now is tried again."""
+
+Executor = Callable[[Callable[[], Any]], Deferred[Any]]
+
+
+def is_scheduled(message: Message) -> bool:
+    """Whether ``message`` carries a scheduling property (cheap: the hot path asks)."""
+    properties = message.properties
+    return bool(properties) and not SCHEDULING.isdisjoint(properties)
+
+
+def _number(message: Message, name: str) -> int:
+    value = message.properties.get(name)
+    if value is None:
+        return 0
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise MessageRefused(f"{name} must be a whole number of {'deliveries' if name == REPEAT else 'ms'}, "
+                             f"not {value!r}") from None
+    if number < 0:
+        raise MessageRefused(f"{name} must not be negative (got {number})")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A scheduled message and when its next occurrence is due.
+
+    :ivar due: epoch ms of the next occurrence.
+    :ivar occurrence: 0 for the first delivery, n for the n-th repeat.
+    :ivar repeats_left: occurrences after the next one.
+    """
+
+    job_id: str
+    due: int
+    period: int
+    repeats_left: int
+    occurrence: int
+    message: Message
+
+    def next(self) -> Job | None:
+        """The job after its next occurrence is delivered; None when it was the last."""
+        if self.repeats_left <= 0:
+            return None
+        return replace(self, due=self.due + self.period, repeats_left=self.repeats_left - 1,
+                       occurrence=self.occurrence + 1)
+
+    def occurrence_message(self) -> Message:
+        """What goes to the destination now."""
+        copy = self.message.copy()
+        copy.properties = {k: v for k, v in copy.properties.items() if k not in SCHEDULING}
+        copy.properties[JOB_ID] = self.job_id
+        if self.occurrence:
+            copy.message_id = f"{self.message.message_id}:{self.occurrence}"
+        return copy
+
+
+def job_of(message: Message, now_ms: int) -> Job:
+    """The job a scheduled ``message`` makes (MessageRefused for what cannot be scheduled)."""
+    if CRON in message.properties:
+        raise MessageRefused(f"{CRON} is not supported (use {DELAY}, {PERIOD} and {REPEAT})")
+    delay, period, repeat = _number(message, DELAY), _number(message, PERIOD), _number(message, REPEAT)
+    if repeat and not period:
+        raise MessageRefused(f"{REPEAT}:{repeat} needs an {PERIOD} above 0 (ms between deliveries)")
+    return Job(f"ID:job-{uuid.uuid4().hex}", now_ms + delay, period, repeat, 0, message)
+
+
+class ScheduleStore(Protocol):
+    """Where jobs wait."""
+
+    def open(self) -> Deferred[tuple[int, int | None]]:
+        """(jobs waiting, when the first is due or None)."""
+
+    def add(self, jobs: list[Job]) -> Deferred[None]:
+        """Record ``jobs``; fires once they are kept."""
+
+    def due(self, now_ms: int, limit: int) -> Deferred[list[Job]]:
+        """At most ``limit`` jobs due by ``now_ms``, the earliest first."""
+
+    def advance(self, done: list[Job], later: list[Job]) -> Deferred[int | None]:
+        """``done`` were delivered (each moves to its next time or goes); ``later`` move to the
+        ``due`` they carry; fires with when the first job is due now (None: none waits)."""
+
+    def close(self) -> Deferred[None]: ...
+
+
+class MemorySchedule:
+    """Jobs in memory (``persistence = "memory"``)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Job]] = []
+        self._seq = itertools.count()
+
+    def open(self) -> Deferred[tuple[int, int | None]]:
+        return succeed((len(self._heap), self._first()))
+
+    def _first(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def add(self, jobs: list[Job]) -> Deferred[None]:
+        for job in jobs:
+            heapq.heappush(self._heap, (job.due, next(self._seq), job))
+        return succeed(None)
+
+    def due(self, now_ms: int, limit: int) -> Deferred[list[Job]]:
+        taken: list[Job] = []
+        while self._heap and self._heap[0][0] <= now_ms and len(taken) < limit:
+            taken.append(heapq.heappop(self._heap)[2])
+        return succeed(taken)
+
+    def advance(self, done: list[Job], later: list[Job]) -> Deferred[int | None]:
+        self.add([job for job in (j.next() for j in done) if job is not None] + later)
+        return succeed(self._first())
+
+    def close(self) -> Deferred[None]:
+        return succeed(None)
+
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS scheduled (job TEXT PRIMARY KEY, due INTEGER NOT NULL, period INTEGER NOT NULL,"
+    " repeats_left INTEGER NOT NULL, occurrence INTEGER NOT NULL, record BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS scheduled_due ON scheduled (due)",
+)
+
+
+class SqliteSchedule:
+    """Jobs in an SQLite file of their own, read and written on one worker thread.
+
+    Jobs taken for delivery stay in the file until :meth:`advance`: a crash redelivers them."""
+
+    def __init__(self, path: str, reactor: Any, *, synchronous: str = "FULL", executor: Executor | None = None) -> None:
+        self.path = path
+        self.reactor = reactor
+        self.synchronous = synchronous
+        self._executor = executor
+        self._pool: ThreadPool | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def _run(self, function: Callable[[sqlite3.Connection], Any]) -> Deferred[Any]:
+        if self._executor is None:
+            from twisted.internet.threads import deferToThreadPool
+
+            pool = self._pool = ThreadPool(1, 1, name="jmsgateway-schedule")
+            pool.start()
+            self._executor = lambda f: deferToThreadPool(self.reactor, pool, f)
+        return self._executor(lambda: function(self._connection()))
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            for statement in _SCHEMA:
+                db.execute(statement)
+            self._db = db
+        return self._db
+
+    def open(self) -> Deferred[tuple[int, int | None]]:
+        def read(db: sqlite3.Connection) -> tuple[int, int | None]:
+            count, first = db.execute("SELECT COUNT(*), MIN(due) FROM scheduled").fetchone()
+            return int(count), first
+
+        return self._run(read)
+
+    def add(self, jobs: list[Job]) -> Deferred[None]:
+        rows = [(job.job_id, job.due, job.period, job.repeats_left, job.occurrence, encode_message(job.message))
+                for job in jobs]
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN")
+                db.executemany("INSERT INTO scheduled VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+        return self._run(write)
+
+    def due(self, now_ms: int, limit: int) -> Deferred[list[Job]]:
+        def read(db: sqlite3.Connection) -> list[Job]:
+            rows = db.execute("SELECT job, due, period, repeats_left, occurrence, record FROM scheduled "
+                              "WHERE due <= ? ORDER BY due LIMIT ?", (now_ms, limit)).fetchall()
+            return [Job(job, due, period, left, occurrence, decode_message(record))
+                    for job, due, period, left, occurrence, record in rows]
+
+        return self._run(read)
+
+    def advance(self, done: list[Job], later: list[Job]) -> Deferred[int | None]:
+        moves = [(job.due, job.repeats_left, job.occurrence, job.job_id)
+                 for job in [*(j.next() for j in done), *later] if job is not None]
+        gone = [(job.job_id,) for job in done if job.repeats_left <= 0]
+
+        def write(db: sqlite3.Connection) -> int | None:
+            with db:
+                db.execute("BEGIN")
+                db.executemany("DELETE FROM scheduled WHERE job = ?", gone)
+                db.executemany("UPDATE scheduled SET due = ?, repeats_left = ?, occurrence = ? WHERE job = ?", moves)
+            first: int | None = db.execute("SELECT MIN(due) FROM scheduled").fetchone()[0]
+            return first
+
+        return self._run(write)
+
+    def close(self) -> Deferred[None]:
+        def shut(db: sqlite3.Connection) -> None:
+            db.close()
+            self._db = None
+
+        d = self._run(shut) if self._db is not None else succeed(None)
+
+        def stop_pool(result: object) -> object:
+            if self._pool is not None:
+                self._pool.stop()
+                self._pool = None
+                self._executor = None
+            return result
+
+        return d.addBoth(stop_pool)
+
+
+class Scheduler:
+    """Holds scheduled messages until they are due and sends their occurrences then.
+
+    :param deliver: sends one occurrence (the broker's ``send``: fires once it is stored).
+    """
+
+    log = Logger()
+
+    def __init__(self, clock: IReactorTime, store: ScheduleStore, deliver: Callable[[Message], Deferred[None]],
+                 now_ms: Callable[[], int]) -> None:
+        self.clock = clock
+        self.store = store
+        self.deliver = deliver
+        self.now_ms = now_ms
+        self.waiting = 0
+        """Jobs waiting (each counts once, whatever its repeats)."""
+        self.delivered = 0
+        """Occurrences delivered since start."""
+        self._timer: IDelayedCall | None = None
+        self._timer_due: int | None = None
+        self._firing = False
+        self._stopped = False
+
+    def open(self) -> Deferred[None]:
+        def opened(state: tuple[int, int | None]) -> None:
+            self.waiting, first = state
+            if self.waiting:
+                self.log.info("{count} scheduled message(s) waiting, the first due {when}", count=self.waiting,
+                              when="now" if first is not None and first <= self.now_ms() else f"at {first}")
+            self._arm(first)
+
+        return self.store.open().addCallback(opened)
+
+    def schedule(self, message: Message) -> Deferred[None]:
+        """Record ``message`` as a job; fires once it is kept (MessageRefused for a bad schedule)."""
+        try:
+            job = job_of(message, self.now_ms())
+        except MessageRefused as error:
+            return fail(error)
+
+        def kept(_: object) -> None:
+            self.waiting += 1
+            self._arm(job.due)
+
+        return self.store.add([job]).addCallback(kept)
+
+    def _arm(self, due: int | None) -> None:
+        if due is None or self._stopped:
+            return
+        if self._firing:
+            return  # (the round under way arms the timer for the first job due when it is done)
+        if self._timer is not None and self._timer.active():
+            if self._timer_due is not None and self._timer_due <= due:
+                return
+            self._timer.cancel()
+        self._timer_due = due
+        self._timer = self.clock.callLater(max(0.0, (due - self.now_ms()) / 1000.0), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_due = None
+        if self._firing or self._stopped:
+            return
+        self._firing = True
+        now = self.now_ms()
+        due: Deferred[list[Job]] = self.store.due(now, WINDOW)
+        advanced: Deferred[int | None] = due.addCallback(self._deliver, now)
+        advanced.addCallback(self._advanced).addErrback(self._failed)
+
+    def _deliver(self, jobs: list[Job], now: int) -> Deferred[int | None]:
+        done: list[Job] = []
+        later: list[Job] = []
+
+        def sent(_: object, job: Job) -> None:
+            done.append(job)
+            self.delivered += 1
+            if job.repeats_left <= 0:
+                self.waiting -= 1
+
+        def refused(failure: Failure, job: Job) -> None:
+            if failure.check(DestinationError):
+                self.log.warn("scheduled message {id} dropped: {why}", id=job.message.message_id,
+                              why=failure.getErrorMessage())
+                done.append(replace(job, repeats_left=0))
+                self.waiting -= 1
+            else:
+                self.log.warn("scheduled message {id} refused for now ({why}): tried again in {ms} ms",
+                              id=job.message.message_id, why=failure.getErrorMessage(), ms=RETRY_MS)
+                later.append(replace(job, due=now + RETRY_MS))
+
+        sends = []
+        for job in jobs:
+            d = self.deliver(job.occurrence_message())
+            d.addCallbacks(sent, refused, callbackArgs=(job,), errbackArgs=(job,))
+            sends.append(d)
+        return gather(sends).addCallback(lambda _: self.store.advance(done, later))
+
+    def _advanced(self, first: int | None) -> None:
+        self._firing = False
+        self._arm(first)  # (more than a window was due: the next window at once)
+
+    def _failed(self, failure: Failure) -> None:
+        self._firing = False
+        self.log.failure("the schedule failed; trying again in {ms} ms", failure, ms=RETRY_MS)
+        self._arm(self.now_ms() + RETRY_MS)
+
+    def close(self) -> Deferred[None]:
+        self._stopped = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        return self.store.close()

@@ -1,0 +1,211 @@
+"""Scheduled delivery on the embedded broker (issue 37): AMQ_SCHEDULED_DELAY / PERIOD / REPEAT,
+jobs on disk across a restart (one timer, no bodies in memory), refusals that say why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from gateway.bridges.dedup import inline_executor
+from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.scheduler import (
+    CRON,
+    DELAY,
+    JOB_ID,
+    PERIOD,
+    REPEAT,
+    WINDOW,
+    MemorySchedule,
+    SqliteSchedule,
+    is_scheduled,
+    job_of,
+)
+from gateway.config import BrokerSettings
+from gateway.errors import MessageRefused
+from gateway.message.model import TextMessage
+from tests.unit.test_broker import Sink, subscribe
+
+
+def scheduled(body: str, destination: str = "/queue/later", **schedule: Any) -> TextMessage:
+    return TextMessage(destination=destination, message_id=f"ID:{body}", text=body, persistent=True,
+                       properties={key: str(value) for key, value in schedule.items()})
+
+
+def fired(d: Deferred[Any]) -> Any:
+    results: list[Any] = []
+    d.addBoth(results.append)
+    assert results, "the Deferred did not fire"
+    return results[0]
+
+
+def make(clock: Clock, schedule: Any = None) -> EmbeddedBroker:
+    broker = EmbeddedBroker(clock, BrokerSettings(), schedule=schedule or MemorySchedule())
+    fired(broker.start())
+    return broker
+
+
+# -- what a schedule is --------------------------------------------------------------
+
+
+def test_the_properties_make_a_job() -> None:
+    job = job_of(scheduled("m", **{DELAY: 5000, PERIOD: 1000, REPEAT: 2}), now_ms=10_000)
+    assert (job.due, job.period, job.repeats_left, job.occurrence) == (15_000, 1000, 2, 0)
+    assert job.job_id.startswith("ID:job-")
+    second = job.next()
+    assert second is not None and (second.due, second.repeats_left, second.occurrence) == (16_000, 1, 1)
+    assert job.next().next().next() is None  # type: ignore[union-attr]
+    assert is_scheduled(scheduled("m", **{DELAY: 1})) and not is_scheduled(scheduled("m"))
+
+
+@pytest.mark.parametrize(("schedule", "why"), [
+    ({CRON: "* * * * *"}, "AMQ_SCHEDULED_CRON is not supported"),
+    ({DELAY: "-5"}, "AMQ_SCHEDULED_DELAY must not be negative"),
+    ({DELAY: "soon"}, "AMQ_SCHEDULED_DELAY must be a whole number of ms, not 'soon'"),
+    ({REPEAT: "3"}, "AMQ_SCHEDULED_REPEAT:3 needs an AMQ_SCHEDULED_PERIOD above 0"),
+], ids=["cron", "negative", "not-a-number", "repeat-without-period"])
+def test_what_cannot_be_scheduled_is_refused_saying_why(schedule: dict[str, str], why: str) -> None:
+    with pytest.raises(MessageRefused, match=why):
+        job_of(scheduled("m", **schedule), now_ms=0)
+
+
+# -- on the broker -------------------------------------------------------------------------
+
+
+def test_a_delayed_message_arrives_when_due_without_its_schedule() -> None:
+    clock = Clock()
+    broker = make(clock)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/later")
+    assert fired(broker.send(scheduled("m", **{DELAY: 5000}))) is None
+    assert broker.status()["scheduled"]["waiting"] == 1
+    clock.advance(4.9)
+    assert sink.texts() == []
+    clock.advance(0.1)
+    assert sink.texts() == ["m"]
+    message = sink.got[0][0]
+    assert DELAY not in message.properties and message.properties[JOB_ID].startswith("ID:job-")
+    assert message.message_id == "ID:m"
+    assert broker.status()["scheduled"] == {"waiting": 0, "delivered": 1}
+
+
+def test_a_repeated_message_arrives_each_period_with_its_own_id() -> None:
+    clock = Clock()
+    broker = make(clock)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/later")
+    broker.send(scheduled("m", **{PERIOD: 1000, REPEAT: 2}))
+    clock.advance(0)
+    assert [m.message_id for m, _ in sink.got] == ["ID:m"]
+    clock.advance(1.0)
+    clock.advance(1.0)
+    assert [m.message_id for m, _ in sink.got] == ["ID:m", "ID:m:1", "ID:m:2"]
+    clock.advance(10)
+    assert len(sink.got) == 3
+
+
+def test_an_earlier_job_scheduled_later_is_not_held_behind_a_later_one() -> None:
+    clock = Clock()
+    broker = make(clock)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/later")
+    broker.send(scheduled("late", **{DELAY: 60_000}))
+    broker.send(scheduled("early", **{DELAY: 1000}))
+    clock.advance(1.0)
+    assert sink.texts() == ["early"]
+    clock.advance(59.0)
+    assert sink.texts() == ["early", "late"]
+
+
+def test_a_scheduled_send_in_a_transaction_waits_for_the_commit_then_its_time() -> None:
+    clock = Clock()
+    broker = make(clock)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/later")
+    fired(broker.send_batch([scheduled("now"), scheduled("later", **{DELAY: 2000})]))
+    assert sink.texts() == ["now"]
+    clock.advance(2.0)
+    assert sink.texts() == ["now", "later"]
+
+
+def test_a_bad_schedule_is_refused_and_nothing_is_stored() -> None:
+    clock = Clock()
+    broker = make(clock)
+    outcome = fired(broker.send(scheduled("m", **{CRON: "0 * * * *"})))
+    assert "not supported" in outcome.getErrorMessage()
+    assert broker.status()["scheduled"]["waiting"] == 0 and "/queue/later" not in broker.queues
+
+
+def test_a_message_for_a_temporary_queue_that_is_gone_is_dropped_not_retried() -> None:
+    clock = Clock()
+    broker = make(clock)
+    broker.send(scheduled("m", destination="/remote-temp-queue/gone", **{DELAY: 100}))
+    clock.advance(0.1)
+    clock.advance(0)
+    assert broker.status()["scheduled"]["waiting"] == 0
+
+
+# -- on disk ------------------------------------------------------------------------
+
+
+def test_jobs_survive_a_restart_and_are_due_on_time(tmp_path: Path) -> None:
+    path = str(tmp_path / "schedule.sqlite")
+    clock = Clock()
+    clock.advance(1_000)
+    broker = make(clock, SqliteSchedule(path, clock, executor=inline_executor))
+    fired(broker.send(scheduled("m", **{DELAY: 30_000, PERIOD: 5000, REPEAT: 1})))
+    clock.advance(10)
+    fired(broker.stop())
+    restarted = make(clock, SqliteSchedule(path, clock, executor=inline_executor))
+    assert restarted.status()["scheduled"]["waiting"] == 1
+    sink = Sink()
+    subscribe(restarted, sink, destination="/queue/later")
+    clock.advance(19.9)
+    assert sink.texts() == []
+    clock.advance(0.1)
+    assert sink.texts() == ["m"]
+    clock.advance(5.0)
+    assert [m.message_id for m, _ in sink.got] == ["ID:m", "ID:m:1"]
+    fired(restarted.stop())
+    again = make(clock, SqliteSchedule(path, clock, executor=inline_executor))
+    assert again.status()["scheduled"]["waiting"] == 0, "delivered jobs are gone from the file"
+
+
+def test_an_occurrence_not_yet_stored_at_a_crash_comes_again(tmp_path: Path) -> None:
+    """At least once: the job advances only after the broker stored the occurrence."""
+    path = str(tmp_path / "schedule.sqlite")
+    clock = Clock()
+    store = SqliteSchedule(path, clock, executor=inline_executor)
+    broker = make(clock, store)
+    held: list[Deferred[None]] = []
+    broker.scheduler.deliver = lambda message: held.append(Deferred()) or held[-1]  # type: ignore[assignment,func-returns-value]
+    fired(broker.send(scheduled("m", **{DELAY: 100})))
+    clock.advance(0.1)
+    assert len(held) == 1, "the occurrence is on its way"
+    fired(store.close())  # (the crash: the occurrence was never confirmed)
+    restarted = make(clock, SqliteSchedule(path, clock, executor=inline_executor))
+    sink = Sink()
+    subscribe(restarted, sink, destination="/queue/later")
+    clock.advance(0)
+    assert sink.texts() == ["m"]
+
+
+def test_many_jobs_hold_one_timer_and_no_bodies(tmp_path: Path) -> None:
+    clock = Clock()
+    store = SqliteSchedule(str(tmp_path / "schedule.sqlite"), clock, executor=inline_executor)
+    broker = make(clock, store)
+    count = 3 * WINDOW + 17
+    for i in range(count):
+        broker.send(scheduled(f"m{i}", **{DELAY: 1000 + i}))
+    assert len(clock.getDelayedCalls()) <= 2, "one timer for the schedule (and the broker's expiry check)"
+    assert not [value for value in vars(broker.scheduler).values() if isinstance(value, (list, dict))], \
+        "the scheduler keeps no jobs in memory"
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/later", prefetch=count)
+    for _ in range(40):
+        clock.advance(0.5)
+    assert len(sink.got) == count
+    assert [m.text for m, _ in sink.got] == [f"m{i}" for i in range(count)], "in due order"
