@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from gateway.auth import build_portal
-from gateway.authorization import build_authorizer
 from gateway.config import GatewayConfig
 from gateway.errors import ConfigError
 from gateway.log_observer import GatewayLogObserver, parse_level
+from gateway.security.auth import build_portal
+from gateway.security.authorization import build_authorizer
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.app import Gateway

@@ -50,6 +50,7 @@ from gateway.broker.limits import (
 from gateway.broker.paging import PageFile, StoredTail
 from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
+from gateway.broker.settings import BrokerSettings
 from gateway.broker.sqlite_records import decode_message
 from gateway.broker.store import (
     DURABLE_PREFIX,
@@ -61,7 +62,6 @@ from gateway.broker.store import (
     durable_key,
 )
 from gateway.broker.wildcards import WildcardTopics, is_wildcard
-from gateway.config import BrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, NotOwner, StoreError
 from gateway.flow import Congestion

@@ -49,8 +49,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from gateway.errors import ConfigError, did_you_mean
-from gateway.redaction import redact_text
 from gateway.schema import Bool, Int, Retries, Section, Str, Strings
+from gateway.security.redaction import redact_text
 
 Scalar = Str | Int | float | Bool
 

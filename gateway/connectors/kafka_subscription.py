@@ -44,9 +44,9 @@ from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerCrashed
 from gateway.connectors.kafka_offsets import DeliveryTag, OffsetTracker
-from gateway.connectors.kafka_records import record_to_message
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
+from gateway.message.kafka_records import record_to_message
 from gateway.message.model import Message
 
 TOPIC_GONE = frozenset({3, -188, 100})

@@ -42,7 +42,7 @@ URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
     PEM file of the CA certificates to trust (default: the system's trust
     store), a client certificate and its key for brokers that ask for one, and
     the name the broker's certificate must carry (default: the URI's host);
-    paths are relative to the config file (:mod:`gateway.tls`).
+    paths are relative to the config file (:mod:`gateway.security.tls`).
 
 Features: sends wait for the broker's RECEIPT (persistent messages are then
 durable there) and are pipelined; :meth:`StompBrokerConnector.send_batch` is
@@ -77,6 +77,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.connectors.stomp_browse import browse_duplicate_ids
+from gateway.connectors.stomp_client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 from gateway.connectors.stomp_mapping import SUBSCRIBE_TRANSFORMATION, forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
@@ -96,7 +97,6 @@ from gateway.interfaces import (
     SubscriptionSpec,
 )
 from gateway.message.model import Message, now_millis
-from gateway.stomp.client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 
 __all__ = [
     "BrokerDelivery",

@@ -19,13 +19,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.connectors.stomp_client import StompClientProtocol
 from gateway.connectors.stomp_mapping import message_from_frame
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
-from gateway.stomp.client import StompClientProtocol
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 _ACK_TRANSACTIONS = itertools.count(1)
 

@@ -350,3 +350,14 @@ def parse_routing_config(raw: dict[str, Any] | RoutingSection, path: str = "") -
     return RoutingConfig(
         routes=tuple(routes), dead_letter_topic=dead_letter, on_soft_failure=policy, connector=connector, path=path
     )
+
+
+class DestinationRule(Section):
+    """One ``[[destinations]]`` entry: gateway destinations (glob) -> connector."""
+
+    pattern: Str
+    """fnmatch glob on the STOMP destination."""
+    connector: Str
+    """``embedded`` or a name under [connectors]."""
+    rename: Str = ""
+    """Prefix replacing the pattern's fixed part on the way to the connector."""

@@ -32,8 +32,6 @@ from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.connectors.kafka import DeliveryReport, KafkaDeliveryError, Settled
-from gateway.connectors.kafka_records import Header, origin_of
 from gateway.errors import ConfigError, ConnectorError, DestinationError, MessageRefused
 from gateway.interfaces import (
     Health,
@@ -49,6 +47,8 @@ from gateway.interfaces import (
     ITopicLog,
     SubscriptionSpec,
 )
+from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError, Settled
+from gateway.message.kafka_records import Header, origin_of
 from gateway.message.model import Message, new_message_id, now_millis
 from gateway.routing.config import Route, RoutingConfig, RoutingSection, parse_routing_config
 from gateway.routing.frame_records import frame_record

@@ -31,7 +31,7 @@ import pytest
 import websocket
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.passwords import hash_password
+from gateway.security.passwords import hash_password
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client

@@ -1,4 +1,4 @@
-"""Black-box attacks on the header-block cache (gateway/stomp/codec.py ``_HEADER_BLOCKS``).
+"""Black-box attacks on the header-block cache (gateway/wire/codec.py ``_HEADER_BLOCKS``).
 
 Decoded header blocks are shared by every connection of the process; decoding must stay what it was
 for each connection (its version, its limits, its frames' own dicts).  Each test but one runs against
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gateway.stomp.codec import FrameDecoder
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder
+from gateway.wire.frame import Frame
 from tests.integration.test_paging_attacks import connect, frame, receive, subscribe
 from tests.support.gateway import GatewayProcess
 from tests.support.raw_stomp import RawStomp

@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import StompProtocolError
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.raw_stomp import RawStomp

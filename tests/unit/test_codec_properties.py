@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import StompProtocolError
-from gateway.stomp.codec import FrameDecoder, Limits, _unescape_known, encode_frame, escape_header, unescape_header
-from gateway.stomp.frame import COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
+from gateway.wire.codec import FrameDecoder, Limits, _unescape_known, encode_frame, escape_header, unescape_header
+from gateway.wire.frame import COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

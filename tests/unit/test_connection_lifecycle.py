@@ -14,13 +14,14 @@ from twisted.internet.testing import StringTransport
 from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import StompSettings, parse_config
-from gateway.connectors.destination_map import DestinationMap
+from gateway.config import parse_config
 from gateway.errors import ConfigError
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp.admission import ConnectionAdmission, automatic_max_connections
-from gateway.stomp.codec import FrameDecoder
 from gateway.stomp.listeners import listen_backlog, os_backlog_limit, with_backlog
 from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.settings import StompSettings
+from gateway.wire.codec import FrameDecoder
 from tests.unit.test_session import Peer, connect, make_factory
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gateway.errors import FrameTooLarge, MalformedFrame, StompProtocolError
-from gateway.stomp.frame import UNESCAPED_COMMANDS, Frame
+from gateway.wire.frame import UNESCAPED_COMMANDS, Frame
 
 MiB = 1024 * 1024
 
