@@ -22,7 +22,7 @@ from gateway.connectors.jms_provider import AUTO_ACKNOWLEDGE, JavaThread
 from gateway.message.model import DUPLICATE_ID
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gateway.connectors.jms_api import Link
+    from gateway.connectors.jms_link import Link
 
 
 def browse_duplicate_ids(link: Link, destination: str, *, limit: int) -> set[str] | None:
