@@ -39,6 +39,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from gateway.admin.health import DOWN, gateway_health, gateway_status
+from gateway.admin.observed import ObservedGateway
 from gateway.admin.probes import liveness, readiness
 from gateway.admin.roles import Principals
 from gateway.security.redaction import redact, redact_text
@@ -266,7 +267,7 @@ class MetricsPage(Resource):
 class AdminRoot(Resource):
     """``/``: the index, with the pages above as children."""
 
-    def __init__(self, gateway: Any, principals: Principals | None = None) -> None:
+    def __init__(self, gateway: ObservedGateway, principals: Principals | None = None) -> None:
         super().__init__()
         self.gateway = gateway
         self.principals = principals = principals or Principals()

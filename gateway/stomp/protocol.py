@@ -51,9 +51,8 @@ from zope.interface import implementer
 
 from gateway.broker.settings import BrokerSettings
 from gateway.errors import StompProtocolError
-from gateway.interfaces import ICertificateIdentity
+from gateway.interfaces import IAuthorizer, ICertificateIdentity
 from gateway.routing.destination_map import DestinationMap
-from gateway.security.authorization import DestinationAuthorizer
 from gateway.security.login_throttle import LoginThrottle
 from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.durable_owners import DurableOwners
@@ -331,7 +330,7 @@ class StompServerFactory(Factory):
         portal: Any = None,
         transformer: InboundTransformer | None = None,
         registry: CollectorRegistry | None = None,
-        authorizer: DestinationAuthorizer | None = None,
+        authorizer: IAuthorizer | None = None,
         throttle: LoginThrottle | None = None,
         durable_owners: DurableOwners | None = None,
     ) -> None:

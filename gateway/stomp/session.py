@@ -43,6 +43,7 @@ from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
     Capability,
+    IAuthorizer,
     IConnector,
     IConsumer,
     IFlowControlled,
@@ -57,7 +58,6 @@ from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.security.auth import CertificateIdentity
-from gateway.security.authorization import DestinationAuthorizer
 from gateway.security.login_throttle import LoginThrottle
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.durable_owners import DurableOwners
@@ -207,7 +207,7 @@ class StompSession:
         portal: Portal | None = None,
         transformer: InboundTransformer | None = None,
         peer: str = "",
-        authorizer: DestinationAuthorizer | None = None,
+        authorizer: IAuthorizer | None = None,
         throttle: LoginThrottle | None = None,
         certificate_name: Callable[[], str | None] | None = None,
         durable_owners: DurableOwners | None = None,
