@@ -334,8 +334,6 @@ class JmsConnector:
     def from_config(cls, name: str, options: dict[str, Any] | JmsConnectorOptions, *, reactor: Any,
                     gateway_id: str = "jmsgateway", registry: Any = None, path: str = "") -> JmsConnector:
         """Build the connector ``[connectors.<name>]`` describes (no JVM is started here)."""
-        if isinstance(options, JmsConnectorOptions):
-            options = options.table()
         base_dir = os.path.dirname(os.path.abspath(path)) if path else ""
         settings = JmsSettings.from_config(name, options, gateway_id=gateway_id, base_dir=base_dir, path=path)
         return cls(name, settings, reactor=reactor, registry=registry)
