@@ -1,8 +1,8 @@
-"""Java ``.properties`` text, read as Java reads it (the ``javaproperties`` library).
+r"""Java ``.properties`` text, read as Java reads it (the ``javaproperties`` library).
 
 One reader for the two places that take the format: ``[routing]`` routes in the Confluent
 JMS-Bridge syntax (:mod:`gateway.routing.config`) and ``jndi.properties`` files of the ``jms``
-connector (:mod:`gateway.connectors.jms_settings`).  A malformed ``\\uXXXX`` escape is a
+connector (:mod:`gateway.connectors.jms_settings`).  A malformed ``\uXXXX`` escape is a
 :class:`~gateway.errors.ConfigError` naming the file and key; nothing else here can fail.
 """
 
@@ -14,10 +14,10 @@ from gateway.errors import ConfigError
 
 
 def parse_properties(text: str, *, path: str = "", key: str = "") -> list[tuple[str, str]]:
-    """``(key, value)`` pairs of ``text`` in order, duplicates kept (a caller lets the later win).
+    r"""``(key, value)`` pairs of ``text`` in order, duplicates kept (a caller lets the later win).
 
     Comments (``#``, ``!``), the ``=``, ``:`` and blank separators, trailing-backslash
-    continuations and the escapes ``\\t \\n \\r \\f \\uXXXX`` as in ``java.util.Properties``.
+    continuations and the escapes ``\t \n \r \f \uXXXX`` as in ``java.util.Properties``.
     """
     try:
         pairs: list[tuple[str, str]] = javaproperties.loads(text, object_pairs_hook=list)

@@ -107,7 +107,7 @@ def destinations(broker: EmbeddedBroker, operations: QueueOperations, principal:
 
 
 def durable_client_id(key: str) -> str:
-    """The client id of a durable subscription's key (``durable:CLIENT:NAME``, ``\\`` and ``:`` escaped)."""
+    r"""The client id of a durable subscription's key (``durable:CLIENT:NAME``, ``\`` and ``:`` escaped)."""
     body = key.removeprefix(DURABLE_PREFIX)
     client, index = [], 0
     while index < len(body):
@@ -211,7 +211,7 @@ _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if chr(code
 
 
 def _printable(text: str) -> str:
-    """``text`` with control characters (but line breaks and tabs) written as ``\\xNN``."""
+    r"""``text`` with control characters (but line breaks and tabs) written as ``\xNN``."""
     return text.translate(_CONTROLS)
 
 

@@ -242,7 +242,7 @@ class KafkaSubscription:
                 self.reactor.callFromThread(self._fire, done, None)
             self.reactor.callFromThread(self._ended, error)
 
-    def _loop(self, kafka_consumer: Any) -> None:
+    def _loop(self, kafka_consumer: Any) -> None:  # noqa: C901 (the consumer thread's one poll loop: pause, seek, commit, stop in one place)
         from confluent_kafka import KafkaError
 
         last_commit = time.monotonic()

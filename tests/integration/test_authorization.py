@@ -147,7 +147,7 @@ def drain(root: Client, count: int) -> dict[str, list[bytes]]:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "ws"])
-def test_matrix(secured: Secured, transport: str) -> None:
+def test_matrix(secured: Secured, transport: str) -> None:  # noqa: C901 (one table of cases, read top to bottom)
     clients = {login: secured.client(transport, login) for login in USERS}
     root = secured.client(transport, "root")
     violations: list[str] = []

@@ -55,7 +55,7 @@ def sent_through(gateway: GatewayProcess, destination: str, blocks: list[tuple[s
 
 
 def test_the_same_escaped_block_decodes_per_version_on_each_connection(cache_gateway: GatewayProcess) -> None:
-    """``x:a\\cb`` is literal under 1.0 and ``a:b`` under 1.1/1.2, whichever connection came first."""
+    r"""``x:a\cb`` is literal under 1.0 and ``a:b`` under 1.1/1.2, whichever connection came first."""
     data = b"SEND\ndestination:/queue/c.esc\nx:a\\cb\n\nbody\x00"
     got = sent_through(cache_gateway, "/queue/c.esc", [("1.0", data), ("1.2", data), ("1.1", data), ("1.0", data)])
     assert [m.headers.get("x") for m in got] == ["a\\cb", "a:b", "a:b", "a\\cb"]

@@ -846,7 +846,7 @@ def test_reaching_a_limit_is_logged_once_per_episode_not_per_message(
 # -- configuration ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, expected", [('"64MB"', 64 * MB), ("67108864", 64 * MB), ('"512KB"', 512 * KB)],
+@pytest.mark.parametrize(("value", "expected"), [('"64MB"', 64 * MB), ("67108864", 64 * MB), ('"512KB"', 512 * KB)],
                          ids=["size-string", "integer", "kilobytes"])
 def test_memory_limit_can_be_set_on_the_twistd_command_line(
         paging_gateway: Callable[..., PagingGateway], value: str, expected: int) -> None:

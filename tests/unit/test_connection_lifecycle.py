@@ -196,7 +196,7 @@ def test_the_automatic_cap_follows_the_open_file_limit() -> None:
 # -- listen backlog -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec, expected", [
+@pytest.mark.parametrize(("spec", "expected"), [
     ("tcp:61613:interface=127.0.0.1", "tcp:61613:interface=127.0.0.1:backlog=4096"),
     ("ssl:61614:privateKey=k\\:1.pem", "ssl:61614:privateKey=k\\:1.pem:backlog=4096"),
     ("mtls:61615:caCerts=ca.pem", "mtls:61615:caCerts=ca.pem:backlog=4096"),
@@ -218,7 +218,7 @@ def test_the_backlog_is_capped_at_the_os_limit(tmp_path: Path) -> None:
     assert os_backlog_limit(str(tmp_path / "missing")) is None
 
 
-@pytest.mark.parametrize("raw, key", [
+@pytest.mark.parametrize(("raw", "key"), [
     ({"gateway": {"listen_backlog": 0}}, "gateway.listen_backlog"),
     ({"gateway": {"listen_backlog": "big"}}, "gateway.listen_backlog"),
     ({"stomp": {"connect_timeout_ms": -1}}, "stomp.connect_timeout_ms"),

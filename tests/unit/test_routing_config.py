@@ -167,7 +167,7 @@ def test_properties_reader_reads_what_java_writes(pairs: list[tuple[str, str]]) 
 
 
 def test_a_malformed_unicode_escape_is_a_config_error_naming_the_key() -> None:
-    """Java refuses ``\\u`` without four hex digits (IllegalArgumentException); so does the gateway,
+    r"""Java refuses ``\u`` without four hex digits (IllegalArgumentException); so does the gateway,
     naming where, instead of reading the text some other way."""
     with pytest.raises(ConfigError) as caught:
         parse_routing_config({"properties": "routes.r.out.topic=t\\u12"}, "gw.toml")
