@@ -192,7 +192,8 @@ class KafkaRouter:
         if self.missing_topics:
             missing = "; ".join(f"{route}: {topic}" for route, topic in self.missing_topics.items())
             return Health(False, f"kafka topic(s) of route(s) do not exist: {missing}")
-        return self.connector.health()
+        health: Health = self.connector.health()
+        return health
 
     def route(self, message: Message) -> Deferred[RoutingResult]:
         """Route one message; fires when Kafka acknowledged it (or it was
@@ -425,7 +426,7 @@ class KafkaRouter:
                 return self._soft_failure(message, decision, self.clock.seconds())
             assert decision.topic is not None
             records.append((decision.topic, decision.key, decision.value, list(decision.headers)))
-        d = self.connector.send_records(records)
+        d: Deferred[Any] = self.connector.send_records(records)
 
         def refused(failure: Any) -> Any:
             error = failure.value
