@@ -4,7 +4,8 @@ Each helper calls only the documented interface of its owner (a ``typing.Protoco
 helper), so a fake owner is enough to drive it: the bridge's quality-of-service strategies
 (:class:`~gateway.bridges.qos.BatchPort`), a subscription at a JMS broker over STOMP
 (:class:`~gateway.connectors.stomp_subscription.SubscriptionOwner`) and a subscription through
-the JMS API (:class:`~gateway.connectors.jms_subscription.SubscriptionOwner`).
+the JMS API (:class:`~gateway.connectors.jms_subscription.SubscriptionOwner`) and the admin
+endpoint's probes (:class:`~gateway.admin.observed.ObservedGateway`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
 
+from gateway.admin.probes import liveness, readiness
 from gateway.bridges.qos import AtMostOnce, BatchPort, DuplicatesOk, OnceAndOnlyOnce
 from gateway.connectors.jms_subscription import JmsSubscription
 from gateway.connectors.jms_subscription import SubscriptionOwner as JmsOwner
@@ -277,3 +279,26 @@ def test_a_jms_subscription_reports_a_failed_session_as_a_lost_link_and_closes_t
     owner.reactor.run_until(lambda: bool(closed))
     subscription.thread.join(timeout=10)
     assert closed == [None] and not subscription.thread.is_alive()
+
+
+# -- the admin endpoint through ObservedGateway --------------------------------------------------
+
+
+class FakeObservedGateway:
+    """The members of ObservedGateway the probes read (the rest would be looked up and fail)."""
+
+    def __init__(self, *, standby: bool, started_at: float | None) -> None:
+        self.config = type("Config", (), {"id": "gw-1"})()
+        self.role = type("Role", (), {"standby": standby})()
+        self.started_at = started_at
+        self.connectors: dict[str, Any] = {}
+        self.bridges = type("Bridges", (), {"status": staticmethod(lambda: [])})()
+
+
+def test_the_probes_read_the_gateway_through_its_port() -> None:
+    ready: Any = FakeObservedGateway(standby=False, started_at=10.0)
+    assert liveness(ready, 12.5)[1]["uptime_seconds"] == 2.5
+    assert readiness(ready) == (200, {"status": "UP", "id": "gw-1", "reasons": []})
+    standby: Any = FakeObservedGateway(standby=True, started_at=None)
+    code, document = readiness(standby)
+    assert code == 503 and document["reasons"][0].startswith("standby:")
