@@ -35,8 +35,8 @@ from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import parse_bridge
 from gateway.bridges.dedup import DuplicateStore
 from gateway.connectors.stomp_broker import StompBrokerConnector
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 
 BATCH = 100
 

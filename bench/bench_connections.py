@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass, field
 
 from bench.common import cpu_seconds, gateway_server, host_state, rss_bytes
-from gateway.stomp.codec import FrameDecoder
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder
+from gateway.wire.frame import Frame
 
 MB = 1024 * 1024
 AIM_BYTES = 200 * MB

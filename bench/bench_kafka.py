@@ -41,7 +41,7 @@ from typing import Any
 
 from bench.common import gateway_server, report
 from bench.stomp_load import StompSocket, Workload, send_rate
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.kafka import TansuBroker, create_topics, read_records
 
 BODY_SIZE = 100

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from bench.common import host_state, rss_bytes, warm_up
 from bench.stomp_load import StompSocket, Workload, produce, run_pair
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.activemq import ActiveMQBroker
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port

@@ -36,9 +36,9 @@ from twisted.internet.task import Clock
 from bench.common import host_state
 from gateway.app import Gateway
 from gateway.config import parse_config
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import default_config
 
 WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k", "4x4")

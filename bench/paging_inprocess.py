@@ -39,8 +39,8 @@ from bench.common import host_state
 from bench.hotpath_inprocess import Client
 from gateway.app import Gateway
 from gateway.config import parse_config
-from gateway.stomp.codec import encode_frame
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import encode_frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import default_config
 
 BODY = 1024

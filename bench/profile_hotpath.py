@@ -42,7 +42,7 @@ from bench.stomp_load import Workload, run_pair
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # (layer, markers in a frame "function (file:line)"); the innermost frame that matches decides.
     ("codec decode", ("FrameDecoder.", "unescape_header (", "_unescape_known (")),
-    ("MESSAGE encode", ("gateway/stomp/codec.py", "gateway/stomp/delivery.py")),  # encode_frame, MessageEncoder
+    ("MESSAGE encode", ("gateway/wire/codec.py", "gateway/stomp/delivery.py")),  # encode_frame, MessageEncoder
     ("message conversion", ("gateway/message/",)),
     ("broker dispatch", ("gateway/broker/", "gateway/connectors/", "gateway/destinations")),
     ("session", ("gateway/stomp/session.py", "gateway/stomp/transforms.py", "gateway/stomp/traffic.py",

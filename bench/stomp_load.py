@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, replace
 
 from gateway.errors import StompProtocolError
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 
 
 @dataclass(slots=True)

@@ -24,8 +24,8 @@ import statistics
 import sys
 
 from bench.hotpath_inprocess import Client, build, next_turn
-from gateway.stomp.codec import encode_frame
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import encode_frame
+from gateway.wire.frame import Frame
 
 FRAME_US = 12.0
 """Model cost of a SEND handled through to its MESSAGE written to the transport (in-process ~11 µs)."""

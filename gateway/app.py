@@ -1,8 +1,9 @@
 """Composition of one gateway: connectors, destination map, portal, transformers,
 bridges and the STOMP factory, built from a :class:`GatewayConfig`.
 
-Imports go one way: this module uses :mod:`gateway.bridges` and
-:mod:`gateway.connectors.configured`; neither imports it.
+This is the composition root: it builds the connectors a configuration names (the embedded
+broker with its store, every ``[connectors.NAME]``, ``[routing]`` in the place of its Kafka
+connector) and the bridges over them; no layer below imports it.
 
 Nothing here listens on a socket; :mod:`gateway.tap` does that once
 :meth:`Gateway.start` has brought the connectors up.
@@ -11,6 +12,8 @@ Nothing here listens on a socket; :mod:`gateway.tap` does that once
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -18,22 +21,140 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from gateway.admin.settings import parse_admin_settings
-from gateway.auth import build_portal
-from gateway.authorization import build_authorizer
-from gateway.bridges.service import bridges_for_gateway
+from gateway.bridges.config import parse_bridges
+from gateway.bridges.service import BridgeService, build_bridge_service
+from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.scheduler import ScheduleStore
+from gateway.broker.store import MemoryStore
 from gateway.config import GatewayConfig
-from gateway.connectors.configured import configured_connectors
+from gateway.connectors.registry import create_connector
 from gateway.deferreds import gather
 from gateway.ha.role import GatewayRole
 from gateway.identity import resolve_gateway_id
-from gateway.interfaces import IConnector
-from gateway.login_throttle import build_login_throttle
+from gateway.interfaces import IConnector, IMessageStore
+from gateway.routing.config import parse_routing_config
 from gateway.routing.destination_map import DestinationMap
+from gateway.routing.service import KafkaRouter, build_kafka_router
+from gateway.security.auth import build_portal
+from gateway.security.authorization import build_authorizer
+from gateway.security.login_throttle import build_login_throttle
 from gateway.stomp.durable_owners import FILE_NAME as DURABLE_OWNERS_FILE
 from gateway.stomp.durable_owners import DurableOwners
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.transforms import SessionTransforms
 from gateway.transform import TransformChains, parse_transform_config, plugin_manager_for
+
+EMBEDDED = "embedded"
+"""The embedded broker's connector name."""
+
+
+@dataclass
+class Connectors:
+    """What :func:`configured_connectors` built.
+
+    :ivar by_name: name -> connector (the router in its Kafka connector's place).
+    :ivar broker: the embedded broker, when built.
+    :ivar router: the ``[routing]`` router, when built.
+    """
+
+    by_name: dict[str, IConnector]
+    broker: EmbeddedBroker | None = None
+    router: KafkaRouter | None = None
+
+
+def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
+    """The embedded broker's message store as configured."""
+    if config.broker.persistence == "memory":
+        return MemoryStore()
+    from gateway.broker.sqlite_store import SqliteStore
+
+    settings = config.broker
+    store: IMessageStore = SqliteStore(
+        config.data_path(settings.database), reactor,
+        synchronous=settings.synchronous.upper(), max_size=settings.max_size, min_free=settings.min_free,
+        lazy_recovery=True,
+    )
+    return store
+
+
+def build_schedule(config: GatewayConfig, reactor: Any) -> ScheduleStore | None:
+    """Where scheduled messages wait: ``schedule.sqlite`` under data_dir with SQLite persistence."""
+    if config.broker.persistence == "memory":
+        return None
+    from gateway.broker.scheduler import SCHEDULE_DATABASE, SqliteSchedule  # (sqlite3 only when used)
+
+    return SqliteSchedule(config.data_path(SCHEDULE_DATABASE), reactor, synchronous=config.broker.synchronous.upper())
+
+
+def page_file_name(database: str) -> str:
+    """The page file beside the message store ``database`` (``broker.sqlite`` -> ``broker-pages.sqlite``)."""
+    stem, dot, suffix = database.rpartition(".")
+    return f"{stem}-pages.{suffix}" if dot and stem else f"{database}-pages"
+
+
+def configured_connectors(config: GatewayConfig, reactor: Any, registry: CollectorRegistry,
+                          names: Iterable[str] | None = None) -> Connectors:
+    """Build the connectors of ``config`` (raises ConfigError).
+
+    :param names: build only these (None: all); ``[routing]`` is built when its Kafka
+        connector is.
+    """
+    wanted = None if names is None else set(names)
+    built = Connectors({})
+    if wanted is None or EMBEDDED in wanted:
+        broker = EmbeddedBroker(reactor, config.broker, build_store(config, reactor), registry,
+                                page_path=config.data_path(page_file_name(config.broker.database)),
+                                schedule=build_schedule(config, reactor))
+        built.broker = broker
+        built.by_name[EMBEDDED] = broker
+    for name, options in config.connectors.items():
+        if wanted is None or name in wanted:
+            built.by_name[name] = create_connector(name, options, reactor=reactor, gateway_id=config.id,
+                                                   registry=registry, path=config.path)
+    routing = config.routing
+    if wanted is not None and routing.model_fields_set \
+            and parse_routing_config(routing, config.path).connector not in wanted:
+        return built
+    router = build_kafka_router(routing, config.path, built.by_name, origin=config.id, clock=reactor,
+                                registry=registry)
+    if router is not None:
+        # The router takes the Kafka connector's place: sends are routed, subscriptions reach Kafka.
+        built.by_name[router.config.connector] = router
+        built.router = router
+    return built
+
+
+def bridges_for_gateway(config: GatewayConfig, connectors: dict[str, IConnector], reactor: Any, *,
+                        registry: CollectorRegistry | None = None, plugin_manager: Any = None,
+                        transform_config: Any = None) -> BridgeService:
+    """The bridges of a gateway's configuration over its ``connectors`` (raises ConfigError).
+
+    :param plugin_manager: the gateway's transformer plugins; :param transform_config: its
+        ``[transform]`` (both built from ``config`` when a bridge names transformers and they
+        are not given).
+    """
+    bridges = parse_bridges(config.bridges, config.path, set(connectors))
+    if plugin_manager is None and any(bridge.transformers for bridge in bridges):
+        from gateway.transform import parse_transform_config, plugin_manager_for
+
+        transform_config = parse_transform_config(config.transform, config.path)
+        plugin_manager = plugin_manager_for(transform_config)
+    return build_bridge_service(
+        bridges,
+        connectors,
+        reactor,
+        registry=registry,
+        data_dir=config.data_dir,
+        plugin_manager=plugin_manager,
+        transform_config=transform_config,
+        path=config.path,
+        owner_lock=True,
+    )
+
+
+def used_connectors(config: GatewayConfig) -> set[str]:
+    """The connectors the configured bridges name (a standalone bridge builds only these)."""
+    return {side.connector for bridge in config.bridges for side in (bridge.source, bridge.target)}
 
 
 class Gateway:

@@ -79,7 +79,7 @@ def hash_password_command(rounds: int) -> int:
     """Read a password (prompted twice on a terminal, else one line of stdin) and print its bcrypt hash."""
     import getpass
 
-    from gateway.passwords import hash_password
+    from gateway.security.passwords import hash_password
 
     if sys.stdin.isatty():
         password = getpass.getpass("Password: ")
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pipeline"]:
         # The Spark job has its own argument parser (run / replay).
-        from gateway.pipeline.cli import main as pipeline_main
+        from gateway.commands.pipeline import main as pipeline_main
 
         return pipeline_main(argv[1:])
     parser = argparse.ArgumentParser(prog="jmsgateway", description="jmsgateway administration")
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "hash-password":
         return hash_password_command(args.rounds)
     if args.command == "bridge":
-        from gateway.bridges.service import run_standalone
+        from gateway.commands.bridge import run_standalone
 
         try:
             path = config_path(args.config)

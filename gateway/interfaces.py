@@ -605,6 +605,9 @@ class IAuthorizer(Interface):
     called on the reactor thread.
     """
 
+    enabled = Attribute("Whether any rule restricts access (False: :meth:`permits` is always True, so a "
+                        "listener may skip asking).")
+
     def permits(login: str | None, permission: Permission, destination: str) -> bool:
         """Whether ``login`` (None: anonymous) holds ``permission`` on
         ``destination`` (a STOMP-side name such as ``/queue/orders``).

@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, textFileLogObserver
 from twisted.python.logfile import LogFile
@@ -71,7 +71,7 @@ def json_line_observer(stream: IO[str]) -> ILogObserver:
         stream.write(json.dumps(json_record(event), ensure_ascii=False, default=str) + "\n")
         stream.flush()
 
-    return write
+    return cast(ILogObserver, write)  # (what @implementer returns is untyped)
 
 
 @implementer(ILogObserver)
@@ -107,7 +107,7 @@ def log_stream(twistd_options: Mapping[str, Any]) -> IO[str]:
             reactor.callFromThread(log_file.rotate)  # type: ignore[attr-defined]
 
         signal.signal(signal.SIGUSR1, rotate)
-    return log_file
+    return cast(IO[str], log_file)  # (Twisted's LogFile is a file-like object, untyped)
 
 
 def build_observer(twistd_options: Mapping[str, Any], log_format: str, level: LogLevel) -> GatewayLogObserver:

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from gateway.auth import build_portal
-from gateway.authorization import build_authorizer
 from gateway.config import GatewayConfig
 from gateway.errors import ConfigError
 from gateway.log_observer import GatewayLogObserver, parse_level
+from gateway.security.auth import build_portal
+from gateway.security.authorization import DestinationAuthorizer, build_authorizer
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.app import Gateway
@@ -121,7 +121,8 @@ class ConfigReloader:
             outcome.restart.append("authorization (turning per-destination authorization on)")
         elif running is not None and ((_dump(new.authorization), new.auth.groups)
                                       != (_dump(old.authorization), old.auth.groups)):
-            running.replace_rules(authorizer)
+            if isinstance(running, DestinationAuthorizer):  # (the listeners take any IAuthorizer)
+                running.replace_rules(authorizer)
             if gateway.authorizer is not running:
                 gateway.authorizer.replace_rules(authorizer)
             outcome.applied.append(f"authorization ({len(authorizer.entries)} entries)")

@@ -31,7 +31,8 @@ from pydantic import (
 
 from gateway.errors import ConfigError, did_you_mean
 
-__all__ = ["Bool", "Int", "KeyProblem", "Seconds", "Section", "Str", "Strings", "Table", "validate"]
+__all__ = ["Bool", "Int", "KeyProblem", "NotNegative", "Positive", "Seconds", "Section", "Str", "Strings", "Table",
+           "validate"]
 
 Int = StrictInt
 Str = StrictStr
@@ -47,6 +48,10 @@ def _seconds(value: Any, handler: ValidatorFunctionWrapHandler) -> float:
 
 Seconds = Annotated[StrictFloat, Field(ge=0), WrapValidator(_seconds)]
 Strings = tuple[StrictStr, ...]
+Positive = Annotated[StrictInt, Field(ge=1)]
+"""An integer >= 1."""
+NotNegative = Annotated[StrictInt, Field(ge=0)]
+"""An integer >= 0."""
 
 
 def _retries(value: Any, handler: ValidatorFunctionWrapHandler) -> int:

@@ -48,6 +48,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 from twisted.web.static import File
 
 from gateway.admin import console_views as views
+from gateway.admin.observed import ObservedGateway
 from gateway.admin.permissions import Action, ConsoleAccess, Forbidden, PermitAll
 from gateway.admin.rates import RateHistory
 from gateway.admin.resources import BRIDGE_ACTIONS, ErrorPage, json_body
@@ -187,7 +188,8 @@ class BrowsePage(Resource):
 class ConsoleApi(Resource):
     """``/console/api/``: the pages' JSON documents and the actions."""
 
-    def __init__(self, gateway: Any, authorizer: IAuthorizer, history: RateHistory, principals: Principals) -> None:
+    def __init__(self, gateway: ObservedGateway, authorizer: IAuthorizer, history: RateHistory,
+                 principals: Principals) -> None:
         super().__init__()
         self.gateway = gateway
         self.access = ConsoleAccess(authorizer)
@@ -357,8 +359,8 @@ class ViewPage(Resource):
 class ConsoleRoot(Resource):
     """``/console/``: the static pages, ``api/`` and the console's security headers on all of it."""
 
-    def __init__(self, gateway: Any, authorizer: IAuthorizer | None = None, history: RateHistory | None = None,
-                 principals: Principals | None = None) -> None:
+    def __init__(self, gateway: ObservedGateway, authorizer: IAuthorizer | None = None,
+                 history: RateHistory | None = None, principals: Principals | None = None) -> None:
         super().__init__()
         self.history = history or RateHistory(gateway.reactor, gateway.factory.traffic)
         self.pages = File(STATIC)

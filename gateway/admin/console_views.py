@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from gateway.admin.health import bridge_health, gateway_health
+from gateway.admin.observed import ObservedGateway
 from gateway.admin.permissions import ConsoleAccess
 from gateway.admin.rates import RateHistory
 from gateway.admin.roles import Principal
@@ -33,7 +34,7 @@ PREVIEW_CHARS = 1024
 """How much of a body a browsed message shows."""
 
 
-def overview(gateway: Any, history: RateHistory, now: float, principal: Principal) -> dict[str, Any]:
+def overview(gateway: ObservedGateway, history: RateHistory, now: float, principal: Principal) -> dict[str, Any]:
     """Connections, message rates (with the last minutes' history), connectors' and bridges' health
     (bridges for an administrator only), and who is asking (``you``)."""
     from gateway import __version__
@@ -106,7 +107,7 @@ def destinations(broker: EmbeddedBroker, operations: QueueOperations, principal:
 
 
 def durable_client_id(key: str) -> str:
-    """The client id of a durable subscription's key (``durable:CLIENT:NAME``, ``\\`` and ``:`` escaped)."""
+    r"""The client id of a durable subscription's key (``durable:CLIENT:NAME``, ``\`` and ``:`` escaped)."""
     body = key.removeprefix(DURABLE_PREFIX)
     client, index = [], 0
     while index < len(body):
@@ -173,7 +174,7 @@ def _route_counts(registry: CollectorRegistry, names: Iterable[str]) -> dict[str
     return counts
 
 
-def routes(gateway: Any) -> dict[str, Any]:
+def routes(gateway: ObservedGateway) -> dict[str, Any]:
     """The Kafka routes with their state and counters (``configured: false`` without ``[routing]``)."""
     router = gateway.router
     if router is None:
@@ -199,7 +200,7 @@ def routes(gateway: Any) -> dict[str, Any]:
             "routes": rows, "kafka": status["kafka"]}
 
 
-def bridges(gateway: Any, principal: Principal) -> list[dict[str, Any]]:
+def bridges(gateway: ObservedGateway, principal: Principal) -> list[dict[str, Any]]:
     """Every bridge's status with its health, for an administrator (none for others)."""
     if not principal.administrator:
         return []
@@ -210,7 +211,7 @@ _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if chr(code
 
 
 def _printable(text: str) -> str:
-    """``text`` with control characters (but line breaks and tabs) written as ``\\xNN``."""
+    r"""``text`` with control characters (but line breaks and tabs) written as ``\xNN``."""
     return text.translate(_CONTROLS)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.admin.observed import ObservedGateway
 from gateway.interfaces import BridgeState, IStatusReporting
 
 UP, DOWN, UNKNOWN = "UP", "DOWN", "UNKNOWN"
@@ -49,7 +50,7 @@ def gateway_health(gateway_id: str, connectors: Mapping[str, Any], bridges: list
     return {"status": DOWN if down else UP, "id": gateway_id, "components": parts}
 
 
-def gateway_status(gateway: Any, now: float) -> dict[str, Any]:
+def gateway_status(gateway: ObservedGateway, now: float) -> dict[str, Any]:
     """The ``/status`` document: uptime, role and last takeover (:mod:`gateway.ha`), connections,
     every connector's and bridge's status."""
     from gateway import __version__

@@ -4,7 +4,7 @@
 :class:`~twisted.web.guard.HTTPAuthSessionWrapper` over the ``[auth]``
 checkers, each wrapped in a :class:`ThrottledChecker` that runs every
 password check through the gateway's
-:class:`~gateway.login_throttle.LoginThrottle` (the one the STOMP listeners
+:class:`~gateway.security.login_throttle.LoginThrottle` (the one the STOMP listeners
 use, listener kind ``admin``) as a STOMP CONNECT does: ``admit`` (a check in
 flight counts as a failure until it succeeds), ``check`` (hashing bounded per
 address), ``settle`` (a success forgives only that login's failures).  While
@@ -35,7 +35,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from gateway.admin.resources import json_body
-from gateway.login_throttle import Listener, LoginThrottle
+from gateway.security.login_throttle import Listener, LoginThrottle
 
 LISTENER: Listener = "admin"
 """The throttle's listener kind for admin logins (its ``jmsgateway_admin_logins_*`` metrics)."""

@@ -30,6 +30,8 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from gateway.admin.observed import ObservedGateway
+
 _REGISTERED: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
 
 PER_DESTINATION_GAUGES = {
@@ -92,7 +94,7 @@ class BuildInfoCollector(Collector):
         return self.collect()
 
 
-def register_operator_metrics(gateway: Any) -> None:
+def register_operator_metrics(gateway: ObservedGateway) -> None:
     """Register, once per registry, the collectors above in ``gateway.registry`` (the per-destination
     ones when the gateway has an embedded broker) and prometheus_client's ``ProcessCollector``
     (``process_*``) unless something registered it already."""
@@ -100,7 +102,7 @@ def register_operator_metrics(gateway: Any) -> None:
     if registry in _REGISTERED:
         return
     _REGISTERED.add(registry)
-    broker = getattr(gateway, "broker", None)
+    broker = gateway.broker
     if broker is not None:
         registry.register(DestinationCollector(broker))
     registry.register(BuildInfoCollector())

@@ -11,7 +11,7 @@ the asking :class:`~gateway.admin.roles.Principal`:
 - an ``operator`` (and the anonymous administrator of an endpoint without
   ``[auth]``, as before roles existed) needs the grant of the gateway's
   authorizer (``Gateway.authorizer``: the ``[[authorization]]`` entries,
-  :mod:`gateway.authorization`) the action needs: browse ``read``, send
+  :mod:`gateway.security.authorization`) the action needs: browse ``read``, send
   ``write``, purge / delete / move / create and delete a queue ``admin``, and ``write`` on each
   destination a move sends dead letters back to.
 
@@ -47,6 +47,8 @@ ORIGIN = "the admin console"
 @implementer(IAuthorizer)
 class PermitAll:
     """Every login holds every permission on every destination."""
+
+    enabled = False
 
     def permits(self, login: str | None, permission: Permission, destination: str) -> bool:
         return True

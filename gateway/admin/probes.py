@@ -16,10 +16,11 @@ import os
 from typing import Any
 
 from gateway.admin.health import DOWN, UP, gateway_health
+from gateway.admin.observed import ObservedGateway
 from gateway.interfaces import BridgeState
 
 
-def liveness(gateway: Any, now: float) -> tuple[int, dict[str, Any]]:
+def liveness(gateway: ObservedGateway, now: float) -> tuple[int, dict[str, Any]]:
     """``(200, document)``: the process id and uptime (``null`` before the connectors started)."""
     started = gateway.started_at
     return 200, {
@@ -30,7 +31,7 @@ def liveness(gateway: Any, now: float) -> tuple[int, dict[str, Any]]:
     }
 
 
-def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
+def readiness(gateway: ObservedGateway) -> tuple[int, dict[str, Any]]:
     """``(200, {"status": "UP", "reasons": []})`` when the gateway is ready for traffic, else
     ``(503, {"status": "DOWN", "reasons": [...]})`` naming each part that is not (``connector
     activemq: retrying, ...``, ``bridge copy: starting``, ``gateway: connectors not started``)."""

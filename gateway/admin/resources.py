@@ -18,7 +18,7 @@
                                        asking for ``/`` (``Accept: text/html``) is sent there
 =====================================  =====================================================
 
-Every document passes :func:`~gateway.redaction.redact` on its way out: a
+Every document passes :func:`~gateway.security.redaction.redact` on its way out: a
 password (in a URL or under a key such as ``password``) shows as ``***``.
 Errors are JSON too: ``{"error": "..."}`` with 404 (unknown bridge, route or
 path), 405 (an action asked for with GET) or 500 (the action failed).
@@ -39,9 +39,10 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from gateway.admin.health import DOWN, gateway_health, gateway_status
+from gateway.admin.observed import ObservedGateway
 from gateway.admin.probes import liveness, readiness
 from gateway.admin.roles import Principals
-from gateway.redaction import redact, redact_text
+from gateway.security.redaction import redact, redact_text
 
 BRIDGE_ACTIONS = ("start", "stop", "pause", "resume")
 
@@ -50,7 +51,7 @@ log = Logger()
 
 def json_body(request: Request, code: int, document: Any, *, secrets_hidden: bool = True) -> bytes:
     """Set ``code`` and the JSON content type on ``request``; the encoded ``document``, with every
-    password in it as ``***`` (:func:`~gateway.redaction.redact`) unless ``secrets_hidden`` is false
+    password in it as ``***`` (:func:`~gateway.security.redaction.redact`) unless ``secrets_hidden`` is false
     (a browsed message's own content, shown as it is)."""
     request.setResponseCode(code)
     request.setHeader(b"content-type", b"application/json; charset=utf-8")
@@ -266,7 +267,7 @@ class MetricsPage(Resource):
 class AdminRoot(Resource):
     """``/``: the index, with the pages above as children."""
 
-    def __init__(self, gateway: Any, principals: Principals | None = None) -> None:
+    def __init__(self, gateway: ObservedGateway, principals: Principals | None = None) -> None:
         super().__init__()
         self.gateway = gateway
         self.principals = principals = principals or Principals()

@@ -32,6 +32,7 @@ from gateway.admin.hosts import HostPolicy
 from gateway.admin.login_guard import LoginGuard
 from gateway.admin.logout import LogoutPage
 from gateway.admin.metrics import register_operator_metrics
+from gateway.admin.observed import ObservedGateway
 from gateway.admin.requests import AdminRequest
 from gateway.admin.resources import AdminRoot, ErrorPage
 from gateway.admin.roles import ANONYMOUS, NOBODY, Principal, Principals, Roles, attach
@@ -104,7 +105,7 @@ class GuardedRoot(Resource):
         return self.guard.resource_for(request).render(request)
 
 
-def admin_resource(gateway: Any, settings: AdminSettings) -> Resource:
+def admin_resource(gateway: ObservedGateway, settings: AdminSettings) -> Resource:
     """The admin tree for ``gateway``, guarded when ``gateway.portal`` has logins (and throttled by
     ``gateway.login_throttle``, the STOMP listeners' failed-login throttle)."""
     portal = gateway.portal
@@ -142,7 +143,7 @@ class AdminSite(Site):
         super().log(request)
 
 
-def admin_site(gateway: Any, settings: AdminSettings) -> Site:
+def admin_site(gateway: ObservedGateway, settings: AdminSettings) -> Site:
     """The ``twisted.web`` site the admin listeners serve."""
     site = AdminSite(admin_resource(gateway, settings), requestFactory=AdminRequest)
     site.host_policy = HostPolicy.from_settings(settings.listen, settings.allowed_hosts, settings.allowed_origins)

@@ -12,13 +12,14 @@ engine sends), :mod:`~gateway.bridges.ownership` (one owner per data directory),
 (the ONCE_AND_ONLY_ONCE duplicate store), :mod:`~gateway.bridges.transactional_copy`
 (ONCE_AND_ONLY_ONCE through a log's transactions: Kafka -> Kafka),
 :mod:`~gateway.bridges.probe` (the in-doubt probe), :mod:`~gateway.bridges.metrics`,
-:mod:`~gateway.bridges.service` (the service, control API, ``jmsgateway bridge``).
+:mod:`~gateway.bridges.service` (the service and its control API; ``jmsgateway bridge`` is
+:mod:`gateway.commands.bridge`).
 See docs/bridges.md.
 """
 
 from gateway.bridges.bridge import MESSAGE_ID_LIST, Bridge, BridgeFailed
 from gateway.bridges.config import QOS_MODES, BridgeConfig, BridgeEndpoint, parse_bridges
-from gateway.bridges.service import BridgeService, bridges_for_gateway, build_bridge_service, run_standalone
+from gateway.bridges.service import BridgeService, build_bridge_service
 
 __all__ = [
     "MESSAGE_ID_LIST",
@@ -28,8 +29,6 @@ __all__ = [
     "BridgeEndpoint",
     "BridgeFailed",
     "BridgeService",
-    "bridges_for_gateway",
     "build_bridge_service",
     "parse_bridges",
-    "run_standalone",
 ]

@@ -705,7 +705,7 @@ class Bridge:
 
         return asked.addCallbacks(looked, gave_up)
 
-    def send(self, outgoing: list[Message]) -> Deferred[None]:
+    def send(self, outgoing: list[Message]) -> Deferred[None]:  # noqa: C901 (retry, in-doubt and give-up paths of one send: to split with the QoS strategies)
         """Send until the target confirms; retried every interval (ConnectorError),
         fails the bridge otherwise (and at once for a message the target refuses
         for good).  When the failed send may have reached the target (its

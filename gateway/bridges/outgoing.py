@@ -5,7 +5,7 @@ destination (or the one a transformer chose), with the redelivery flags cleared,
 header of the cycle guard removed and, with ``add_message_id_in_header``, the source id
 appended to :data:`MESSAGE_ID_LIST`.  Its id is derived from the source id when the bridge may
 have to ask the target whether it holds the copy (:func:`~gateway.bridges.probe.target_message_id`,
-also set as :data:`~gateway.connectors.stomp_browse.DUPLICATE_ID`), else a new one.
+also set as :data:`~gateway.message.model.DUPLICATE_ID`), else a new one.
 :class:`CopyMaker` runs the bridge's transformer chain first.  It knows no connector and no
 quality of service: the strategy says whether ids are derived.
 """
@@ -20,10 +20,9 @@ from typing import Any
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
 from gateway.bridges.probe import target_message_id
-from gateway.connectors.kafka_records import ORIGIN_HEADER
-from gateway.connectors.stomp_browse import DUPLICATE_ID
 from gateway.deferreds import gather
-from gateway.message.model import Message, new_message_id
+from gateway.message.kafka_records import ORIGIN_HEADER
+from gateway.message.model import DUPLICATE_ID, Message, new_message_id
 from gateway.transform import DeadLettered, Deliver, Dropped, TransformContext
 
 MESSAGE_ID_LIST = "AMQ_BRIDGE_MSG_ID_LIST"

@@ -13,7 +13,7 @@ own user/password (the connector must provide
 
 :class:`BridgeService` starts the bridges when it starts (call
 ``startService`` once the connectors are up; the gateway does,
-:func:`bridges_for_gateway` builds it from a ``GatewayConfig``) and stops them
+:func:`gateway.app.bridges_for_gateway` builds it from a ``GatewayConfig``) and stops them
 first when it stops.  Control: ``service.bridge(name)`` then ``.start()``,
 ``.stop()``, ``.pause()``, ``.resume()``, ``.status()``; ``service.status()`` lists all.
 """
@@ -21,9 +21,7 @@ first when it stops.  Control: ``service.bridge(name)`` then ``.start()``,
 from __future__ import annotations
 
 import difflib
-import os
-import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from twisted.application import service
@@ -32,7 +30,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from gateway.bridges.bridge import Bridge
-from gateway.bridges.config import BridgeConfig, BridgeEndpoint, parse_bridges
+from gateway.bridges.config import BridgeConfig, BridgeEndpoint
 from gateway.bridges.dedup import DuplicateStore
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.ownership import BridgeStoreLock
@@ -42,10 +40,7 @@ from gateway.deferreds import gather
 from gateway.errors import ConfigError, GatewayError
 from gateway.interfaces import IBridge, IConnector, ICredentialed
 
-if TYPE_CHECKING:  # pragma: no cover
-    from gateway.config import GatewayConfig
-
-__all__ = ["DEDUP_DATABASE", "BridgeService", "bridges_for_gateway", "build_bridge_service", "run_standalone"]
+__all__ = ["DEDUP_DATABASE", "BridgeService", "build_bridge_service"]
 
 
 class BridgeService(service.MultiService):
@@ -315,117 +310,3 @@ def build_bridge_service(
     return BridgeService(built, reactor=reactor, dedup=store if users else None, owned_connectors=owned,
                          metrics=metrics, duplicate_windows=[config.duplicate_window for config in users],
                          lock=BridgeStoreLock(data_dir) if owner_lock and built else None)
-
-
-def bridges_for_gateway(config: GatewayConfig, connectors: dict[str, IConnector], reactor: Any, *,
-                        registry: CollectorRegistry | None = None, plugin_manager: Any = None,
-                        transform_config: Any = None) -> BridgeService:
-    """The bridges of a gateway's configuration over its ``connectors`` (raises ConfigError).
-
-    :param plugin_manager: the gateway's transformer plugins; :param transform_config: its
-        ``[transform]`` (both built from ``config`` when a bridge names transformers and they
-        are not given).
-    """
-    bridges = parse_bridges(config.bridges, config.path, set(connectors))
-    if plugin_manager is None and any(bridge.transformers for bridge in bridges):
-        from gateway.transform import parse_transform_config, plugin_manager_for
-
-        transform_config = parse_transform_config(config.transform, config.path)
-        plugin_manager = plugin_manager_for(transform_config)
-    return build_bridge_service(
-        bridges,
-        connectors,
-        reactor,
-        registry=registry,
-        data_dir=config.data_dir,
-        plugin_manager=plugin_manager,
-        transform_config=transform_config,
-        path=config.path,
-        owner_lock=True,
-    )
-
-
-def used_connectors(config: GatewayConfig) -> set[str]:
-    """The connectors the configured bridges name (a standalone bridge builds only these)."""
-    return {side.connector for bridge in config.bridges for side in (bridge.source, bridge.target)}
-
-
-def run_standalone(config_path: str, overrides: list[str] | None = None, *, only: list[str] | None = None,
-                   watch: Any = None) -> int:
-    """``jmsgateway bridge --config FILE``: run the configured bridges (no STOMP
-    listener, no login portal, no admin endpoint) until SIGINT/SIGTERM, with only the
-    connectors they use (the embedded broker only when a bridge names it).  Returns the
-    exit status.
-
-    :param only: run just these bridges (names); the others are not started.
-    :param watch: called with the :class:`BridgeService` before the reactor runs (progress reports).
-    """
-    from twisted.internet import reactor
-
-    from gateway.config import load_config
-    from gateway.connectors.configured import configured_connectors
-    from gateway.identity import resolve_gateway_id
-
-    try:
-        config = load_config(config_path, overrides or [])
-        config.gateway.id = resolve_gateway_id(config.id, config.data_dir)
-        parse_bridges(config.bridges, config.path, {"embedded", *config.connectors})  # names every connector known
-        registry = CollectorRegistry()
-        connectors = configured_connectors(config, reactor, registry, used_connectors(config)).by_name
-        bridges = bridges_for_gateway(config, connectors, reactor, registry=registry)
-        for name in only or []:
-            bridges.bridge(name)
-    except ConfigError as error:
-        print(f"jmsgateway bridge: bad configuration: {error}", file=sys.stderr)
-        return 1
-    except KeyError as error:
-        print(f"jmsgateway bridge: {error.args[0]}", file=sys.stderr)
-        return 1
-    if not bridges.bridges:
-        print(f"jmsgateway bridge: {config_path} configures no [[bridges]]", file=sys.stderr)
-        return 1
-    if only:
-        for name, bridge in bridges.bridges.items():
-            if name not in only:
-                bridge.config = _disabled(bridge.config)
-    os.makedirs(config.data_dir, exist_ok=True)
-    if watch is not None:
-        watch(bridges)
-    status = {"code": 0}
-
-    def started(_: object) -> None:  # the connectors are up: start the bridges
-        bridges.startService()
-
-        def show(_: object) -> None:
-            for bridge in bridges.bridges.values():
-                print(f"jmsgateway bridge: {bridge.name}: {bridge.state}", flush=True)
-
-        if bridges.started is not None:
-            bridges.started.addBoth(show)
-
-    def failed(failure: Any) -> None:
-        print(f"jmsgateway bridge: cannot start the connectors: {failure.getErrorMessage()}", file=sys.stderr)
-        status["code"] = 1
-        reactor.stop()
-
-    def shutdown() -> Deferred[Any]:
-        stopped: Deferred[Any] = bridges.stopService() if bridges.running else gather([])
-        return stopped.addCallback(  # the bridges first, then the connectors
-            lambda _: DeferredList([c.stop() for c in connectors.values()], consumeErrors=True))
-
-    reactor.addSystemEventTrigger("before", "shutdown", shutdown)
-    def begin() -> None:  # the data directory's bridges first (a standby connects to nothing), then the connectors
-        owned = bridges.when_owned()
-        if bridges.standby and bridges.lock is not None:
-            print(f"jmsgateway bridge: standby: {bridges.lock.path} is locked by another process (pid "
-                  f"{bridges.lock.holder()}); the bridges start once it is free", flush=True)
-        owned.addCallback(lambda _: gather(c.start() for c in connectors.values())).addCallbacks(started, failed)
-
-    reactor.callWhenRunning(begin)
-    reactor.run()
-    return status["code"]
-
-
-def _disabled(config: BridgeConfig) -> BridgeConfig:
-
-    return config.model_copy(update={"enabled": False})

@@ -51,6 +51,7 @@ from gateway.broker.paging import PageFile, StoredTail
 from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
 from gateway.broker.scheduler import MemorySchedule, Scheduler, ScheduleStore, is_scheduled
+from gateway.broker.settings import BrokerSettings
 from gateway.broker.sqlite_records import decode_message
 from gateway.broker.store import (
     DURABLE_PREFIX,
@@ -63,7 +64,6 @@ from gateway.broker.store import (
 )
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, queue_of_record, record_key
 from gateway.broker.wildcards import WildcardTopics, is_wildcard
-from gateway.config import BrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, NotOwner, StoreError
 from gateway.flow import Congestion

@@ -50,6 +50,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.connectors.jms_browse import BrowseThread, browse_duplicate_ids
+from gateway.connectors.jms_link import Link, jndi_destination
 from gateway.connectors.jms_mapping import to_jms
 from gateway.connectors.jms_provider import (
     SESSION_TRANSACTED,
@@ -58,7 +59,6 @@ from gateway.connectors.jms_provider import (
     connection_factory,
     java_error,
     jms_api,
-    lookup,
     register_classpath,
 )
 from gateway.connectors.jms_settings import JmsConnectorOptions, JmsSettings
@@ -94,49 +94,6 @@ Settled = Callable[[Exception | None, Any], None]
 
 BROWSE_LIMIT = 100_000
 """At most this many messages are browsed to tell which ones a queue holds (the in-doubt probe)."""
-
-
-class Link:
-    """One open JMS connection (a *generation*) and what every thread needs with it."""
-
-    def __init__(self, connection: Any, context: Any, api: JmsApi, settings: JmsSettings, generation: int) -> None:
-        self.connection = connection
-        self.context = context
-        self.api = api
-        self.settings = settings
-        self.generation = generation
-        self._destinations: dict[str, Any] = {}
-        self._lock = threading.Lock()
-
-    def destination(self, session: Any, name: str) -> Any:
-        """The JMS destination for a gateway name (``/queue/x``, ``/topic/y``), made by ``session``
-        or looked up in JNDI (``destinations = "jndi"``); DestinationError otherwise."""
-        found = self._destinations.get(name)
-        if found is not None:
-            return found
-        kind, _, physical = name[1:].partition("/")
-        if kind not in ("queue", "topic") or not physical:
-            raise DestinationError(f"{name!r}: the jms connector takes /queue/NAME and /topic/NAME destinations")
-        if self.settings.destinations == "jndi" and self.context is not None:
-            with self._lock:
-                found = jndi_destination(self.context, name, self.settings, self.api)
-        elif kind == "queue":
-            found = session.createQueue(physical)
-        else:
-            found = session.createTopic(physical)
-        self._destinations[name] = found
-        return found
-
-
-def jndi_destination(context: Any, name: str, settings: JmsSettings, api: JmsApi) -> Any:
-    """The destination JNDI binds to the physical name of ``name`` (``/queue/orders``: ``orders``);
-    DestinationError naming ``name`` when nothing is bound (one client's mistake, not the
-    connection's: the caller refuses that send or subscription alone)."""
-    physical = name[1:].partition("/")[2]
-    try:
-        return lookup(context, physical, settings, api, key="destinations")
-    except ConfigError as error:
-        raise DestinationError(f"{name}: {error.problem} ({settings.key('destinations')} = \"jndi\")") from None
 
 
 class _Send:
@@ -377,8 +334,6 @@ class JmsConnector:
     def from_config(cls, name: str, options: dict[str, Any] | JmsConnectorOptions, *, reactor: Any,
                     gateway_id: str = "jmsgateway", registry: Any = None, path: str = "") -> JmsConnector:
         """Build the connector ``[connectors.<name>]`` describes (no JVM is started here)."""
-        if isinstance(options, JmsConnectorOptions):
-            options = options.table()
         base_dir = os.path.dirname(os.path.abspath(path)) if path else ""
         settings = JmsSettings.from_config(name, options, gateway_id=gateway_id, base_dir=base_dir, path=path)
         return cls(name, settings, reactor=reactor, registry=registry)
@@ -499,7 +454,7 @@ class JmsConnector:
             reactor = self.reactor
 
             def on_exception(error: Any) -> None:
-                reactor.callFromThread(self._lost, link, java_error(error))
+                reactor.callFromThread(self.lost, link, java_error(error))
 
             listener = api.jpype.JProxy(api.ExceptionListener, dict={"onException": on_exception})
             connection.setExceptionListener(listener)
@@ -548,7 +503,7 @@ class JmsConnector:
             error = failure.value
             if isinstance(error, defer.FirstError):
                 error = error.subFailure.value
-            self._lost(link, str(error))
+            self.lost(link, str(error))
 
         done.addCallbacks(ready, not_ready)
         return None
@@ -561,7 +516,7 @@ class JmsConnector:
                 failure.raiseException()
             self.log.warn("connector {name}: cannot restore the subscription to {destination}: {error}",
                           name=self.name, destination=subscription.spec.destination, error=failure.getErrorMessage())
-            self._forget(subscription)
+            self.forget(subscription)
             error = failure.value
             subscription.fail(error if isinstance(error, Exception) else ConnectorError(str(error)))
             return None
@@ -585,8 +540,9 @@ class JmsConnector:
                       provider=self.settings.provider, error=self.last_error)
         self._schedule_retry()
 
-    def _lost(self, link: Link | None, reason: str) -> None:
-        """The connection ``link`` failed (its ExceptionListener, or a failed JMS call)."""
+    def lost(self, link: Link | None, reason: str) -> None:
+        """The connection ``link`` failed (its ExceptionListener, or a failed JMS call); also
+        :class:`~gateway.connectors.jms_subscription.SubscriptionOwner`."""
         if link is None or link is not self.link or self.state == "stopped":
             return
         self.link = None
@@ -730,7 +686,7 @@ class JmsConnector:
         if self._pending <= self.settings.max_pending_sends // 2:
             self.congestion.resumeProducing()
         if trouble is not None:
-            self._lost(link, trouble)
+            self.lost(link, trouble)
         elif self.link is not None and self._waiting:
             self._dispatch_waiting()
 
@@ -789,7 +745,7 @@ class JmsConnector:
         if self._pending <= self.settings.max_pending_sends // 2:
             self.congestion.resumeProducing()
         if producer.link is not None and producer.link is self.link:
-            self._lost(producer.link, reason)  # the fresh thread starts with the next connection
+            self.lost(producer.link, reason)  # the fresh thread starts with the next connection
         elif self.link is not None:  # the call hung on an older connection: go on with the current one
             if fresh.items.empty():
                 fresh.items.put((self.link, None))
@@ -843,7 +799,7 @@ class JmsConnector:
             closing.addBoth(lambda _: previous.callback(None))
 
         def refused(failure: Failure) -> Failure:
-            self._forget(subscription)
+            self.forget(subscription)
             subscription._stop_thread()
             return failure
 
@@ -882,7 +838,9 @@ class JmsConnector:
             self.log.info("connector {name}: cannot look {destination} up while away: {error}", name=self.name,
                           destination=destination, error=error)
 
-    def _closing_durable(self, subscription: JmsSubscription, closing: Deferred[None]) -> None:
+    def closing_durable(self, subscription: JmsSubscription, closing: Deferred[None]) -> None:
+        """:class:`~gateway.connectors.jms_subscription.SubscriptionOwner`: a new subscription to the same durable
+        name waits for ``closing``."""
         key = _durable_key(subscription.spec)
         if key is None:
             return
@@ -895,7 +853,9 @@ class JmsConnector:
 
         closing.addBoth(closed)
 
-    def _forget(self, subscription: JmsSubscription) -> None:
+    def forget(self, subscription: JmsSubscription) -> None:
+        """:class:`~gateway.connectors.jms_subscription.SubscriptionOwner`: ``subscription`` is closed; it is not
+        restored after a reconnection."""
         if subscription in self._subscriptions:
             self._subscriptions.remove(subscription)
 

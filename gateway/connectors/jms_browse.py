@@ -1,7 +1,7 @@
 """Which messages a queue of a JMS provider holds, by the bridge copy id: the in-doubt probe of the ``jms`` connector.
 
 A bridge that gives its copies deterministic ids writes the id as the
-:data:`~gateway.connectors.stomp_browse.DUPLICATE_ID` property too (a JMS client
+:data:`~gateway.message.model.DUPLICATE_ID` property too (a JMS client
 cannot choose the JMSMessageID).  :func:`browse_duplicate_ids` reads that property
 of every message of a queue through a JMS ``QueueBrowser`` (nothing is consumed),
 on a session of its own.  It blocks: it runs on a Java-attached thread of its own
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.connectors.jms_provider import AUTO_ACKNOWLEDGE, JavaThread
-from gateway.connectors.stomp_browse import DUPLICATE_ID
+from gateway.message.model import DUPLICATE_ID
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gateway.connectors.jms_api import Link
+    from gateway.connectors.jms_link import Link
 
 
 def browse_duplicate_ids(link: Link, destination: str, *, limit: int) -> set[str] | None:

@@ -26,7 +26,7 @@ message (:func:`returned_copy`) is read back as the original: its message id, re
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from gateway.connectors.jms_provider import NON_PERSISTENT, PERSISTENT, JmsApi
 from gateway.errors import ConnectorError
@@ -204,7 +204,7 @@ def python_value(value: Any, api: JmsApi) -> PropertyValue:
     convert = _CONVERTERS.get(kind)
     if convert is None:
         if kind in (str, bool, int, float, bytes):  # converted by JPype already
-            return value
+            return cast(PropertyValue, value)
         convert = _CONVERTERS[kind] = _converter(value)
     result: PropertyValue = convert(value)
     return result

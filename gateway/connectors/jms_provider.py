@@ -27,7 +27,7 @@ from twisted.logger import Logger
 
 from gateway.connectors.jms_settings import JmsSettings
 from gateway.errors import ConfigError, ConnectorError
-from gateway.redaction import redact_text
+from gateway.security.redaction import redact_text
 
 log = Logger()
 

@@ -46,13 +46,22 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, PlainValidator
 
-from gateway.errors import ConfigError, did_you_mean
-from gateway.redaction import redact_text
-from gateway.schema import Bool, Int, Retries, Section, Str, Strings
+from gateway.errors import ConfigError
+from gateway.java_properties import read_properties_file
+from gateway.schema import Bool, Int, Retries, Section, Str, Strings, validate
+from gateway.security.redaction import redact_text
 
-Scalar = Str | Int | float | Bool
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, str | int | float):  # (bool is an int)
+        return value
+    raise ValueError(f"must be a string, number or boolean, not {value!r}")
+
+
+Scalar = Annotated[Str | Int | float | Bool, PlainValidator(_scalar, json_schema_input_type=Str | Int | float | Bool)]
+"""A string, number or boolean (a bean property or JNDI environment value)."""
 
 
 class JmsFactoryOptions(Section):
@@ -120,28 +129,6 @@ class JmsConnectorOptions(Section):
 
 API_NAMESPACES = ("javax", "jakarta")
 
-_OPTIONS = (
-    "type",
-    "classpath",
-    "api",
-    "user",
-    "password",
-    "client_id",
-    "destinations",
-    "failure_retry_interval",
-    "max_retries",
-    "send_timeout",
-    "max_waiting_sends",
-    "max_burst",
-    "max_pending_sends",
-    "receive_timeout",
-    "jvm_options",
-    "connection_factory",
-    "jndi",
-)
-_FACTORY_KEYS = ("class", "properties")
-_JNDI_KEYS = ("environment", "properties_file", "connection_factory")
-
 PropertyValue = str | int | float | bool
 
 
@@ -195,93 +182,68 @@ class JmsSettings:
                 self.jndi_factory_name, self.user, self.password, self.destinations)
 
     @classmethod
-    def from_config(cls, name: str, options: dict[str, Any], *, gateway_id: str = "jmsgateway",
+    def from_config(cls, name: str, options: dict[str, Any] | JmsConnectorOptions, *, gateway_id: str = "jmsgateway",
                     base_dir: str = "", path: str = "") -> JmsSettings:
         """Check ``options``; ConfigError names the file, key and problem.  Relative paths
-        (classpath, ``jndi.properties_file``) are relative to ``base_dir``."""
+        (classpath, ``jndi.properties_file``) are relative to ``base_dir``.
 
-        def key(option: str) -> str:
-            return f"connectors.{name}.{option}"
+        Names, types and ranges are :class:`JmsConnectorOptions`'s to check; here only what the
+        model cannot know: the jars on disk and the API they hold, which of the two ways to the
+        ConnectionFactory is given, and the JNDI environment with its properties file."""
 
         def bad(problem: str, option: str) -> ConfigError:
-            return ConfigError(problem, path=path, key=key(option))
+            return ConfigError(problem, path=path, key=f"connectors.{name}.{option}")
 
-        for option in options:
-            if option not in _OPTIONS:
-                raise bad(f"unknown option{did_you_mean(option, _OPTIONS)}", option)
-        if options.get("type") != "jms":
-            raise bad(f"must be \"jms\" for this connector, not {options.get('type')!r}", "type")
-
-        def integer(option: str, default: int, minimum: int) -> int:
-            value = options.get(option, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise bad(f"must be an integer >= {minimum}, not {value!r}", option)
-            return value
-
-        def text(option: str, default: str | None) -> str | None:
-            value = options.get(option, default)
-            if value is not None and not isinstance(value, str):
-                raise bad(f"must be a string, not {value!r}", option)
-            return value
-
-        classpath = _classpath(options.get("classpath"), base_dir, bad)
-        api = text("api", "auto") or "auto"
-        if api not in (*API_NAMESPACES, "auto"):
-            raise bad(f"must be \"javax\", \"jakarta\" or \"auto\", not {api!r}", "api")
+        checked = validate(JmsConnectorOptions, options, path=path, prefix=f"connectors.{name}")
+        classpath = _classpath(checked.classpath, base_dir, bad)
+        api: str = checked.api
         if api == "auto":
             found = detect_api(classpath)
             if found is None:
                 raise bad("no JMS API (javax.jms or jakarta.jms) in these jars: add the JMS API jar of the "
                           "provider, or set api = \"javax\" / \"jakarta\"", "classpath")
             api = found
-        destinations = text("destinations", "session") or "session"
-        if destinations not in ("session", "jndi"):
-            raise bad(f"must be \"session\" (createQueue/createTopic) or \"jndi\", not {destinations!r}",
-                      "destinations")
-        jvm_options = options.get("jvm_options", [])
-        if not isinstance(jvm_options, list | tuple) or not all(isinstance(o, str) for o in jvm_options):
-            raise bad(f"must be a list of strings, not {jvm_options!r}", "jvm_options")
-
         factory_class: str | None = None
         factory_properties: tuple[tuple[str, PropertyValue], ...] = ()
         environment: tuple[tuple[str, str], ...] = ()
         factory_name = "ConnectionFactory"
-        has_factory, has_jndi = "connection_factory" in options, "jndi" in options
-        if has_factory == has_jndi:
+        if (checked.connection_factory is None) == (checked.jndi is None):
             raise bad("give either connection_factory = { class = ..., properties = {...} } or a [jndi] "
                       "table (environment, connection_factory), exactly one of them", "connection_factory")
-        if has_factory:
-            factory_class, factory_properties = _factory(options["connection_factory"], bad)
-        else:
-            environment, factory_name = _jndi(options["jndi"], base_dir, bad)
+        if checked.connection_factory is not None:
+            factory_class = checked.connection_factory.class_
+            factory_properties = tuple(checked.connection_factory.properties.items())
+        elif checked.jndi is not None:
+            environment = _jndi_environment(checked.jndi, base_dir, bad)
+            factory_name = checked.jndi.connection_factory
         return cls(
             name=name,
             classpath=classpath,
             api=api,
-            user=text("user", None),
-            password=text("password", None),
-            client_id=text("client_id", f"{gateway_id}-{name}") or f"{gateway_id}-{name}",
-            destinations=destinations,
+            user=checked.user,
+            password=checked.password,
+            client_id=checked.client_id or f"{gateway_id}-{name}",
+            destinations=checked.destinations,
             factory_class=factory_class,
             factory_properties=factory_properties,
             jndi_environment=environment,
             jndi_factory_name=factory_name,
-            failure_retry_interval=integer("failure_retry_interval", 5000, 1),
-            max_retries=integer("max_retries", -1, -1),
-            send_timeout=integer("send_timeout", 30000, 1),
-            max_waiting_sends=integer("max_waiting_sends", 10000, 0),
-            max_burst=integer("max_burst", 500, 1),
-            max_pending_sends=integer("max_pending_sends", 5000, 1),
-            receive_timeout=integer("receive_timeout", 100, 1),
-            jvm_options=tuple(jvm_options),
+            failure_retry_interval=checked.failure_retry_interval,
+            max_retries=checked.max_retries,
+            send_timeout=checked.send_timeout,
+            max_waiting_sends=checked.max_waiting_sends,
+            max_burst=checked.max_burst,
+            max_pending_sends=checked.max_pending_sends,
+            receive_timeout=checked.receive_timeout,
+            jvm_options=tuple(checked.jvm_options),
             path=path,
         )
 
 
-def _classpath(raw: Any, base_dir: str, bad: Any) -> tuple[str, ...]:
+def _classpath(raw: str | tuple[str, ...], base_dir: str, bad: Any) -> tuple[str, ...]:
     if isinstance(raw, str):
-        raw = [raw]
-    if not isinstance(raw, list | tuple) or not raw or not all(isinstance(entry, str) for entry in raw):
+        raw = (raw,)
+    if not raw:
         raise bad("must be a list of jar files, folders or globs (the provider's client jars)", "classpath")
     entries: list[str] = []
     for index, entry in enumerate(raw):
@@ -328,74 +290,20 @@ def detect_api(classpath: tuple[str, ...]) -> str | None:
     return None
 
 
-def _factory(raw: Any, bad: Any) -> tuple[str, tuple[tuple[str, PropertyValue], ...]]:
-    if not isinstance(raw, dict):
-        raise bad("must be a table { class = \"...\", properties = {...} }", "connection_factory")
-    for option in raw:
-        if option not in _FACTORY_KEYS:
-            raise bad(f"unknown option{did_you_mean(option, _FACTORY_KEYS)}", f"connection_factory.{option}")
-    class_name = raw.get("class")
-    if not isinstance(class_name, str) or not class_name:
-        raise bad("needs the ConnectionFactory's class name", "connection_factory.class")
-    properties = raw.get("properties", {})
-    if not isinstance(properties, dict):
-        raise bad("must be a table of bean properties", "connection_factory.properties")
-    for prop, value in properties.items():
-        if isinstance(value, dict | list) or value is None:
-            raise bad(f"must be a string, number or boolean, not {value!r}", f"connection_factory.properties.{prop}")
-    return class_name, tuple(properties.items())
-
-
-def _jndi(raw: Any, base_dir: str, bad: Any) -> tuple[tuple[tuple[str, str], ...], str]:
-    if not isinstance(raw, dict):
-        raise bad("must be a table (environment, properties_file, connection_factory)", "jndi")
-    for option in raw:
-        if option not in _JNDI_KEYS:
-            raise bad(f"unknown option{did_you_mean(option, _JNDI_KEYS)}", f"jndi.{option}")
+def _jndi_environment(jndi: JmsJndiOptions, base_dir: str, bad: Any) -> tuple[tuple[str, str], ...]:
+    """The InitialContext environment: the properties file, then ``environment`` over it."""
     environment: dict[str, str] = {}
-    properties_file = raw.get("properties_file")
+    properties_file = jndi.properties_file
     if properties_file is not None:
-        if not isinstance(properties_file, str):
-            raise bad("must be the path of a jndi.properties file", "jndi.properties_file")
         file_path = properties_file if os.path.isabs(properties_file) or not base_dir else \
             os.path.join(base_dir, properties_file)
         try:
-            environment.update(read_properties(file_path))
+            environment.update(read_properties_file(file_path, key="jndi.properties_file"))
         except OSError as error:
             raise bad(f"cannot read {properties_file!r}: {error.strerror}", "jndi.properties_file") from None
-    table = raw.get("environment", {})
-    if not isinstance(table, dict):
-        raise bad("must be a table of InitialContext properties", "jndi.environment")
-    for name, value in table.items():
-        if isinstance(value, dict | list) or value is None:
-            raise bad(f"must be a string, not {value!r}", f"jndi.environment.{name}")
+    for name, value in jndi.environment.items():
         environment[name] = str(value).lower() if isinstance(value, bool) else str(value)
     if "java.naming.factory.initial" not in environment:
         raise bad("needs java.naming.factory.initial (the provider's InitialContextFactory class), in "
                   "environment or properties_file", "jndi.environment")
-    factory_name = raw.get("connection_factory", "ConnectionFactory")
-    if not isinstance(factory_name, str) or not factory_name:
-        raise bad("must be the ConnectionFactory's JNDI name", "jndi.connection_factory")
-    return tuple(environment.items()), factory_name
-
-
-def read_properties(path: str) -> dict[str, str]:
-    """A Java ``.properties`` file's ``key = value`` / ``key: value`` lines (comments, blank
-    lines and trailing-backslash continuations handled; no unicode escapes)."""
-    result: dict[str, str] = {}
-    with open(path, encoding="latin-1") as handle:
-        pending = ""
-        for raw_line in handle:
-            line = pending + raw_line.strip()
-            pending = ""
-            if not line or line[0] in "#!":
-                continue
-            if line.endswith("\\"):
-                pending = line[:-1]
-                continue
-            cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-            if cut < 0:
-                result[line] = ""
-            else:
-                result[line[:cut].strip()] = line[cut + 1:].strip()
-    return result
+    return tuple(environment.items())

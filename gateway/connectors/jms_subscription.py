@@ -34,7 +34,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
@@ -43,6 +43,8 @@ from zope.interface import implementer
 
 from gateway.connectors.jms_mapping import from_jms, returned_copy, to_jms
 from gateway.connectors.jms_provider import SESSION_TRANSACTED, JavaThread, java_error
+from gateway.connectors.jms_settings import JmsSettings
+from gateway.connectors.stomp_settings import StompBrokerMetrics
 from gateway.connectors.stomp_subscription import durable_subscription_name
 from gateway.errors import (
     ConnectorError,
@@ -56,7 +58,7 @@ from gateway.interfaces import IConsumer, ITransactedSubscription, SubscriptionS
 from gateway.message.model import Message
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gateway.connectors.jms_api import JmsConnector, Link
+    from gateway.connectors.jms_link import Link
 
 
 PARK_AFTER = 10
@@ -65,6 +67,35 @@ PARK_AFTER = 10
 PREFIX_REDELIVERY_WAIT = 5000
 """ms a closing durable topic subscription waits for each acknowledged message the provider
 redelivers after its rollback (a provider may delay redeliveries: ActiveMQ by 1 s by default)."""
+
+
+class SubscriptionOwner(Protocol):
+    """What a :class:`JmsSubscription` and its thread use of their connector (the ``QueueOwner`` shape:
+    :class:`~gateway.connectors.jms_api.JmsConnector` provides it; a unit test gives a fake)."""
+
+    name: str
+    """The connector's name, for logs and metrics labels."""
+    reactor: Any
+    """Where the subscription's thread hands its results (``callFromThread``)."""
+    settings: JmsSettings
+    """The connector's settings (``receive_timeout`` …)."""
+    metrics: StompBrokerMetrics
+    """Counts deliveries per connector."""
+
+    def jpype(self) -> Any:
+        """The jpype module (the JVM runs)."""
+
+    def forget(self, subscription: JmsSubscription) -> None:
+        """``subscription`` is closed: not restored after a reconnection."""
+
+    def closing_durable(self, subscription: JmsSubscription, closing: Deferred[None]) -> None:
+        """A durable subscription closes; a new one to the same name waits for ``closing``."""
+
+    def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
+        """Delete an inactive durable subscription at the provider."""
+
+    def lost(self, link: Link | None, reason: str) -> None:
+        """(reactor thread) A JMS call on ``link`` failed: the connection is lost."""
 
 
 class _Command:
@@ -82,7 +113,7 @@ class JmsSubscription:
 
     log = Logger()
 
-    def __init__(self, connector: JmsConnector, spec: SubscriptionSpec, consumer: IConsumer, *,
+    def __init__(self, connector: SubscriptionOwner, spec: SubscriptionSpec, consumer: IConsumer, *,
                  batch_time: int | None = None) -> None:
         self.connector = connector
         self.spec = spec
@@ -198,9 +229,9 @@ class JmsSubscription:
         """Close the consumer and its session; what was not acknowledged is redelivered."""
         if self.closed:
             return succeed(None)
-        self.connector._forget(self)
+        self.connector.forget(self)
         closing = self._stop_thread()
-        self.connector._closing_durable(self, closing)
+        self.connector.closing_durable(self, closing)
         return closing
 
     def _stop_thread(self) -> Deferred[None]:
@@ -392,7 +423,7 @@ class ConsumerThread(JavaThread):
             self._answer_error(waiter, ConnectorUnavailable(reason))
         self.waiting = []
         self._drop_session()
-        self.call(self.connector._lost, self.link, reason)
+        self.call(self.connector.lost, self.link, reason)
 
     def _establish(self, command: _Command) -> None:
         self._drop_session()

@@ -51,8 +51,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
@@ -61,9 +60,9 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerProcess
-from gateway.connectors.kafka_records import Header, message_to_record
 from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import KafkaSubscription
+from gateway.connectors.kafka_transactions import KafkaTransactionalCopy, held_record_ids
 from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
 from gateway.interfaces import (
@@ -81,35 +80,9 @@ from gateway.interfaces import (
     ITopicLog,
     SubscriptionSpec,
 )
+from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError, Settled
+from gateway.message.kafka_records import Header, message_to_record
 from gateway.message.model import Message
-
-HARD_ERROR_CODES = frozenset(
-    {
-        "UNKNOWN_TOPIC_OR_PART",
-        "_UNKNOWN_TOPIC",
-        "TOPIC_AUTHORIZATION_FAILED",
-        "CLUSTER_AUTHORIZATION_FAILED",
-        "TOPIC_EXCEPTION",
-        "INVALID_TOPIC_EXCEPTION",
-        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-        "_FATAL",
-    }
-)
-"""Kafka errors that routing treats as hard failures (no retry makes them go away)."""
-
-REFUSED_CODES = frozenset(
-    {
-        "MSG_SIZE_TOO_LARGE",
-        "_MSG_SIZE_TOO_LARGE",
-        "RECORD_LIST_TOO_LARGE",
-        "INVALID_RECORD",
-        "INVALID_MSG",
-        "INVALID_MSG_SIZE",
-        "CORRUPT_MESSAGE",
-        "_INVALID_ARG",
-    }
-)
-"""Kafka errors about the record itself: sending it again gives the same answer."""
 
 PRODUCER_RESET_CODES = frozenset(
     {
@@ -137,39 +110,6 @@ DRAIN_INTERVAL = 0.01
 """Seconds between polls while stopping or retiring a producer."""
 STOP_TIMEOUT = 10.0
 """Seconds stop() waits for outstanding delivery reports before failing what is left."""
-
-Settled = Callable[[Exception | None, Any], None]
-"""``settled(error, record)``: the outcome of one produced record (see :meth:`KafkaConnector.produce`)."""
-
-class KafkaDeliveryError(ConnectorError):
-    """Kafka refused or lost a record.
-
-    :ivar code: the Kafka error name (``UNKNOWN_TOPIC_OR_PART``, ``_MSG_TIMED_OUT`` …).
-    :ivar hard: whether retrying cannot help (unknown topic, not authorised).
-    :ivar permanent: hard, or the record itself is refused (too large, invalid).
-    """
-
-    def __init__(self, message: str, *, code: str = "", topic: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.topic = topic
-        self.hard = code in HARD_ERROR_CODES
-        self.permanent = self.hard or code in REFUSED_CODES
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryReport:
-    """Where Kafka stored a record."""
-
-    topic: str
-    partition: int
-    offset: int
-
-    @classmethod
-    def of(cls, record: Any) -> DeliveryReport:
-        """The report of a record confluent-kafka delivered."""
-        return cls(record.topic(), record.partition(), record.offset())
-
 
 def _first_error(failure: Any) -> Any:
     """The failure of the first failed Deferred in a ``fireOnOneErrback`` DeferredList."""
@@ -773,8 +713,6 @@ class KafkaConnector:
 
     def held_ids_in_topic(self, topic: str, tail: int) -> Deferred[set[str] | None]:
         """:meth:`held_message_ids` of ``topic`` (a thread reads it, the consumer in a child process)."""
-        from gateway.connectors.kafka_transactions import held_record_ids
-
         result: Deferred[set[str] | None] = deferToThreadPool(self.reactor, self._pool(), held_record_ids,
                                                               self.settings, topic, tail)
         return result
@@ -793,8 +731,6 @@ class KafkaConnector:
                            from_earliest: bool) -> Any:
         """:class:`IExactlyOnceSource`: a :class:`~gateway.connectors.kafka_transactions.KafkaTransactionalCopy`
         into ``target`` (an :class:`IExactlyOnceTarget` of the same cluster), or why not."""
-        from gateway.connectors.kafka_transactions import KafkaTransactionalCopy
-
         if not IExactlyOnceTarget.providedBy(target):
             return "not Kafka on both sides"
         plan = target.transactional_target(target_destination)

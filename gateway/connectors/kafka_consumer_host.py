@@ -241,7 +241,8 @@ class ConsumerProcess:
     @property
     def pid(self) -> int | None:
         """The child's process id."""
-        return self._process.pid
+        pid: int | None = self._process.pid
+        return pid
 
     def _crashed(self) -> ConsumerCrashed:
         self._process.join(1.0)

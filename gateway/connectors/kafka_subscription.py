@@ -44,9 +44,9 @@ from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerCrashed
 from gateway.connectors.kafka_offsets import DeliveryTag, OffsetTracker
-from gateway.connectors.kafka_records import record_to_message
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
+from gateway.message.kafka_records import record_to_message
 from gateway.message.model import Message
 
 TOPIC_GONE = frozenset({3, -188, 100})
@@ -242,7 +242,7 @@ class KafkaSubscription:
                 self.reactor.callFromThread(self._fire, done, None)
             self.reactor.callFromThread(self._ended, error)
 
-    def _loop(self, kafka_consumer: Any) -> None:
+    def _loop(self, kafka_consumer: Any) -> None:  # noqa: C901 (the consumer thread's one poll loop: pause, seek, commit, stop in one place)
         from confluent_kafka import KafkaError
 
         last_commit = time.monotonic()

@@ -30,10 +30,10 @@ from typing import Any
 
 from zope.interface import implementer
 
-from gateway.connectors.kafka import REFUSED_CODES
 from gateway.connectors.kafka_consumer_host import ConsumerProcess
-from gateway.connectors.kafka_records import message_to_record, record_to_message
 from gateway.interfaces import ITransactionalCopy
+from gateway.message.kafka_delivery import REFUSED_CODES
+from gateway.message.kafka_records import message_to_record, record_to_message
 from gateway.message.model import Message
 
 PlacedRecord = tuple[str, Any, Any, Any]

@@ -42,7 +42,7 @@ URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
     PEM file of the CA certificates to trust (default: the system's trust
     store), a client certificate and its key for brokers that ask for one, and
     the name the broker's certificate must carry (default: the URI's host);
-    paths are relative to the config file (:mod:`gateway.tls`).
+    paths are relative to the config file (:mod:`gateway.security.tls`).
 
 Features: sends wait for the broker's RECEIPT (persistent messages are then
 durable there) and are pipelined; :meth:`StompBrokerConnector.send_batch` is
@@ -77,6 +77,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.connectors.stomp_browse import browse_duplicate_ids
+from gateway.connectors.stomp_client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 from gateway.connectors.stomp_mapping import SUBSCRIBE_TRANSFORMATION, forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
@@ -96,7 +97,6 @@ from gateway.interfaces import (
     SubscriptionSpec,
 )
 from gateway.message.model import Message, now_millis
-from gateway.stomp.client import BrokerError, Settled, StompClientFactory, StompClientProtocol
 
 __all__ = [
     "BrokerDelivery",
@@ -593,7 +593,17 @@ class StompBrokerConnector:
         for subscription in self._subscriptions.values():
             subscription.connection_lost()
 
-    def _when_ready(self) -> Deferred[StompClientProtocol]:
+    @property
+    def protocol(self) -> StompClientProtocol | None:
+        """:class:`~gateway.connectors.stomp_subscription.SubscriptionOwner`: the connected protocol, or None."""
+        return self._protocol
+
+    def holds(self, subscription: BrokerSubscription) -> bool:
+        """:class:`~gateway.connectors.stomp_subscription.SubscriptionOwner`: whether ``subscription`` is
+        restored after a reconnection."""
+        return subscription.id in self._subscriptions
+
+    def when_ready(self) -> Deferred[StompClientProtocol]:
         """The connected protocol now, or once reconnected (bounded by the caller)."""
         if self._protocol is not None and not self._protocol.closed:
             return succeed(self._protocol)
@@ -708,7 +718,7 @@ class StompBrokerConnector:
                 failure.value.in_doubt = False  # the SEND never went out
             return self._closed_at_transformed_send(written[0] if written else None, transformation, failure)
 
-        work = self._when_ready()
+        work = self.when_ready()
         work.addCallback(send)
         return self._count(self._bounded(work, f"send of {message.message_id} to {destination}"), 1).addErrback(
             settled)
@@ -795,7 +805,7 @@ class StompBrokerConnector:
                 failure.value.in_doubt = False  # no COMMIT went out: the broker rolls the transaction back
             return self._closed_at_transformed_send(committed[0] if committed else None, transformation, failure)
 
-        work = self._when_ready()
+        work = self.when_ready()
         work.addCallback(transact)
         sent = self._count(self._bounded(work, f"transaction of {len(messages)} messages"), len(messages))
         return sent.addErrback(settled)
@@ -817,7 +827,7 @@ class StompBrokerConnector:
         if spec.ack_mode not in ACK_MODES:
             return fail(ConnectorError(f"unknown ack mode {spec.ack_mode!r}"))
         subscription = BrokerSubscription(self, f"{self.name}-sub-{next(self._subscription_ids)}", spec, consumer)
-        work = self._when_ready()
+        work = self.when_ready()
         work.addCallback(subscription.establish)
         work = self._bounded(work, f"subscription to {spec.destination}")
 
@@ -864,7 +874,7 @@ class StompBrokerConnector:
         if self.why_cannot_tell(destination) is not None:
             return succeed(None)
         subscription_id = f"{self.name}-browse-{next(self._subscription_ids)}"
-        work = self._when_ready()
+        work = self.when_ready()
         work.addCallback(lambda protocol: browse_duplicate_ids(protocol, destination, subscription_id,
                                                                limit=BROWSE_LIMIT))
 
@@ -879,7 +889,7 @@ class StompBrokerConnector:
     def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
         """Delete an inactive durable subscription (and its backlog) at the broker."""
         name = durable_subscription_name(client_id, durable_name)
-        work = self._when_ready()
+        work = self.when_ready()
         work.addCallback(
             lambda protocol: protocol.unsubscribe(
                 f"{self.name}-remove-{next(self._subscription_ids)}",
@@ -888,7 +898,8 @@ class StompBrokerConnector:
         )
         return self._bounded(work, f"removal of durable subscription {name}").addCallback(lambda _: None)
 
-    def _forget(self, subscription: BrokerSubscription) -> None:
+    def forget(self, subscription: BrokerSubscription) -> None:
+        """:class:`~gateway.connectors.stomp_subscription.SubscriptionOwner`: ``subscription`` is closed."""
         self._subscriptions.pop(subscription.id, None)
 
 

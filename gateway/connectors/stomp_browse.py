@@ -25,12 +25,10 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from gateway.connectors.stomp_client import StompClientProtocol
 from gateway.errors import ConnectorUnavailable
-from gateway.stomp.client import StompClientProtocol
-from gateway.stomp.frame import Frame
-
-DUPLICATE_ID = "_AMQ_DUPL_ID"
-"""The property carrying a bridge copy's id (Artemis's duplicate detection property)."""
+from gateway.message.model import DUPLICATE_ID
+from gateway.wire.frame import Frame
 
 BROWSE_PREFETCH = 1000
 """How many browsed messages the broker may have on the way at once."""

@@ -34,7 +34,7 @@ from typing import Any
 from gateway.errors import ConnectorError, MessageRefused, StompProtocolError
 from gateway.message import convert, xstream
 from gateway.message.model import DEFAULT_PRIORITY, BytesMessage, MapMessage, Message, ObjectMessage, TextMessage
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 SUBSCRIBE_TRANSFORMATION = "jms-json"
 """The SUBSCRIBE ``transformation`` asking ActiveMQ to label Map and Object

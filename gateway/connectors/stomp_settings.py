@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ConfigDict, Field, SkipValidation, field_validator, model_validator
 
 from gateway.errors import ConfigError
-from gateway.redaction import redact_text
 from gateway.schema import Bool, Int, KeyProblem, Retries, Section, Str, validate
-from gateway.tls import TLS_OPTIONS, ClientTls
+from gateway.security.redaction import redact_text
+from gateway.security.tls import TLS_OPTIONS, ClientTls
 
 DEFAULT_PORTS = {"stomp": 61613, "stomp+ssl": 61614}
 NotNegative = Annotated[Int, Field(ge=0)]

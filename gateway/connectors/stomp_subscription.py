@@ -12,25 +12,23 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.connectors.stomp_client import StompClientProtocol
 from gateway.connectors.stomp_mapping import message_from_frame
+from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
-from gateway.stomp.client import StompClientProtocol
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 _ACK_TRANSACTIONS = itertools.count(1)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gateway.connectors.stomp_broker import StompBrokerConnector
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,6 +46,44 @@ def durable_subscription_name(client_id: str | None, durable_name: str) -> str:
     return f"{client_id}.{durable_name}" if client_id else durable_name
 
 
+class SubscriptionOwner(Protocol):
+    """What a :class:`BrokerSubscription` uses of its connector (the ``QueueOwner`` shape:
+    :class:`~gateway.connectors.stomp_broker.StompBrokerConnector` provides it; a unit test gives a fake)."""
+
+    name: str
+    """The connector's name, for logs and metrics labels."""
+    settings: StompBrokerSettings
+    """The connector's settings (``uri`` names the broker in errors)."""
+    metrics: StompBrokerMetrics
+    """Counts deliveries per connector."""
+    generation: int
+    """The number of the current broker connection (a delivery of an older one is stale)."""
+
+    @property
+    def protocol(self) -> StompClientProtocol | None:
+        """The connected protocol, or None while disconnected."""
+
+    @property
+    def subscribe_transformation(self) -> str:
+        """The ``transformation`` header SUBSCRIBEs carry (empty: none)."""
+
+    def transformation_closed(self, protocol: StompClientProtocol, transformation: str, failure: Failure, *,
+                              reconnect: bool = True) -> bool:
+        """Whether ``failure`` is the broker refusing ``transformation`` by closing the connection."""
+
+    def holds(self, subscription: BrokerSubscription) -> bool:
+        """Whether ``subscription`` is one the connector restores after a reconnection."""
+
+    def when_ready(self) -> Deferred[StompClientProtocol]:
+        """The connected protocol now, or once reconnected."""
+
+    def forget(self, subscription: BrokerSubscription) -> None:
+        """``subscription`` is closed: not restored after a reconnection."""
+
+    def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
+        """Delete an inactive durable subscription at the broker."""
+
+
 @implementer(ISubscription)
 class BrokerSubscription:
     """One gateway consumer's subscription at the JMS broker.
@@ -62,7 +98,7 @@ class BrokerSubscription:
 
     def __init__(
         self,
-        connector: StompBrokerConnector,
+        connector: SubscriptionOwner,
         subscription_id: str,
         spec: SubscriptionSpec,
         consumer: IConsumer,
@@ -108,18 +144,18 @@ class BrokerSubscription:
         def failed(failure: Failure) -> Failure | Deferred[None]:
             transformation = headers.get("transformation")
             if transformation and self.connector.transformation_closed(protocol, transformation, failure):
-                if self.id in self.connector._subscriptions:
+                if self.connector.holds(self):
                     return failure  # restored without the transformation on the next connection
                 # a new subscription: made again on the next connection (send_timeout bounds the wait)
-                return self.connector._when_ready().addCallback(self.establish)
-            if self.id in self.connector._subscriptions:
+                return self.connector.when_ready().addCallback(self.establish)
+            if self.connector.holds(self):
                 self.log.warn(
                     "connector {name}: cannot restore subscription to {destination}: {error}",
                     name=self.connector.name,
                     destination=self.spec.destination,
                     error=failure.getErrorMessage(),
                 )
-                self.connector._forget(self)
+                self.connector.forget(self)
                 self.fail(failure.value or ConnectorError("subscription lost"))
             return failure
 
@@ -183,7 +219,7 @@ class BrokerSubscription:
         return self._acknowledge(tags, "nack")
 
     def _acknowledge(self, tags: list[Any], what: str, *, receipt: bool = True) -> Deferred[None]:
-        protocol = self.connector._protocol
+        protocol = self.connector.protocol
         work: list[Deferred[Any]] = []
         for tag in tags:
             if not isinstance(tag, BrokerDelivery):
@@ -230,8 +266,8 @@ class BrokerSubscription:
             return succeed(None)
         self.closed = True
         self._backlog.clear()
-        self.connector._forget(self)
-        protocol = self.connector._protocol
+        self.connector.forget(self)
+        protocol = self.connector.protocol
         if protocol is None:
             return succeed(None)
         return protocol.unsubscribe(self.id).addCallback(lambda _: None)

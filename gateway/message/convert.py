@@ -33,7 +33,7 @@ from gateway.message.model import (
     new_message_id,
     now_millis,
 )
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 PROTOCOL_HEADERS = frozenset(
     {

@@ -33,6 +33,10 @@ class DeliveryMode(IntEnum):
 
 DEFAULT_PRIORITY = 4
 
+DUPLICATE_ID = "_AMQ_DUPL_ID"
+"""The property carrying a bridge copy's id (Artemis's duplicate detection property): bridges write
+it, the connectors' in-doubt probes read it back."""
+
 MESSAGE_ID_PREFIX = f"ID:jmsgw-{os.getpid()}-{int(time.time() * 1000):x}-"
 """What every message id the gateway makes starts with (a decimal count follows)."""
 _id_counter = itertools.count(1)

@@ -6,7 +6,8 @@
   :mod:`~gateway.pipeline.datasource` - Kafka for Spark through the Python data source API;
 * :mod:`gateway.pipeline.job` - the session, the streaming query, the batch replay;
 * :mod:`gateway.pipeline.progress` - rows/s and lag per micro-batch;
-* :mod:`gateway.pipeline.cli` - ``jmsgateway pipeline [replay]``.
+* ``jmsgateway pipeline [replay]`` is :mod:`gateway.commands.pipeline` (it loads the whole
+  configuration, so it sits above this package).
 
 Importing this package does not import Spark.
 """

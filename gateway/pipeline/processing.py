@@ -1,7 +1,7 @@
 """What the pipeline does to one record: the same decisions as the in-process gateway.
 
 :class:`RecordProcessor` turns an ingest record into a message
-(:func:`~gateway.connectors.kafka_records.record_to_message`), runs the
+(:func:`~gateway.message.kafka_records.record_to_message`), runs the
 inbound transformer chains (:class:`~gateway.transform.TransformChains`,
 plugins loaded by the same plugin manager) and the routes
 (:class:`~gateway.routing.router.Router`), and returns the record to
@@ -42,7 +42,8 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from gateway.connectors.kafka_records import (
+from gateway.errors import GatewayError
+from gateway.message.kafka_records import (
     ERROR_HEADER,
     ORIGIN_HEADER,
     ROUTE_HEADER,
@@ -50,7 +51,6 @@ from gateway.connectors.kafka_records import (
     dead_letter_record,
     record_to_message,
 )
-from gateway.errors import GatewayError
 from gateway.message.model import Message
 from gateway.pipeline.settings import PipelineSpec
 from gateway.routing.config import parse_routing_config

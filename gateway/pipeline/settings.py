@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field, PrivateAttr, field_validator
 
 from gateway.errors import ConfigError
 from gateway.identity import resolve_gateway_id
-from gateway.routing.config import parse_routing_config
+from gateway.routing.config import RoutingSection, parse_routing_config
 from gateway.schema import Int, Seconds, Section, Str, Table, validate
-
-if TYPE_CHECKING:
-    from gateway.config import GatewayConfig
+from gateway.transform.config import TransformConfig
 
 KAFKA_ACCESS = ("auto", "spark", "python")
 UNROUTED_POLICIES = ("dead-letter", "drop")
@@ -107,13 +106,34 @@ PipelineSection = PipelineSettings
 """``[pipeline]`` as the configuration file gives it (defaults resolved by :func:`parse_pipeline_settings`)."""
 
 
-def _bootstrap_from_connector(config: GatewayConfig) -> str:
+class WholeConfig(Protocol):
+    """What the pipeline reads of the whole configuration (:class:`gateway.config.GatewayConfig`
+    provides it; the configuration composes ``[pipeline]``, so this package cannot import it)."""
+
+    @property
+    def pipeline(self) -> PipelineSection | None: ...
+    @property
+    def routing(self) -> RoutingSection: ...
+    @property
+    def transform(self) -> TransformConfig: ...
+    @property
+    def connectors(self) -> Mapping[str, Any]: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def data_dir(self) -> str: ...
+    def data_path(self, name: str) -> str: ...
+
+
+def _bootstrap_from_connector(config: WholeConfig) -> str:
     options = config.connectors.get(config.routing.connector or "kafka")
     bootstrap = getattr(options, "bootstrap", None)
     return bootstrap if isinstance(bootstrap, str) else ""
 
 
-def parse_pipeline_settings(config: GatewayConfig, **overrides: Any) -> PipelineSettings:
+def parse_pipeline_settings(config: WholeConfig, **overrides: Any) -> PipelineSettings:
     """``[pipeline]`` with its defaults resolved (raises ConfigError naming file and key).
 
     :param overrides: values given on the command line (``checkpoint``,
@@ -151,7 +171,7 @@ def check_offsets_spec(text: str, *, path: str = "", key: str = "") -> None:
         )
 
 
-def pipeline_spec(config: GatewayConfig, settings: PipelineSettings, *, replay: bool = False,
+def pipeline_spec(config: WholeConfig, settings: PipelineSettings, *, replay: bool = False,
                   transform_replayed: bool = True) -> PipelineSpec:
     """The executors' recipe, validated on the driver first (raises ConfigError).
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ConfigError, SelectorError, did_you_mean
+from gateway.java_properties import parse_properties
 from gateway.message.model import Message
 from gateway.routing.predicates import Predicate, compile_predicate, compile_selector_predicate
 from gateway.schema import Section, Str, validate
@@ -165,73 +166,6 @@ def _policy(value: Any, path: str, key: str) -> str:
     return _POLICY_ALIASES[value.strip().lower()]
 
 
-def parse_properties(text: str) -> list[tuple[str, str]]:
-    """Read Java ``.properties`` text into ``(key, value)`` pairs, in order.
-
-    Handles ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, line
-    continuations with a trailing backslash and the escapes ``\\t \\n \\r \\f
-    \\uXXXX``.  Duplicates are kept: callers let the later one win.
-    """
-    pairs: list[tuple[str, str]] = []
-    logical: list[str] = []
-    for raw_line in text.splitlines():
-        line = raw_line.lstrip()  # trailing blanks belong to the value, as in Java
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            logical.append(line[:-1])
-            continue
-        logical.append(line)
-        pairs.append(_split_property("".join(logical)))
-        logical = []
-    if logical:
-        pairs.append(_split_property("".join(logical)))
-    return pairs
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    index = 0
-    while index < len(line):
-        char = line[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char in "=: \t\f":
-            break
-        index += 1
-    key = line[:index]
-    rest = line[index:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest)
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    index = 0
-    simple = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-    while index < len(text):
-        char = text[index]
-        if char != "\\" or index + 1 >= len(text):
-            out.append(char)
-            index += 1
-            continue
-        following = text[index + 1]
-        if following == "u" and index + 6 <= len(text):
-            try:
-                out.append(chr(int(text[index + 2 : index + 6], 16)))
-                index += 6
-                continue
-            except ValueError:
-                pass
-        out.append(simple.get(following, following))
-        index += 2
-    return "".join(out)
-
-
 def _properties_routes(
     pairs: list[tuple[str, str]], path: str, settings: dict[str, tuple[str, str]]
 ) -> list[_RouteDraft]:
@@ -326,9 +260,11 @@ def parse_routing_config(raw: dict[str, Any] | RoutingSection, path: str = "") -
         except OSError as exc:
             raise ConfigError(f"cannot read properties file: {exc.strerror}", path=path,
                               key="routing.properties_file") from None
-        property_drafts += [(d, file_name) for d in _properties_routes(parse_properties(text), file_name, settings)]
+        pairs = parse_properties(text, path=file_name, key="routing.properties_file")
+        property_drafts += [(d, file_name) for d in _properties_routes(pairs, file_name, settings)]
     if section.properties is not None:
-        property_drafts += [(d, path) for d in _properties_routes(parse_properties(section.properties), path, settings)]
+        pairs = parse_properties(section.properties, path=path, key="routing.properties")
+        property_drafts += [(d, path) for d in _properties_routes(pairs, path, settings)]
     routes = [_build_route(draft, path) for draft in drafts]
     routes += [_build_route(draft, where) for draft, where in property_drafts]
     seen: set[str] = set()
@@ -350,3 +286,14 @@ def parse_routing_config(raw: dict[str, Any] | RoutingSection, path: str = "") -
     return RoutingConfig(
         routes=tuple(routes), dead_letter_topic=dead_letter, on_soft_failure=policy, connector=connector, path=path
     )
+
+
+class DestinationRule(Section):
+    """One ``[[destinations]]`` entry: gateway destinations (glob) -> connector."""
+
+    pattern: Str
+    """fnmatch glob on the STOMP destination."""
+    connector: Str
+    """``embedded`` or a name under [connectors]."""
+    rename: Str = ""
+    """Prefix replacing the pattern's fixed part on the way to the connector."""

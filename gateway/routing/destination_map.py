@@ -10,11 +10,9 @@ destinations always.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config import DestinationRule
 from gateway.errors import ConfigError
 from gateway.flow import Congestion
 from gateway.interfaces import (
@@ -25,6 +23,8 @@ from gateway.interfaces import (
     IFrameForwarder,
     IPostingConnector,
 )
+from gateway.message.destinations import destination_matches
+from gateway.routing.config import DestinationRule
 
 
 @dataclass(slots=True, frozen=True)
@@ -134,12 +134,6 @@ class DestinationMap:
         if len(self._cache) < 10_000:
             self._cache[destination] = resolved
         return resolved
-
-
-def destination_matches(destination: str, pattern: str) -> bool:
-    """Whether ``destination`` matches the glob ``pattern`` (``*``, ``?``, ``[...]``; case-sensitive),
-    as ``[[destinations]]`` and ``[[authorization]]`` patterns are read."""
-    return fnmatch.fnmatchcase(destination, pattern)
 
 
 def _rename(destination: str, rule: DestinationRule) -> str:

@@ -16,7 +16,8 @@ Pure: no Twisted, no confluent-kafka.
 
 from __future__ import annotations
 
-from gateway.connectors.kafka_records import (
+from gateway.message import convert
+from gateway.message.kafka_records import (
     HEADER_NAMES,
     JMS_PREFIX,
     ORIGIN_HEADER,
@@ -27,7 +28,6 @@ from gateway.connectors.kafka_records import (
     canonical_header_name,
     is_valid_key,
 )
-from gateway.message import convert
 from gateway.message.model import DEFAULT_PRIORITY
 
 _TEXT_FIELDS = {"CorrelationId": "correlation-id", "ReplyTo": "reply-to", "Type": "type"}

@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.connectors.kafka_records import header_value, text_of
 from gateway.errors import SelectorError
+from gateway.message.kafka_records import header_value, text_of
 from gateway.message.model import Message
 
 DESTINATION_PREFIXES = ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/")

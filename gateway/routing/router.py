@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gateway.connectors.kafka_records import (
+from gateway.message.kafka_records import (
     Header,
     SoftFailure,
     dead_letter_record,

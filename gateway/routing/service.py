@@ -32,8 +32,6 @@ from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.connectors.kafka import DeliveryReport, KafkaDeliveryError, Settled
-from gateway.connectors.kafka_records import Header, origin_of
 from gateway.errors import ConfigError, ConnectorError, DestinationError, MessageRefused
 from gateway.interfaces import (
     Health,
@@ -49,6 +47,8 @@ from gateway.interfaces import (
     ITopicLog,
     SubscriptionSpec,
 )
+from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError, Settled
+from gateway.message.kafka_records import Header, origin_of
 from gateway.message.model import Message, new_message_id, now_millis
 from gateway.routing.config import Route, RoutingConfig, RoutingSection, parse_routing_config
 from gateway.routing.frame_records import frame_record
@@ -192,7 +192,8 @@ class KafkaRouter:
         if self.missing_topics:
             missing = "; ".join(f"{route}: {topic}" for route, topic in self.missing_topics.items())
             return Health(False, f"kafka topic(s) of route(s) do not exist: {missing}")
-        return self.connector.health()
+        health: Health = self.connector.health()
+        return health
 
     def route(self, message: Message) -> Deferred[RoutingResult]:
         """Route one message; fires when Kafka acknowledged it (or it was
@@ -425,7 +426,7 @@ class KafkaRouter:
                 return self._soft_failure(message, decision, self.clock.seconds())
             assert decision.topic is not None
             records.append((decision.topic, decision.key, decision.value, list(decision.headers)))
-        d = self.connector.send_records(records)
+        d: Deferred[Any] = self.connector.send_records(records)
 
         def refused(failure: Any) -> Any:
             error = failure.value

@@ -4,9 +4,9 @@
 ``destination`` and ``subscription`` lines are escaped and encoded once, for
 the connection's version.  :meth:`MessageEncoder.encode` turns a Text or
 Bytes message into the bytes ``encode_frame(message_to_frame(...))`` writes
-(:mod:`gateway.message.convert`, :mod:`gateway.stomp.codec`): the same
+(:mod:`gateway.message.convert`, :mod:`gateway.wire.codec`): the same
 headers in the same order, escaped the same way, without building a headers
-dict and a :class:`~gateway.stomp.frame.Frame` per delivery.  Whatever only
+dict and a :class:`~gateway.wire.frame.Frame` per delivery.  Whatever only
 the general encoder handles - a header the version cannot carry (a NUL, a
 CR, a line break in 1.0, a lone surrogate), left out and counted there; a
 property named like a header field the MESSAGE sets itself - makes it

@@ -49,18 +49,18 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.authorization import DestinationAuthorizer
-from gateway.config import BrokerSettings, StompSettings
+from gateway.broker.settings import BrokerSettings
 from gateway.errors import StompProtocolError
-from gateway.interfaces import ICertificateIdentity
-from gateway.login_throttle import LoginThrottle
+from gateway.interfaces import IAuthorizer, ICertificateIdentity
 from gateway.routing.destination_map import DestinationMap
+from gateway.security.login_throttle import LoginThrottle
 from gateway.stomp.admission import ConnectionAdmission
-from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
 from gateway.stomp.durable_owners import DurableOwners
-from gateway.stomp.frame import Frame
 from gateway.stomp.session import InboundTransformer, StompError, StompSession
+from gateway.stomp.settings import StompSettings
 from gateway.stomp.traffic import StompTraffic
+from gateway.wire.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
+from gateway.wire.frame import Frame
 
 INPUT_FRAMES = 40
 """Frames of one client handled per reactor turn at most: a 64 KB read of 100-byte SENDs is ~9 turns, about
@@ -330,7 +330,7 @@ class StompServerFactory(Factory):
         portal: Any = None,
         transformer: InboundTransformer | None = None,
         registry: CollectorRegistry | None = None,
-        authorizer: DestinationAuthorizer | None = None,
+        authorizer: IAuthorizer | None = None,
         throttle: LoginThrottle | None = None,
         durable_owners: DurableOwners | None = None,
     ) -> None:

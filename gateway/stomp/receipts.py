@@ -23,7 +23,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 _UNSETTLED = (Failure, Deferred)
 """What the result of a Deferred that has not succeeded is."""

@@ -11,7 +11,7 @@ frame asked for a receipt) followed by closing this connection only - except
 a SEND or SUBSCRIBE that ``[[authorization]]`` refuses: its ERROR leaves the
 connection open for what the login may do (as ActiveMQ does).  A CONNECT from
 an address with too many failed logins is refused unchecked
-(:mod:`gateway.login_throttle`).
+(:mod:`gateway.security.login_throttle`).
 
 The session never touches a socket and takes its clock, connectors and
 portal as arguments.
@@ -34,17 +34,16 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway import __version__
-from gateway.auth import CertificateIdentity
-from gateway.authorization import DestinationAuthorizer
 from gateway.broker.composite import composite_parts
+from gateway.broker.settings import BrokerSettings
 from gateway.broker.wildcards import is_wildcard
-from gateway.config import BrokerSettings, StompSettings
 from gateway.deferreds import gather
 from gateway.errors import DestinationError, GatewayError, NotOwner, SelectorError, StompProtocolError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
     Capability,
+    IAuthorizer,
     IConnector,
     IConsumer,
     IFlowControlled,
@@ -55,16 +54,18 @@ from gateway.interfaces import (
     Permission,
     SubscriptionSpec,
 )
-from gateway.login_throttle import LoginThrottle
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.routing.destination_map import DestinationMap, Resolved
-from gateway.stomp.codec import unrepresentable
+from gateway.security.auth import CertificateIdentity
+from gateway.security.login_throttle import LoginThrottle
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.durable_owners import DurableOwners
-from gateway.stomp.frame import VERSIONS, Frame
 from gateway.stomp.receipts import ReceiptLine, receipt_for
 from gateway.stomp.sender_identity import stamp_sender
+from gateway.stomp.settings import StompSettings
+from gateway.wire.codec import unrepresentable
+from gateway.wire.frame import VERSIONS, Frame
 
 SERVER_NAME = f"jmsgateway/{__version__}"
 TEMP_PREFIXES = {"/temp-queue/": "/remote-temp-queue/", "/temp-topic/": "/remote-temp-topic/"}
@@ -206,7 +207,7 @@ class StompSession:
         portal: Portal | None = None,
         transformer: InboundTransformer | None = None,
         peer: str = "",
-        authorizer: DestinationAuthorizer | None = None,
+        authorizer: IAuthorizer | None = None,
         throttle: LoginThrottle | None = None,
         certificate_name: Callable[[], str | None] | None = None,
         durable_owners: DurableOwners | None = None,

@@ -19,8 +19,8 @@ from gateway.transform import DeadLettered, Deliver, Dropped, Outcome, Rejected,
 from gateway.transform.builtin import sent_form
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gateway.stomp.frame import Frame
     from gateway.stomp.session import StompSession, StompSubscription
+    from gateway.wire.frame import Frame
 
 
 class SessionTransforms:

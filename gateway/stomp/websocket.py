@@ -118,10 +118,12 @@ class WebSocketTransport:
         self.channel.abort_websocket()
 
     def getPeer(self) -> IAddress:
-        return self.tcp.getPeer()
+        peer: IAddress = self.tcp.getPeer()
+        return peer
 
     def getHost(self) -> IAddress:
-        return self.tcp.getHost()
+        host: IAddress = self.tcp.getHost()
+        return host
 
     def setTcpNoDelay(self, enabled: bool) -> None:
         set_no_delay = getattr(self.tcp, "setTcpNoDelay", None)

@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gateway.passwords import hash_password
+from gateway.security.passwords import hash_password
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port, wait_for_port
 

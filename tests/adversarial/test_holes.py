@@ -700,7 +700,7 @@ def test_hole_14_an_unknown_login_is_not_slower_than_a_known_one(login_timing: t
 @pytest.mark.parametrize("weak", ["plain-text-pw", "low-cost"])
 def test_hole_14_weak_passwords_are_refused_at_start(tmp_path: Path, weak: str) -> None:
     """A plain-text password, or a bcrypt hash of cost < 10, stops start-up naming the login and key."""
-    from gateway.passwords import hash_password
+    from gateway.security.passwords import hash_password
 
     password = weak if weak == "plain-text-pw" else hash_password("weak-pw", rounds=4)
     config = f'[auth]\nusers = {{ alice = "{hashed("alice")}", weakling = "{password}" }}\n'
@@ -711,7 +711,7 @@ def test_hole_14_weak_passwords_are_refused_at_start(tmp_path: Path, weak: str) 
 
 def test_hole_14_weak_passwords_are_allowed_with_a_warning_when_asked(tmp_path: Path,
                                                                       started: list[GatewayProcess]) -> None:
-    from gateway.passwords import hash_password
+    from gateway.security.passwords import hash_password
 
     config = (f'[auth]\nusers = {{ alice = "{hashed("alice")}", weakling = "plain-pw", '
               f'cheap = "{hash_password("cheap-pw", rounds=4)}" }}\nallow_weak_passwords = true\n')

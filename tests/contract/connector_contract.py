@@ -234,7 +234,7 @@ class ConnectorContract:
         connector says which of them it holds (a lost confirmation is resolved by looking)."""
         requires(target.connector, Capability.HELD_MESSAGE_IDS)
         from gateway.bridges.probe import held_message_ids
-        from gateway.connectors.stomp_browse import DUPLICATE_ID
+        from gateway.message.model import DUPLICATE_ID
 
         queue = await target.queue()
         assert not await held_message_ids(target.connector, queue)

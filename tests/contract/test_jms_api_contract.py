@@ -134,7 +134,7 @@ async def test_the_browse_probe_waits_for_the_provider_and_a_topic_cannot_tell(p
     """The in-doubt probe (a QueueBrowser) asked while the provider is away answers once it is
     back; a topic keeps nothing to browse (None: cannot tell)."""
     from gateway.bridges.probe import held_message_ids
-    from gateway.connectors.stomp_browse import DUPLICATE_ID
+    from gateway.message.model import DUPLICATE_ID
 
     target = proxied_target
     connector = target.connector

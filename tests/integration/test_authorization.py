@@ -31,7 +31,7 @@ import pytest
 import websocket
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.passwords import hash_password
+from gateway.security.passwords import hash_password
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client
@@ -147,7 +147,7 @@ def drain(root: Client, count: int) -> dict[str, list[bytes]]:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "ws"])
-def test_matrix(secured: Secured, transport: str) -> None:
+def test_matrix(secured: Secured, transport: str) -> None:  # noqa: C901 (one table of cases, read top to bottom)
     clients = {login: secured.client(transport, login) for login in USERS}
     root = secured.client(transport, "root")
     violations: list[str] = []

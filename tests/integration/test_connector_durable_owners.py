@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.passwords import hash_password
+from gateway.security.passwords import hash_password
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401 - the broker fixture
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import Client

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.integration.test_paging import (  # noqa: F401  (paging_gateway is a fixture)
     Consumer,
     PagingGateway,

@@ -1,4 +1,4 @@
-"""Black-box attacks on the header-block cache (gateway/stomp/codec.py ``_HEADER_BLOCKS``).
+"""Black-box attacks on the header-block cache (gateway/wire/codec.py ``_HEADER_BLOCKS``).
 
 Decoded header blocks are shared by every connection of the process; decoding must stay what it was
 for each connection (its version, its limits, its frames' own dicts).  Each test but one runs against
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gateway.stomp.codec import FrameDecoder
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder
+from gateway.wire.frame import Frame
 from tests.integration.test_paging_attacks import connect, frame, receive, subscribe
 from tests.support.gateway import GatewayProcess
 from tests.support.raw_stomp import RawStomp
@@ -55,7 +55,7 @@ def sent_through(gateway: GatewayProcess, destination: str, blocks: list[tuple[s
 
 
 def test_the_same_escaped_block_decodes_per_version_on_each_connection(cache_gateway: GatewayProcess) -> None:
-    """``x:a\\cb`` is literal under 1.0 and ``a:b`` under 1.1/1.2, whichever connection came first."""
+    r"""``x:a\cb`` is literal under 1.0 and ``a:b`` under 1.1/1.2, whichever connection came first."""
     data = b"SEND\ndestination:/queue/c.esc\nx:a\\cb\n\nbody\x00"
     got = sent_through(cache_gateway, "/queue/c.esc", [("1.0", data), ("1.2", data), ("1.1", data), ("1.0", data)])
     assert [m.headers.get("x") for m in got] == ["a\\cb", "a:b", "a:b", "a\\cb"]

@@ -18,9 +18,10 @@ import pytest
 import pytest_twisted
 from zope.interface.verify import verifyObject
 
-from gateway.connectors.kafka import DeliveryReport, KafkaConnector, KafkaDeliveryError, KafkaSettings
+from gateway.connectors.kafka import KafkaConnector, KafkaSettings
 from gateway.errors import DestinationError
 from gateway.interfaces import ISubscription, SubscriptionSpec
+from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError
 from gateway.message.model import BytesMessage, TextMessage
 from tests.support.consumers import CollectingConsumer
 from tests.support.kafka import (

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import (
     committed_offsets,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import load_config
-from gateway.passwords import is_hashed
+from gateway.security.passwords import is_hashed
 from tests.support.gateway import REPO, GatewayProcess, stopped_after
 from tests.support.kafka import TansuBroker, create_topics, read_records
 from tests.support.ports import free_port

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.passwords import hash_password
+from gateway.security.passwords import hash_password
 from tests.support.gateway import REPO, TWISTD, GatewayProcess, stopped_after
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client

@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import StompProtocolError
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.raw_stomp import RawStomp
@@ -846,7 +846,7 @@ def test_reaching_a_limit_is_logged_once_per_episode_not_per_message(
 # -- configuration ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, expected", [('"64MB"', 64 * MB), ("67108864", 64 * MB), ('"512KB"', 512 * KB)],
+@pytest.mark.parametrize(("value", "expected"), [('"64MB"', 64 * MB), ("67108864", 64 * MB), ('"512KB"', 512 * KB)],
                          ids=["size-string", "integer", "kilobytes"])
 def test_memory_limit_can_be_set_on_the_twistd_command_line(
         paging_gateway: Callable[..., PagingGateway], value: str, expected: int) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.integration.test_admin import http
 from tests.integration.test_persistence import small_disk  # noqa: F401
 from tests.support.gateway import GatewayProcess

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import GatewayProcess, stopped_after
 from tests.support.raw_stomp import RawStomp
 

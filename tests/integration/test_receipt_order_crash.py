@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import GatewayProcess, stopped_after
 from tests.support.raw_stomp import RawStomp
 

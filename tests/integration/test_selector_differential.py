@@ -27,7 +27,7 @@ from gateway.errors import SelectorError
 from gateway.message.convert import frame_to_message
 from gateway.message.model import TextMessage
 from gateway.selector import ACTIVEMQ_JMS, ACTIVEMQ_STOMP, JMS, STOMP, Dialect, compile_selector
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401 - the broker fixture
 from tests.support.jvm import ensure_jvm
 from tests.support.stomp_clients import Client

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.passwords import hash_password
+from gateway.security.passwords import hash_password
 from tests.integration.test_jms_api import factory_style
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401
 from tests.support.gateway import GatewayProcess

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.gateway import GatewayProcess
 from tests.support.raw_stomp import RawStomp
 from tests.support.stomp_clients import StompClients

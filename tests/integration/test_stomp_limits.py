@@ -177,7 +177,7 @@ def stomp_connect(address: tuple[str, int]) -> tuple[socket.socket, bytes]:
     return sock, data.lstrip(b"\r\n")
 
 
-@pytest.mark.parametrize("key, limit, refusing", [
+@pytest.mark.parametrize(("key", "limit", "refusing"), [
     ("max_connections", "total", "refusing STOMP connections: 3 open, the limit is 3"),
     ("max_connections_per_address", "per_address", "refusing STOMP connections from 127.0.0.1: 3 open"),
 ], ids=["total", "per-address"])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import websocket
 
-from gateway.passwords import hash_password
+from gateway.security.passwords import hash_password
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import create_topics, group_settings, kafka_bootstrap, unique_topic
 from tests.support.ports import free_port, wait_for_port

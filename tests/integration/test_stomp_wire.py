@@ -143,7 +143,7 @@ def test_frames_split_at_every_byte_are_understood(gateway: GatewayProcess, stom
 
 
 def test_nul_and_eol_padding_between_frames_is_accepted(gateway: GatewayProcess) -> None:
-    """RabbitMQ's STOMP tests pad frames with an EOL and a NUL (``\\n\\x00SUBSCRIBE…\\x00\\n\\x00SEND…``):
+    r"""RabbitMQ's STOMP tests pad frames with an EOL and a NUL (``\n\x00SUBSCRIBE…\x00\n\x00SEND…``):
     padding, not a malformed frame (issue 24).  A real malformed frame after it is still refused."""
     queue = f"/queue/wire.{uuid.uuid4().hex}"
     sock = socket.create_connection(gateway.address, timeout=10)

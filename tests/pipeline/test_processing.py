@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from gateway.connectors.kafka_records import dead_letter_record, message_to_record
 from gateway.errors import ConfigError
+from gateway.message.kafka_records import dead_letter_record, message_to_record
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.pipeline.kafka_source import KafkaRange, next_end, ranges
 from gateway.pipeline.processing import PipelineStopped, RecordProcessor, process_arrow
@@ -192,7 +192,7 @@ def test_spec_inlines_the_properties_file(tmp_path: Any) -> None:
 
 
 def test_cli_reports_a_bad_config_without_starting_spark(tmp_path: Any, capsys: Any) -> None:
-    from gateway.pipeline.cli import main
+    from gateway.commands.pipeline import main
 
     bad = tmp_path / "gw.toml"
     bad.write_text('[pipeline]\ningest_topics = ["in"]\nbootstrap = "h:1"\nmax_offsets = 5\n')

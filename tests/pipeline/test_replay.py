@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from gateway.connectors.kafka_records import dead_letter_record
+from gateway.message.kafka_records import dead_letter_record
 from gateway.message.model import BytesMessage, Message, TextMessage
 from gateway.pipeline.job import PipelineJob
 from gateway.pipeline.settings import parse_pipeline_settings, pipeline_spec

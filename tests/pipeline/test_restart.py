@@ -54,10 +54,10 @@ shuffle_partitions = 2
 
 
 def start_pipeline(config_file: Path, log_file: Path) -> subprocess.Popen[bytes]:
-    """``python -m gateway.pipeline`` on ``config_file`` (local[1]), output to ``log_file``."""
+    """``python -m gateway.commands.pipeline`` on ``config_file`` (local[1]), output to ``log_file``."""
     with log_file.open("wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "gateway.pipeline", "--config", str(config_file), "--master", "local[1]"],
+            [sys.executable, "-m", "gateway.commands.pipeline", "--config", str(config_file), "--master", "local[1]"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=Path(__file__).parents[2],
         )
 

@@ -21,7 +21,7 @@ from twisted.internet.defer import Deferred, DeferredList
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.connectors.kafka import KafkaConnector, KafkaSettings
-from gateway.connectors.kafka_records import message_to_record
+from gateway.message.kafka_records import message_to_record
 from gateway.message.model import BytesMessage, Message, TextMessage
 from gateway.routing.config import parse_routing_config
 from gateway.routing.service import KafkaRouter

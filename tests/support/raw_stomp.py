@@ -13,8 +13,8 @@ import socket
 import time
 
 from gateway.errors import StompProtocolError
-from gateway.stomp.codec import FrameDecoder
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder
+from gateway.wire.frame import Frame
 
 
 class RawStomp:

@@ -10,7 +10,7 @@ and a final ``DISCONNECT`` with a receipt.
 The bytes are cut into writes at random points.
 
 :func:`reference_frames` is a plain, non-incremental reading of the STOMP spec (written apart
-from :mod:`gateway.stomp.codec`, which it checks): the frames a server must accept, in order, and
+from :mod:`gateway.wire.codec`, which it checks): the frames a server must accept, in order, and
 whether the stream then holds a malformed frame or ends inside one.  :func:`judge` compares what
 the server did with it: every RECEIPT and every stored message comes from an accepted frame, with
 the headers and body the spec gives it; a malformed frame ends the connection with ERROR and
@@ -24,7 +24,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 VERSIONS = ("1.0", "1.1", "1.2")
 ESCAPES = {"1.1": {"\\": "\\", "n": "\n", "c": ":"}, "1.2": {"\\": "\\", "n": "\n", "c": ":", "r": "\r"}}
@@ -316,7 +316,7 @@ def run_over_socket(address: tuple[str, int], case: Case, rng: random.Random, ti
     unfinished frame (the server rightly waits for the rest) is closed by us after a moment.
     """
     from gateway.errors import StompProtocolError
-    from gateway.stomp.codec import FrameDecoder
+    from gateway.wire.codec import FrameDecoder
 
     decoder = FrameDecoder(version=case.version)
     items: list[Frame | StompProtocolError] = []

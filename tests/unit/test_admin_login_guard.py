@@ -21,7 +21,7 @@ from zope.interface import implementer
 
 from gateway.admin.login_guard import LoginGuard
 from gateway.admin.site import AdminRealm
-from gateway.login_throttle import CHECKS_PER_ADDRESS, LoginThrottle
+from gateway.security.login_throttle import CHECKS_PER_ADDRESS, LoginThrottle
 
 PASSWORDS = {"root": "r00t", "eve": "eve-pw"}
 

@@ -8,7 +8,7 @@ from twisted.web.http_headers import Headers
 from gateway.admin.requests import cross_site_refusal, same_origin
 
 
-@pytest.mark.parametrize("origin, host, secure, same", [
+@pytest.mark.parametrize(("origin", "host", "secure", "same"), [
     ("http://127.0.0.1:8161", "127.0.0.1:8161", False, True),
     ("http://LOCALHOST:8161", "localhost:8161", False, True),
     ("https://admin.example", "admin.example:443", True, True),
@@ -28,7 +28,7 @@ def headers(**values: str) -> Headers:
     return Headers({name.replace("_", "-").encode(): [value.encode()] for name, value in values.items()})
 
 
-@pytest.mark.parametrize("method, given, refused", [
+@pytest.mark.parametrize(("method", "given", "refused"), [
     (b"GET", headers(origin="http://evil.example"), False),
     (b"HEAD", headers(), False),
     (b"POST", headers(content_type="application/json"), False),

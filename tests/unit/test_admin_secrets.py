@@ -20,7 +20,7 @@ from gateway.connectors.jms_settings import JmsSettings
 from gateway.errors import ConfigError
 from gateway.interfaces import Health, IStatusReporting
 from gateway.message.model import TextMessage
-from gateway.redaction import MASK, redact, redact_text
+from gateway.security.redaction import MASK, redact, redact_text
 from tests.unit.test_admin import call, gateway_for
 from tests.unit.test_console_api import call as console_call
 

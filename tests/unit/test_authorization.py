@@ -8,15 +8,17 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.task import Clock
 from zope.interface.verify import verifyObject
 
-from gateway.auth import build_portal
-from gateway.authorization import DestinationAuthorizer, build_authorizer, parse_authorization, parse_groups
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import AuthSettings, parse_config
-from gateway.connectors.destination_map import DestinationMap, destination_matches
+from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.interfaces import IAuthorizer
-from gateway.login_throttle import LoginThrottle
-from gateway.passwords import hash_password, is_hashed, password_matches
+from gateway.message.destinations import destination_matches
+from gateway.routing.destination_map import DestinationMap
+from gateway.security.auth import build_portal
+from gateway.security.authorization import DestinationAuthorizer, build_authorizer, parse_authorization, parse_groups
+from gateway.security.login_throttle import LoginThrottle
+from gateway.security.passwords import hash_password, is_hashed, password_matches
+from gateway.security.settings import AuthSettings
 from gateway.stomp.protocol import StompServerFactory
 from tests.unit.test_session import Peer, connect
 

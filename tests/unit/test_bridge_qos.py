@@ -59,9 +59,8 @@ def test_every_bridge_offers_one_control_api_with_one_set_of_states(tmp_path: ob
 
 
 def test_a_standalone_bridge_builds_only_the_connectors_it_names() -> None:
-    from gateway.bridges.service import used_connectors
+    from gateway.app import configured_connectors, used_connectors
     from gateway.config import parse_config
-    from gateway.connectors.configured import configured_connectors
 
     config = parse_config({
         "broker": {"persistence": "memory"},

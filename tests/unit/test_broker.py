@@ -10,7 +10,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import BrokerSettings
+from gateway.broker.settings import BrokerSettings
 from gateway.errors import DestinationError
 from gateway.interfaces import IConsumer, IPostingConnector, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage

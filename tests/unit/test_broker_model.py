@@ -37,14 +37,15 @@ from twisted.internet.testing import StringTransport
 from gateway.broker import paging as paging_module
 from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.sqlite_store import SqliteStore
-from gateway.config import BrokerSettings, DestinationLimits, StompSettings
-from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import StompProtocolError
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp import protocol as stomp_protocol
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory, StompServerProtocol
+from gateway.stomp.settings import StompSettings
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 from tests.support.jms_model import Model, Sent, Subscription, Violation
 from tests.unit.test_store_broker import PumpedClock
 

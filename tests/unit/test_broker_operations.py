@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.broker.operations import QueueOperations
-from gateway.config import BrokerSettings
+from gateway.broker.settings import BrokerSettings
 from gateway.errors import DestinationError
 from tests.unit.test_store_broker import Run, Sink, text
 

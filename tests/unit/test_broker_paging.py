@@ -28,8 +28,8 @@ from gateway.broker.limits import (
     message_size,
     parse_size,
 )
+from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.store import Snapshot
-from gateway.config import BrokerSettings, DestinationLimits
 from gateway.errors import DestinationFull
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage

@@ -17,8 +17,8 @@ from gateway.app import Gateway, build_gateway
 from gateway.config import GatewayConfig, parse_config
 from gateway.errors import ConfigError
 from gateway.log_observer import GatewayLogObserver, json_line_observer, json_record, parse_level
-from gateway.passwords import hash_password
 from gateway.reload import ConfigReloader
+from gateway.security.passwords import hash_password
 
 PASSWORD = "correct-horse-battery-staple-7"
 

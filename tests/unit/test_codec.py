@@ -1,4 +1,4 @@
-"""Example and table-driven tests of the sans-IO STOMP codec (:mod:`gateway.stomp.codec`).
+"""Example and table-driven tests of the sans-IO STOMP codec (:mod:`gateway.wire.codec`).
 
 Each escaping rule, each limit (at and one past it), every error the decoder
 reports, ``.buffered``, linear scanning of large input, and
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import FrameTooLarge, MalformedFrame, StompProtocolError
-from gateway.stomp.codec import (
+from gateway.wire.codec import (
     HEARTBEAT,
     FrameDecoder,
     Limits,
@@ -19,7 +19,7 @@ from gateway.stomp.codec import (
     escape_header,
     unescape_header,
 )
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 MiB = 1024 * 1024
 CHUNKINGS = pytest.mark.parametrize("chunk", [0, 1, 3], ids=["one-feed", "1-byte", "3-byte"])

@@ -1,17 +1,17 @@
-"""Property-based tests of the STOMP codec: encode, chunk arbitrarily, decode, get the frames back.
+r"""Property-based tests of the STOMP codec: encode, chunk arbitrarily, decode, get the frames back.
 
-Frames are generated with every special character (``:`` ``\\n`` ``\\r``
-``\\\\`` NUL in bodies, non-ASCII) in header names and values, for each
+Frames are generated with every special character (``:`` ``\n`` ``\r``
+``\\`` NUL in bodies, non-ASCII) in header names and values, for each
 protocol version, then written with :func:`encode_frame`, joined with
 heart-beat EOLs (LF and CRLF) and fed to a :class:`FrameDecoder` in 1-byte
 feeds or at random split points.
 
 What cannot round-trip, and is therefore not generated:
 
-* 1.0, CONNECT and CONNECTED have no escaping: no ``\\n`` in their names or
+* 1.0, CONNECT and CONNECTED have no escaping: no ``\n`` in their names or
   values and no ``:`` in names.
-* Without a ``\\r`` escape (1.0 and 1.1, CONNECT and CONNECTED) a value
-  cannot end in ``\\r``: the decoder reads ``\\r\\n`` as a line ending
+* Without a ``\r`` escape (1.0 and 1.1, CONNECT and CONNECTED) a value
+  cannot end in ``\r``: the decoder reads ``\r\n`` as a line ending
   whatever the version, since it must read a 1.2 client's CONNECT before a
   version is negotiated.
 * NUL never appears in headers; a body without ``content-length`` has no NUL.
@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import StompProtocolError
-from gateway.stomp.codec import FrameDecoder, Limits, _unescape_known, encode_frame, escape_header, unescape_header
-from gateway.stomp.frame import COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
+from gateway.wire.codec import FrameDecoder, Limits, _unescape_known, encode_frame, escape_header, unescape_header
+from gateway.wire.frame import COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -303,7 +303,7 @@ ACK_ID_PARTS = [b"jmsgw-1-", b"7", b":", b"\\c", b"\\", b"\r", b"\n", b"\x00", b
 
 @st.composite
 def ack_streams(draw: st.DrawFn) -> bytes:
-    """ACK frames as a STOMP 1.2 client sends them (``ACK\\nid:<id>\\n\\n\\0``) and near misses:
+    r"""ACK frames as a STOMP 1.2 client sends them (``ACK\nid:<id>\n\n\0``) and near misses:
     ids with escapes, CRs, line breaks, NULs, invalid UTF-8; a second header; CRLF line ends; a
     body; heart-beats and other frames between them."""
     out = []

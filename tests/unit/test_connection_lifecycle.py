@@ -14,13 +14,14 @@ from twisted.internet.testing import StringTransport
 from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import StompSettings, parse_config
-from gateway.connectors.destination_map import DestinationMap
+from gateway.config import parse_config
 from gateway.errors import ConfigError
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp.admission import ConnectionAdmission, automatic_max_connections
-from gateway.stomp.codec import FrameDecoder
 from gateway.stomp.listeners import listen_backlog, os_backlog_limit, with_backlog
 from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.settings import StompSettings
+from gateway.wire.codec import FrameDecoder
 from tests.unit.test_session import Peer, connect, make_factory
 
 
@@ -195,7 +196,7 @@ def test_the_automatic_cap_follows_the_open_file_limit() -> None:
 # -- listen backlog -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec, expected", [
+@pytest.mark.parametrize(("spec", "expected"), [
     ("tcp:61613:interface=127.0.0.1", "tcp:61613:interface=127.0.0.1:backlog=4096"),
     ("ssl:61614:privateKey=k\\:1.pem", "ssl:61614:privateKey=k\\:1.pem:backlog=4096"),
     ("mtls:61615:caCerts=ca.pem", "mtls:61615:caCerts=ca.pem:backlog=4096"),
@@ -217,7 +218,7 @@ def test_the_backlog_is_capped_at_the_os_limit(tmp_path: Path) -> None:
     assert os_backlog_limit(str(tmp_path / "missing")) is None
 
 
-@pytest.mark.parametrize("raw, key", [
+@pytest.mark.parametrize(("raw", "key"), [
     ({"gateway": {"listen_backlog": 0}}, "gateway.listen_backlog"),
     ({"gateway": {"listen_backlog": "big"}}, "gateway.listen_backlog"),
     ({"stomp": {"connect_timeout_ms": -1}}, "stomp.connect_timeout_ms"),

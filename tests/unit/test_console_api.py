@@ -35,6 +35,8 @@ class Grants:
     """``login`` holds exactly the (permission, destination) pairs given; every question is kept,
     and every refusal :meth:`check` reported (with its origin)."""
 
+    enabled = True
+
     def __init__(self, *grants: tuple[str, Permission, str]) -> None:
         self.grants = set(grants)
         self.asked: list[tuple[str | None, str, str]] = []

@@ -7,7 +7,7 @@ import pytest
 from gateway.errors import StompProtocolError
 from gateway.message.convert import frame_to_message, message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, TextMessage
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 
 def send(headers: dict[str, str], body: bytes = b"") -> Frame:

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from gateway.message.convert import message_to_frame
 from gateway.message.model import MESSAGE_ID_PREFIX, BytesMessage, Message, TextMessage
-from gateway.stomp.codec import encode_frame
 from gateway.stomp.delivery import RESERVED, MessageEncoder
-from gateway.stomp.frame import VERSIONS
+from gateway.wire.codec import encode_frame
+from gateway.wire.frame import VERSIONS
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SPECIALS = ["\x00", ":", "\n", "\r", "\\", "\\c", "\ud800", "\u00e9", "\U0001f600", " ", "ID:x-1"]

@@ -9,13 +9,14 @@ from typing import Any
 from twisted.internet.task import Clock
 from zope.interface import implementer
 
-from gateway.auth import build_portal
-from gateway.authorization import DestinationAuthorizer, parse_authorization
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import AuthSettings, DestinationRule
 from gateway.connectors.kafka import topic_for_destination
 from gateway.interfaces import IConnector, IDestinationAliases
+from gateway.routing.config import DestinationRule
 from gateway.routing.destination_map import DestinationMap
+from gateway.security.auth import build_portal
+from gateway.security.authorization import DestinationAuthorizer, parse_authorization
+from gateway.security.settings import AuthSettings
 from gateway.stomp.protocol import StompServerFactory
 from tests.unit.test_session import Peer, connect
 

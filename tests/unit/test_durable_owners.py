@@ -13,13 +13,15 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from zope.interface import implementer
 
-from gateway.auth import build_portal
 from gateway.backup import data_files
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import AuthSettings, DestinationRule, GatewayConfig
+from gateway.config import GatewayConfig
 from gateway.errors import ConnectorError
 from gateway.interfaces import IConnector, ISubscription, SubscriptionSpec
+from gateway.routing.config import DestinationRule
 from gateway.routing.destination_map import DestinationMap
+from gateway.security.auth import build_portal
+from gateway.security.settings import AuthSettings
 from gateway.stomp.durable_owners import FILE_NAME, DurableOwners
 from gateway.stomp.protocol import StompServerFactory
 from tests.unit.test_session import Peer, connect

@@ -13,10 +13,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.connectors.kafka_records import record_to_message
 from gateway.message.convert import message_to_frame
-from gateway.stomp.codec import FrameDecoder, Limits, encode_frame
-from gateway.stomp.frame import VERSIONS, Frame
+from gateway.message.kafka_records import record_to_message
+from gateway.wire.codec import FrameDecoder, Limits, encode_frame
+from gateway.wire.frame import VERSIONS, Frame
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMITS = Limits(max_frame_size=1 << 30, max_headers=100_000, max_header_length=1 << 30)

@@ -13,9 +13,9 @@ from twisted.internet.error import ConnectionLost
 from twisted.python.failure import Failure
 
 from gateway.flow import Congestion
-from gateway.stomp.codec import encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import INPUT_FRAMES
+from gateway.wire.codec import encode_frame
+from gateway.wire.frame import Frame
 from tests.unit.test_session import Peer, connect
 from tests.unit.test_session_forward import Setup
 

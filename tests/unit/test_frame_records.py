@@ -14,17 +14,17 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.connectors.kafka_records import (
+from gateway.errors import StompProtocolError
+from gateway.message.convert import frame_to_message
+from gateway.message.kafka_records import (
     HEADER_NAMES,
     ORIGIN_HEADER,
     SoftFailure,
     canonical_header_name,
     message_to_record,
 )
-from gateway.errors import StompProtocolError
-from gateway.message.convert import frame_to_message
 from gateway.routing.frame_records import frame_record
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.send_frames import send_bodies
 
 NOW = 1_790_000_000_123

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from gateway.connectors.jms_settings import JmsSettings, detect_api, read_properties
+from gateway.connectors.jms_settings import JmsSettings, detect_api
 from gateway.connectors.registry import create_connector
 from gateway.errors import ConfigError
+from gateway.java_properties import read_properties_file as read_properties
 
 
 def api_jar(folder: Path, namespace: str, name: str = "jms-api.jar") -> Path:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.connectors.kafka_records import (
+from gateway.message.kafka_records import (
     ORIGIN_HEADER,
     TYPES_HEADER,
     SoftFailure,

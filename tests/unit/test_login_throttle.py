@@ -16,12 +16,12 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from zope.interface import implementer
 
-from gateway.auth import StompRealm
 from gateway.broker.broker import EmbeddedBroker
-from gateway.connectors.destination_map import DestinationMap
-from gateway.login_throttle import CHECKS_PER_ADDRESS, LoginThrottle
-from gateway.stomp.codec import FrameDecoder
+from gateway.routing.destination_map import DestinationMap
+from gateway.security.auth import StompRealm
+from gateway.security.login_throttle import CHECKS_PER_ADDRESS, LoginThrottle
 from gateway.stomp.protocol import StompServerFactory
+from gateway.wire.codec import FrameDecoder
 from tests.unit.test_session import Peer
 
 PASSWORDS = {"root": "r00t", "eve": "eve-pw"}

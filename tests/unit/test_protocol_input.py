@@ -12,9 +12,9 @@ from twisted.internet.task import Clock
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.message.model import TextMessage
-from gateway.stomp.codec import encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import INPUT_FRAMES, INPUT_SLICE
+from gateway.wire.codec import encode_frame
+from gateway.wire.frame import Frame
 from tests.unit.test_session import Peer, connect, make_factory
 
 BODY = b"b" * 100

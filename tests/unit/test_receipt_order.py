@@ -18,11 +18,11 @@ from twisted.internet.task import Clock
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import message_size
+from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.store import Snapshot
-from gateway.config import BrokerSettings, DestinationLimits
 from gateway.message.model import TextMessage
-from gateway.stomp.frame import Frame
 from gateway.stomp.receipts import ReceiptLine
+from gateway.wire.frame import Frame
 from tests.unit.test_session import Peer, connect, make_factory
 
 BODY = b"x" * 1000

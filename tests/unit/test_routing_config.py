@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.errors import ConfigError
+from gateway.java_properties import parse_properties
 from gateway.message.model import TextMessage
-from gateway.routing.config import parse_properties, parse_routing_config
+from gateway.routing.config import parse_routing_config
 
 BRIDGE_PROPERTIES = """
 # from the JMS-Bridge documentation
@@ -163,3 +164,11 @@ def _escape(text: str, *, key: bool) -> str:
 def test_properties_reader_reads_what_java_writes(pairs: list[tuple[str, str]]) -> None:
     text = "\n".join(f"{_escape(k, key=True)}={_escape(v, key=False)}" for k, v in pairs)
     assert parse_properties(text) == pairs
+
+
+def test_a_malformed_unicode_escape_is_a_config_error_naming_the_key() -> None:
+    r"""Java refuses ``\u`` without four hex digits (IllegalArgumentException); so does the gateway,
+    naming where, instead of reading the text some other way."""
+    with pytest.raises(ConfigError) as caught:
+        parse_routing_config({"properties": "routes.r.out.topic=t\\u12"}, "gw.toml")
+    assert caught.value.key == "routing.properties" and "\\u12" in caught.value.problem

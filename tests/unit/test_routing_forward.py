@@ -17,17 +17,17 @@ from twisted.internet.task import Clock
 from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import DestinationRule, StompSettings
-from gateway.connectors.destination_map import DestinationMap
-from gateway.connectors.kafka import DeliveryReport, KafkaDeliveryError
 from gateway.errors import StompProtocolError
 from gateway.interfaces import IFrameForwarder
 from gateway.message.convert import frame_to_message
-from gateway.routing.config import parse_routing_config
+from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError
+from gateway.routing.config import DestinationRule, parse_routing_config
+from gateway.routing.destination_map import DestinationMap
 from gateway.routing.service import KafkaRouter
 from gateway.stomp import session as session_module
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.settings import StompSettings
+from gateway.wire.frame import Frame
 from tests.unit.test_routing_service import FakeKafka, sample
 from tests.unit.test_session import Peer, connect
 

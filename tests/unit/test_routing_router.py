@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.connectors.kafka_records import ERROR_HEADER, ORIGIN_HEADER, ROUTE_HEADER
+from gateway.message.kafka_records import ERROR_HEADER, ORIGIN_HEADER, ROUTE_HEADER
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.routing.config import parse_routing_config
 from gateway.routing.predicates import compile_predicate

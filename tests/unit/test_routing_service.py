@@ -11,10 +11,10 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from zope.interface.verify import verifyObject
 
-from gateway.connectors.kafka import DeliveryReport, KafkaDeliveryError
 from gateway.errors import ConnectorUnavailable, DestinationError
 from gateway.flow import Congestion
 from gateway.interfaces import Capability, IConnector, IPostingConnector
+from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError
 from gateway.message.model import MapMessage, TextMessage
 from gateway.routing.config import parse_routing_config
 from gateway.routing.service import KafkaRouter, RouteStopped, RoutingResult

@@ -6,16 +6,17 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from zope.interface.verify import verifyObject
 
-from gateway.auth import build_portal
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import AuthSettings, StompSettings
-from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import StompProtocolError
 from gateway.interfaces import IConnector, IConsumer
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
+from gateway.routing.destination_map import DestinationMap
+from gateway.security.auth import build_portal
+from gateway.security.settings import AuthSettings
 from gateway.stomp.protocol import WRITE_GRACE, WRITE_GRACE_FRAMES, StompServerFactory, StompServerProtocol
 from gateway.stomp.session import StompSubscription
+from gateway.stomp.settings import StompSettings
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 
 
 class Peer:

@@ -17,11 +17,11 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.settings import BrokerSettings
 from gateway.broker.store import MemoryStore
-from gateway.config import BrokerSettings
 from gateway.errors import StoreError
 from gateway.interfaces import IImmediateAcks, IMessageStore
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.unit.test_session import Peer, connect, make_factory
 
 

@@ -15,14 +15,15 @@ import pytest
 from twisted.internet.task import Clock
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import DestinationRule, StompSettings
-from gateway.connectors.destination_map import DestinationMap
 from gateway.connectors.stomp_broker import StompBrokerConnector
 from gateway.message.model import Message
+from gateway.routing.config import DestinationRule
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp import session as session_module
-from gateway.stomp.codec import encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.settings import StompSettings
+from gateway.wire.codec import encode_frame
+from gateway.wire.frame import Frame
 from tests.unit.test_session import Peer, connect
 from tests.unit.test_stomp_client_connector import FakeBroker, make, started
 

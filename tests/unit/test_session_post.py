@@ -17,12 +17,13 @@ from twisted.internet.task import Clock
 from zope.interface import implementer
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.config import DestinationRule, StompSettings
-from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import ConnectorError
 from gateway.interfaces import IPostingConnector
 from gateway.message.model import Message
+from gateway.routing.config import DestinationRule
+from gateway.routing.destination_map import DestinationMap
 from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.settings import StompSettings
 from tests.unit.test_session import Peer, connect
 
 

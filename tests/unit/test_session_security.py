@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from twisted.internet.task import Clock
 
-from gateway.auth import build_portal
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.settings import BrokerSettings
 from gateway.broker.store import durable_key
-from gateway.config import AuthSettings, BrokerSettings
-from gateway.connectors.destination_map import DestinationMap
 from gateway.errors import NotOwner
 from gateway.interfaces import SubscriptionSpec
+from gateway.routing.destination_map import DestinationMap
+from gateway.security.auth import build_portal
+from gateway.security.settings import AuthSettings
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.sender_identity import stamp_sender
 from tests.unit.test_session import Peer, connect

@@ -12,10 +12,10 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
+from gateway.connectors.stomp_client import BrokerError, StompClientFactory, negotiate_heartbeat, quick_ack_switch
 from gateway.errors import ConnectorError, ConnectorUnavailable
-from gateway.stomp.client import BrokerError, StompClientFactory, negotiate_heartbeat, quick_ack_switch
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 
 
 class Harness:

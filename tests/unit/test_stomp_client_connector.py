@@ -16,12 +16,12 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from gateway.connectors.stomp_broker import EMPTY_TEXTS, PROBE_DESTINATION, StompBrokerConnector, StompBrokerSettings
+from gateway.connectors.stomp_client import StompClientProtocol
 from gateway.errors import ConfigError, ConnectorUnavailable, StaleDelivery
 from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
-from gateway.stomp.client import StompClientProtocol
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 
 
 class FakeBroker:

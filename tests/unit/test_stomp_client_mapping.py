@@ -15,7 +15,7 @@ from gateway.connectors.stomp_mapping import (
 )
 from gateway.errors import ConnectorError
 from gateway.message.model import BytesMessage, MapMessage, ObjectMessage, StreamMessage, TextMessage
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 
 
 def test_text_message_is_sent_without_content_length_and_with_jms_headers() -> None:

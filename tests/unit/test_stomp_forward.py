@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gateway.connectors.stomp_mapping import forward_parts, send_frame_parts
 from gateway.errors import StompProtocolError
 from gateway.message.convert import PROTOCOL_HEADERS, frame_to_message
-from gateway.stomp.frame import Frame
+from gateway.wire.frame import Frame
 from tests.support.send_frames import send_bodies
 
 NOW = 1_790_000_000_123

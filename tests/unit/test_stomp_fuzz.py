@@ -19,9 +19,9 @@ from twisted.python.failure import Failure
 from gateway.broker.broker import EmbeddedBroker
 from gateway.errors import StompProtocolError
 from gateway.message.convert import message_to_frame
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import StompServerFactory
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 from tests.support.stomp_fuzz import Case, judge, make_case
 from tests.unit.test_session import Peer, connect, make_factory
 

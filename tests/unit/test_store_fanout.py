@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from gateway.broker.settings import BrokerSettings
 from gateway.broker.sqlite_records import encode_message
 from gateway.broker.sqlite_store import SqliteStore
 from gateway.broker.store import Snapshot
-from gateway.config import BrokerSettings
 from gateway.message.model import TextMessage
 from tests.unit.test_store_broker import Run, Sink
 from tests.unit.test_store_contract import NOW, PumpedReactor, same_message, text

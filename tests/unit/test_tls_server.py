@@ -11,7 +11,7 @@ import pytest
 from twisted.internet.endpoints import SSL4ServerEndpoint, serverFromString
 from twisted.internet.testing import MemoryReactor
 
-from gateway.tls_server import MutualTlsServerParser
+from gateway.security.tls_server import MutualTlsServerParser
 from tests.support.tls import TlsFiles, make_tls_files
 
 

@@ -9,11 +9,11 @@ import pytest
 from twisted.cred.credentials import UsernamePassword
 from twisted.logger import LogLevel, globalLogPublisher
 
-from gateway import passwords
-from gateway.auth import build_portal, configured_passwords
-from gateway.config import AuthSettings
 from gateway.errors import ConfigError
-from gateway.passwords import PasswordChecker, bcrypt_cost, hash_password, weak_password
+from gateway.security import passwords
+from gateway.security.auth import build_portal, configured_passwords
+from gateway.security.passwords import PasswordChecker, bcrypt_cost, hash_password, weak_password
+from gateway.security.settings import AuthSettings
 
 STRONG = hash_password("root-pw", rounds=10)
 WEAK = hash_password("bob-pw", rounds=4)

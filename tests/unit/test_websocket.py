@@ -25,8 +25,6 @@ from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.errors import GatewayError, StompProtocolError
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.listeners import listener_for
 from gateway.stomp.protocol import INPUT_FRAMES, StompServerProtocol
 from gateway.stomp.websocket import (
@@ -36,6 +34,8 @@ from gateway.stomp.websocket import (
     choose_subprotocol,
     is_text,
 )
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 from tests.unit.test_session import make_factory
 
 CLIENT = IPv4Address("TCP", "127.0.0.1", 40404)

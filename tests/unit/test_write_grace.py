@@ -18,9 +18,9 @@ from twisted.internet.task import Clock
 
 from bench.hotpath_inprocess import Selectables
 from gateway.broker.broker import EmbeddedBroker
-from gateway.stomp.codec import FrameDecoder, encode_frame
-from gateway.stomp.frame import Frame
 from gateway.stomp.protocol import WRITE_GRACE
+from gateway.wire.codec import FrameDecoder, encode_frame
+from gateway.wire.frame import Frame
 from tests.unit.test_session import make_factory
 
 

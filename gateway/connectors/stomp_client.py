@@ -33,8 +33,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.errors import ConnectorError, ConnectorUnavailable, StompProtocolError
-from gateway.stomp.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
-from gateway.stomp.frame import VERSIONS, Frame
+from gateway.wire.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
+from gateway.wire.frame import VERSIONS, Frame
 
 MessageHandler = Callable[[Frame], None]
 """Called with each MESSAGE frame of a subscription (on the reactor thread)."""

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gateway.errors import FrameTooLarge, MalformedFrame, StompProtocolError
-from gateway.stomp.frame import UNESCAPED_COMMANDS, Frame
+from gateway.wire.frame import UNESCAPED_COMMANDS, Frame
 
 MiB = 1024 * 1024
 
@@ -365,7 +365,7 @@ class FrameDecoder:
                 self._body_start -= pos
             self._pos = 0
 
-    def _whole_frame(self) -> Frame | None:
+    def _whole_frame(self) -> Frame | None:  # noqa: C901 (the hot path, inlined on purpose: docs/performance.md)
         """The common case in one go: a frame with LF line ends, valid escapes and within every limit.
         If its header block has arrived but not all of its body, the headers are kept and the body
         phase goes on from there (:meth:`_read_body`, as after :meth:`_read_headers`): a large body is

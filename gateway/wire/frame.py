@@ -2,7 +2,7 @@
 
 A :class:`Frame` is a command, headers (first occurrence of a repeated
 header wins, as the spec says) and a body of bytes.  It knows nothing of
-sockets or encodings; :mod:`gateway.stomp.codec` reads and writes it.
+sockets or encodings; :mod:`gateway.wire.codec` reads and writes it.
 """
 
 from __future__ import annotations

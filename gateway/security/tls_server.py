@@ -26,7 +26,7 @@ from twisted.internet.interfaces import IStreamServerEndpointStringParser
 from twisted.plugin import IPlugin
 from zope.interface import implementer
 
-from gateway.tls import pem_certificates
+from gateway.security.tls import pem_certificates
 
 
 def _read(path: str, what: str) -> bytes:

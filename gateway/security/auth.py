@@ -4,9 +4,9 @@
 
 - ``users`` (login → password) and ``password_file`` (``login:password``
   lines, read at start-up) are checked by one
-  :class:`~gateway.passwords.PasswordChecker`; a password is a bcrypt hash
+  :class:`~gateway.security.passwords.PasswordChecker`; a password is a bcrypt hash
   (``jmsgateway hash-password``) or plain text.  A *weak* password (plain
-  text, or a bcrypt cost below :data:`~gateway.passwords.MIN_ROUNDS`) stops
+  text, or a bcrypt cost below :data:`~gateway.security.passwords.MIN_ROUNDS`) stops
   start-up naming the login and key, unless ``allow_weak_passwords = true``
   (development), which warns once per such login instead;
   ``allow_plaintext = false`` refuses plain text even then.  A login in both:
@@ -30,10 +30,10 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.config import AuthSettings
 from gateway.errors import ConfigError
 from gateway.interfaces import ICertificateIdentity, IStompUser
-from gateway.passwords import MIN_ROUNDS, PasswordChecker, is_hashed, weak_password
+from gateway.security.passwords import MIN_ROUNDS, PasswordChecker, is_hashed, weak_password
+from gateway.security.settings import AuthSettings
 
 log = Logger()
 

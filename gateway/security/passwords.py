@@ -12,7 +12,7 @@ cost some configured login has (chosen per login name), and a weak known one
 (plain text or a low cost, allowed only with ``allow_weak_passwords``) is
 padded with such a check, so the time taken does not tell which logins exist
 or which are weak.  This module owns no policy about who may do what
-(:mod:`gateway.authorization` does).
+(:mod:`gateway.security.authorization` does).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Like ActiveMQ's ``authorizationEntry`` (and RabbitMQ's read/write/configure
 patterns), each entry grants ``read`` (SUBSCRIBE, browse), ``write`` (SEND) and
 ``admin`` (durable subscriptions, purge, the admin console's actions) on the
 destinations its glob ``destination`` pattern matches (the matcher of
-``[[destinations]]``, :func:`~gateway.routing.destination_map.destination_matches`)::
+``[[destinations]]``, :func:`~gateway.message.destinations.destination_matches`)::
 
     [auth.groups]
     ops = ["alice"]
@@ -51,7 +51,7 @@ from zope.interface import implementer
 
 from gateway.errors import ConfigError, did_you_mean
 from gateway.interfaces import IAuthorizer, Permission
-from gateway.routing.destination_map import destination_matches
+from gateway.message.destinations import destination_matches
 
 PERMISSIONS: tuple[Permission, ...] = ("read", "write", "admin")
 EVERYONE = "*"

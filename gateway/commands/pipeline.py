@@ -5,7 +5,8 @@ Usage::
     jmsgateway pipeline --config FILE [--master URL] [--checkpoint DIR] [--set KEY=VALUE]
     jmsgateway pipeline replay --config FILE --topic DLQ [--from OFFSETS] [--to OFFSETS]
                                [--no-transform] [--master URL]
-    spark-submit --master URL gateway/pipeline/__main__.py --config FILE   # same arguments
+    python -m gateway.commands.pipeline --config FILE                    # same arguments
+    spark-submit --master URL gateway/commands/pipeline.py --config FILE   # same arguments
 
 OFFSETS is ``earliest``, ``latest`` or JSON ``{"topic": {"0": 42}}``.  The
 job runs until it is stopped (SIGINT / SIGTERM stop the query between
@@ -168,3 +169,7 @@ def _reason(error: BaseException) -> str:
             return text.split(marker, 1)[1].splitlines()[0]
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""``[broker]``: the embedded broker's settings, declared in the broker layer and composed into
+the whole configuration by :mod:`gateway.config`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from gateway.broker.limits import parse_size
+from gateway.broker.virtual_topics import VirtualTopicNames
+from gateway.schema import Bool, Int, NotNegative, Positive, Section, Str, TomlKind
+
+
+def _size(value: Any) -> int:
+    return parse_size(value)
+
+
+Size = Annotated[Int, Field(ge=0), BeforeValidator(_size, json_schema_input_type=int | str),
+                 TomlKind('a size ("64MB", "1GiB") or an integer of bytes')]
+"""A size in bytes: an integer, or a string such as "64MB", "1GiB", "512KiB" (K/M/G are powers of 1024)."""
+
+
+class DestinationLimits(Section):
+    """``[broker.destinations."PATTERN"]``: the memory limit and full policy of matching destinations."""
+
+    max_size: Size = 0
+    """Bytes of queued messages one matching destination may hold in memory (0: only memory_limit applies)."""
+    full_policy: Literal["PAGE", "BLOCK", "FAIL", "DROP"] = "PAGE"
+    """What a full destination does with a SEND: PAGE (accept, keep only a window in memory),
+    BLOCK (stop reading from its senders), FAIL (refuse with an ERROR) or DROP (discard, counted)."""
+
+    last_value: Bool = False
+    """A last-value queue (Artemis): a message with an _AMQ_LVQ_NAME header replaces the waiting one with the same
+    value (one not yet delivered)."""
+    exclusive: Bool = False
+    """Every consumer of a matching queue is exclusive, as if it asked with activemq.exclusive:true."""
+
+    @field_validator("full_policy", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class BrokerSettings(Section):
+    """``[broker]``: the embedded broker."""
+
+    persistence: Literal["memory", "sqlite"] = "sqlite"
+    """Where persistent messages live: sqlite (they survive kill -9) or memory (lost on restart)."""
+    database: Str = "broker.sqlite"
+    """The SQLite file (relative to data_dir)."""
+    default_persistent: Bool = False
+    """Whether a SEND without a persistent header is persistent."""
+    max_redeliveries: NotNegative = 6
+    """Deliveries after the first before a message is dead-lettered."""
+    dead_letter_prefix: Str = "/queue/DLQ."
+    """Dead letters of /queue/x go to this prefix plus x."""
+    expiry_check_interval_ms: Positive = 1000
+    """How often expired messages are removed."""
+    synchronous: Str = "FULL"
+    """SQLite's synchronous pragma: FULL or NORMAL."""
+    max_size: NotNegative = 0
+    """Largest store in bytes (0: no limit)."""
+    min_free: NotNegative = 16 * 1024 * 1024
+    """Free disk bytes the store and the page file keep (0: no check)."""
+    memory_limit: Size | None = None
+    """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
+    Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md); 0: no limit (nothing is paged for memory)."""
+    destinations: dict[str, DestinationLimits] = {}
+    """Destination pattern ("/queue/orders.>", "/queue/*.audit", an fnmatch glob) -> max_size, full_policy,
+    last_value, exclusive."""
+    virtual_topic_prefix: Str = "VirtualTopic."
+    """Topics named /topic/<prefix>... are virtual topics (ActiveMQ's): each consumer queue gets a copy ("" turns
+    them off)."""
+    virtual_topic_consumer_prefix: Str = "Consumer.*."
+    """A virtual topic's consumer queues: /queue/<this, * the group>/<topic name>, e.g.
+    /queue/Consumer.billing.VirtualTopic.orders."""
+
+    @field_validator("synchronous")
+    @classmethod
+    def _pragma(cls, value: str) -> str:
+        if value.upper() not in ("FULL", "NORMAL"):
+            raise ValueError(f"must be 'FULL' or 'NORMAL', not {value!r}")
+        return value
+
+    @field_validator("virtual_topic_consumer_prefix")
+    @classmethod
+    def _consumer_prefix(cls, value: str) -> str:
+        VirtualTopicNames("VirtualTopic.", value)  # (raises ValueError saying what is wrong)
+        return value
+
+    @field_validator("destinations")
+    @classmethod
+    def _patterns(cls, value: dict[str, DestinationLimits]) -> dict[str, DestinationLimits]:
+        for pattern in value:
+            if not pattern.startswith("/"):  # (it would match no destination, silently)
+                raise ValueError(f"pattern {pattern!r} matches no destination: a pattern starts with '/' "
+                                 f"(\"/queue/{pattern}\" or \"/topic/{pattern}\")")
+        return value
