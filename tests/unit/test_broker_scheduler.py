@@ -24,7 +24,7 @@ from gateway.broker.scheduler import (
     is_scheduled,
     job_of,
 )
-from gateway.config import BrokerSettings
+from gateway.broker.settings import BrokerSettings
 from gateway.errors import MessageRefused
 from gateway.message.model import TextMessage
 from tests.unit.test_broker import Sink, subscribe

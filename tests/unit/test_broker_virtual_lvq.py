@@ -14,8 +14,8 @@ from twisted.internet.task import Clock
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.last_value import LVQ_HEADER, LastValues
 from gateway.broker.operations import QueueOperations
+from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics
-from gateway.config import BrokerSettings, DestinationLimits
 from tests.unit.test_broker import Sink, subscribe, text
 from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
