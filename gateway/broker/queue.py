@@ -488,7 +488,7 @@ class MessageQueue:
                             # (the page's head comes before anything in memory)
                             self._page_in(page.read(PAGE_IN_ROWS, self._room()))
                     elif not heap:
-                        if not self._search_page(consumers):
+                        if not self._search_page(consumers) and not self._search_groups(consumers):
                             return
                     elif page.head < (heap[0][0], heap[0][1]) and (searched is None or searched < heap[0][:2]):
                         # Selective consumers skip what memory holds: a paged message they accept
@@ -617,6 +617,34 @@ class MessageQueue:
         if stopped is not None and not self._search_later:
             self._search_later = page.file.later(self._searched_on)
         return found, stopped is not None
+
+    def _search_groups(self, consumers: list[QueueSubscription]) -> bool:
+        """What memory holds all waits for its groups' owners (no room): bring in the first paged
+        messages a ready consumer may take (no group, a free group, or one a ready consumer owns);
+        False when there are none within one search slice.  Without it a free group's message
+        paged out behind them waited until the owners acked."""
+        groups, page = self.groups, self.page
+        if groups is None or page is None or not page.count or self.exclusive is not None:
+            return False
+        if not len(groups):
+            return False  # (no group is owned: nothing in memory waits for an owner)
+        ready = [consumer for consumer in consumers if consumer.has_credit()]
+        if not ready:
+            return False
+
+        def accepted(message: Message) -> bool:
+            group = group_of(message)
+            owner = groups.owner(group) if group is not None else None
+            takers = ready if owner is None else [owner] if owner in ready else []
+            return any(taker.selector is None or taker.selector(message) for taker in takers)
+
+        # (one slice from the head, not resumed in later turns: while the owners have no room a
+        # search would otherwise run for ever; the next ACK or new consumer searches again)
+        found = page.search(accepted, PAGE_IN_ROWS, self._room(), budget=SEARCH_SLICE)
+        if found:
+            self._page_in(found)
+            return True
+        return False
 
     def _searched_on(self) -> None:
         self._search_later = False

@@ -64,6 +64,7 @@ class Sent:
     priority: int
     expiration: int  # ms; 0: never
     color: str
+    group: str | None = None  # JMSXGroupID
 
     def expired(self, now_ms: int) -> bool:
         return self.expiration > 0 and self.expiration <= now_ms
@@ -113,6 +114,7 @@ class Subscription:
     durable: str | None = None
     inflight: dict[str, Copy] = field(default_factory=dict)  # ack id -> copy, in delivery order
     open: bool = True
+    exclusive: bool = False  # activemq.exclusive:true (queues)
 
     def matches(self, sent: Sent) -> bool:
         return self.color is None or sent.color == self.color
@@ -142,6 +144,28 @@ class Model:
         self.now_ms = 0
         self.step_start: dict[str, dict[str, Copy]] = {}
         self.step_deliveries: list[tuple[Subscription, Copy]] = []
+        self.group_owners: dict[tuple[str, str], tuple[int, str]] = {}
+        """(queue backlog, JMSXGroupID) -> the subscription that owns the group (its first delivery)."""
+
+    # -- exclusive consumers and message groups ---------------------------------
+
+    def exclusive_owner(self, backlog: str) -> Subscription | None:
+        """The queue's exclusive consumer: the first open exclusive subscription, in subscription order."""
+        return next((sub for sub in self.subscriptions.values()
+                     if sub.open and sub.exclusive and sub.backlog == backlog), None)
+
+    def held_back(self, sub: Subscription, copy: Copy) -> bool:
+        """Whether ``copy`` may wait while ``sub`` has room: the queue has another exclusive consumer,
+        or (without one) the copy's group belongs to another open subscription."""
+        if not sub.destination.startswith("/queue/"):
+            return False
+        owner = self.exclusive_owner(sub.backlog)
+        if owner is not None:
+            return owner is not sub
+        if copy.sent.group is None:
+            return False
+        holder = self.group_owners.get((sub.backlog, copy.sent.group))
+        return holder is not None and holder != (sub.connection, sub.id) and holder in self.subscriptions
 
     # -- backlogs ------------------------------------------------------------
 
@@ -293,6 +317,8 @@ class Model:
     def unsubscribe(self, sub: Subscription, delete: bool) -> None:
         sub.open = False
         del self.subscriptions[(sub.connection, sub.id)]
+        for group in [g for g, holder in self.group_owners.items() if holder == (sub.connection, sub.id)]:
+            del self.group_owners[group]  # (the group moves to the next consumer picked)
         dlq_seq = next(self._seq)
         if sub.durable is None and sub.destination.startswith("/topic/"):
             self.backlogs[sub.backlog].alive = False
@@ -333,6 +359,7 @@ class Model:
             sub.inflight.clear()
             sub.open = False
         self.subscriptions.clear()
+        self.group_owners.clear()
         for backlog in self.backlogs.values():
             if not backlog.stored:
                 backlog.alive = False
@@ -380,6 +407,17 @@ class Model:
         if copy.cause is not None and headers.get("dlqDeliveryFailureCause") != copy.cause:
             raise Violation(f"dead-letter cause {headers.get('dlqDeliveryFailureCause')!r}, "
                             f"expected {copy.cause!r}: {where}")
+        if sub.destination.startswith("/queue/"):
+            owner = self.exclusive_owner(sub.backlog)
+            if owner is not None and owner is not sub:
+                raise Violation(f"{where}: the queue's exclusive consumer is {owner.id} of connection "
+                                f"{owner.connection}")
+            if owner is None and sent.group is not None:
+                key = (sub.backlog, sent.group)
+                holder = self.group_owners.get(key)
+                if holder is not None and holder != (sub.connection, sub.id) and holder in self.subscriptions:
+                    raise Violation(f"{where}: group {sent.group} belongs to {holder[1]} of connection {holder[0]}")
+                self.group_owners[key] = (sub.connection, sub.id)
         self.step_deliveries.append((sub, copy))
         if sub.ack == "auto":
             if len(waiting) == 1:  # (the last copy of that body there)
@@ -395,7 +433,7 @@ class Model:
                 waited = self.step_start.get(sub.backlog, {})
                 backlog = self.backlogs[sub.backlog]
                 for key, other in backlog.available.items():
-                    if (key in waited and sub.matches(other.sent)
+                    if (key in waited and sub.matches(other.sent) and not self.held_back(sub, other)
                             and not other.sent.expired(self.now_ms) and other.better_than(copy)):
                         raise Violation(f"{copy.sent.body} delivered to {sub.id} of connection {sub.connection} "
                                         f"before {other.sent.body}, which waited with a better place")
@@ -408,7 +446,7 @@ class Model:
             if sub.connection not in reading or (sub.ack != "auto" and pending >= sub.prefetch):
                 continue
             for copy in self.backlogs[sub.backlog].available.values():
-                if sub.matches(copy.sent) and not copy.sent.expired(self.now_ms):
+                if sub.matches(copy.sent) and not copy.sent.expired(self.now_ms) and not self.held_back(sub, copy):
                     raise Violation(f"{copy.sent.body} waits in {sub.backlog} while subscription {sub.id} of "
                                     f"connection {sub.connection} has room for it (held in transactions: "
                                     f"{held.get((sub.connection, sub.id), 0)})")

@@ -4,7 +4,8 @@ A hypothesis ``RuleBasedStateMachine`` drives up to three STOMP 1.2
 connections (the real protocol and session over in-memory transports) to the
 real embedded broker on a real SQLite store in a temporary directory: SEND
 (persistent or not, priorities, expiry), SUBSCRIBE in each ack mode with
-prefetch, selectors and durable names, ACK, NACK, BEGIN / COMMIT / ABORT
+prefetch, selectors, durable names and exclusive consumers (messages to ``/queue/a`` in
+two message groups), ACK, NACK, BEGIN / COMMIT / ABORT
 (with a failing member), UNSUBSCRIBE, connection loss, a peer that stops
 reading (its transport fills and pauses the session, as a socket does),
 time passing and a restart from the store.  After every step the frames the
@@ -64,6 +65,8 @@ MESSAGES = st.tuples(
 )
 MESSAGES_IN_TRANSACTION = st.lists(MESSAGES, max_size=2)
 PIPELINE = st.lists(MESSAGES, min_size=2, max_size=6)
+GROUPED = "/queue/a"
+"""Messages to it carry ``JMSXGroupID`` = their color (two groups; dead letters keep it)."""
 LIMITED = "/queue/b"
 """The destination the ``Limited*`` machines give a ``max_size``."""
 ROOM = 3
@@ -363,9 +366,12 @@ class BrokerMachine(RuleBasedStateMachine):
                 # (a non-persistent one may reach a consumer at once, before the model counts it gone)
                 persistent, ttl = True, 0
             expiration = self._now() + ttl if ttl else 0
-            sent = Sent(body, destination, persistent, priority, expiration, color)
+            group = color if destination == GROUPED else None
+            sent = Sent(body, destination, persistent, priority, expiration, color, group)
             headers = {"destination": destination, "persistent": str(persistent).lower(),
                        "priority": str(priority), "color": color}
+            if group is not None:
+                headers["JMSXGroupID"] = group
             if expiration:
                 headers["expires"] = str(expiration)
             if transactional:
@@ -454,12 +460,16 @@ class BrokerMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.peers))
     @rule(data=st.data(), destination=st.sampled_from((*QUEUES, *QUEUES, *QUEUES, TOPIC, TOPIC, TOPIC, *DLQS)),
           ack=st.sampled_from(("auto", "client", "client-individual")), prefetch=st.sampled_from((1, 2, 5)),
-          color=st.sampled_from((None, None, "red")), durable=st.sampled_from((None, None, "all", "red")))
+          color=st.sampled_from((None, None, "red")), durable=st.sampled_from((None, None, "all", "red")),
+          exclusive=st.sampled_from((False, False, False, True)))
     def subscribe(self, data: st.DataObject, destination: str, ack: str, prefetch: int, color: str | None,
-                  durable: str | None) -> None:
+                  durable: str | None, exclusive: bool) -> None:
         peer = self._peer(data)
         sub_id = f"s{next(self.sub_ids)}"
         headers = {"destination": destination, "id": sub_id, "ack": ack, "activemq.prefetchSize": str(prefetch)}
+        exclusive = exclusive and destination.startswith("/queue/")
+        if exclusive:
+            headers["activemq.exclusive"] = "true"
         if destination != TOPIC:
             durable = None
         if durable is not None:
@@ -476,7 +486,8 @@ class BrokerMachine(RuleBasedStateMachine):
         if color is not None:
             headers["selector"] = f"color = '{color}'"
         headers.update(self._receipt(peer))
-        sub = Subscription(peer.number, sub_id, destination, backlog, ack, prefetch, color, durable)
+        sub = Subscription(peer.number, sub_id, destination, backlog, ack, prefetch, color, durable,
+                           exclusive=exclusive)
         peer.subscriptions[sub_id] = sub
         self.model.subscribe(sub)
         peer.send("SUBSCRIBE", headers)
@@ -498,8 +509,10 @@ class BrokerMachine(RuleBasedStateMachine):
             peer.send("SUBSCRIBE", {"destination": destination, "id": sub.id, "ack": "auto", **self._receipt(peer)})
             self._observe()
         self._step()
-        for destination in (*QUEUES, *DLQS):
-            assert not self.model.backlogs[destination].available, f"{destination} was not emptied"
+        for sub in peer.subscriptions.values():
+            left = [copy.sent.body for copy in self.model.backlogs[sub.backlog].available.values()
+                    if not self.model.held_back(sub, copy)]
+            assert not left, f"{sub.backlog} was not emptied: {left} (not for an exclusive consumer or a group owner)"
 
     def _pick_delivery(self, data: st.DataObject) -> tuple[Peer, Subscription, str]:
         choices = [(peer, sub, ack_id) for peer in self.peers.values() for sub in peer.subscriptions.values()

@@ -1,4 +1,4 @@
-"""Virtual topics, last-value queues and per-destination exclusive consumers on the embedded
+"""Virtual topics, last-value queues, per-destination exclusive consumers and groups with paging on the embedded
 broker (issue 37): the names, the copies per consumer group, a group's queue kept without
 consumers and across restarts, replacement by last-value key (in memory, paged, after a restart)."""
 
@@ -230,3 +230,22 @@ def test_a_policy_makes_every_consumer_of_a_queue_exclusive(clock: Clock) -> Non
     owner.close()
     broker.send(text("/queue/jobs.a", "m3"))
     assert second.texts() == ["m3"]
+
+
+# -- message groups and paging (found by the model test) --------------------------------
+
+
+def test_a_free_groups_message_paged_out_behind_blocked_groups_is_found(clock: Clock) -> None:
+    """Memory holds only messages of a group whose owner has no room; a message of another
+    group was paged out behind them: a new consumer with room gets it (it waited until the
+    owner acknowledged before)."""
+    broker = make(clock, memory_limit=1500)
+    owner = Sink()
+    subscribe(broker, owner, destination="/queue/g", ack_mode="client", prefetch=1)
+    for body, group in [("r0", "red"), ("r1", "red"), ("r2", "red"), ("b0", "blue")]:
+        broker.send(text("/queue/g", body * 150, properties={"JMSXGroupID": group}))
+    assert [t[:2] for t in owner.texts() if t] == ["r0"]
+    assert broker.queues["/queue/g"].paged >= 1, "the blue one is paged out"
+    other = Sink()
+    subscribe(broker, other, destination="/queue/g", prefetch=1)
+    assert [t[:2] for t in other.texts() if t] == ["b0"]
