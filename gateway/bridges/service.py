@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -45,7 +46,8 @@ from gateway.interfaces import IBridge, IConnector, ICredentialed
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.config import GatewayConfig
 
-__all__ = ["DEDUP_DATABASE", "BridgeService", "bridges_for_gateway", "build_bridge_service", "run_standalone"]
+__all__ = ["DEDUP_DATABASE", "BridgeService", "StandaloneBridges", "bridges_for_gateway", "build_bridge_service",
+           "run_standalone"]
 
 
 class BridgeService(service.MultiService):
@@ -355,15 +357,30 @@ def used_connectors(config: GatewayConfig) -> set[str]:
     return {side.connector for bridge in config.bridges for side in (bridge.source, bridge.target)}
 
 
+@dataclass
+class StandaloneBridges:
+    """What ``jmsgateway bridge`` runs, for whoever watches it (progress logs, the admin endpoint)."""
+
+    config: GatewayConfig
+    reactor: Any
+    bridges: BridgeService
+    connectors: dict[str, IConnector]
+    """Name -> the connectors the bridges use (``embedded`` when a bridge names it)."""
+    registry: CollectorRegistry
+    """The connectors' and bridges' metrics."""
+    started_at: float | None = None
+    """When the connectors were up (reactor seconds); None before."""
+
+
 def run_standalone(config_path: str, overrides: list[str] | None = None, *, only: list[str] | None = None,
                    watch: Any = None) -> int:
     """``jmsgateway bridge --config FILE``: run the configured bridges (no STOMP
-    listener, no login portal, no admin endpoint) until SIGINT/SIGTERM, with only the
-    connectors they use (the embedded broker only when a bridge names it).  Returns the
-    exit status.
+    listener) until SIGINT/SIGTERM, with only the connectors they use (the embedded
+    broker only when a bridge names it).  Returns the exit status.
 
     :param only: run just these bridges (names); the others are not started.
-    :param watch: called with the :class:`BridgeService` before the reactor runs (progress reports).
+    :param watch: called with the :class:`StandaloneBridges` before the reactor runs (progress reports,
+        the admin endpoint); a GatewayError or ConfigError it raises ends the command with its message.
     """
     from twisted.internet import reactor
 
@@ -394,11 +411,17 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
             if name not in only:
                 bridge.config = _disabled(bridge.config)
     os.makedirs(config.data_dir, exist_ok=True)
+    run = StandaloneBridges(config, reactor, bridges, connectors, registry)
     if watch is not None:
-        watch(bridges)
+        try:
+            watch(run)
+        except (ConfigError, GatewayError) as error:
+            print(f"jmsgateway bridge: {error}", file=sys.stderr)
+            return 1
     status = {"code": 0}
 
     def started(_: object) -> None:  # the connectors are up: start the bridges
+        run.started_at = reactor.seconds()
         bridges.startService()
 
         def show(_: object) -> None:
