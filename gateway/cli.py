@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="schema: JSON Schema of jmsgateway.toml (for editors); keys: Markdown tables")
     commands.add_parser("plugins", parents=[configured], help="list transformer plugins and why any failed to load")
     commands.add_parser("pipeline", add_help=False,
-                        help="run the routes and transformers as a PySpark Structured Streaming job (run / replay)")
+                        help="run the routes and transformers as a PySpark Structured Streaming job "
+                             "(jmsgateway pipeline --config FILE; pipeline replay ...)")
     bridge = commands.add_parser("bridge", parents=[configured],
                                  help="run the configured bridges without STOMP listeners (and [admin] listen's "
                                       "/livez, /readyz, /health, /bridges and /metrics)")

@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from gateway.errors import ConfigError
 from gateway.identity import resolve_gateway_id
+from gateway.locations import resolve_plugin_folder
 from gateway.routing.config import parse_routing_config
 from gateway.schema import Int, Seconds, Section, Str, Table, validate
 
@@ -170,7 +171,8 @@ def pipeline_spec(config: GatewayConfig, settings: PipelineSettings, *, replay: 
             text = handle.read()
         routing["properties"] = text + "\n" + str(routing.get("properties", ""))
     transform = config.transform.model_dump(exclude_defaults=True)
-    transform["plugin_dirs"] = [os.path.abspath(d) for d in config.transform.plugin_dirs]
+    # absolute, as the driver finds them (``plugins`` missing here: the package's shipped plugins)
+    transform["plugin_dirs"] = [os.path.abspath(resolve_plugin_folder(d)) for d in config.transform.plugin_dirs]
     return PipelineSpec(
         routing=routing,
         transform=transform,

@@ -4,7 +4,11 @@ command line."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,3 +87,50 @@ def test_kafka_routing_example_routes_keys_and_dead_letters(tmp_path: Path, kafk
     assert dead.value() == b"no key"
     (audit,) = read_records(kafka.bootstrap, "audit", 1)
     assert audit.value() == b"audit 1"
+
+
+@pytest.mark.spark
+def test_pipeline_examples_ingest_then_route_on_spark(tmp_path: Path, kafka: TansuBroker) -> None:
+    """pipeline-gateway.toml writes the SENDs to jms-ingest; pipeline.toml's job (its command as the header
+    comment spells it, local Spark) routes them: the keyed order to orders with header-map's property, the
+    unkeyed one to pipeline-dlq."""
+    create_topics(kafka.bootstrap, "jms-ingest", "orders", "pipeline-dlq")  # as the header comments say
+    uri = f'connectors.kafka.uri="kafka://{kafka.bootstrap}"'
+    gateway = ExampleGateway(tmp_path / "gw", "pipeline-gateway.toml", ["--set", uri])
+    gateway.start()
+    with stopped_after(gateway):
+        client = Client(gateway.address)
+        client.send("/queue/orders", "order 1", receipt=True, **{"correlation-id": "c-1"})
+        client.send("/queue/orders", "no key", receipt=True)
+        client.disconnect()
+    ingested = read_records(kafka.bootstrap, "jms-ingest", 2)
+    assert [record.value() for record in ingested] == [b"order 1", b"no key"]
+    log = tmp_path / "pipeline.log"
+    with log.open("wb") as sink:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "pipeline", "--config", str(EXAMPLES / "pipeline.toml"),
+             "--set", uri, "--set", f'gateway.data_dir="{tmp_path / "data"}"', "--master", "local[1]"],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            (order,) = read_records(kafka.bootstrap, "orders", 1, timeout=240)
+            (dead,) = read_records(kafka.bootstrap, "pipeline-dlq", 1, timeout=30)
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.wait(120)
+    assert order.key() == b"c-1" and order.value() == b"order 1", log.read_text()[-3000:]
+    assert dict(order.headers())["jms.x-routed-by"] == b"pipeline"
+    assert dead.value() == b"no key"
+    assert job.returncode == 0, log.read_text()[-3000:]
+    assert not (tmp_path / "var").exists()  # the checkpoint went under the data directory given
+
+
+def test_the_pipeline_stops_with_one_line_when_its_ingest_topic_is_missing(tmp_path: Path,
+                                                                           kafka: TansuBroker) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "pipeline", "run", "--config", str(EXAMPLES / "pipeline.toml"),
+         "--set", f'connectors.kafka.uri="kafka://{kafka.bootstrap}"', "--set", f'gateway.data_dir="{tmp_path}"'],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"jmsgateway pipeline: Kafka topic 'jms-ingest' does not exist (bootstrap {kafka.bootstrap}): create it "
+        "(docs/pipeline.md), or name another in pipeline.ingest_topics"], done.stderr
