@@ -106,6 +106,20 @@ class BridgeService(service.MultiService):
         """The status of every bridge."""
         return [bridge.status() for bridge in self.bridges.values()]
 
+    def remove(self, name: str) -> Deferred[Any]:
+        """Stop the bridge ``name`` and forget it (a SIGHUP reload); fires once it stopped."""
+        bridge = self.bridges.pop(name)
+        self.log.info("bridge {bridge} removed (configuration reloaded)", bridge=name)
+        return bridge.stop()
+
+    def add(self, bridge: IBridge) -> Deferred[Any]:
+        """Run ``bridge`` too (a SIGHUP reload): started at once when the bridges run and it is enabled."""
+        self.bridges[bridge.name] = bridge
+        self.log.info("bridge {bridge} added (configuration reloaded)", bridge=bridge.name)
+        if self.running and not self.standby and bridge.config.enabled:
+            return bridge.start()
+        return succeed(None)
+
     # -- lifecycle --------------------------------------------------------------------
 
     def startService(self) -> None:
