@@ -4,6 +4,7 @@ command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,12 +18,15 @@ import pytest
 
 from gateway.config import load_config
 from gateway.passwords import is_hashed
+from tests.support.activemq import ActiveMQBroker, stock_activemq
 from tests.support.gateway import REPO, GatewayProcess, stopped_after
-from tests.support.kafka import TansuBroker, create_topics, read_records
+from tests.support.kafka import TansuBroker, create_topics, produce, read_records
 from tests.support.ports import free_port
 from tests.support.stomp_clients import Client
+from tests.support.waiting import wait_until
 
 EXAMPLES = REPO / "etc" / "examples"
+__all__ = ["stock_activemq"]
 
 
 class ExampleGateway(GatewayProcess):
@@ -134,3 +138,49 @@ def test_the_pipeline_stops_with_one_line_when_its_ingest_topic_is_missing(tmp_p
     assert done.stderr.strip().splitlines() == [
         f"jmsgateway pipeline: Kafka topic 'jms-ingest' does not exist (bootstrap {kafka.bootstrap}): create it "
         "(docs/pipeline.md), or name another in pipeline.ingest_topics"], done.stderr
+
+
+def _bridges(admin: int) -> dict[str, dict[str, object]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/bridges", timeout=10) as reply:
+        return {status["name"]: status for status in json.loads(reply.read())}
+
+
+@pytest.mark.activemq
+def test_bridges_example_runs_its_three_bridges(tmp_path: Path, stock_activemq: ActiveMQBroker,
+                                                kafka: TansuBroker) -> None:
+    """bridges.toml as shipped under ``jmsgateway bridge`` (its header comment's command), a stock ActiveMQ
+    and Tansu at its two addresses: an EU order from ActiveMQ reaches Kafka's orders topic (and a US one
+    stays), an audit record reaches the embedded queue, a price published to the ActiveMQ topic reaches the
+    durable bridge that logs in as its own user (a client id of its own: no InvalidClientIDException)."""
+    create_topics(kafka.bootstrap, "orders", "audit")
+    admin = free_port()
+    output = tmp_path / "bridge.out"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "bridge", "--config", str(EXAMPLES / "bridges.toml"),
+             "--set", f'connectors.activemq.uri="{stock_activemq.stomp_uri}"',
+             "--set", f'connectors.kafka.uri="kafka://{kafka.bootstrap}"',
+             "--set", f'gateway.data_dir="{tmp_path / "data"}"',
+             "--set", f'admin.listen="tcp:{admin}:interface=127.0.0.1"'],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: "admin endpoint on" in output.read_text(), 60, "the bridge command's admin endpoint")
+            wait_until(lambda: all(status["state"] == "running" for status in _bridges(admin).values())
+                       and len(_bridges(admin)) == 3, 90, "the three bridges running")
+            amq = Client(("127.0.0.1", stock_activemq.stomp_port), text=True)
+            amq.send("/queue/orders", "order eu", receipt=True, region="EU", persistent="true")
+            amq.send("/queue/orders", "order us", receipt=True, region="US", persistent="true")
+            amq.send("/topic/prices", "price 1", receipt=True)
+            amq.disconnect()
+            produce(kafka.bootstrap, "audit", [{"value": b"audit 1"}])
+            wait_until(lambda: [_bridges(admin)[name]["forwarded"] for name in
+                                ("orders-to-kafka", "audit-from-kafka", "prices-durable")] == [1, 1, 1],
+                       60, "one message through each bridge")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+    (order,) = read_records(kafka.bootstrap, "orders", 1, settle=1.0)
+    assert order.value() == b"order eu"
+    text = output.read_text()
+    assert process.returncode == 0, text[-3000:]
+    assert "InvalidClientID" not in text and "Traceback" not in text, text[-3000:]
