@@ -184,3 +184,20 @@ def test_bridges_example_runs_its_three_bridges(tmp_path: Path, stock_activemq: 
     text = output.read_text()
     assert process.returncode == 0, text[-3000:]
     assert "InvalidClientID" not in text and "Traceback" not in text, text[-3000:]
+
+
+def test_the_readme_snippet_shows_the_receipt_and_the_message(tmp_path: Path) -> None:
+    """README.md's "Try it" snippet, its port aside, against a gateway on the shipped default config:
+    the newcomer sees the RECEIPT and the MESSAGE printed."""
+    readme = (REPO / "README.md").read_text()
+    snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '("127.0.0.1", 61613)' in snippet
+    gateway = GatewayProcess(tmp_path / "gw")
+    gateway.start()
+    with stopped_after(gateway):
+        done = subprocess.run([sys.executable, "-c", snippet.replace("61613", str(gateway.port))], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout + done.stderr
+    assert "on_receipt {'receipt-id': 'r1'}" in printed, printed
+    assert any(line.startswith("on_message ") and line.endswith("hi there") for line in printed.splitlines()), printed
