@@ -101,18 +101,20 @@ def hash_password_command(rounds: int) -> int:
 
 def bridge_watcher(interval: float, level: str, log_format: str) -> Callable[[Any], None]:
     """What ``jmsgateway bridge`` does before it runs: log to stdout (``--log-level``,
-    ``--log-format``) and report the bridges' progress (:mod:`gateway.bridge_progress`)."""
-    from twisted.internet import reactor
+    ``--log-format``), report the bridges' progress (:mod:`gateway.bridge_progress`) and serve
+    ``[admin] listen`` (:mod:`gateway.admin.bridge_site`)."""
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
+    from gateway.admin.bridge_site import BridgeAdmin
     from gateway.bridge_progress import BridgeProgress
     from gateway.log_observer import GatewayLogObserver, json_line_observer, parse_level
 
-    def watch(bridges: Any) -> None:
+    def watch(run: Any) -> None:
         sink = json_line_observer(sys.stdout) if log_format == "json" else textFileLogObserver(sys.stdout)
         globalLogBeginner.beginLoggingTo([GatewayLogObserver(sink, parse_level(level))],
                                          redirectStandardIO=False)
-        BridgeProgress(bridges, reactor, interval).start()
+        BridgeAdmin(run).listen()
+        BridgeProgress(run.bridges, run.reactor, interval).start()
 
     return watch
 
@@ -183,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                            help="schema: JSON Schema of jmsgateway.toml (for editors); keys: Markdown tables")
     commands.add_parser("plugins", parents=[configured], help="list transformer plugins and why any failed to load")
     commands.add_parser("pipeline", add_help=False,
-                        help="run the routes and transformers as a PySpark Structured Streaming job (run / replay)")
+                        help="run the routes and transformers as a PySpark Structured Streaming job "
+                             "(jmsgateway pipeline --config FILE; pipeline replay ...)")
     bridge = commands.add_parser("bridge", parents=[configured],
-                                 help="run the configured bridges without STOMP listeners")
+                                 help="run the configured bridges without STOMP listeners (and [admin] listen's "
+                                      "/livez, /readyz, /health, /bridges and /metrics)")
     bridge.add_argument("--only", action="append", default=None, metavar="NAME", help="run only this bridge")
     bridge.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
                         help="log each bridge's state, count and rate this often (default 10; 0: states only)")

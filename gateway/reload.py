@@ -3,11 +3,17 @@
 Applied at once: ``[gateway] log_level``; the logins (``[auth] users``, the
 ``password_file``'s lines, ``certificates``) for every next login; ``[auth]
 groups`` and ``[[authorization]]`` for every next SEND, SUBSCRIBE or admin
-action.  Turning authentication or authorization on or off, and every other
-key that differs, needs a restart: the outcome is logged, naming both.  A file
-that does not load changes nothing (logged with the reason).  The caller (the
-service in :mod:`gateway.tap`) loads the file with the command line's
-overrides; this module only compares and applies.
+action; ``[routing]``'s routes and soft-failure policies for every next
+message (the same Kafka connector); ``[[bridges]]``: a bridge that is gone
+stops, a new one starts, a changed one stops and starts again with its new
+settings (as an Artemis or RabbitMQ operator changes bridges and shovels at
+run time), while the connectors and ``[transform]`` stay as they are.
+Turning authentication, authorization or routing on or off, a bridge side
+with its own login, a new bridge needing the duplicate store when none is
+open, and every other key that differs, need a restart: the outcome is
+logged, naming both.  A file that does not load changes nothing (logged with
+the reason).  The caller (the service in :mod:`gateway.tap`) loads the file
+with the command line's overrides; this module only compares and applies.
 """
 
 from __future__ import annotations
@@ -17,10 +23,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
+from gateway.bridges.config import BridgeConfig, parse_bridges
+from gateway.bridges.service import build_bridge_service
 from gateway.config import GatewayConfig
+from gateway.deferreds import gather
 from gateway.errors import ConfigError
 from gateway.log_observer import GatewayLogObserver, parse_level
+from gateway.routing.config import RoutingConfig, parse_routing_config
 from gateway.security.auth import build_portal
 from gateway.security.authorization import DestinationAuthorizer, build_authorizer
 
@@ -37,6 +48,23 @@ class ReloadOutcome:
 
     applied: list[str] = field(default_factory=list)
     restart: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BridgeChanges:
+    """The ``[[bridges]]`` a reload would change, validated before anything is applied."""
+
+    removed: list[str] = field(default_factory=list)
+    added: list[BridgeConfig] = field(default_factory=list)
+    changed: list[BridgeConfig] = field(default_factory=list)
+    service: Any = None
+    """The new and changed bridges, built (a :class:`~gateway.bridges.service.BridgeService` not started)."""
+    why_not: str = ""
+    """Why the changes need a restart instead ("" when they can be applied)."""
+
+    @property
+    def any(self) -> bool:
+        return bool(self.removed or self.added or self.changed)
 
 
 def _dump(value: Any) -> Any:
@@ -75,11 +103,17 @@ class ConfigReloader:
         new.gateway.id = new.gateway.id or old.gateway.id
         outcome = ReloadOutcome()
         try:
-            self._log_level(old, new, outcome)
-            self._auth(old, new, outcome)
+            routing = self._routing_changes(old, new)
+            bridges = self._bridge_changes(old, new)
+            self._auth_checked(new)
         except ConfigError as error:
             self.log.error("SIGHUP: configuration not reloaded, nothing changed: {error}", error=error)
             return None
+        # validated: now apply, or say why not
+        self._log_level(old, new, outcome)
+        self._auth(old, new, outcome)
+        self._routing(old, new, routing, outcome)
+        self._bridges(old, new, bridges, outcome)
         self._others(old, new, outcome)
         self.log.info("SIGHUP: configuration {path} reloaded; applied: {applied}; needs a restart: {restart}",
                       path=path, applied=", ".join(outcome.applied) or "nothing",
@@ -97,11 +131,14 @@ class ConfigReloader:
         old.gateway.log_level = new.gateway.log_level
         outcome.applied.append(f"gateway.log_level = {new.gateway.log_level}")
 
+    def _auth_checked(self, new: GatewayConfig) -> None:
+        portal = build_portal(new.auth, new.path, self.reactor)
+        build_authorizer(new.auth, new.authorization, new.path, has_users=portal is not None)
+
     def _auth(self, old: GatewayConfig, new: GatewayConfig, outcome: ReloadOutcome) -> None:
         gateway = self.gateway
         portal = build_portal(new.auth, new.path, self.reactor)
         authorizer = build_authorizer(new.auth, new.authorization, new.path, has_users=portal is not None)
-        # validated: now apply, or say why not
         restarts = len(outcome.restart)
         before, after = old.auth.model_dump(), new.auth.model_dump()
         changed = sorted(k for k in after if k not in APPLIED_AUTH_KEYS and after[k] != before.get(k))
@@ -130,9 +167,97 @@ class ConfigReloader:
         if len(outcome.restart) == restarts:  # all of [auth] is in effect: compare the next reload with it
             old.auth = new.auth
 
+    # -- [routing] -----------------------------------------------------------------------------------
+
+    def _routing_changes(self, old: GatewayConfig, new: GatewayConfig) -> RoutingConfig | str | None:
+        """The new routes (validated), a reason they need a restart, or None when unchanged."""
+        if _dump(old.routing) == _dump(new.routing):
+            return None
+        router = self.gateway.router
+        if router is None or not new.routing.model_fields_set:
+            return "routing (turning Kafka routing " + ("on" if router is None else "off") + ")"
+        config = parse_routing_config(new.routing, new.path)
+        if config.connector != router.config.connector:
+            return "routing.connector"
+        return config
+
+    def _routing(self, old: GatewayConfig, new: GatewayConfig, changes: RoutingConfig | str | None,
+                 outcome: ReloadOutcome) -> None:
+        if changes is None:
+            return
+        if isinstance(changes, str):
+            outcome.restart.append(changes)
+            return
+        router = self.gateway.router
+        assert router is not None  # (checked by _routing_changes)
+        router.use_config(changes)
+        old.routing = new.routing
+        outcome.applied.append(f"routing ({len(changes.routes)} routes)")
+
+    # -- [[bridges]] ----------------------------------------------------------------------------------
+
+    def _bridge_changes(self, old: GatewayConfig, new: GatewayConfig) -> BridgeChanges:
+        """What differs in ``[[bridges]]``, validated and the new bridges built (nothing started)."""
+        changes = BridgeChanges()
+        if _dump(old.bridges) == _dump(new.bridges):
+            return changes
+        gateway = self.gateway
+        names = set(gateway.connectors)
+        before = {bridge.name: bridge for bridge in parse_bridges(old.bridges, old.path, names)}
+        after = {bridge.name: bridge for bridge in parse_bridges(new.bridges, new.path, names)}
+        changes.removed = [name for name in before if name not in after]
+        changes.added = [bridge for name, bridge in after.items() if name not in before]
+        changes.changed = [bridge for name, bridge in after.items()
+                           if name in before and bridge.model_dump() != before[name].model_dump()]
+        if _dump(old.connectors) != _dump(new.connectors) or _dump(old.transform) != _dump(new.transform):
+            changes.why_not = "the connectors or [transform] changed too"
+        elif gateway.bridges.standby:
+            changes.why_not = "this gateway stands by for the bridges' store"
+        elif any(side.user is not None for bridge in [*changes.added, *changes.changed,
+                                                       *(before[name] for name in changes.removed)]
+                 for side in (bridge.source, bridge.target)):
+            changes.why_not = "a bridge side with its own login (its private connection)"
+        if changes.why_not or not (changes.added or changes.changed):
+            return changes
+        service = gateway.bridges
+        built = build_bridge_service([*changes.added, *changes.changed], gateway.connectors, self.reactor,
+                                     registry=gateway.registry, data_dir=new.data_dir,
+                                     plugin_manager=gateway.plugin_manager, transform_config=gateway.transform_config,
+                                     path=new.path, dedup=service.dedup)
+        if built.dedup is not None and service.dedup is None:
+            changes.why_not = "a bridge needing the duplicate store (ONCE_AND_ONLY_ONCE), which no bridge opened"
+        changes.service = built
+        return changes
+
+    def _bridges(self, old: GatewayConfig, new: GatewayConfig, changes: BridgeChanges,
+                 outcome: ReloadOutcome) -> None:
+        if not changes.any:
+            return
+        if changes.why_not:
+            outcome.restart.append(f"bridges ({changes.why_not})")
+            return
+        service = self.gateway.bridges
+        built = changes.service
+        replaced = {bridge.name for bridge in changes.changed}
+        stopped = [service.remove(name) for name in [*changes.removed, *replaced]]
+
+        def start_new(_: object) -> None:
+            for name, bridge in built.bridges.items():
+                service.add(bridge).addErrback(self._not_started, name)
+
+        gather(stopped).addBoth(start_new)  # a changed bridge's old consumer is gone before the new one starts
+        old.bridges = new.bridges
+        parts = [f"{what} {', '.join(names)}" for what, names in (
+            ("added", [bridge.name for bridge in changes.added]), ("changed", sorted(replaced)),
+            ("removed", changes.removed)) if names]
+        outcome.applied.append(f"bridges ({'; '.join(parts)})")
+
+    def _not_started(self, failure: Failure, name: str) -> None:
+        self.log.warn("SIGHUP: bridge {bridge} did not start: {error}", bridge=name, error=failure.getErrorMessage())
+
     def _others(self, old: GatewayConfig, new: GatewayConfig, outcome: ReloadOutcome) -> None:
         for name in type(old).model_fields:
-            if name in ("auth", "authorization"):
+            if name in ("auth", "authorization", "routing", "bridges"):
                 continue
             before, after = _dump(getattr(old, name)), _dump(getattr(new, name))
             if name == "gateway":

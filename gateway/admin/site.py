@@ -115,13 +115,20 @@ def admin_resource(gateway: ObservedGateway, settings: AdminSettings) -> Resourc
     console = ConsoleRoot(gateway, gateway.authorizer, principals=principals)
     console.history.start()
     root.putChild(b"console", console)
+    return guarded_resource(root, portal, settings, gateway.login_throttle)
+
+
+def guarded_resource(root: Resource, portal: Any, settings: AdminSettings, throttle: Any) -> Resource:
+    """``root`` (whose children include the probes) with a ``/logout``, behind HTTP Basic authentication
+    by ``portal``'s checkers (throttled by ``throttle``) when there is a portal; the probes stay open
+    while ``public_health`` is true."""
     if portal is None:
         root.putChild(b"logout", LogoutPage(has_logins=False))
         return root
     roles = Roles(dict(settings.roles), settings.default_role)
     guard = LoginGuard(AdminRealm(root, settings.users, roles), list(portal.checkers.values()),
-                       [BasicCredentialFactory(REALM)], gateway.login_throttle)
-    public = {path: root.children[path] for path in PROBES} if settings.public_health else {}
+                       [BasicCredentialFactory(REALM)], throttle)
+    public = {path: root.children[path] for path in PROBES if path in root.children} if settings.public_health else {}
     public[b"logout"] = LogoutPage(has_logins=True, realm=REALM)  # checks no password: never a failed login
     return GuardedRoot(guard, public)
 
@@ -145,7 +152,13 @@ class AdminSite(Site):
 
 def admin_site(gateway: ObservedGateway, settings: AdminSettings) -> Site:
     """The ``twisted.web`` site the admin listeners serve."""
-    site = AdminSite(admin_resource(gateway, settings), requestFactory=AdminRequest)
+    return serving_site(admin_resource(gateway, settings), settings)
+
+
+def serving_site(resource: Resource, settings: AdminSettings) -> Site:
+    """The ``twisted.web`` site serving ``resource`` on ``settings.listen`` (quiet probes, checked
+    Host and Origin headers, no tracebacks)."""
+    site = AdminSite(resource, requestFactory=AdminRequest)
     site.host_policy = HostPolicy.from_settings(settings.listen, settings.allowed_hosts, settings.allowed_origins)
     site.displayTracebacks = False
     site.noisy = False

@@ -99,6 +99,22 @@ class BridgeService(service.MultiService):
         """The status of every bridge."""
         return [bridge.status() for bridge in self.bridges.values()]
 
+    def remove(self, name: str) -> Deferred[Any]:
+        """Stop the bridge ``name`` and forget it (a SIGHUP reload); fires once it stopped."""
+        bridge = self.bridges.pop(name)
+        self.log.info("bridge {bridge} removed (configuration reloaded)", bridge=name)
+        stopped: Deferred[Any] = bridge.stop()
+        return stopped
+
+    def add(self, bridge: IBridge) -> Deferred[Any]:
+        """Run ``bridge`` too (a SIGHUP reload): started at once when the bridges run and it is enabled."""
+        self.bridges[bridge.name] = bridge
+        self.log.info("bridge {bridge} added (configuration reloaded)", bridge=bridge.name)
+        if self.running and not self.standby and bridge.config.enabled:
+            started: Deferred[Any] = bridge.start()
+            return started
+        return succeed(None)
+
     # -- lifecycle --------------------------------------------------------------------
 
     def startService(self) -> None:
@@ -212,13 +228,18 @@ class BridgeService(service.MultiService):
             self.lock.release()
 
 
-def _connector_for(side: BridgeEndpoint, key: str, connectors: dict[str, IConnector], owned: list[IConnector],
-                   path: str) -> IConnector:
+def _connector_for(side: BridgeEndpoint, key: str, connectors: dict[str, IConnector],
+                   owned: dict[tuple[str, str, str | None], IConnector], path: str) -> IConnector:
     """The connector of one bridge side: the named one, or a private copy logging in as the
-    side's own ``user`` (:class:`~gateway.interfaces.ICredentialed`)."""
+    side's own ``user`` (:class:`~gateway.interfaces.ICredentialed`), one per connector and login
+    (bridges with the same login share it, as the others share the named connector: a JMS broker
+    takes one connection per client id)."""
     connector = connectors[side.connector]
     if side.user is None:
         return connector
+    login = (side.connector, side.user, side.password)
+    if login in owned:
+        return owned[login]
     credentialed = ICredentialed(connector, None)
     try:
         if credentialed is None:
@@ -232,7 +253,7 @@ def _connector_for(side: BridgeEndpoint, key: str, connectors: dict[str, IConnec
             path=path,
             key=f"{key}.user",
         ) from None
-    owned.append(private)
+    owned[login] = private
     return private
 
 
@@ -285,7 +306,7 @@ def build_bridge_service(
         directory runs the bridges, another stands by: :mod:`gateway.bridges.ownership`).
     """
     metrics = BridgeMetrics.for_registry(registry)
-    owned: list[IConnector] = []
+    owned: dict[tuple[str, str, str | None], IConnector] = {}
     context = BuildContext(reactor, metrics, lambda config: _chains_for(config, plugin_manager, transform_config,
                                                                         registry, reactor, path),
                            Bridge, data_dir=data_dir, dedup=dedup)
@@ -307,6 +328,6 @@ def build_bridge_service(
     if store is not None:
         for config in users:
             store.register(config.name, config.duplicate_window)
-    return BridgeService(built, reactor=reactor, dedup=store if users else None, owned_connectors=owned,
+    return BridgeService(built, reactor=reactor, dedup=store if users else None, owned_connectors=list(owned.values()),
                          metrics=metrics, duplicate_windows=[config.duplicate_window for config in users],
                          lock=BridgeStoreLock(data_dir) if owner_lock and built else None)

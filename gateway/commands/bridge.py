@@ -1,5 +1,6 @@
-"""``jmsgateway bridge``: the configured bridges alone, without STOMP listeners, login portal or
-admin endpoint, over only the connectors they use (:func:`gateway.app.configured_connectors`).
+"""``jmsgateway bridge``: the configured bridges alone, without STOMP listeners (with the admin
+endpoint when ``[admin] listen`` says so), over only the connectors they use
+(:func:`gateway.app.configured_connectors`).
 
 A composition root like :mod:`gateway.app`: it loads the configuration and wires the layers;
 nothing below imports it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -16,21 +18,38 @@ from twisted.internet.defer import Deferred, DeferredList
 
 from gateway.app import bridges_for_gateway, configured_connectors, used_connectors
 from gateway.bridges.config import BridgeConfig, parse_bridges
-from gateway.config import load_config
+from gateway.bridges.service import BridgeService
+from gateway.config import GatewayConfig, load_config
 from gateway.deferreds import gather
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, GatewayError
 from gateway.identity import resolve_gateway_id
+from gateway.interfaces import IConnector
+
+
+@dataclass
+class StandaloneBridges:
+    """What ``jmsgateway bridge`` runs, for whoever watches it (progress logs, the admin endpoint)."""
+
+    config: GatewayConfig
+    reactor: Any
+    bridges: BridgeService
+    connectors: dict[str, IConnector]
+    """Name -> the connectors the bridges use (``embedded`` when a bridge names it)."""
+    registry: CollectorRegistry
+    """The connectors' and bridges' metrics."""
+    started_at: float | None = None
+    """When the connectors were up (reactor seconds); None before."""
 
 
 def run_standalone(config_path: str, overrides: list[str] | None = None, *, only: list[str] | None = None,
                    watch: Any = None) -> int:
     """``jmsgateway bridge --config FILE``: run the configured bridges (no STOMP
-    listener, no login portal, no admin endpoint) until SIGINT/SIGTERM, with only the
-    connectors they use (the embedded broker only when a bridge names it).  Returns the
-    exit status.
+    listener) until SIGINT/SIGTERM, with only the connectors they use (the embedded
+    broker only when a bridge names it).  Returns the exit status.
 
     :param only: run just these bridges (names); the others are not started.
-    :param watch: called with the :class:`BridgeService` before the reactor runs (progress reports).
+    :param watch: called with the :class:`StandaloneBridges` before the reactor runs (progress reports,
+        the admin endpoint); a GatewayError or ConfigError it raises ends the command with its message.
     """
     from twisted.internet import reactor
 
@@ -57,11 +76,17 @@ def run_standalone(config_path: str, overrides: list[str] | None = None, *, only
             if name not in only:
                 bridge.config = _disabled(bridge.config)
     os.makedirs(config.data_dir, exist_ok=True)
+    run = StandaloneBridges(config, reactor, bridges, connectors, registry)
     if watch is not None:
-        watch(bridges)
+        try:
+            watch(run)
+        except (ConfigError, GatewayError) as error:
+            print(f"jmsgateway bridge: {error}", file=sys.stderr)
+            return 1
     status = {"code": 0}
 
     def started(_: object) -> None:  # the connectors are up: start the bridges
+        run.started_at = reactor.seconds()
         bridges.startService()
 
         def show(_: object) -> None:

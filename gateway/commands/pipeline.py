@@ -3,6 +3,7 @@
 Usage::
 
     jmsgateway pipeline --config FILE [--master URL] [--checkpoint DIR] [--set KEY=VALUE]
+    jmsgateway pipeline run ...            # the same (an alias)
     jmsgateway pipeline replay --config FILE --topic DLQ [--from OFFSETS] [--to OFFSETS]
                                [--no-transform] [--master URL]
     python -m gateway.commands.pipeline --config FILE                    # same arguments
@@ -11,8 +12,9 @@ Usage::
 OFFSETS is ``earliest``, ``latest`` or JSON ``{"topic": {"0": 42}}``.  The
 job runs until it is stopped (SIGINT / SIGTERM stop the query between
 micro-batches' writes; a restart resumes from the checkpoint).  A bad
-configuration gives one line naming file and key and exit status 1; a
-query that stops on a failure gives its reason and exit status 2.
+configuration, or an ingest topic the cluster does not list (checked before
+Spark starts), gives one line and exit status 1; a query that stops on a
+failure gives its reason and exit status 2.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
 
 from gateway.config import load_config
-from gateway.errors import ConfigError, GatewayError
+from gateway.errors import ConfigError, ConnectorError, GatewayError
 from gateway.locations import choose_config
 
 log = Logger(namespace="gateway.pipeline")
@@ -97,8 +99,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"{error}", file=sys.stderr)
         return 1
     start_logging()
-    from gateway.pipeline.job import PipelineJob, build_spark
+    from gateway.pipeline.job import PipelineJob, build_spark, check_ingest_topics
 
+    try:
+        check_ingest_topics(settings)  # before Spark: one line, not a Java stack trace first
+    except ConnectorError as error:
+        print(f"jmsgateway pipeline: {error}", file=sys.stderr)
+        return 1
     spark = build_spark(args.master, shuffle_partitions=settings.shuffle_partitions)
     spark.sparkContext.setLogLevel("WARN")
     try:

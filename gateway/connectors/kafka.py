@@ -61,7 +61,7 @@ from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerProcess
 from gateway.connectors.kafka_settings import KafkaSettings
-from gateway.connectors.kafka_subscription import KafkaSubscription
+from gateway.connectors.kafka_subscription import ConsumerLagCollector, KafkaSubscription
 from gateway.connectors.kafka_transactions import KafkaTransactionalCopy, held_record_ids
 from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
@@ -187,7 +187,10 @@ class KafkaConnector:
                     registry: Any = None, path: str = "") -> KafkaConnector:
         """Build the connector from its ``[connectors.<name>]`` table."""
         settings = KafkaSettings.from_options(options, name=name, client_id=gateway_id, path=path)
-        return cls(reactor, settings, name=name, gateway_id=gateway_id)
+        connector = cls(reactor, settings, name=name, gateway_id=gateway_id)
+        if registry is not None:  # (its subscriptions' lag on /metrics)
+            ConsumerLagCollector.for_registry(registry).add(name, connector._subscriptions)
+        return connector
 
     def with_credentials(self, user: str, password: str | None) -> KafkaConnector:
         """:class:`ICredentialed`: a new connector like this one, logging in with SASL as ``user``

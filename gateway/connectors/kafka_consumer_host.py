@@ -184,8 +184,8 @@ def _call(consumer: Any, forward: Any, method: str, args: tuple[Any, ...]) -> An
         consumer.seek(_in([args[0]])[0])
         return None
     if method == "get_watermark_offsets":
-        (partition,), timeout = _in([args[0]]), args[1]
-        return consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
+        (partition,), timeout, cached = _in([args[0]]), args[1], bool(args[2:] and args[2])
+        return consumer.get_watermark_offsets(partition, timeout=timeout, cached=cached)
     if method == "assignment":
         return _out(consumer.assignment())
     if method == "position":
@@ -319,7 +319,7 @@ class ConsumerProcess:
         self._call("seek", _out([partition])[0])
 
     def get_watermark_offsets(self, partition: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
-        low, high = self._call("get_watermark_offsets", _out([partition])[0], timeout)
+        low, high = self._call("get_watermark_offsets", _out([partition])[0], timeout, cached)
         return low, high
 
     def assignment(self) -> list[Any]:

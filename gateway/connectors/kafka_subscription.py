@@ -26,6 +26,11 @@ and the consumer is never touched by two threads.
   marked redelivered with its count (:class:`OffsetTracker`).  A subscription
   starting at the latest offset commits that start on its first assignment, so
   a later assignment goes on from there instead of the end at that time.
+* Lag: every :data:`LAG_INTERVAL` seconds the thread reads each assigned
+  partition's high watermark (the broker's, or the last fetch's when higher)
+  and keeps ``high - committed`` (``high - low`` before the group committed
+  anything) as :attr:`KafkaSubscription.lag`; :class:`ConsumerLagCollector`
+  shows it as ``jmsgateway_kafka_consumer_lag``.
 """
 
 from __future__ import annotations
@@ -34,10 +39,15 @@ import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -51,6 +61,12 @@ from gateway.message.model import Message
 
 TOPIC_GONE = frozenset({3, -188, 100})
 """Record errors meaning the topic is gone: UNKNOWN_TOPIC_OR_PART, _UNKNOWN_TOPIC, UNKNOWN_TOPIC_ID."""
+
+LAG_INTERVAL = 5.0
+"""Seconds between two readings of a subscription's partitions' high watermarks (its lag)."""
+
+LAG_TIMEOUT = 1.0
+"""Seconds one watermark reading may wait for the broker (the polling thread waits that long at most)."""
 
 
 @dataclass(slots=True)
@@ -118,6 +134,9 @@ class KafkaSubscription:
         self._paused_by_client = False
         self._fetch_paused = False
         self._assignment: list[Any] = []
+        self._lag_read_at = 0.0
+        self.lag: dict[int, int] = {}
+        """Partition -> records after the group's committed offset (read by any thread: replaced whole)."""
 
     # ----------------------------------------------------------- reactor side
 
@@ -295,6 +314,9 @@ class KafkaSubscription:
             if closing is not None:
                 self._commands.put(_Command("noop", [], closing))
                 return
+            if now - self._lag_read_at >= LAG_INTERVAL:
+                self._lag_read_at = now
+                self._read_lag(kafka_consumer)
             self._dispatch()
             records = self._fetch(kafka_consumer)
             for record in records:
@@ -401,6 +423,27 @@ class KafkaSubscription:
             )
             kafka_consumer.seek(TopicPartition(self.topic, partition, offset))
 
+    def _read_lag(self, kafka_consumer: Any) -> None:
+        """:attr:`lag` of the assigned partitions: high watermark minus the committed offset (the low
+        watermark when the group committed none); a partition the broker does not answer for keeps none."""
+        lag: dict[int, int] = {}
+        for tp in list(self._assignment):
+            try:
+                low, high = kafka_consumer.get_watermark_offsets(tp, timeout=LAG_TIMEOUT, cached=False)
+                # the last fetch's high watermark too: Tansu's ListOffsets answers the last batch's first
+                # offset + 1 (a real Kafka's end is never below what a fetch reported)
+                high = max(high, kafka_consumer.get_watermark_offsets(tp, cached=True)[1])
+            except ConsumerCrashed:
+                raise
+            except Exception as exc:
+                self.log.debug("group {group}: no watermarks for {topic}[{partition}]: {error}", group=self.group,
+                               topic=self.topic, partition=tp.partition, error=exc)
+                continue
+            state = self._tracker.partitions.get(tp.partition)
+            committed = state.committed if state is not None and state.committed is not None else -1
+            lag[tp.partition] = max(0, high - (committed if committed >= 0 else low))
+        self.lag = lag
+
     def _commit(self, kafka_consumer: Any) -> None:
         from confluent_kafka import TopicPartition
 
@@ -480,3 +523,37 @@ class KafkaSubscription:
             self._tracker.revoke(partition)
         self._backlog = deque(r for r in self._backlog if r.partition() not in gone)
         self._assignment = [tp for tp in self._assignment if tp.partition not in gone]
+
+
+class ConsumerLagCollector(Collector):
+    """``jmsgateway_kafka_consumer_lag{connector, topic, group}``: per subscription, the records of its topic
+    after its group's committed offsets (summed over its partitions), as last read (:data:`LAG_INTERVAL`).
+
+    One per registry (:meth:`for_registry`); each Kafka connector adds the set of its live subscriptions."""
+
+    _collectors: weakref.WeakKeyDictionary[CollectorRegistry, ConsumerLagCollector] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.sources: list[tuple[str, set[KafkaSubscription]]] = []
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry) -> ConsumerLagCollector:
+        collector = cls._collectors.get(registry)
+        if collector is None:
+            collector = cls._collectors[registry] = cls()
+            registry.register(collector)
+        return collector
+
+    def add(self, connector: str, subscriptions: set[KafkaSubscription]) -> None:
+        """Report ``subscriptions`` (a connector's live set) under ``connector``."""
+        self.sources.append((connector, subscriptions))
+
+    def collect(self) -> Iterator[Any]:
+        lag = GaugeMetricFamily("jmsgateway_kafka_consumer_lag",
+                                "Records of a subscription's topic after its consumer group's committed offsets "
+                                "(summed over its assigned partitions)", labels=["connector", "topic", "group"])
+        for connector, subscriptions in self.sources:
+            for subscription in list(subscriptions):
+                lag.add_metric([connector, subscription.topic, subscription.group],
+                               float(sum(subscription.lag.values())))
+        yield lag

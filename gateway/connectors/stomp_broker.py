@@ -9,7 +9,11 @@ URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
     the virtual host of CONNECT (default: the URI's host).
 ``client_id``
     the broker connection's client id, which identifies durable topic
-    subscriptions (default ``<gateway id>-<connector name>``).
+    subscriptions (default ``<gateway id>-<connector name>``).  A private
+    connection for another login (:meth:`StompBrokerConnector.with_credentials`,
+    a bridge side's own ``user``) uses ``<client_id>.<login>``: a broker takes one
+    connection per client id, and the name stays the same across restarts, so
+    that login's durable subscriptions are found again.
 ``failure_retry_interval``
     milliseconds between reconnection attempts (default 5000).
 ``max_retries``
@@ -278,9 +282,11 @@ class StompBrokerConnector:
         return cls(name, settings, reactor=reactor, registry=registry)
 
     def with_credentials(self, user: str, password: str | None) -> StompBrokerConnector:
-        """:class:`ICredentialed`: a new connector to the same broker, CONNECTing as ``user``
-        (its own metrics registry: the shared one names this connector already)."""
-        update: dict[str, Any] = {"login": user}
+        """:class:`ICredentialed`: a new connector to the same broker, CONNECTing as ``user`` with the
+        client id ``<client_id>.<user>`` (ActiveMQ refuses a second connection with a client id in
+        use; stable per login, so its durable subscriptions are found again) and its own metrics
+        registry (the shared one names this connector already)."""
+        update: dict[str, Any] = {"login": user, "client_id": f"{self.settings.client_id}.{user}"}
         if password is not None:
             update["passcode"] = password
         return StompBrokerConnector(self.name, self.settings.model_copy(update=update), reactor=self.reactor,

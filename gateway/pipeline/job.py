@@ -25,7 +25,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, ConnectorError
 from gateway.pipeline.datasource import SOURCE_NAME, register
 from gateway.pipeline.processing import OUTCOMES, OUTPUT_SCHEMA, process_arrow
 from gateway.pipeline.progress import OBSERVATION, ProgressLogger
@@ -62,6 +62,26 @@ def build_spark(master: str | None = None, *, app_name: str = "jmsgateway-pipeli
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+def check_ingest_topics(settings: PipelineSettings, timeout: float = 15.0) -> None:
+    """ConnectorError naming the first ingest topic the cluster does not list (or the bootstrap it
+    cannot reach), asked with confluent-kafka on the driver before Spark starts: one line, where a
+    failing query would print Spark's Java stack trace first."""
+    from gateway.pipeline.kafka_source import KafkaOffsets
+
+    options = {"bootstrap": settings.bootstrap, "subscribe": ",".join(settings.ingest_topics),
+               "metadataTimeout": str(timeout), **{f"kafka.{k}": str(v) for k, v in settings.consumer.items()}}
+    offsets = KafkaOffsets(options)
+    try:
+        offsets.partitions()
+    except ConnectorError as error:
+        raise ConnectorError(f"{error}: create it (docs/pipeline.md), or name another in pipeline.ingest_topics") \
+            from None
+    except Exception as error:  # confluent-kafka's KafkaException: no broker answered in time
+        raise ConnectorError(f"cannot list the topics of {settings.bootstrap}: {error}") from None
+    finally:
+        offsets.close()
 
 
 def has_spark_kafka(spark: Any) -> bool:

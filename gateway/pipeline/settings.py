@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from gateway.errors import ConfigError
 from gateway.identity import resolve_gateway_id
+from gateway.locations import resolve_plugin_folder
 from gateway.routing.config import RoutingSection, parse_routing_config
 from gateway.schema import Int, Seconds, Section, Str, Table, validate
 from gateway.transform.config import TransformConfig
@@ -190,7 +191,8 @@ def pipeline_spec(config: WholeConfig, settings: PipelineSettings, *, replay: bo
             text = handle.read()
         routing["properties"] = text + "\n" + str(routing.get("properties", ""))
     transform = config.transform.model_dump(exclude_defaults=True)
-    transform["plugin_dirs"] = [os.path.abspath(d) for d in config.transform.plugin_dirs]
+    # absolute, as the driver finds them (``plugins`` missing here: the package's shipped plugins)
+    transform["plugin_dirs"] = [os.path.abspath(resolve_plugin_folder(d)) for d in config.transform.plugin_dirs]
     return PipelineSpec(
         routing=routing,
         transform=transform,

@@ -159,6 +159,16 @@ class KafkaRouter:
             checks = [self.connector.check_topic(topic) for topic in set(self.missing_topics.values())]
             DeferredList(checks, consumeErrors=True).addCallback(self._check_topics)
 
+    def use_config(self, config: RoutingConfig) -> None:
+        """Route by ``config`` from the next message on (a SIGHUP reload; the same connector): the stops
+        of routes it no longer has are forgotten and its topics are checked again."""
+        self.config = config
+        self.router = Router(config, self.router.origin)
+        self._forward_routes.clear()
+        names = {route.name for route in config.routes}
+        self.stopped_routes = {name: why for name, why in self.stopped_routes.items() if name in names}
+        self._check_topics()
+
     def _check_topics(self, _: object = None) -> None:
         """Warn about (and remember) every route whose topic the cluster does not list, so a
         missing topic shows at start-up in the log and ``/health``, not at the first SEND."""

@@ -4,7 +4,12 @@ command line."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +18,15 @@ import pytest
 
 from gateway.config import load_config
 from gateway.security.passwords import is_hashed
+from tests.support.activemq import ActiveMQBroker, stock_activemq
 from tests.support.gateway import REPO, GatewayProcess, stopped_after
-from tests.support.kafka import TansuBroker, create_topics, read_records
+from tests.support.kafka import TansuBroker, create_topics, produce, read_records
 from tests.support.ports import free_port
 from tests.support.stomp_clients import Client
+from tests.support.waiting import wait_until
 
 EXAMPLES = REPO / "etc" / "examples"
+__all__ = ["stock_activemq"]
 
 
 class ExampleGateway(GatewayProcess):
@@ -83,3 +91,113 @@ def test_kafka_routing_example_routes_keys_and_dead_letters(tmp_path: Path, kafk
     assert dead.value() == b"no key"
     (audit,) = read_records(kafka.bootstrap, "audit", 1)
     assert audit.value() == b"audit 1"
+
+
+@pytest.mark.spark
+def test_pipeline_examples_ingest_then_route_on_spark(tmp_path: Path, kafka: TansuBroker) -> None:
+    """pipeline-gateway.toml writes the SENDs to jms-ingest; pipeline.toml's job (its command as the header
+    comment spells it, local Spark) routes them: the keyed order to orders with header-map's property, the
+    unkeyed one to pipeline-dlq."""
+    create_topics(kafka.bootstrap, "jms-ingest", "orders", "pipeline-dlq")  # as the header comments say
+    uri = f'connectors.kafka.uri="kafka://{kafka.bootstrap}"'
+    gateway = ExampleGateway(tmp_path / "gw", "pipeline-gateway.toml", ["--set", uri])
+    gateway.start()
+    with stopped_after(gateway):
+        client = Client(gateway.address)
+        client.send("/queue/orders", "order 1", receipt=True, **{"correlation-id": "c-1"})
+        client.send("/queue/orders", "no key", receipt=True)
+        client.disconnect()
+    ingested = read_records(kafka.bootstrap, "jms-ingest", 2)
+    assert [record.value() for record in ingested] == [b"order 1", b"no key"]
+    log = tmp_path / "pipeline.log"
+    with log.open("wb") as sink:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "pipeline", "--config", str(EXAMPLES / "pipeline.toml"),
+             "--set", uri, "--set", f'gateway.data_dir="{tmp_path / "data"}"', "--master", "local[1]"],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            (order,) = read_records(kafka.bootstrap, "orders", 1, timeout=240)
+            (dead,) = read_records(kafka.bootstrap, "pipeline-dlq", 1, timeout=30)
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.wait(120)
+    assert order.key() == b"c-1" and order.value() == b"order 1", log.read_text()[-3000:]
+    assert dict(order.headers())["jms.x-routed-by"] == b"pipeline"
+    assert dead.value() == b"no key"
+    assert job.returncode == 0, log.read_text()[-3000:]
+    assert not (tmp_path / "var").exists()  # the checkpoint went under the data directory given
+
+
+def test_the_pipeline_stops_with_one_line_when_its_ingest_topic_is_missing(tmp_path: Path,
+                                                                           kafka: TansuBroker) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "pipeline", "run", "--config", str(EXAMPLES / "pipeline.toml"),
+         "--set", f'connectors.kafka.uri="kafka://{kafka.bootstrap}"', "--set", f'gateway.data_dir="{tmp_path}"'],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"jmsgateway pipeline: Kafka topic 'jms-ingest' does not exist (bootstrap {kafka.bootstrap}): create it "
+        "(docs/pipeline.md), or name another in pipeline.ingest_topics"], done.stderr
+
+
+def _bridges(admin: int) -> dict[str, dict[str, object]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/bridges", timeout=10) as reply:
+        return {status["name"]: status for status in json.loads(reply.read())}
+
+
+@pytest.mark.activemq
+def test_bridges_example_runs_its_three_bridges(tmp_path: Path, stock_activemq: ActiveMQBroker,
+                                                kafka: TansuBroker) -> None:
+    """bridges.toml as shipped under ``jmsgateway bridge`` (its header comment's command), a stock ActiveMQ
+    and Tansu at its two addresses: an EU order from ActiveMQ reaches Kafka's orders topic (and a US one
+    stays), an audit record reaches the embedded queue, a price published to the ActiveMQ topic reaches the
+    durable bridge that logs in as its own user (a client id of its own: no InvalidClientIDException)."""
+    create_topics(kafka.bootstrap, "orders", "audit")
+    admin = free_port()
+    output = tmp_path / "bridge.out"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "bridge", "--config", str(EXAMPLES / "bridges.toml"),
+             "--set", f'connectors.activemq.uri="{stock_activemq.stomp_uri}"',
+             "--set", f'connectors.kafka.uri="kafka://{kafka.bootstrap}"',
+             "--set", f'gateway.data_dir="{tmp_path / "data"}"',
+             "--set", f'admin.listen="tcp:{admin}:interface=127.0.0.1"'],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: "admin endpoint on" in output.read_text(), 60, "the bridge command's admin endpoint")
+            wait_until(lambda: all(status["state"] == "running" for status in _bridges(admin).values())
+                       and len(_bridges(admin)) == 3, 90, "the three bridges running")
+            amq = Client(("127.0.0.1", stock_activemq.stomp_port), text=True)
+            amq.send("/queue/orders", "order eu", receipt=True, region="EU", persistent="true")
+            amq.send("/queue/orders", "order us", receipt=True, region="US", persistent="true")
+            amq.send("/topic/prices", "price 1", receipt=True)
+            amq.disconnect()
+            produce(kafka.bootstrap, "audit", [{"value": b"audit 1"}])
+            wait_until(lambda: [_bridges(admin)[name]["forwarded"] for name in
+                                ("orders-to-kafka", "audit-from-kafka", "prices-durable")] == [1, 1, 1],
+                       60, "one message through each bridge")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+    (order,) = read_records(kafka.bootstrap, "orders", 1, settle=1.0)
+    assert order.value() == b"order eu"
+    text = output.read_text()
+    assert process.returncode == 0, text[-3000:]
+    assert "InvalidClientID" not in text and "Traceback" not in text, text[-3000:]
+
+
+def test_the_readme_snippet_shows_the_receipt_and_the_message(tmp_path: Path) -> None:
+    """README.md's "Try it" snippet, its port aside, against a gateway on the shipped default config:
+    the newcomer sees the RECEIPT and the MESSAGE printed."""
+    readme = (REPO / "README.md").read_text()
+    snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '("127.0.0.1", 61613)' in snippet
+    gateway = GatewayProcess(tmp_path / "gw")
+    gateway.start()
+    with stopped_after(gateway):
+        done = subprocess.run([sys.executable, "-c", snippet.replace("61613", str(gateway.port))], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout + done.stderr
+    assert "on_receipt {'receipt-id': 'r1'}" in printed, printed
+    assert any(line.startswith("on_message ") and line.endswith("hi there") for line in printed.splitlines()), printed

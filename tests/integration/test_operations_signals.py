@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.security.passwords import hash_password
-from tests.support.gateway import REPO, TWISTD, GatewayProcess, stopped_after
+from tests.support.gateway import REPO, TWISTD, GatewayProcess, default_config, stopped_after
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client
 from tests.support.waiting import wait_until
@@ -145,3 +145,33 @@ def test_a_daemonized_start_that_works_exits_zero_once_listening(tmp_path: Path)
     finally:
         os.kill(pid, signal.SIGTERM)
     wait_until(lambda: not (tmp_path / "gw.pid").exists(), 30, "the pid file removed at the stop")
+
+
+def embedded_bridge(name: str, source: str, target: str) -> str:
+    return (f'[[bridges]]\nname = "{name}"\nsource = {{ connector = "embedded", destination = "{source}" }}\n'
+            f'target = {{ connector = "embedded", destination = "{target}" }}\n')
+
+
+def test_sighup_adds_and_removes_bridges(tmp_path: Path) -> None:
+    """A real gateway: bridge ``old`` moves messages; after a SIGHUP with ``old`` gone and ``new`` in the file,
+    ``new`` moves them and ``old`` no longer does; the log names what was applied."""
+    process = GatewayProcess(tmp_path, embedded_bridge("old", "/queue/old.in", "/queue/old.out"))
+    process.start()
+    with stopped_after(process):
+        client = Client(process.address)
+        client.subscribe("/queue/old.out", "1")
+        client.send("/queue/old.in", "before", receipt=True)
+        assert client.message(timeout=20).body == b"before"
+        process.config_path.write_text(default_config() + "\n" + embedded_bridge("new", "/queue/new.in",
+                                                                                 "/queue/new.out"))
+        assert process.process is not None
+        process.process.send_signal(signal.SIGHUP)
+        log = process.wait_for_log("SIGHUP: configuration")
+        assert "applied: bridges (added new; removed old); needs a restart: nothing" in log
+        client.subscribe("/queue/new.out", "2")
+        client.send("/queue/new.in", "through the new bridge", receipt=True)
+        assert client.message(timeout=20).body == b"through the new bridge"
+        client.send("/queue/old.in", "stays", receipt=True)
+        assert client.no_message(2.0)  # the old bridge is gone: the message stays in /queue/old.in
+        client.disconnect()
+        assert process.process.poll() is None

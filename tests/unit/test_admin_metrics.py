@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+from unittest.mock import Mock
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,6 +20,7 @@ from gateway.admin.metrics import register_operator_metrics
 from gateway.admin.site import admin_resource
 from gateway.app import build_gateway
 from gateway.config import parse_config
+from gateway.connectors.kafka_subscription import ConsumerLagCollector
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage
 from tests.unit.test_admin import BRIDGES, call
@@ -143,12 +145,14 @@ def test_the_grafana_dashboard_names_only_exported_metrics() -> None:
     assert len(expressions) >= 10
     gateway = busy_gateway()
     register_operator_metrics(gateway)
+    lag = ConsumerLagCollector.for_registry(gateway.registry)  # (what a Kafka connector adds)
+    lag.add("kafka", {Mock(topic="orders", group="g", lag={0: 3})})
     exported = {sample.name for family in gateway.registry.collect() for sample in family.samples}
     used = {name for expression in expressions for name in METRIC.findall(expression)}
     assert used, "no metric in the dashboard"
     assert used - exported == set(), "the dashboard names metrics the gateway does not export"
     for needed in ("jmsgateway_broker_destination_messages", "jmsgateway_broker_destination_consumers",
-                   "jmsgateway_build_info", "process_resident_memory_bytes"):
+                   "jmsgateway_build_info", "process_resident_memory_bytes", "jmsgateway_kafka_consumer_lag"):
         assert needed in used
     assert all(panel.get("datasource", {}).get("uid") == "${datasource}"
                for panel in document["panels"] if panel.get("type") != "row")

@@ -45,7 +45,7 @@ def test_every_section_and_connector_kind_is_in_the_schema_and_the_docs() -> Non
 
 def test_there_is_an_example_per_target() -> None:
     assert [path.name for path in EXAMPLES] == ["activemq.toml", "bridges.toml", "embedded.toml",
-                                                "kafka-routing.toml", "pipeline.toml"]
+                                                "kafka-routing.toml", "pipeline-gateway.toml", "pipeline.toml"]
 
 
 @pytest.mark.parametrize("path", [*EXAMPLES, REPO / "etc" / "jmsgateway.toml"], ids=lambda path: path.name)
