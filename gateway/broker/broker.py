@@ -35,6 +35,7 @@ from zope.interface import implementer
 
 from gateway.broker.browse import QueueBrowser
 from gateway.broker.composite import expand, is_composite
+from gateway.broker.idempotency import IdempotentSends, has_send_id
 from gateway.broker.limits import (
     BLOCK,
     DROP,
@@ -223,6 +224,8 @@ class EmbeddedBroker:
         self._arriving = 0
         """Counted bytes of the messages admitted and not yet in their queues (waiting for the
         store or for earlier messages): they count against the limits as if they were there."""
+        self.idempotency = IdempotentSends(clock, self.settings.dedup_window, self.settings.dedup_window_seconds,
+                                           parts=expand, registry=self.metrics.registry)  # (issue 35: x-dedup-id)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -275,6 +278,7 @@ class EmbeddedBroker:
             queue.enqueue(message)
         if snapshot.expired:
             self.metrics.expired.inc(snapshot.expired)
+        self.idempotency.recover(snapshot.send_ids)  # (issue 35)
         backlog = snapshot.backlog
         if backlog is not None:
             self._recover_backlogs(snapshot.backlogs, backlog)
@@ -442,11 +446,13 @@ class EmbeddedBroker:
         else:
             pending.addCallbacks(lambda _: settled(None, None), lambda failure: settled(failure.value, None))
 
-    def _send(self, message: Message) -> Deferred[None] | None:
+    def _send(self, message: Message, deduplicate: bool = True) -> Deferred[None] | None:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
         a Deferred when it waits for the store or is refused."""
+        if deduplicate and has_send_id(message):  # (issue 35: a resend with a stored x-dedup-id is settled)
+            return self.idempotency.send([message], lambda fresh: self._send(fresh[0], False))
         if is_composite(message.destination):  # (one copy per part, stored as one batch: one receipt)
-            return self.send_batch([message])
+            return self.send_batch([message], deduplicate=False)
         try:
             targets = self._targets(message)
         except GatewayError as error:
@@ -469,8 +475,12 @@ class EmbeddedBroker:
                 queue.enqueue(message, size)
         return None
 
-    def send_batch(self, messages: list[Message]) -> Deferred[None]:
-        """Store the persistent ones in one transaction, then make all visible."""
+    def send_batch(self, messages: list[Message], deduplicate: bool = True) -> Deferred[None]:
+        """Store the persistent ones in one transaction, then make all visible.  ``deduplicate``:
+        messages whose idempotency key was stored are left out (False: a dead letter sent back)."""
+        if deduplicate and any(map(has_send_id, messages)):  # (issue 35)
+            sent = self.idempotency.send(messages, lambda fresh: self.send_batch(fresh, False))
+            return succeed(None) if sent is None else sent
         try:
             plan = [(part, self._targets(part)) for message in messages for part in expand(message)]
         except GatewayError as error:
