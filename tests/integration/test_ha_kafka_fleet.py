@@ -156,8 +156,11 @@ class Consumer:
         self._subscribe()
 
     def _subscribe(self) -> None:
-        self.member.connection.subscribe(self.queue, self.name, ack="client-individual",
-                                         headers={"activemq.prefetchSize": "10"})
+        """SUBSCRIBE; its RECEIPT comes once the group gave the subscription partitions (after the
+        rebalance its joining caused, so the producers start on a settled group)."""
+        self.member.receipted(lambda receipt: self.member.connection.subscribe(
+            self.queue, self.name, ack="client-individual",
+            headers={"activemq.prefetchSize": "10", "receipt": receipt}), timeout=60)
 
     def run(self) -> None:
         member, ledger = self.member, self.ledger
