@@ -66,13 +66,14 @@ def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
     """The embedded broker's message store as configured."""
     if config.broker.persistence == "memory":
         return MemoryStore()
+    from gateway.broker.idempotency import SendIdTable
     from gateway.broker.sqlite_store import SqliteStore
 
     settings = config.broker
     store: IMessageStore = SqliteStore(
         config.data_path(settings.database), reactor,
         synchronous=settings.synchronous.upper(), max_size=settings.max_size, min_free=settings.min_free,
-        lazy_recovery=True,
+        lazy_recovery=True, send_ids=SendIdTable(settings.dedup_window, settings.dedup_window_seconds),
     )
     return store
 

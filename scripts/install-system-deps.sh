@@ -14,10 +14,15 @@ command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The admin console's browser tests: headless Chromium driven by Selenium through Debian's chromedriver.
 dpkg -s chromium >/dev/null 2>&1 || need+=(chromium)
 dpkg -s chromium-driver >/dev/null 2>&1 || need+=(chromium-driver)
-if [ ${#need[@]} -eq 0 ]; then
-    exit 0
+# Node and npm: the @stomp/stompjs WebSocket client of tests/integration/test_ha_stompjs.py (issue 35).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+if [ ${#need[@]} -ne 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+# the JavaScript clients the tests drive, at the versions of tests/js/package-lock.json
+js="$(dirname "$0")/../tests/js"
+[ -d "$js/node_modules/@stomp/stompjs" ] || npm ci --prefix "$js" --no-audit --no-fund --silent

@@ -36,7 +36,8 @@ PREVIEW_CHARS = 1024
 
 def overview(gateway: ObservedGateway, history: RateHistory, now: float, principal: Principal) -> dict[str, Any]:
     """Connections, message rates (with the last minutes' history), connectors' and bridges' health
-    (bridges for an administrator only), and who is asking (``you``)."""
+    (bridges for an administrator only), who is asking (``you``), and the gateway's high-availability
+    role and last takeover (``ha``: :meth:`gateway.ha.role.GatewayRole.status`)."""
     from gateway import __version__
 
     bridge_statuses = gateway.bridges.status()
@@ -58,6 +59,7 @@ def overview(gateway: ObservedGateway, history: RateHistory, now: float, princip
         "bridges": [{"name": status["name"], "state": status["state"], **bridge_health(status)}
                     for status in bridge_statuses] if principal.administrator else [],
         "you": {"login": principal.login, "role": principal.role},
+        "ha": gateway.role.status(),
     }
 
 

@@ -35,6 +35,7 @@ from zope.interface import implementer
 
 from gateway.broker.browse import QueueBrowser
 from gateway.broker.composite import expand, is_composite
+from gateway.broker.idempotency import IdempotentSends, has_send_id
 from gateway.broker.limits import (
     BLOCK,
     DROP,
@@ -185,7 +186,7 @@ class EmbeddedBroker:
         self.clock = clock
         self.settings = settings or BrokerSettings()
         self.store: IMessageStore = store or MemoryStore()
-        self.scheduler = Scheduler(clock, schedule or MemorySchedule(), self.send, self.now_ms)
+        self.scheduler = Scheduler(clock, schedule or MemorySchedule(), self._send_occurrence, self.now_ms)
         """Messages sent with AMQ_SCHEDULED_* until they are due (:mod:`gateway.broker.scheduler`)."""
         self.metrics = BrokerMetrics(registry)
         self.metrics.gauges = self._gauges
@@ -231,6 +232,8 @@ class EmbeddedBroker:
         self._arriving = 0
         """Counted bytes of the messages admitted and not yet in their queues (waiting for the
         store or for earlier messages): they count against the limits as if they were there."""
+        self.idempotency = IdempotentSends(clock, self.settings.dedup_window, self.settings.dedup_window_seconds,
+                                           parts=expand, registry=self.metrics.registry)  # (issue 35: x-dedup-id)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -289,6 +292,7 @@ class EmbeddedBroker:
             queue.enqueue(message)
         if snapshot.expired:
             self.metrics.expired.inc(snapshot.expired)
+        self.idempotency.recover(snapshot.send_ids)  # (issue 35)
         backlog = snapshot.backlog
         if backlog is not None:
             self._recover_backlogs(snapshot.backlogs, backlog)
@@ -452,6 +456,12 @@ class EmbeddedBroker:
         pending = self._send(message)
         return succeed(None) if pending is None else pending
 
+    def _send_occurrence(self, message: Message) -> Deferred[None]:
+        """A scheduled message's occurrence: not checked against the idempotency keys (its repeats
+        carry the key its SEND had)."""
+        pending = self._send(message, False)
+        return succeed(None) if pending is None else pending
+
     def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
         """:class:`IPostingConnector`: :meth:`send` reporting through ``settled(error, None)``;
         a message that needs no store write (or is refused at once) makes no Deferred.
@@ -462,13 +472,15 @@ class EmbeddedBroker:
         else:
             pending.addCallbacks(lambda _: settled(None, None), lambda failure: settled(failure.value, None))
 
-    def _send(self, message: Message) -> Deferred[None] | None:
+    def _send(self, message: Message, deduplicate: bool = True) -> Deferred[None] | None:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
         a Deferred when it waits for the store or is refused."""
+        if deduplicate and has_send_id(message):  # (issue 35: a resend with a stored x-dedup-id is settled)
+            return self.idempotency.send([message], lambda fresh: self._send(fresh[0], False))
         if is_scheduled(message):  # (AMQ_SCHEDULED_*: held until due, gateway/broker/scheduler.py)
             return self.scheduler.schedule(message)
         if is_composite(message.destination):  # (one copy per part, stored as one batch: one receipt)
-            return self.send_batch([message])
+            return self.send_batch([message], deduplicate=False)
         try:
             targets = self._targets(message)
         except GatewayError as error:
@@ -491,13 +503,17 @@ class EmbeddedBroker:
                 queue.enqueue(message, size)
         return None
 
-    def send_batch(self, messages: list[Message]) -> Deferred[None]:
+    def send_batch(self, messages: list[Message], deduplicate: bool = True) -> Deferred[None]:
         """Store the persistent ones in one transaction, then make all visible (scheduled ones
-        are recorded as jobs once the others are in)."""
+        are recorded as jobs once the others are in).  ``deduplicate``: messages whose
+        idempotency key was stored are left out (False: a dead letter sent back)."""
+        if deduplicate and any(map(has_send_id, messages)):  # (issue 35)
+            sent = self.idempotency.send(messages, lambda fresh: self.send_batch(fresh, False))
+            return succeed(None) if sent is None else sent
         if any(is_scheduled(message) for message in messages):
             later = [message for message in messages if is_scheduled(message)]
             now = [message for message in messages if not is_scheduled(message)]
-            sent = self.send_batch(now) if now else succeed(None)
+            sent = self.send_batch(now, False) if now else succeed(None)
             return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(
                 lambda _: None)
         try:

@@ -82,7 +82,7 @@ class QueueOperations:
         if not movable:
             return succeed(0)
         moved = [_revived(message) for message in movable]
-        sent: Deferred[None] = self.broker.send_batch(moved)
+        sent: Deferred[None] = self.broker.send_batch(moved, deduplicate=False)  # (not a resend: issue 35)
 
         def stored(_: object) -> Deferred[int]:
             return self._forget(queue, movable).addCallback(lambda _: len(movable))

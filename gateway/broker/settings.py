@@ -66,6 +66,11 @@ class BrokerSettings(Section):
     memory_limit: Size | None = None
     """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
     Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md); 0: no limit (nothing is paged for memory)."""
+    dedup_window: NotNegative = 100_000
+    """Idempotency keys (x-dedup-id headers) remembered: a resent SEND with one is acknowledged, not stored
+    twice (docs/high-availability.md); 0: no duplicate detection."""
+    dedup_window_seconds: Positive = 86_400
+    """Seconds an idempotency key is remembered at most."""
     destinations: dict[str, DestinationLimits] = {}
     """Destination pattern ("/queue/orders.>", "/queue/*.audit", an fnmatch glob) -> max_size, full_policy,
     last_value, exclusive."""

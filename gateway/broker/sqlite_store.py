@@ -43,6 +43,7 @@ from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.idempotency import SendIdTable
 from gateway.broker.sqlite_backlog import SqliteBacklog
 from gateway.broker.sqlite_records import decode_message, encode_message
 from gateway.broker.sqlite_rows import RowIndex
@@ -148,6 +149,7 @@ class SqliteStore:
         connect: Callable[..., sqlite3.Connection] | None = None,
         free_space: Callable[[str], int] = disk_free,
         lazy_recovery: bool = False,
+        send_ids: SendIdTable | None = None,
     ) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
             raise StoreError(f"message store {path}: synchronous must be one of {', '.join(_SYNCHRONOUS)}")
@@ -159,6 +161,7 @@ class SqliteStore:
         self.min_free = min_free
         self._free_space = free_space
         self.lazy_recovery = lazy_recovery
+        self.send_ids = send_ids or SendIdTable()  # (issue 35: the idempotency window, stored with the messages)
         self.backlog: SqliteBacklog | None = None
         self._lock_fd: int | None = None
         self._directory = os.path.dirname(os.path.abspath(self.path))
@@ -219,6 +222,7 @@ class SqliteStore:
             rows, records, shared = _rows(entries)
         except GatewayError as error:
             return fail(error)
+        send_ids = SendIdTable.rows(entries, int(self.reactor.seconds() * 1000))  # (issue 35)
 
         index = self._rows
 
@@ -235,6 +239,7 @@ class SqliteStore:
             if bodies:
                 db.executemany(INSERT_BODY, [(body, records[place]) for place, body in bodies.items()])
             db.executemany(INSERT, values)
+            self.send_ids.record(db, send_ids)  # (issue 35: in the messages' transaction)
 
         return self.writer.submit(insert, grows=_growth(rows, records))
 
@@ -321,6 +326,7 @@ class SqliteStore:
                     "restore it from a backup or move it away to start empty"
                 )
             self._check_schema(db)
+            self.send_ids.create(db)  # (issue 35)
             self._page_size = db.execute("PRAGMA page_size").fetchone()[0]
             if self.max_size > 0:
                 db.execute(f"PRAGMA max_page_count = {max(1, self.max_size // self._page_size)}")
@@ -404,11 +410,12 @@ class SqliteStore:
                 ]
                 last = db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0
                 self._rows.next_seq = max(self._rows.next_seq, last + 1, self._last_body(db) + 1)
+                send_ids = self.send_ids.load(db, now_ms)  # (issue 35)
                 db.execute("COMMIT")
                 self.backlog = SqliteBacklog(self, last)
                 return Snapshot(durables=durables, expired=max(0, expired),
                                 stored=sum(count for count, _ in backlogs.values()), backlogs=backlogs,
-                                backlog=self.backlog, redelivered=redelivered)
+                                backlog=self.backlog, redelivered=redelivered, send_ids=send_ids)
             for seq, queue, redelivery, record in db.execute(
                 f"SELECT seq, queue, redelivery, {RECORD} FROM messages ORDER BY seq"
             ):
@@ -424,12 +431,13 @@ class SqliteStore:
                 messages.append((queue, message))
                 self._rows.load(queue, message.message_id, seq)
             self._rows.next_seq = max(self._rows.next_seq, self._last_body(db) + 1)
+            send_ids = self.send_ids.load(db, now_ms)  # (issue 35)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return Snapshot(durables=durables, messages=messages, expired=max(0, expired))
+        return Snapshot(durables=durables, messages=messages, expired=max(0, expired), send_ids=send_ids)
 
     @staticmethod
     def _last_body(db: sqlite3.Connection) -> int:

@@ -90,6 +90,8 @@ class Snapshot:
     redelivered: list[tuple[str, BacklogRow]] = field(default_factory=list)
     """Lazy recovery: the stored messages delivered before (a redelivery count above 0), with
     their queue key, in stored order; they are part of :attr:`backlogs` too."""
+    send_ids: list[tuple[str, int]] = field(default_factory=list)
+    """The idempotency window (issue 35: :mod:`gateway.broker.idempotency`): (key, stored at ms), oldest first."""
 
 
 class StoredBacklog(Protocol):

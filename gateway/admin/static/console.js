@@ -212,6 +212,10 @@ function formatRate(v) { return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1)
 
 // -- pages ------------------------------------------------------------------------
 
+// The last takeover of a standby (gateway.ha): when, how long, how many messages it recovered.
+const takeover = t => t === null ? "none" :
+  `${new Date(t.at * 1000).toLocaleString()}: ${t.duration_seconds}s, ${t.recovered_messages} recovered messages`;
+
 const pages = {
   async overview() {
     const o = await api("overview");
@@ -227,7 +231,9 @@ const pages = {
         card("Out (msg/s)", o.rates.out, "rate-out"),
         card("Received", o.messages.received, "received"),
         card("Sent", o.messages.sent, "sent"),
-        card("Uptime", duration(o.uptime_seconds), "uptime")),
+        card("Uptime", duration(o.uptime_seconds), "uptime"),
+        card("Role", badge(o.ha.role), "ha-role"),
+        card("Last takeover", takeover(o.ha.last_takeover), "ha-takeover")),
       el("div", {class: "chart"},
         el("div", {class: "legend"}, el("span", {class: "in"}, "messages in / s (SEND)"),
           el("span", {class: "out"}, "messages out / s (MESSAGE)"),

@@ -1,0 +1,264 @@
+"""A fleet of two active gateways in front of Kafka (issue 35 #3): one consumer group, SIGKILL of one.
+
+Two ``twistd jmsgateway`` processes, each with its own data directory (both active: nothing is
+shared but Kafka), serve ``/queue/kafka.<topic>`` from one Tansu broker: a topic of four
+partitions, the queue's one consumer group (``jmsgateway.queue.<topic>``), one member per STOMP
+subscription.  A producer and a consumer (client-individual acks with receipts) on each gateway,
+each a stomp.py connection with both addresses; the consumer on gateway A stops acknowledging, so
+it holds deliveries, and A gets SIGKILL under load.  Its partitions move to B's member; its
+clients reconnect to B; what A had delivered and not acknowledged is delivered again by B.
+Counted by id at the end: nothing receipted lost, every message acknowledged, nothing delivered
+twice except what A held (and resends of SENDs whose RECEIPT died with A, which Kafka cannot
+tell apart).  What B delivers again is not flagged ``redelivered`` (printed): Kafka keeps no
+delivery count, and the record of how far a member delivered that could flag it needs commit
+metadata, which Tansu does not keep (:func:`test_tansu_keeps_no_commit_metadata`; docs/kafka.md,
+"A fleet of gateways in front of Kafka").
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import stomp
+
+from tests.support.gateway import GatewayProcess
+from tests.support.kafka import (
+    BOOTSTRAP_ENV,
+    create_topics,
+    group_settings,
+    kafka_bootstrap,
+    unique_topic,
+)
+from tests.support.waiting import wait_until
+
+__all__ = ["kafka_bootstrap"]
+
+PARTITIONS = 4
+
+
+def fleet_config(bootstrap: str) -> str:
+    consumer = ", ".join(f'"{k}" = {v}' for k, v in group_settings().items())
+    return f"""
+[connectors.kafka]
+uri = "kafka://{bootstrap}"
+consumer = {{ {consumer} }}
+
+[[destinations]]
+pattern = "/queue/kafka.*"
+connector = "kafka"
+"""
+
+
+class Member(stomp.ConnectionListener):
+    """One host-list connection: receipts, messages, disconnects."""
+
+    def __init__(self, addresses: list[tuple[str, int]]) -> None:
+        self.lock = threading.Condition()
+        self.receipts: set[str] = set()
+        self.messages: list[Any] = []
+        self.lost = threading.Event()
+        self.connection: Any = stomp.Connection12(addresses, reconnect_sleep_initial=0.1,
+                                                  reconnect_sleep_increase=0.0, reconnect_sleep_max=0.3,
+                                                  reconnect_attempts_max=600, auto_decode=True)
+        self.connection.set_listener("member", self)
+        self.connection.connect(wait=True)
+
+    def on_receipt(self, frame: Any) -> None:
+        with self.lock:
+            self.receipts.add(frame.headers["receipt-id"])
+            self.lock.notify_all()
+
+    def on_message(self, frame: Any) -> None:
+        with self.lock:
+            self.messages.append(frame)
+            self.lock.notify_all()
+
+    def on_disconnected(self) -> None:
+        self.lost.set()
+        with self.lock:
+            self.lock.notify_all()
+
+    def receipted(self, send: Any, timeout: float = 15.0) -> bool:
+        """Run ``send(receipt)``; whether its RECEIPT came before the connection was lost."""
+        receipt = uuid.uuid4().hex
+        try:
+            send(receipt)
+        except Exception:  # (the connection died under the send)
+            return False
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while receipt not in self.receipts:
+                if self.lost.is_set() or time.monotonic() > deadline:
+                    return receipt in self.receipts
+                self.lock.wait(0.05)
+        return True
+
+    def reconnect_if_lost(self) -> bool:
+        if not self.lost.is_set():
+            return False
+        self.lost.clear()
+        with self.lock:
+            self.messages.clear()  # (their acks would name a dead connection's deliveries)
+        self.connection.connect(wait=True)  # the next address that accepts
+        return True
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: collections.Counter[str] = collections.Counter()
+        self.receipted: set[str] = set()
+        self.acked: set[str] = set()
+        self.deliveries: list[tuple[str, str, bool, float]] = []
+        """(consumer, body, flagged redelivered, when)"""
+        self.stop = threading.Event()
+        """The producers stop."""
+        self.done = threading.Event()
+        """The consumers stop."""
+
+
+def produce(name: str, addresses: list[tuple[str, int]], queue: str, ledger: Ledger) -> None:
+    member = Member(addresses)
+    pending: list[str] = []
+    number = 0
+    while not ledger.stop.is_set():
+        member.reconnect_if_lost()
+        body = pending.pop() if pending else f"{name}-{number}"
+        if body == f"{name}-{number}":
+            number += 1
+        with ledger.lock:
+            ledger.sent[body] += 1
+        if member.receipted(lambda receipt, b=body: member.connection.send(
+                queue, b, headers={"persistent": "true", "receipt": receipt, "x-dedup-id": b})):
+            with ledger.lock:
+                ledger.receipted.add(body)
+        else:
+            pending.append(body)
+        time.sleep(0.005)
+    member.connection.disconnect()
+
+
+class Consumer:
+    def __init__(self, name: str, addresses: list[tuple[str, int]], queue: str, ledger: Ledger) -> None:
+        self.name = name
+        self.queue = queue
+        self.ledger = ledger
+        self.holding = threading.Event()
+        """Set: deliveries are taken and not acknowledged."""
+        self.held: list[str] = []
+        self.member = Member(addresses)
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        """SUBSCRIBE; its RECEIPT comes once the group gave the subscription partitions (after the
+        rebalance its joining caused, so the producers start on a settled group)."""
+        self.member.receipted(lambda receipt: self.member.connection.subscribe(
+            self.queue, self.name, ack="client-individual",
+            headers={"activemq.prefetchSize": "10", "receipt": receipt}), timeout=60)
+
+    def run(self) -> None:
+        member, ledger = self.member, self.ledger
+        while not ledger.done.is_set():
+            if member.reconnect_if_lost():
+                self._subscribe()
+            with member.lock:
+                if not member.messages:
+                    member.lock.wait(0.1)
+                    continue
+                frame = member.messages.pop(0)
+            body = frame.body
+            with ledger.lock:
+                ledger.deliveries.append((self.name, body, frame.headers.get("redelivered") == "true",
+                                          time.monotonic()))
+            if self.holding.is_set():
+                self.held.append(body)
+                continue
+            if member.receipted(lambda receipt, f=frame: member.connection.ack(f.headers["ack"], receipt=receipt)):
+                with ledger.lock:
+                    ledger.acked.add(body)
+        member.connection.disconnect()
+
+
+def test_a_fleet_of_two_loses_nothing_receipted_when_one_gets_sigkill(tmp_path: Path, kafka_bootstrap: str) -> None:
+    topic = unique_topic("fleet")
+    create_topics(kafka_bootstrap, topic, partitions=PARTITIONS)
+    queue = f"/queue/kafka.{topic}"
+    a, b = (GatewayProcess(tmp_path / name, fleet_config(kafka_bootstrap)).start() for name in "ab")
+    ledger = Ledger()
+    consumers = [Consumer("ca", [a.address, b.address], queue, ledger),
+                 Consumer("cb", [b.address, a.address], queue, ledger)]
+    threads = [threading.Thread(target=c.run, daemon=True) for c in consumers]
+    threads += [threading.Thread(target=produce, args=(name, addresses, queue, ledger), daemon=True)
+                for name, addresses in (("pa", [a.address, b.address]), ("pb", [b.address, a.address]))]
+    try:
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: len(ledger.acked) >= 100 and {c for c, *_ in ledger.deliveries} == {"ca", "cb"}, 90,
+                   "both consumers acknowledging")
+        ca = consumers[0]
+        ca.holding.set()
+        wait_until(lambda: len(ca.held) >= 5, 60, "the consumer on gateway A holding 5 deliveries")
+        assert a.process is not None
+        a.process.kill()  # under load: both producers sending, B's consumer acknowledging
+        killed = time.monotonic()
+        a.process.wait(15)
+        held = set(ca.held)
+        ca.holding.clear()
+        wait_until(lambda: held <= {body for consumer, body, _, at in list(ledger.deliveries) if at > killed}, 90,
+                   "what A held delivered again")
+        moved = time.monotonic() - killed
+        floor = len(ledger.receipted) + 100
+        wait_until(lambda: len(ledger.receipted) >= floor, 90, "100 more receipted SENDs after the kill")
+        ledger.stop.set()
+        try:
+            wait_until(lambda: ledger.receipted <= ledger.acked, 90, "every receipted message acknowledged")
+        except AssertionError:
+            missing = ledger.receipted - ledger.acked
+            delivered = {body for _, body, _, _ in ledger.deliveries}
+            raise AssertionError(
+                f"{len(missing)} receipted messages never acknowledged: {sorted(missing)[:20]}; held by A: "
+                f"{sorted(missing & held)[:20]}; delivered at some time: {sorted(missing & delivered)[:20]}; "
+                f"B's log: {b.log()[-3000:]}") from None
+        ledger.done.set()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        ledger.stop.set()
+        ledger.done.set()
+        a.kill()
+        b.kill()
+    after = [(consumer, body, flagged) for consumer, body, flagged, at in ledger.deliveries if at > killed]
+    again = [(consumer, body, flagged) for consumer, body, flagged in after if body in held]
+    resent = {body for body, count in ledger.sent.items() if count > 1}
+    counts = collections.Counter(body for _, body, _, _ in ledger.deliveries)
+    print(f"\nfleet: sent {len(ledger.sent)}, receipted {len(ledger.receipted)}, acked {len(ledger.acked)}, "
+          f"deliveries {len(ledger.deliveries)}; held by A at the kill {len(held)}, delivered again {len(again)} "
+          f"(flagged {sum(f for *_, f in again)}) within {moved:.1f}s of the kill, resent {len(resent)}")
+    assert not ledger.receipted - ledger.acked, "receipted and never acknowledged"
+    assert held <= {body for _, body, _ in again}, "held by the killed gateway and not delivered again"
+    twice = {body for body, count in counts.items() if count > 1} - held - resent
+    assert not twice, f"delivered twice, neither held nor resent: {sorted(twice)[:20]}"
+
+
+def test_tansu_keeps_no_commit_metadata(kafka_bootstrap: str) -> None:
+    """Why a fleet's redeliveries are not flagged: a member could publish how far it delivered in its
+    commits' metadata, for the next owner of a partition to flag what it gets again; Tansu drops it
+    (any other Kafka, through JMSGATEWAY_KAFKA_BOOTSTRAP, keeps it)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = unique_topic("metadata")
+    create_topics(kafka_bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": topic, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 5, metadata="delivered=17")], asynchronous=False)
+        committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0]
+    finally:
+        consumer.close()
+    assert committed.offset == 5
+    assert committed.metadata == ("delivered=17" if os.environ.get(BOOTSTRAP_ENV) else None)
