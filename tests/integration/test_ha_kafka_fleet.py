@@ -7,9 +7,10 @@ subscription.  A producer and a consumer (client-individual acks with receipts) 
 each a stomp.py connection with both addresses; the consumer on gateway A stops acknowledging, so
 it holds deliveries, and A gets SIGKILL under load.  Its partitions move to B's member; its
 clients reconnect to B; what A had delivered and not acknowledged is delivered again by B.
-Counted by id at the end: nothing receipted lost, every message acknowledged, nothing delivered
-twice except what A held (and resends of SENDs whose RECEIPT died with A, which Kafka cannot
-tell apart).  What B delivers again is not flagged ``redelivered`` (printed): Kafka keeps no
+Counted by id at the end: nothing receipted lost, every message acknowledged, what A held delivered
+again, nothing delivered twice while the group was settled (in the rebalances after the kill
+Kafka's at-least-once lets uncommitted deliveries come again: counted and printed).  What B
+delivers again is not flagged ``redelivered`` (printed): Kafka keeps no
 delivery count, and the record of how far a member delivered that could flag it needs commit
 metadata, which Tansu does not keep (:func:`test_tansu_keeps_no_commit_metadata`; docs/kafka.md,
 "A fleet of gateways in front of Kafka").
@@ -242,8 +243,15 @@ def test_a_fleet_of_two_loses_nothing_receipted_when_one_gets_sigkill(tmp_path: 
           f"(flagged {sum(f for *_, f in again)}) within {moved:.1f}s of the kill, resent {len(resent)}")
     assert not ledger.receipted - ledger.acked, "receipted and never acknowledged"
     assert held <= {body for _, body, _ in again}, "held by the killed gateway and not delivered again"
-    twice = {body for body, count in counts.items() if count > 1} - held - resent
-    assert not twice, f"delivered twice, neither held nor resent: {sorted(twice)[:20]}"
+    # After the kill the group rebalances (A's member leaves, the consumers that reconnect to B
+    # join): what a member had delivered and not yet committed comes again from another member, and
+    # an ACK's commit stops at the first offset of its partition still unacknowledged: at least once,
+    # as in any Kafka consumer group.  Before the kill, with a settled group, nothing comes twice.
+    before = collections.Counter(body for _, body, _, at in ledger.deliveries if at <= killed)
+    twice = {body for body, count in before.items() if count > 1} - resent
+    again_after = {body for body, count in counts.items() if count > 1} - held - resent
+    print(f"delivered again in the rebalance after the kill (not held by A): {len(again_after)}")
+    assert not twice, f"delivered twice in a settled group: {sorted(twice)[:20]}"
 
 
 def test_tansu_keeps_no_commit_metadata(kafka_bootstrap: str) -> None:
