@@ -84,7 +84,7 @@ def test_an_online_backup_under_traffic_restores_every_receipted_message(tmp_pat
     during = [body for body, at in producer.receipted if began <= at <= ended]
     assert during, "no SEND was receipted while the backup ran: not under traffic"
     manifest = json.loads((destination / "MANIFEST.json").read_text())
-    assert {f["name"] for f in manifest["files"]} == {"broker.sqlite", "gateway.id"}
+    assert {f["name"] for f in manifest["files"]} == {"broker.sqlite", "schedule.sqlite", "gateway.id"}
     assert (destination / "jmsgateway.toml").read_text() == live.config_path.read_text()
 
     restored = GatewayProcess(tmp_path / "restored", '[transform]\nplugin_dirs = []\n')

@@ -72,7 +72,7 @@ def test_replay_command(kafka_bootstrap: str, tmp_path: Any) -> None:
         f'[pipeline]\ningest_topics = ["unused"]\nbootstrap = "{kafka_bootstrap}"\n'
     )
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.pipeline", "replay", "--config", str(config), "--topic", dlq,
+        [sys.executable, "-m", "gateway.commands.pipeline", "replay", "--config", str(config), "--topic", dlq,
          "--master", "local[1]", "--to", json.dumps({dlq: {"0": 2}})],
         capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2],
     )

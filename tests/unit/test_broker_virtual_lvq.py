@@ -4,6 +4,7 @@ consumers and across restarts, replacement by last-value key (in memory, paged, 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,21 @@ def clock() -> Clock:
     clock = Clock()
     clock.advance(1_000_000)
     return clock
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    """Brokers on one SQLite store, one after another; the last is stopped at the end (its writer thread)."""
+    runs: list[Run] = []
+
+    def make_one(settings: BrokerSettings, **store_options: Any) -> Run:
+        runs.append(Run(tmp_path, settings, **store_options))
+        return runs[-1]
+
+    yield make_one
+    for run in runs:
+        if run.broker is not None:
+            run.wait(run.broker.stop())
 
 
 def make(clock: Clock, **settings: Any) -> EmbeddedBroker:
@@ -119,8 +135,8 @@ def test_a_deleted_consumer_queue_gets_no_more_copies(clock: Clock) -> None:
     assert queue not in broker.queues and broker.virtual.queues_of(VT) == []
 
 
-def test_consumer_queues_are_remembered_across_a_restart(tmp_path: Path) -> None:
-    run = Run(tmp_path, BrokerSettings(persistence="sqlite"))
+def test_consumer_queues_are_remembered_across_a_restart(make_run: Callable[..., Run]) -> None:
+    run = make_run(BrokerSettings(persistence="sqlite"))
     broker = run.start()
     run.wait(broker.subscribe(_spec("/queue/Consumer.A.VirtualTopic.orders"), StoredSink())).close()
     run.settle()
@@ -198,11 +214,12 @@ def test_a_paged_message_is_replaced_too(clock: Clock) -> None:
 
 
 @pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
-def test_replacement_holds_after_a_restart_and_the_store_forgets_the_replaced(tmp_path: Path, lazy: bool) -> None:
+def test_replacement_holds_after_a_restart_and_the_store_forgets_the_replaced(make_run: Callable[..., Run],
+                                                                             lazy: bool) -> None:
     """Recovered eagerly or lazily (left in the store until read: a last-value queue reads its
     backlog back at once, so a newer message finds the one it replaces)."""
     settings = BrokerSettings(persistence="sqlite", destinations={"/queue/prices": DestinationLimits(last_value=True)})
-    run = Run(tmp_path, settings, lazy_recovery=lazy)
+    run = make_run(settings, lazy_recovery=lazy)
     run.start()
     run.send(stored_text("/queue/prices", "1.10", properties={LVQ_HEADER: "EUR"}))
     run.send(stored_text("/queue/prices", "1.11", properties={LVQ_HEADER: "EUR"}))
