@@ -396,13 +396,17 @@ class EmbeddedBroker:
     def replaced(self, queue: MessageQueue, message: Message) -> None:
         self.log.debug("{queue}: message {id} replaced by a newer one with its last-value key", queue=queue.name,
                        id=message.message_id)
-        if message.persistent and self._stored(queue):
-            self.store.remove(queue.key, message.message_id).addErrback(self._store_failed)
+        self._unstore(queue, message)
 
     def expired(self, queue: MessageQueue, message: Message) -> None:
         self.metrics.expired.inc()
         queue.expired_count += 1
         self.log.debug("message {id} expired in {queue}", id=message.message_id, queue=queue.name)
+        self._unstore(queue, message)
+
+    def _unstore(self, queue: MessageQueue, message: Message) -> None:
+        """Remove ``message``, taken out of ``queue`` unseen (expired, replaced), from the store; not
+        waited for, nothing written once the broker stopped."""
         if self._bookkeeping and message.persistent and self._stored(queue):
             self.store.remove(queue.key, message.message_id).addErrback(self._store_failed)
 
@@ -510,8 +514,8 @@ class EmbeddedBroker:
         if deduplicate and any(map(has_send_id, messages)):  # (issue 35)
             sent = self.idempotency.send(messages, lambda fresh: self.send_batch(fresh, False))
             return succeed(None) if sent is None else sent
-        if any(is_scheduled(message) for message in messages):
-            later = [message for message in messages if is_scheduled(message)]
+        later = [message for message in messages if is_scheduled(message)]
+        if later:
             now = [message for message in messages if not is_scheduled(message)]
             sent = self.send_batch(now, False) if now else succeed(None)
             return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(
