@@ -45,7 +45,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("MESSAGE encode", ("gateway/wire/codec.py", "gateway/stomp/delivery.py")),  # encode_frame, MessageEncoder
     ("message conversion", ("gateway/message/",)),
     ("broker dispatch", ("gateway/broker/", "gateway/connectors/", "gateway/destinations")),
-    ("session", ("gateway/stomp/session.py", "gateway/stomp/transforms.py", "gateway/stomp/traffic.py",
+    ("session", ("gateway/stomp/session.py", "gateway/stomp/sending.py", "gateway/stomp/ack_ledger.py",
+                 "gateway/stomp/subscriptions.py", "gateway/stomp/transactions.py", "gateway/stomp/heartbeats.py",
+                 "gateway/stomp/temporaries.py", "gateway/stomp/transforms.py", "gateway/stomp/traffic.py",
                  "gateway/flow", "gateway/authorization", "gateway/pipeline")),
     ("protocol glue", ("gateway/stomp/protocol.py",)),
     ("write path (transport.write, send)", ("writeSomeData", "doWrite", "abstract.py:write",

@@ -25,8 +25,20 @@ from twisted.python.failure import Failure
 
 from gateway.wire.frame import Frame
 
-_UNSETTLED = (Failure, Deferred)
-"""What the result of a Deferred that has not succeeded is."""
+
+def succeeded_already(d: Deferred[Any]) -> bool:
+    """Whether ``d`` has fired with a success: a callback that passes the result on tells (the
+    result is neither read nor changed; a Deferred not fired yet is left as it was)."""
+    if not d.called:
+        return False
+    seen: list[bool] = []
+
+    def passing(result: object) -> object:
+        seen.append(True)
+        return result
+
+    d.addCallback(passing)
+    return bool(seen)
 
 
 def receipt_for(frame: Frame) -> Frame | None:
@@ -146,7 +158,7 @@ class ReceiptLine:
 
     def track(self, result: Deferred[Any], frame: Frame) -> None:
         """Answer ``frame`` when ``result`` fires: its RECEIPT on success, its ERROR on failure."""
-        if result.called and (getattr(result, "result", None) is None or not isinstance(result.result, _UNSETTLED)):
+        if succeeded_already(result):
             self.now(receipt_for(frame))
             return
         answer = self.later(frame)

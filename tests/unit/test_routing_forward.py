@@ -24,7 +24,7 @@ from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError
 from gateway.routing.config import DestinationRule, parse_routing_config
 from gateway.routing.destination_map import DestinationMap
 from gateway.routing.service import KafkaRouter
-from gateway.stomp import session as session_module
+from gateway.stomp import sending as sending_module
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.settings import StompSettings
 from gateway.wire.frame import Frame
@@ -153,14 +153,14 @@ def test_the_session_forwards_plain_sends_and_receipts_after_the_report(monkeypa
                                   [DestinationRule(pattern="/queue/kafka.*", connector="kafka", rename="/queue/")])
     peer = Peer(StompServerFactory(clock, destinations, settings=StompSettings()))
     connect(peer)
-    real = session_module.frame_to_message
+    real = sending_module.frame_to_message
     built: list[Frame] = []
 
     def counted(frame: Frame, **options: Any) -> Any:
         built.append(frame)
         return real(frame, **options)
 
-    monkeypatch.setattr(session_module, "frame_to_message", counted)
+    monkeypatch.setattr(sending_module, "frame_to_message", counted)
     peer.send("SEND", {"destination": "/queue/kafka.bar", "region": "eu"}, b"plain")
     peer.send("SEND", {"destination": "/queue/kafka.bar", "receipt": "r1"}, b"receipted")
     clock.advance(0)

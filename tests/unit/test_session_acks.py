@@ -101,7 +101,7 @@ def test_client_acks_of_each_delivery_in_turn_leave_nothing(clock: Clock, broker
     assert consumer.received() == []
     assert broker.status()["queues"]["/queue/a"] == {"pending": 0, "consumers": 1, "inflight": 0}
     session = consumer.protocol.session
-    assert session is not None and not session._ack_ids and not session.subscriptions["s"].unacked
+    assert session is not None and len(session.acks) == 0 and not session.subscriptions["s"].unacked
     assert left_over(broker, clock, consumer) == []
 
 

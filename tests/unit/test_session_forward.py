@@ -19,7 +19,7 @@ from gateway.connectors.stomp_broker import StompBrokerConnector
 from gateway.message.model import Message
 from gateway.routing.config import DestinationRule
 from gateway.routing.destination_map import DestinationMap
-from gateway.stomp import session as session_module
+from gateway.stomp import sending as sending_module
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.settings import StompSettings
 from gateway.wire.codec import encode_frame
@@ -65,7 +65,7 @@ def no_message_path(monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(*_: Any, **__: Any) -> Message:
         raise AssertionError("the message path ran")
 
-    monkeypatch.setattr(session_module, "frame_to_message", refused)
+    monkeypatch.setattr(sending_module, "frame_to_message", refused)
 
 
 def test_plain_send_is_forwarded_with_the_jms_headers(no_message_path: None) -> None:
@@ -99,7 +99,7 @@ def test_receipted_transacted_and_temporary_sends_take_the_message_path() -> Non
     setup.peer.send("BEGIN", {"transaction": "tx"})
     setup.peer.send("SEND", {"destination": "/queue/jms.a", "transaction": "tx"}, b"3")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(session_module, "frame_to_message", lambda *_, **__: pytest.fail("message path"))
+        patch.setattr(sending_module, "frame_to_message", lambda *_, **__: pytest.fail("message path"))
         setup.peer.send("SEND", {"destination": "/queue/jms.a"}, b"4")
     setup.peer.send("COMMIT", {"transaction": "tx"})
     frames = [frame for frame in setup.broker.frames() if frame.command == "SEND"]

@@ -1,0 +1,196 @@
+"""The SEND frame of one connection: from the frame to the connector that takes it.
+
+Owns the checks of a SEND (destination, composite parts, ``write`` permission, the sender's
+identity stamp, temporary destinations) and its three ways to a connector, which stay apart
+because each is the fastest its case allows and each settles the answer differently:
+
+* **forward** - a connector that takes frames as they are (no transaction, no receipt, no
+  transformer change): no message is built; the connector settles the answer slot it is given;
+* **immediate** - a message, known at once: a posting connector (no Deferred) settles an answer
+  slot, any other answers through the Deferred of :meth:`IConnector.send`; in a transaction the
+  message waits in the transaction's buffer;
+* **deferred** - an inbound transformer answered with a Deferred: the frame's answer already
+  waits on that Deferred, so the send is chained into it (:meth:`IConnector.send`, never a post,
+  which has no Deferred to chain).
+
+The RECEIPT or ERROR goes out through the session's :class:`gateway.stomp.receipts.ReceiptLine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred, succeed
+
+from gateway.broker.composite import composite_parts
+from gateway.errors import DestinationError
+from gateway.flow import Congestion
+from gateway.interfaces import Capability, Permission
+from gateway.message.convert import frame_to_message
+from gateway.message.model import Message
+from gateway.routing.destination_map import DestinationMap, Resolved
+from gateway.stomp.errors import StompError, required
+from gateway.stomp.receipts import ReceiptLine
+from gateway.stomp.sender_identity import stamp_sender
+from gateway.stomp.temporaries import CLIENT_PREFIXES, TemporaryDestinations
+from gateway.stomp.transactions import Transaction, Transactions
+from gateway.wire.frame import Frame
+
+_UNRECEIPTED_SEND = Frame("SEND", {})
+"""Stands for a SEND without a receipt when its outcome is an error (only its command is read)."""
+
+
+class SendingOwner(Protocol):
+    """What sending asks of its session."""
+
+    @property
+    def verified_login(self) -> str | None:
+        """The login the portal verified, stamped on each message."""
+        ...
+
+    def authorized(self, frame: Frame, destination: str, permission: Permission) -> bool:
+        """Whether the login may ``permission`` ``destination`` (if not, the session answered)."""
+        ...
+
+    def passes_through(self, frame: Frame) -> bool:
+        """Whether the inbound transformers leave every message of this SEND untouched."""
+        ...
+
+    def transform_inbound(self, message: Message, frame: Frame) -> Any:
+        """The inbound transformers' answer: a message, None (consumed) or a Deferred of either."""
+        ...
+
+    def hold_for(self, congestion: Congestion) -> None:
+        """Stop reading from the client until ``congestion`` clears."""
+        ...
+
+
+class Sender:
+    """The SEND paths of one connection."""
+
+    def __init__(self, owner: SendingOwner, destinations: DestinationMap, answers: ReceiptLine,
+                 transactions: Transactions, temporaries: TemporaryDestinations, *,
+                 default_persistent: bool, authorizing: bool, transforming: bool) -> None:
+        self.owner = owner
+        self.destinations = destinations
+        self.answers = answers
+        self.transactions = transactions
+        self.temporaries = temporaries
+        self.default_persistent = default_persistent
+        self.authorizing = authorizing
+        """Whether each SEND is checked for the ``write`` permission."""
+        self.transforming = transforming
+        """Whether inbound transformers see each message."""
+
+    def send(self, frame: Frame) -> None:
+        """Handle a SEND; its answer (RECEIPT or ERROR) goes out in frame order."""
+        headers = frame.headers
+        owner = self.owner
+        destination = headers.get("destination")
+        if not destination:
+            destination = required(frame, "destination")  # (raises)
+        if "," in destination:
+            self._check_composite(destination)
+        if self.authorizing and not owner.authorized(frame, destination, "write"):
+            return
+        stamp_sender(headers, owner.verified_login)
+        transaction = self.transactions.named(frame) if "transaction" in headers else None
+        resolved: Resolved | None = None
+        temporary = destination.startswith("/temp-")
+        if transaction is None and "receipt" not in headers and not temporary:
+            resolved = self.destinations.resolve(destination)  # (cached; only a forwarding target pays more)
+            if (
+                resolved.forward is not None
+                and not headers.get("reply-to", "").startswith("/temp-")
+                and (not self.transforming or owner.passes_through(frame))
+                and self._forward(resolved.forward, resolved.destination, frame)
+            ):
+                if resolved.congestion is not None and resolved.congestion.congested:
+                    owner.hold_for(resolved.congestion)
+                return
+        message = frame_to_message(frame, default_persistent=self.default_persistent)
+        message.destination = self.temporaries.server_destination(destination, create=True) \
+            if temporary else destination
+        if message.reply_to is not None and message.reply_to.startswith(CLIENT_PREFIXES):
+            message.reply_to = self.temporaries.server_destination(message.reply_to, create=True)
+        sending: Message | None = message
+        if self.transforming:
+            transformed = owner.transform_inbound(message, frame)
+            # (a Message or None is the common answer; isinstance against Deferred, an ABC, costs more)
+            if transformed is not None and not isinstance(transformed, Message):
+                transformed.addCallback(self._send_later, transaction)
+                self.answers.track(transformed, frame)
+                return
+            sending = transformed
+        if sending is None or transaction is not None:
+            self.answers.track(self._send_later(sending, transaction), frame)
+            return
+        if resolved is None or sending.destination is not destination:  # (a transformer may have moved it)
+            resolved = self.destinations.resolve(sending.destination)
+        sending.destination = resolved.destination
+        if resolved.post is not None:
+            self._post(resolved.post, sending, frame)
+        else:
+            self.answers.track(resolved.connector.send(sending), frame)
+        if resolved.congestion is not None and resolved.congestion.congested:
+            owner.hold_for(resolved.congestion)
+
+    def _forward(self, forward: Callable[..., bool], destination: str, frame: Frame) -> bool:
+        """Offer the SEND to a connector that takes frames as they are (no message
+        built); False when it declines and the message path must run."""
+        answer = self.answers.later(frame)
+        try:
+            taken = forward(destination, frame.headers, frame.body, self.default_persistent, answer.settled)
+        except BaseException:
+            answer.settle(None)  # (the ERROR follows)
+            raise
+        if not taken:
+            answer.settle(None)  # (answered by the message path)
+        return taken
+
+    def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
+        """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles,
+        in frame order."""
+        confirm = "receipt" in frame.headers
+        # (without a receipt only its command is read to answer an error: the frame is not kept)
+        answer = self.answers.pending(frame if confirm else _UNRECEIPTED_SEND)
+        try:
+            post(message, answer.settled, confirm)
+        except BaseException:  # (an unexpected error before it settled: it never will; ERROR follows)
+            answer.settle(None)
+            raise
+        finally:
+            self.answers.place(answer)
+
+    def _send_later(self, message: Message | None, transaction: Transaction | None) -> Deferred[None]:
+        """The deferred path (and a transaction's SEND, or one a transformer consumed): the
+        connector's Deferred, or one already fired."""
+        if message is None:  # consumed by a transformer
+            return succeed(None)
+        resolved = self.destinations.resolve(message.destination)
+        message.destination = resolved.destination
+        if transaction is not None:
+            transaction.sends.append((resolved.connector, message))
+            return succeed(None)
+        result: Deferred[None] = resolved.connector.send(message)
+        return result
+
+    def _check_composite(self, destination: str) -> None:
+        """A SEND to ``/queue/a,/topic/b``: every part must go, under its own name, to one connector
+        that takes composite destinations (ActiveMQ's comma syntax; gateway/broker/composite.py)."""
+        try:
+            parts = composite_parts(destination)
+        except DestinationError as error:
+            raise StompError("invalid composite destination", str(error)) from None
+        whole = self.destinations.resolve(destination).connector
+        for part in parts:
+            resolved = self.destinations.resolve(part)
+            if part.startswith(("/temp-", "/remote-temp-")) or resolved.connector is not whole \
+                    or resolved.destination != part:
+                raise StompError("invalid composite destination",
+                                 f"{part!r} of {destination!r} is temporary, renamed or routed to another "
+                                 "connector: a composite destination's parts must all go to one connector")
+        if Capability.COMPOSITE_DESTINATIONS not in whole.capabilities:
+            raise StompError("composite destinations are not supported here",
+                             f"the {whole.name} connector cannot send to {destination!r}; send to each part")
