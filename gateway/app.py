@@ -25,7 +25,7 @@ from gateway.bridges.config import parse_bridges
 from gateway.bridges.service import BridgeService, build_bridge_service
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.scheduler import ScheduleStore
-from gateway.broker.store import MemoryStore
+from gateway.broker.store.memory_store import MemoryStore
 from gateway.config import GatewayConfig
 from gateway.connectors.registry import create_connector
 from gateway.deferreds import gather
@@ -67,7 +67,7 @@ def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
     if config.broker.persistence == "memory":
         return MemoryStore()
     from gateway.broker.idempotency import SendIdTable
-    from gateway.broker.sqlite_store import SqliteStore
+    from gateway.broker.store.sqlite_store import SqliteStore
 
     settings = config.broker
     store: IMessageStore = SqliteStore(

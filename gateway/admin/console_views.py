@@ -24,7 +24,7 @@ from gateway.admin.permissions import ConsoleAccess
 from gateway.admin.rates import RateHistory
 from gateway.admin.roles import Principal
 from gateway.broker.operations import CAUSE_PROPERTY, ORIGIN_PROPERTY, QueueOperations
-from gateway.broker.store import DURABLE_PREFIX
+from gateway.broker.store.snapshot import DURABLE_PREFIX
 from gateway.message.model import BytesMessage, Message, TextMessage
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -15,7 +15,7 @@ consume them; the broker recovers them from the store at start.
 
 Memory is bounded (docs/paging.md): queues hold what fits within
 ``memory_limit`` and their destination's ``max_size`` and page the rest out
-(:mod:`gateway.broker.paging`); a destination whose ``full_policy`` is BLOCK,
+(:mod:`gateway.broker.paging.page_file`); a destination whose ``full_policy`` is BLOCK,
 FAIL or DROP holds back its senders, refuses or discards instead
 (:mod:`gateway.broker.limits`).
 """
@@ -48,21 +48,21 @@ from gateway.broker.limits import (
     default_memory_limit,
     message_size,
 )
-from gateway.broker.paging import PageFile, StoredTail
+from gateway.broker.paging.page_file import PageFile, StoredTail
 from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
 from gateway.broker.scheduler import MemorySchedule, Scheduler, ScheduleStore, is_scheduled
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.sqlite_records import decode_message
-from gateway.broker.store import (
+from gateway.broker.store.memory_store import MemoryStore
+from gateway.broker.store.snapshot import (
     DURABLE_PREFIX,
     BacklogRow,
     DurableRecord,
-    MemoryStore,
     Snapshot,
     StoredBacklog,
     durable_key,
 )
+from gateway.broker.store.sqlite_records import decode_message
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, queue_of_record, record_key
 from gateway.broker.wildcards import WildcardTopics, is_wildcard
 from gateway.deferreds import gather

@@ -2,7 +2,7 @@
 
 :class:`MemoryUsage` counts the bytes of the messages the embedded broker's
 queues hold in memory (the pending ones: a window of each queue; the rest
-is paged out, see :mod:`gateway.broker.paging`) against ``[broker]
+is paged out, see :mod:`gateway.broker.paging.page_file`) against ``[broker]
 memory_limit``.  :class:`DestinationPolicies` finds the ``max_size`` and
 ``full_policy`` of a destination from the ``[broker.destinations."PATTERN"]``
 tables.  A message's size is an estimate (:func:`message_size`): its body,

@@ -8,7 +8,7 @@ selector refuses stay for the others.  A queue is also the private backlog
 of each topic subscriber, so the same code serves both.
 
 Pending messages are held in memory while they fit (``memory_limit``, the
-destination's ``max_size``); the rest is paged out (:mod:`gateway.broker.paging`)
+destination's ``max_size``); the rest is paged out (:mod:`gateway.broker.paging.page_file`)
 and read back in order.
 
 The queue knows nothing of stores or dead letters: it calls back into its
@@ -31,7 +31,7 @@ from gateway.broker.exclusive import exclusive_owner
 from gateway.broker.groups import MessageGroups, closes_group, flagged, group_of
 from gateway.broker.last_value import LastValues
 from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
-from gateway.broker.paging import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
+from gateway.broker.paging.page_file import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
 from gateway.deferreds import gather
 from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, IImmediateAcks, ITransactionalAcks, SubscriptionSpec

@@ -38,7 +38,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from gateway.broker.sqlite_records import decode_message, encode_message
+from gateway.broker.store.sqlite_records import decode_message, encode_message
 from gateway.deferreds import gather
 from gateway.errors import DestinationError, MessageRefused
 from gateway.message.model import Message

@@ -22,7 +22,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.broker.sqlite_store import SqliteStore
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import GatewayError
 from gateway.ha.role import GatewayRole
 from gateway.ha.store_lock import StoreLock

@@ -1,7 +1,7 @@
 """The message store's file lock: whoever holds it is the active gateway.
 
 The SQLite store locks its file with ``flock(LOCK_EX)`` for one process
-(:mod:`gateway.broker.sqlite_store`); a second gateway on the same data
+(:mod:`gateway.broker.store.sqlite_store`); a second gateway on the same data
 directory takes the same lock here first, without blocking, and waits as a
 standby when it cannot.  The wait is a blocking ``flock`` (never a timeout or a
 timing-based election): the kernel (or the shared file system's lock manager)

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.sqlite_store import SqliteStore
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.message.model import Message
 from tests.contract.connector_contract import ConnectorContract, Target, text, unique
 from tests.support.reactor_waits import reactor, wait_for

@@ -17,7 +17,7 @@ from gateway.broker.composite import composite_parts
 from gateway.broker.groups import MessageGroups
 from gateway.broker.limits import message_size
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.store import MemoryStore
+from gateway.broker.store.memory_store import MemoryStore
 from gateway.broker.wildcards import is_wildcard, matches
 from gateway.errors import DestinationError
 from gateway.interfaces import ISubscription, SubscriptionSpec

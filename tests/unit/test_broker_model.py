@@ -35,11 +35,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from twisted.internet.testing import StringTransport
 
-from gateway.broker import paging as paging_module
 from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.paging import page_file as paging_module
 from gateway.broker.settings import BrokerSettings, DestinationLimits
-from gateway.broker.sqlite_store import SqliteStore
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import StompProtocolError
 from gateway.routing.destination_map import DestinationMap
 from gateway.stomp import protocol as stomp_protocol

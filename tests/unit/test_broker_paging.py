@@ -29,7 +29,7 @@ from gateway.broker.limits import (
     parse_size,
 )
 from gateway.broker.settings import BrokerSettings, DestinationLimits
-from gateway.broker.store import Snapshot
+from gateway.broker.store.snapshot import Snapshot
 from gateway.errors import DestinationFull
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage
@@ -579,7 +579,7 @@ def test_a_restart_reads_no_stored_message_until_a_consumer_reaches_it(tmp_path:
 def test_a_store_of_schema_version_1_gets_the_order_index_and_keeps_its_messages(tmp_path: Path) -> None:
     import sqlite3
 
-    from gateway.broker.sqlite_records import encode_message
+    from gateway.broker.store.sqlite_records import encode_message
 
     path = tmp_path / "broker.sqlite"
     db = sqlite3.connect(str(path), isolation_level=None)

@@ -25,7 +25,7 @@ from gateway.admin.console_views import durable_client_id
 from gateway.admin.site import admin_resource
 from gateway.app import build_gateway
 from gateway.broker.operations import ORIGIN_PROPERTY
-from gateway.broker.store import durable_key
+from gateway.broker.store.snapshot import durable_key
 from gateway.config import parse_config
 from gateway.message.model import TextMessage
 from tests.unit.test_session import Peer, connect

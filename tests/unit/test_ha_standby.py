@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
 from gateway.admin.site import admin_resource
-from gateway.broker.sqlite_store import SqliteStore
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import GatewayError
 from gateway.ha import store_lock
 from gateway.ha.role import ACTIVE, STANDBY, GatewayRole

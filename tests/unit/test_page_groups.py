@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.broker import paging
 from gateway.broker.limits import message_size
-from gateway.broker.page_records import page_record, read_page_record
-from gateway.broker.paging import Entry, PageFile, PageWriteFailed, QueuePage
+from gateway.broker.paging import page_file as paging
+from gateway.broker.paging.page_file import Entry, PageFile, PageWriteFailed, QueuePage
+from gateway.broker.paging.page_records import page_record, read_page_record
 from gateway.errors import StoreError
 from gateway.message.model import (
     BytesMessage,

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.broker import paging as paging_module
 from gateway.broker import queue as queue_module
 from gateway.broker.limits import message_size
-from gateway.broker.paging import Entry, PageFile, QueuePage, StoredTail
+from gateway.broker.paging import page_file as paging_module
+from gateway.broker.paging.page_file import Entry, PageFile, QueuePage, StoredTail
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.sqlite_records import encode_message
+from gateway.broker.store.sqlite_records import encode_message
 from gateway.message.model import Message
 from tests.unit.test_store_broker import Run, Sink, text
 

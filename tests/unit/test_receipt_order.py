@@ -19,7 +19,7 @@ from twisted.internet.task import Clock
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import message_size
 from gateway.broker.settings import BrokerSettings, DestinationLimits
-from gateway.broker.store import Snapshot
+from gateway.broker.store.snapshot import Snapshot
 from gateway.message.model import TextMessage
 from gateway.stomp.receipts import ReceiptLine
 from gateway.wire.frame import Frame

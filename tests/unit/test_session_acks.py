@@ -18,7 +18,7 @@ from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.store import MemoryStore
+from gateway.broker.store.memory_store import MemoryStore
 from gateway.errors import StoreError
 from gateway.interfaces import IImmediateAcks, IMessageStore
 from gateway.wire.frame import Frame

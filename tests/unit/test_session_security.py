@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.store import durable_key
+from gateway.broker.store.snapshot import durable_key
 from gateway.errors import NotOwner
 from gateway.interfaces import SubscriptionSpec
 from gateway.routing.destination_map import DestinationMap

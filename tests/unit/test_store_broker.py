@@ -23,7 +23,7 @@ from zope.interface import implementer
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.sqlite_store import SqliteStore
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage

@@ -20,8 +20,9 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from zope.interface.verify import verifyObject
 
-from gateway.broker.sqlite_store import SqliteStore
-from gateway.broker.store import DurableRecord, MemoryStore, Snapshot
+from gateway.broker.store.memory_store import MemoryStore
+from gateway.broker.store.snapshot import DurableRecord, Snapshot
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.interfaces import IMessageStore
 from gateway.message.model import (
     BytesMessage,

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.sqlite_records import encode_message
-from gateway.broker.sqlite_store import SqliteStore
-from gateway.broker.store import Snapshot
+from gateway.broker.store.snapshot import Snapshot
+from gateway.broker.store.sqlite_records import encode_message
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.message.model import TextMessage
 from tests.unit.test_store_broker import Run, Sink
 from tests.unit.test_store_contract import NOW, PumpedReactor, same_message, text
@@ -234,7 +234,7 @@ def test_a_store_of_an_earlier_schema_shares_its_copies_once_migrated(stores: St
 
 def test_a_failed_migration_leaves_the_earlier_schema(stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
     old_store(stores.path, 2)
-    from gateway.broker import sqlite_store
+    from gateway.broker.store import sqlite_store
 
     def broken(db: sqlite3.Connection) -> int:
         raise sqlite3.OperationalError("disk I/O error")

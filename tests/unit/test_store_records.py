@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.broker.sqlite_records import decode_message, encode_message
+from gateway.broker.store.sqlite_records import decode_message, encode_message
 from gateway.errors import StoreError
 from gateway.message.model import (
     BytesMessage,

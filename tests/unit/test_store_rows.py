@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.broker.sqlite_rows import RowIndex
-from gateway.broker.sqlite_writer import TransactionJournal
+from gateway.broker.store.sqlite_rows import RowIndex
+from gateway.broker.store.sqlite_writer import TransactionJournal
 
 
 def test_rows_are_found_oldest_first_and_taken_once() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gateway.broker.sqlite_store import SqliteStore
+from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import StoreError
 from gateway.message.model import BytesMessage, TextMessage
 from tests.unit.test_store_contract import PumpedReactor

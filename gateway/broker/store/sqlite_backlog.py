@@ -13,13 +13,11 @@ them finds their rows; rows never read cost no memory at all.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
 
-from gateway.broker.sqlite_schema import RECORD
-from gateway.broker.store import BacklogRow
-
-if TYPE_CHECKING:
-    from gateway.broker.sqlite_store import SqliteStore
+from gateway.broker.store.snapshot import BacklogRow
+from gateway.broker.store.sqlite_rows import RowIndex
+from gateway.broker.store.sqlite_schema import RECORD
+from gateway.broker.store.sqlite_writer import GroupCommitWriter
 
 _READ = (
     f"SELECT rank, seq, message_id, expiration, size, redelivery, {RECORD} FROM messages INDEXED BY messages_order "
@@ -30,10 +28,15 @@ _NEXT_RANK = "SELECT rank FROM messages INDEXED BY messages_order WHERE queue = 
 
 
 class SqliteBacklog:
-    """:class:`gateway.broker.store.StoredBacklog` on a :class:`SqliteStore`'s file."""
+    """:class:`~gateway.broker.store.snapshot.StoredBacklog` on the SQLite store's file at ``path``.
 
-    def __init__(self, store: SqliteStore, last_seq: int) -> None:
-        self.store = store
+    ``rows`` and ``writer`` are the store's row index and writer thread (rows read are handed there).
+    """
+
+    def __init__(self, path: str, rows: RowIndex, writer: GroupCommitWriter, last_seq: int) -> None:
+        self.path = path
+        self.rows = rows
+        self.writer = writer
         self.last_seq = last_seq
         self._db: sqlite3.Connection | None = None
         self.closed = False
@@ -44,7 +47,7 @@ class SqliteBacklog:
     def db(self) -> sqlite3.Connection:
         db = self._db
         if db is None:
-            db = self._db = sqlite3.connect(self.store.path, isolation_level=None, check_same_thread=False)
+            db = self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA query_only = 1")
             db.execute("PRAGMA cache_size = -4096")  # 4 MiB of SQLite page cache
         return db
@@ -69,14 +72,14 @@ class SqliteBacklog:
     def track(self, queue: str, rows: list[BacklogRow]) -> None:
         if not rows:
             return
-        index = self.store._rows  # (lives on the writer thread: loaded there, before any later ack)
+        index = self.rows  # (lives on the writer thread: loaded there, before any later ack)
         found = [(row[2], row[1]) for row in rows]
 
         def load(_: sqlite3.Connection) -> None:
             for message_id, seq in found:
                 index.load(queue, message_id, seq)
 
-        self.store.writer.submit(load)
+        self.writer.submit(load)
 
     def close(self) -> None:
         self.closed = True

@@ -2,7 +2,7 @@
 
 A paged-out message is read back by the process that wrote it (the page file is
 deleted at every start), so it needs no stable, versioned format as the message
-store's records do (:mod:`gateway.broker.sqlite_records`): :func:`page_record` is the
+store's records do (:mod:`gateway.broker.store.sqlite_records`): :func:`page_record` is the
 message's class and fields as one marshalled tuple, which C code writes and reads
 (about 1 µs each way for a 1 KB message, a quarter of the store's record).  A group
 of paged-out messages (one page-file row) is a marshalled list of their queue keys,

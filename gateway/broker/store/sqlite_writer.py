@@ -10,7 +10,7 @@ back and its operations are retried one transaction each, so one bad write
 fails alone and the others keep their outcome.
 
 The writer knows transactions, threads and Deferreds; what the operations
-write is :mod:`gateway.broker.sqlite_store`'s business.  Nothing here runs
+write is :mod:`gateway.broker.store.sqlite_store`'s business.  Nothing here runs
 SQLite on the reactor thread.
 """
 

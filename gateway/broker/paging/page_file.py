@@ -33,9 +33,9 @@ from typing import Any
 from twisted.logger import Logger
 
 from gateway.broker.limits import MESSAGE_OVERHEAD
-from gateway.broker.page_records import PageRow, group_record, page_record, read_group, read_page_record
-from gateway.broker.sqlite_records import decode_message
-from gateway.broker.store import BacklogRow, StoredBacklog
+from gateway.broker.paging.page_records import PageRow, group_record, page_record, read_group, read_page_record
+from gateway.broker.store.snapshot import BacklogRow, StoredBacklog
+from gateway.broker.store.sqlite_records import decode_message
 from gateway.message.model import Message
 
 Entry = tuple[int, int, Message, int]
@@ -48,7 +48,7 @@ NotPaged = Callable[[list[Entry], BaseException], None]
 ScanRow = tuple[int, int, int | None, int, int, bytes, BacklogRow | None]
 """A paged message met by a search: (rank, seq, page file group id, counted size, redelivery,
 record, its stored row when it is still only in the message store: then the record is the
-store's, else a :func:`~gateway.broker.page_records.page_record`)."""
+store's, else a :func:`~gateway.broker.paging.page_records.page_record`)."""
 
 TAIL_ROWS = 200
 """Most rows of a recovered backlog (in the message store) one read takes."""
@@ -246,7 +246,7 @@ class QueuePage:
 
     The page file keeps them in **groups**: one row holds up to :data:`GROUP_ROWS`
     messages (about :data:`GROUP_BYTES` counted bytes) of one priority, in order, as a
-    marshalled list (:mod:`gateway.broker.page_records`), keyed by its first message.
+    marshalled list (:mod:`gateway.broker.paging.page_records`), keyed by its first message.
     A queue's groups never overlap (a message paged out into the range of a group is
     merged into it), so groups in key order are messages in key order.  One row per
     group instead of one per message is what makes paging cheap: SQLite's per-row work

@@ -14,7 +14,7 @@ index ``messages_body``, so no reference count has to be kept right, and the
 rows of plain queue messages (no ``body``) cost that index nothing.
 
 This module holds SQL only: what runs it, and when, is
-:mod:`gateway.broker.sqlite_store`'s business.
+:mod:`gateway.broker.store.sqlite_store`'s business.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ covers it, so a RECEIPT sent on it means the message is on disk.
 :meth:`SqliteStore.open` checks the file (``PRAGMA quick_check``), purges
 expired messages and returns a :class:`Snapshot` of everything else, in the
 order it was stored (or, recovering lazily, each queue's count and a reader:
-:mod:`gateway.broker.sqlite_backlog`).  A message stored for several queue keys
+:mod:`gateway.broker.store.sqlite_backlog`).  A message stored for several queue keys
 in one write (a topic message for its durable subscriptions) is kept once, with
-one small row per key (:mod:`gateway.broker.sqlite_schema` has the layout).  The
+one small row per key (:mod:`gateway.broker.store.sqlite_schema` has the layout).  The
 file is locked for this process alone (an advisory lock; the backlog reader
 shares the WAL).
 
@@ -44,10 +44,11 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.broker.idempotency import SendIdTable
-from gateway.broker.sqlite_backlog import SqliteBacklog
-from gateway.broker.sqlite_records import decode_message, encode_message
-from gateway.broker.sqlite_rows import RowIndex
-from gateway.broker.sqlite_schema import (
+from gateway.broker.store.snapshot import DurableRecord, Snapshot
+from gateway.broker.store.sqlite_backlog import SqliteBacklog
+from gateway.broker.store.sqlite_records import decode_message, encode_message
+from gateway.broker.store.sqlite_rows import RowIndex
+from gateway.broker.store.sqlite_schema import (
     APPLICATION_ID,
     CREATE,
     DELETE,
@@ -65,8 +66,7 @@ from gateway.broker.sqlite_schema import (
     release,
     share_copies,
 )
-from gateway.broker.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
-from gateway.broker.store import DurableRecord, Snapshot
+from gateway.broker.store.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
 from gateway.errors import GatewayError, StoreError
 from gateway.interfaces import IMessageStore
 from gateway.message.model import Message
@@ -412,7 +412,7 @@ class SqliteStore:
                 self._rows.next_seq = max(self._rows.next_seq, last + 1, self._last_body(db) + 1)
                 send_ids = self.send_ids.load(db, now_ms)  # (issue 35)
                 db.execute("COMMIT")
-                self.backlog = SqliteBacklog(self, last)
+                self.backlog = SqliteBacklog(self.path, self._rows, self.writer, last)
                 return Snapshot(durables=durables, expired=max(0, expired),
                                 stored=sum(count for count, _ in backlogs.values()), backlogs=backlogs,
                                 backlog=self.backlog, redelivered=redelivered, send_ids=send_ids)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 
-from gateway.broker.sqlite_writer import TransactionJournal
+from gateway.broker.store.sqlite_writer import TransactionJournal
 
 Rows = int | list[int]
 """The row of a message id on one queue, or its rows (oldest first) when it is there more than once."""
