@@ -22,51 +22,42 @@ FAIL or DROP holds back its senders, refuses or discards instead
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.broker.admission import Admission
 from gateway.broker.browse import QueueBrowser
 from gateway.broker.composite import expand, is_composite
+from gateway.broker.destinations import TEMP_PREFIXES, TOPIC_PREFIXES, Destinations, compile_predicate, destination_kind
 from gateway.broker.idempotency import IdempotentSends, has_send_id
 from gateway.broker.limits import (
-    BLOCK,
-    DROP,
-    FAIL,
-    MESSAGE_OVERHEAD,
-    PAGE,
-    DestinationPolicies,
     DestinationPolicy,
-    MemoryUsage,
-    default_memory_limit,
     message_size,
 )
-from gateway.broker.paging.page_file import PageFile, StoredTail
+from gateway.broker.metrics import BrokerMetrics
+from gateway.broker.paging.page_file import PageFile
 from gateway.broker.publication import Publication, PublicationOrder
-from gateway.broker.queue import MessageQueue, Predicate, QueueSubscription
+from gateway.broker.queue import MessageQueue, QueueSubscription
+from gateway.broker.recovery import Recovery
 from gateway.broker.scheduler import MemorySchedule, Scheduler, ScheduleStore, is_scheduled
 from gateway.broker.settings import BrokerSettings
+from gateway.broker.status import broker_gauges, broker_status
 from gateway.broker.store.memory_store import MemoryStore
 from gateway.broker.store.snapshot import (
-    DURABLE_PREFIX,
-    BacklogRow,
     DurableRecord,
     Snapshot,
-    StoredBacklog,
     durable_key,
 )
-from gateway.broker.store.sqlite_records import decode_message
-from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, queue_of_record, record_key
-from gateway.broker.wildcards import WildcardTopics, is_wildcard
+from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, record_key
 from gateway.deferreds import gather
-from gateway.errors import ConnectorError, DestinationError, DestinationFull, GatewayError, NotOwner, StoreError
+from gateway.errors import ConnectorError, DestinationError, GatewayError
 from gateway.flow import Congestion
 from gateway.interfaces import (
     Capability,
@@ -90,76 +81,6 @@ REMOVALS_HELD = 20_000
 deliveries of stored queues wait (until half as many wait): a consumer that drains a deep
 backlog faster than the disk deletes it must not pile up removals in memory without bound
 (each waiting removal is a few hundred bytes; ~300 MB for a 300,000-message backlog before)."""
-
-QUEUE_PREFIXES = ("/queue/", "/remote-temp-queue/")
-TOPIC_PREFIXES = ("/topic/", "/remote-temp-topic/")
-TEMP_PREFIXES = ("/remote-temp-queue/", "/remote-temp-topic/")
-
-
-def destination_kind(destination: str) -> str:
-    """``queue`` or ``topic``; :class:`DestinationError` for anything else."""
-    if destination.startswith(QUEUE_PREFIXES) and len(destination) > destination.index("/", 1) + 1:
-        return "queue"
-    if destination.startswith(TOPIC_PREFIXES) and len(destination) > destination.index("/", 1) + 1:
-        return "topic"
-    raise DestinationError(
-        f"unknown destination {destination!r}: the embedded broker takes /queue/<name>, /topic/<name>, "
-        "/temp-queue/<name> or /temp-topic/<name>"
-    )
-
-
-class Tally:
-    """A counter the hot path bumps with a plain integer add."""
-
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def inc(self, amount: int = 1) -> None:
-        self.count += amount
-
-
-class BrokerMetrics:
-    """Counters of the embedded broker, exposed through an injectable registry.
-
-    The hot path adds to plain integers; prometheus_client reads them when it
-    is scraped (a custom collector), so counting costs no lock or label lookup.
-    """
-
-    _COUNTERS = {
-        "enqueued": "Messages accepted by the embedded broker",
-        "consumed": "Messages acknowledged at the embedded broker",
-        "redelivered": "Deliveries returned for redelivery",
-        "dead_lettered": "Messages moved to a dead-letter queue",
-        "expired": "Expired messages dropped undelivered",
-        "dropped": "Messages discarded because their destination was full (full_policy DROP)",
-        "refused_full": "Sends refused because their destination was full (full_policy FAIL)",
-        "paged_out": "Messages written to the page file because memory was full",
-    }
-
-    def __init__(self, registry: CollectorRegistry | None) -> None:
-        self.registry = registry or CollectorRegistry()
-        self.enqueued = Tally()
-        self.consumed = Tally()
-        self.redelivered = Tally()
-        self.dead_lettered = Tally()
-        self.expired = Tally()
-        self.dropped = Tally()
-        self.refused_full = Tally()
-        self.paged_out = Tally()
-        self.gauges: Callable[[], Iterator[Metric]] | None = None
-        """The broker's memory and paging gauges, read at each scrape."""
-        self.registry.register(self)
-
-    def collect(self) -> Iterator[Metric]:
-        for name, documentation in self._COUNTERS.items():
-            family = CounterMetricFamily(f"jmsgateway_broker_{name}", documentation)
-            family.add_metric([], getattr(self, name).count)
-            yield family
-        if self.gauges is not None:
-            yield from self.gauges()
-
 
 @implementer(IPostingConnector, IStatusReporting, IDestinationFlowControlled, IHeldMessages)
 class EmbeddedBroker:
@@ -189,39 +110,26 @@ class EmbeddedBroker:
         self.scheduler = Scheduler(clock, schedule or MemorySchedule(), self._send_occurrence, self.now_ms)
         """Messages sent with AMQ_SCHEDULED_* until they are due (:mod:`gateway.broker.scheduler`)."""
         self.metrics = BrokerMetrics(registry)
-        self.metrics.gauges = self._gauges
-        limit = self.settings.memory_limit
-        self.memory = MemoryUsage(default_memory_limit() if limit is None else limit)  # (0: no limit)
-        self.memory.on_release = self._room_made
-        self.policies = DestinationPolicies(self.settings.destinations)
-        self.virtual = VirtualTopics(VirtualTopicNames(self.settings.virtual_topic_prefix,
-                                                       self.settings.virtual_topic_consumer_prefix))
-        """The consumer queues of each virtual topic (:mod:`gateway.broker.virtual_topics`)."""
+        names = VirtualTopicNames(self.settings.virtual_topic_prefix, self.settings.virtual_topic_consumer_prefix)
+        self.destinations = Destinations(self, VirtualTopics(names), self._record_consumer_queue)
+        """Every queue, topic and durable subscription by name (:mod:`gateway.broker.destinations`)."""
+        self.admission = Admission(self.settings, self.metrics, self.destinations)
+        """The memory and destination limits and the senders they hold (:mod:`gateway.broker.admission`)."""
+        self.metrics.gauges = lambda: broker_gauges(self.admission, self.destinations)
+        self.recovery = Recovery(self.destinations, self.settings, self.metrics, self._dead_letter)
+        # (the hot path's names for the parts it reads on every send)
+        self.memory = self.admission.memory
+        self.policies = self.admission.policies
+        self.queues = self.destinations.queues
+        self.topics = self.destinations.topics
+        self.durables = self.destinations.durables
+        self.wildcards = self.destinations.wildcards
+        self.virtual = self.destinations.virtual
         self._pages = PageFile(page_path, getattr(clock, "callLater", None), min_free=self.settings.min_free)
-        self._congestions: dict[str, Congestion] = {}
-        """Senders of each BLOCK destination (asked for by the sessions)."""
-        self._blocked: set[str] = set()
-        """BLOCK destinations whose senders are held until room is made."""
-        self._full: set[str] = set()
-        """Destinations reported full (logged once per episode)."""
-        self._store_congestion = Congestion("embedded broker message store")
-        """The senders of every destination but the BLOCK ones, held while the store is behind."""
-        self._writing = 0
-        """Counted bytes of the messages waiting for the store to write them."""
-        self._write_hold = max(1024 * 1024, min(self.memory.limit // 4, 32 * 1024 * 1024))
-        """Past this many bytes waiting for the store, senders are held (until half of it)."""
-        self._store_held = False
         self._removing = 0
         """Store removals of consumed messages not yet committed."""
         self.removals_held = False
         """Past :data:`REMOVALS_HELD` removals waiting: deliveries of stored queues wait."""
-        self.queues: dict[str, MessageQueue] = {}
-        self.topics: dict[str, list[MessageQueue]] = {}
-        self.wildcards = WildcardTopics()
-        """Which names in :attr:`topics` are wildcard patterns."""
-        self.durables: dict[str, MessageQueue] = {}
-        self.durable_owners: dict[str, str | None] = {}
-        """Durable subscription key -> the login that created it (None: created without a login)."""
         self._expiry = LoopingCall(self.purge_expired)
         self._expiry.clock = clock
         self._persist_all = not isinstance(self.store, MemoryStore)
@@ -229,9 +137,6 @@ class EmbeddedBroker:
         self._subscribing: set[str] = set()
         """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._publishing = PublicationOrder()
-        self._arriving = 0
-        """Counted bytes of the messages admitted and not yet in their queues (waiting for the
-        store or for earlier messages): they count against the limits as if they were there."""
         self.idempotency = IdempotentSends(clock, self.settings.dedup_window, self.settings.dedup_window_seconds,
                                            parts=expand, registry=self.metrics.registry)  # (issue 35: x-dedup-id)
 
@@ -262,87 +167,10 @@ class EmbeddedBroker:
         return gather([scheduled, result]).addCallback(lambda _: None)
 
     def recover(self, snapshot: Snapshot) -> Deferred[Any]:
-        """Rebuild state from a store snapshot; fires when recovery's own writes are stored.
-
-        A stored message's redelivery count includes a delivery that was
-        under way when the broker stopped (see :meth:`delivered`); one past
-        ``max_redeliveries`` goes to the dead-letter queue, as it would have
-        on a NACK.
-        """
-        for record in snapshot.durables:
-            consumer_queue = queue_of_record(record.key)
-            if consumer_queue is not None:  # (a virtual topic's consumer queue: it exists without messages)
-                self.virtual.add(consumer_queue)
-                self._queue(consumer_queue)
-                continue
-            self._make_durable(record.key, record.destination, record.selector)
-            self.durable_owners[record.key] = record.owner
-        limit = self.settings.max_redeliveries
-        moves: list[Deferred[None]] = []
-        for key, message in snapshot.messages:
-            queue = self.durables.get(key) if key.startswith("durable:") else self._queue(key)
-            if queue is None:
-                self.log.warn("dropping stored message {id} of unknown durable subscription {key}",
-                              id=message.message_id, key=key)
-                continue
-            if message.redelivery_count > limit and not queue.name.startswith(self.settings.dead_letter_prefix):
-                reason = f"delivery failed {message.redelivery_count} times (limit {limit})"
-                moves.append(self._dead_letter(queue, message, reason))
-                continue
-            queue.enqueue(message)
-        if snapshot.expired:
-            self.metrics.expired.inc(snapshot.expired)
+        """Rebuild state from a store snapshot (:mod:`gateway.broker.recovery`); fires when
+        recovery's own writes are stored."""
         self.idempotency.recover(snapshot.send_ids)  # (issue 35)
-        backlog = snapshot.backlog
-        if backlog is not None:
-            self._recover_backlogs(snapshot.backlogs, backlog)
-            moves.extend(self._dead_letter_recovered(snapshot.redelivered))
-        self._recovered(len(snapshot.messages) + snapshot.stored, snapshot)
-        return gather(moves)
-
-    def _recovered(self, messages: int, snapshot: Snapshot) -> None:
-        paged = sum(queue.paged for queue in [*self.queues.values(), *self.durables.values()])
-        self.log.info(
-            "embedded broker recovered {messages} messages ({paged} left in the store until consumers reach them), "
-            "{durables} durable subscriptions, purged {expired}",
-            messages=messages, paged=paged, durables=len(self.durables), expired=snapshot.expired,
-        )
-
-    def _recover_backlogs(self, backlogs: dict[str, tuple[int, int]], backlog: StoredBacklog) -> None:
-        """Lazy recovery: each queue learns how many stored messages it has and reads them
-        from the store, in order, as its consumers reach them (none is read now, so a
-        restart takes the same time whatever the backlog)."""
-        for key, (count, size) in backlogs.items():
-            queue = self.durables.get(key) if key.startswith(DURABLE_PREFIX) else self._queue(key)
-            if queue is None:
-                self.log.warn("ignoring {count} stored messages of unknown durable subscription {key}",
-                              count=count, key=key)
-                continue
-            queue.attach_backlog(StoredTail(backlog, key, count, size), backlog.last_seq)
-
-    def _dead_letter_recovered(self, redelivered: list[tuple[str, BacklogRow]]) -> list[Deferred[None]]:
-        """Lazy recovery: the stored messages whose redelivery count passed ``max_redeliveries``
-        (a delivery was under way at the crash) leave their backlog for the dead-letter queue,
-        as they would have at a NACK (the store finds them by an index, the rest is not read)."""
-        limit = self.settings.max_redeliveries
-        moves = []
-        for key, row in redelivered:
-            rank, seq, message_id, expiration, size, redelivery, record = row
-            queue = self.durables.get(key) if key.startswith(DURABLE_PREFIX) else self.queues.get(key)
-            if redelivery <= limit or queue is None or queue.name.startswith(self.settings.dead_letter_prefix):
-                continue
-            if queue.page is None or queue.page.tail is None:
-                continue
-            try:
-                message = decode_message(record)
-            except ValueError as error:
-                raise StoreError(f"message store: stored message {seq} on {key} cannot be read ({error})") from None
-            message.redelivery_count = redelivery
-            message.redelivered = True
-            queue.page.take_stored([(rank, seq, message_id, expiration, size + MESSAGE_OVERHEAD, redelivery, record)])
-            reason = f"delivery failed {redelivery} times (limit {limit})"
-            moves.append(self._dead_letter(queue, message, reason))
-        return moves
+        return self.recovery.recover(snapshot)
 
     # -- QueueOwner --------------------------------------------------------
 
@@ -446,12 +274,7 @@ class EmbeddedBroker:
             # An UNSUBSCRIBE's receipt waits until the deletion is stored.
             return self._drop_durable(queue.key) if delete else None
         if queue.name.startswith(TOPIC_PREFIXES):
-            subscribers = self.topics.get(queue.name, [])
-            if queue in subscribers:
-                subscribers.remove(queue)
-            if not subscribers:
-                self.wildcards.discard(queue.name)
-            queue.discard()  # (a topic subscriber's backlog ends with it: its memory and pages go)
+            self.destinations.unsubscribe_topic(queue)
         return None
 
     # -- IConnector --------------------------------------------------------
@@ -486,11 +309,11 @@ class EmbeddedBroker:
         if is_composite(message.destination):  # (one copy per part, stored as one batch: one receipt)
             return self.send_batch([message], deduplicate=False)
         try:
-            targets = self._targets(message)
+            targets = self.destinations.targets(message)
         except GatewayError as error:
             return fail(error)
         if targets and (self.policies or self.memory.full):
-            refusal = self._admit(message, targets)
+            refusal = self.admission.admit(message, targets)
             if refusal is not None:
                 return refusal
         if (message.persistent and self._persist_all) or self._publishing.busy(message.destination):
@@ -521,14 +344,14 @@ class EmbeddedBroker:
             return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(
                 lambda _: None)
         try:
-            plan = [(part, self._targets(part)) for message in messages for part in expand(message)]
+            plan = [(part, self.destinations.targets(part)) for message in messages for part in expand(message)]
         except GatewayError as error:
             return fail(error)
         if self.policies or self.memory.full:
             admitted = []
             batch: dict[MessageQueue | None, int] = {}
             for message, targets in plan:
-                refusal = self._admit(message, targets, batch) if targets else None
+                refusal = self.admission.admit(message, targets, batch) if targets else None
                 if refusal is None:
                     admitted.append((message, targets))
                 elif refusal.called and getattr(refusal, "result", None) is not None:
@@ -536,118 +359,12 @@ class EmbeddedBroker:
             plan = admitted
         return self._store_then_enqueue(plan)
 
-    # -- memory limits -----------------------------------------------------
-
-    def _over(self, queue: MessageQueue, size: int, batch: dict[MessageQueue | None, int] | None = None) -> bool:
-        """Whether ``size`` more bytes (after those of ``batch``, admitted earlier in the same
-        transaction) would pass ``queue``'s ``max_size`` (counting what it paged out) or the
-        broker's ``memory_limit``."""
-        return self._over_own(queue, size, batch) or \
-            self.memory.used + self._arriving + size + (batch.get(None, 0) if batch else 0) > self.memory.limit
-
-    @staticmethod
-    def _over_own(queue: MessageQueue, size: int, batch: dict[MessageQueue | None, int] | None) -> bool:
-        """Whether ``queue`` would pass its ``max_size``: what it holds (in memory and paged out),
-        what is on the way to it (:attr:`MessageQueue.arriving`: in flight to the store), ``size``."""
-        if not queue.max_size:
-            return False
-        return (queue.memory + queue.paged_size + queue.arriving + size + (batch.get(queue, 0) if batch else 0)
-                > queue.max_size)
-
-    def _admit(
-        self, message: Message, targets: list[MessageQueue], batch: dict[MessageQueue | None, int] | None = None
-    ) -> Deferred[None] | None:
-        """None when ``message`` may go on (PAGE, or room, or BLOCK: taken, senders held);
-        a Deferred to answer the send with when its destination's policy is FAIL, or DROP
-        and every target is full.  DROP removes the full targets from ``targets`` (a topic's
-        subscribers are judged each on its own backlog).
-        ``batch`` counts what a transaction admitted before this message."""
-        destination = message.destination
-        size = 0
-        dropped = False
-        for queue in list(targets):
-            policy = queue.policy
-            if policy.full_policy == PAGE:
-                continue
-            size = size or message_size(message)
-            if not self._over(queue, size, batch):
-                if batch is not None:
-                    batch[queue] = batch.get(queue, 0) + size
-                    batch[None] = batch.get(None, 0) + size
-                continue
-            if self._over_own(queue, size, batch):
-                limit = f"max_size {queue.max_size} bytes"
-            else:
-                limit = f"memory_limit {self.memory.limit} bytes"
-                self.memory.reached()
-            self._report_full(destination, policy, limit)
-            if policy.full_policy == BLOCK:
-                self._block(destination)
-                return None
-            if policy.full_policy == DROP:
-                # (only this backlog's copy: a topic's other subscribers still get it)
-                self.metrics.dropped.inc()
-                targets.remove(queue)
-                dropped = True
-                continue
-            self.metrics.refused_full.inc()
-            return fail(DestinationFull(
-                f"{destination} is full: its queued messages reached {limit} (full_policy FAIL); "
-                "the message was not stored"
-            ))
-        if dropped:
-            return None if targets else succeed(None)
-        if destination in self._full:
-            self._full.discard(destination)
-            self.log.info("{destination} has room again: sends are accepted", destination=destination)
-        return None
-
-    def _report_full(self, destination: str, policy: DestinationPolicy, limit: str) -> None:
-        if destination in self._full:
-            return
-        self._full.add(destination)
-        action = {BLOCK: "its senders are held until consumers make room", FAIL: "sends are refused",
-                  DROP: "sends are discarded"}[policy.full_policy]
-        self.log.warn("{destination} reached its {limit}: {action} (full_policy {policy})",
-                      destination=destination, limit=limit, action=action, policy=policy.full_policy)
+    # -- flow control ------------------------------------------------------
 
     def congestion_for(self, destination: str) -> Congestion | None:
         """:class:`IDestinationFlowControlled`: the senders of ``destination``: its own for a BLOCK
         destination, else the senders of every destination (held while the store is behind)."""
-        if self.policy(destination).full_policy != BLOCK:
-            return self._store_congestion
-        congestion = self._congestions.get(destination)
-        if congestion is None:
-            congestion = self._congestions[destination] = Congestion(f"embedded broker destination {destination}")
-            if self._store_held:
-                congestion.pauseProducing()
-        return congestion
-
-    def _block(self, destination: str) -> None:
-        congestion = self.congestion_for(destination)
-        if congestion is None:
-            return
-        congestion.pauseProducing()
-        self._blocked.add(destination)
-        self.memory.waiting = True
-
-    def _room_made(self) -> None:
-        """Memory was freed while BLOCK destinations wait: release those with room now."""
-        for destination in list(self._blocked):
-            try:
-                targets = [self._queue(destination)] if destination_kind(destination) == "queue" \
-                    else self.topics.get(destination, [])
-            except GatewayError:
-                targets = []
-            if any(self._over(queue, 0) for queue in targets):
-                continue
-            self._blocked.discard(destination)
-            self._full.discard(destination)
-            self.log.info("{destination} has room again: its senders are released", destination=destination)
-            congestion = self._congestions.get(destination)
-            if congestion is not None and not self._store_held:
-                congestion.resumeProducing()
-        self.memory.waiting = bool(self._blocked)
+        return self.admission.congestion_for(destination)
 
     def _store_then_enqueue(self, plan: list[tuple[Message, list[MessageQueue]]]) -> Deferred[None]:
         """Write the persistent messages of ``plan`` (one transaction), then make all visible.
@@ -683,16 +400,16 @@ class EmbeddedBroker:
             shown = self._when_shown(waiting)
             return succeed(None) if shown is None else shown
         size = sum(message_size(message) for message, _ in plan)
-        self._writing_started(size)
+        self.admission.writing_started(size)
         written: Deferred[None] = self.store.add_batch(entries)
 
         def stored(_: object) -> Deferred[None] | None:
-            self._writing_ended(size)
+            self.admission.writing_ended(size)
             settle(True)
             return self._when_shown(waiting)  # (the send is done once its messages are in their queues)
 
         def failed(failure: Any) -> Any:
-            self._writing_ended(size)
+            self.admission.writing_ended(size)
             settle(False)
             return failure
 
@@ -717,37 +434,18 @@ class EmbeddedBroker:
             publication.then = one_shown
         return shown
 
-    def _writing_started(self, size: int) -> None:
-        """``size`` bytes of messages wait for the store: past :attr:`_write_hold`, senders are held
-        (a pipelined sender of persistent messages must not outrun the disk without bound)."""
-        self._writing += size
-        if self._writing > self._write_hold and not self._store_held:
-            self._store_held = True
-            self.log.debug("{bytes} bytes wait for the message store: holding the senders", bytes=self._writing)
-            self._store_congestion.pauseProducing()
-            for congestion in self._congestions.values():
-                congestion.pauseProducing()
-
-    def _writing_ended(self, size: int) -> None:
-        self._writing -= size
-        if self._store_held and self._writing <= self._write_hold // 2:
-            self._store_held = False
-            self._store_congestion.resumeProducing()
-            for destination, congestion in list(self._congestions.items()):
-                if destination not in self._blocked:
-                    congestion.resumeProducing()
-
     def _shower(self, message: Message, targets: list[MessageQueue]) -> Callable[[bool], None]:
         """What makes ``message`` visible in ``targets`` once its turn comes (``show(True)``), or
         gives up its place when it was not stored (``show(False)``); until then it counts against
         their limits (:attr:`MessageQueue.arriving`)."""
         size = message_size(message)
-        self._arriving += size
+        admission = self.admission
+        admission.arriving += size
         for queue in targets:
             queue.arriving += size
 
         def show(stored: bool) -> None:
-            self._arriving -= size
+            admission.arriving -= size
             for queue in targets:
                 queue.arriving -= size
             if not stored:
@@ -772,27 +470,6 @@ class EmbeddedBroker:
             size = message_size(message)
             for queue in targets:
                 queue.enqueue(message, size)
-
-    def _targets(self, message: Message) -> list[MessageQueue]:
-        destination = message.destination
-        queue = self.queues.get(destination)
-        if queue is not None and destination.startswith("/queue/"):  # (an existing queue, the common case)
-            return [queue]
-        is_queue = destination_kind(destination) == "queue"
-        if destination.startswith(TEMP_PREFIXES) and destination not in (self.queues if is_queue else self.topics):
-            raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
-        if is_queue:
-            return [self._queue(destination)]
-        subscribers = self.topics.get(destination, ())
-        if self.wildcards:  # (subscribers of the patterns the topic matches: gateway/broker/wildcards.py)
-            patterns = self.wildcards.matching(destination)
-            if patterns:
-                subscribers = [*subscribers, *(q for pattern in patterns for q in self.topics.get(pattern, ()))]
-        if self.virtual:  # (a virtual topic's consumer queues: gateway/broker/virtual_topics.py)
-            consumer_queues = self.virtual.queues_of(destination)
-            if consumer_queues:
-                subscribers = [*subscribers, *(self.queues[name] for name in consumer_queues if name in self.queues)]
-        return [queue for queue in subscribers if queue.accepts(message)]
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
         if spec.browser:
@@ -830,7 +507,7 @@ class EmbeddedBroker:
         selector = compile_predicate(spec.selector)
         recorded: Deferred[None] | None = None
         if kind == "queue":
-            queue = self._queue(spec.destination)
+            queue = self.destinations.queue(spec.destination)
             subscription = QueueSubscription(queue, spec, consumer, selector)
             queue.add_consumer(subscription)
             return subscription, None
@@ -840,8 +517,9 @@ class EmbeddedBroker:
                     f"durable subscription {spec.durable_name!r} needs a client-id header on CONNECT"
                 )
             key = durable_key(spec.client_id, spec.durable_name)
+            owners = self.destinations.durable_owners
             durable: MessageQueue | None = self.durables.get(key)
-            self._check_owner(key, spec.durable_name, spec.login)
+            self.destinations.check_owner(key, spec.durable_name, spec.login)
             if key in self._subscribing or (durable is not None and durable.consumers):
                 raise DestinationError(f"durable subscription {spec.durable_name!r} of client "
                                        f"{spec.client_id!r} already has an active subscriber")
@@ -849,18 +527,15 @@ class EmbeddedBroker:
                 self._drop_durable(key)
                 durable = None
             if durable is None:
-                durable = self._make_durable(key, spec.destination, spec.selector)
-                self.durable_owners[key] = spec.login
+                durable = self.destinations.make_durable(key, spec.destination, spec.selector)
+                owners[key] = spec.login
                 recorded = self.store.add_durable(key, spec.destination, spec.selector, spec.login)
-            elif self.durable_owners.get(key) is None and spec.login is not None:
-                self.durable_owners[key] = spec.login  # (created without a login, or before owners were kept)
+            elif owners.get(key) is None and spec.login is not None:
+                owners[key] = spec.login  # (created without a login, or before owners were kept)
                 self.store.add_durable(key, spec.destination, spec.selector, spec.login).addErrback(self._store_failed)
             queue = durable
         else:
-            queue = MessageQueue(self, spec.destination, spec.destination, filter=selector, transient=True)
-            self.topics.setdefault(spec.destination, []).append(queue)
-            if is_wildcard(spec.destination):
-                self.wildcards.add(spec.destination)
+            queue = self.destinations.subscribe_topic(spec.destination, selector)
         subscription = QueueSubscription(queue, spec, consumer, None)
         if recorded is None:
             queue.add_consumer(subscription)
@@ -870,21 +545,14 @@ class EmbeddedBroker:
         """A ``browser:true`` subscription (:mod:`gateway.broker.browse`)."""
         if destination_kind(spec.destination) != "queue":
             return fail(DestinationError(f"browser:true browses queues only, not {spec.destination!r}"))
-        browser = QueueBrowser(self._queue(spec.destination), spec, consumer, compile_predicate(spec.selector),
-                               self.clock)
+        browser = QueueBrowser(self.destinations.queue(spec.destination), spec, consumer,
+                               compile_predicate(spec.selector), self.clock)
         browser.start()
         return succeed(browser)
 
-    def _check_owner(self, key: str, name: str, login: str | None) -> None:
-        """NotOwner unless ``login`` may use the durable subscription ``key``: it has none yet, was
-        created without a login, or by ``login``."""
-        owner = self.durable_owners.get(key)
-        if owner is not None and owner != login:
-            raise NotOwner(f"durable subscription {name!r} belongs to another login")
-
     def durable_owner(self, client_id: str, durable_name: str) -> str | None:
         """The login that created the durable subscription (None: none, or created without a login)."""
-        return self.durable_owners.get(durable_key(client_id, durable_name))
+        return self.destinations.durable_owner(client_id, durable_name)
 
     def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
         key = durable_key(client_id, durable_name)
@@ -899,35 +567,17 @@ class EmbeddedBroker:
 
     def create_temporary(self, destination: str) -> None:
         """Create a temporary queue or topic (its owner's session calls this)."""
-        if destination_kind(destination) == "queue":
-            self._queue(destination)
-        else:
-            self.topics.setdefault(destination, [])
+        self.destinations.create_temporary(destination)
 
     def delete_destination(self, destination: str) -> None:
         """Delete a (temporary) destination; pending messages are discarded."""
-        queue = self.queues.pop(destination, None)
-        if queue is not None:
-            for subscription in list(queue.consumers):
-                subscription.consumer.subscription_failed(DestinationError(f"{destination} was deleted"))
-            dropped = queue.discard()
-            if dropped:
-                self.log.info("deleted {destination} with {count} undelivered messages",
-                              destination=destination, count=dropped)
-        self.topics.pop(destination, None)
+        self.destinations.delete(destination)
 
     # -- internals ---------------------------------------------------------
 
-    def _queue(self, destination: str) -> MessageQueue:
-        queue = self.queues.get(destination)
-        if queue is None:
-            queue = self.queues[destination] = MessageQueue(self, destination, destination)
-            topic = self.virtual.add(destination)
-            if topic is not None:  # (a virtual topic's consumer queue exists from now on, across restarts)
-                self.log.info("{queue} is a consumer queue of the virtual topic {topic}", queue=destination,
-                              topic=topic)
-                self.store.add_durable(record_key(destination), topic, None).addErrback(self._store_failed)
-        return queue
+    def _record_consumer_queue(self, destination: str, topic: str) -> None:
+        """A virtual topic's consumer queue exists from now on, across restarts."""
+        self.store.add_durable(record_key(destination), topic, None).addErrback(self._store_failed)
 
     def forget_queue(self, destination: str) -> Deferred[None]:
         """A deleted queue stops being a virtual topic's consumer queue (in the store too)."""
@@ -946,25 +596,8 @@ class EmbeddedBroker:
             return True
         return not queue.name.startswith(TOPIC_PREFIXES) and not queue.name.startswith(TEMP_PREFIXES)
 
-    def _make_durable(self, key: str, destination: str, selector: str | None) -> MessageQueue:
-        queue = MessageQueue(self, destination, key, filter=compile_predicate(selector), durable=True)
-        queue.selector_text = selector
-        self.durables[key] = queue
-        self.topics.setdefault(destination, []).append(queue)
-        if is_wildcard(destination):
-            self.wildcards.add(destination)
-        return queue
-
     def _drop_durable(self, key: str) -> Deferred[None]:
-        self.durable_owners.pop(key, None)
-        queue = self.durables.pop(key, None)
-        if queue is not None:
-            subscribers = self.topics.get(queue.name, [])
-            if queue in subscribers:
-                subscribers.remove(queue)
-            if not subscribers:
-                self.wildcards.discard(queue.name)
-            queue.discard()
+        self.destinations.drop_durable(key)
         result: Deferred[None] = self.store.remove_durable(key)
         return result
 
@@ -980,7 +613,7 @@ class EmbeddedBroker:
         queue.dead_lettered_count += 1
         self.log.warn("message {id} from {queue} moved to {dlq}: {reason}",
                       id=message.message_id, queue=queue.name, dlq=dlq, reason=reason)
-        target = self._queue(dlq)
+        target = self.destinations.queue(dlq)
         if message.persistent and self._persist_all:
             d: Deferred[None] = self.store.add_batch([(target.key, dead)])
 
@@ -1006,11 +639,7 @@ class EmbeddedBroker:
 
     def purge_expired(self) -> int:
         """Drop expired messages everywhere; returns how many."""
-        dropped = sum(queue.purge_expired() for queue in self.queues.values())
-        dropped += sum(queue.purge_expired() for queue in self.durables.values())
-        for subscribers in self.topics.values():
-            dropped += sum(queue.purge_expired() for queue in subscribers if not queue.durable)
-        return dropped
+        return self.destinations.purge_expired()
 
     def _store_failed(self, failure: Any) -> None:
         self.log.failure("message store write failed", failure)
@@ -1022,19 +651,8 @@ class EmbeddedBroker:
 
     def status(self) -> dict[str, Any]:
         """Queue depths, consumer counts, memory against the limits, paging (admin and tests)."""
-        return {
-            "memory": {"used": self.memory.used, "limit": self.memory.configured, "full": self.memory.full,
-                       "page_file": self._pages.path if self._pages.opened else None,
-                       "waiting_for_store": self._writing, "senders_held": self._store_held,
-                       "removals_waiting": self._removing, "deliveries_held": self.removals_held,
-                       "blocked": sorted(self._blocked)},
-            "queues": {name: {"pending": len(q), "consumers": len(q.consumers), "inflight": q.inflight}
-                       for name, q in self.queues.items()},
-            "durables": {key: {"pending": len(q), "active": bool(q.consumers)} for key, q in self.durables.items()},
-            "topics": {name: len(subs) for name, subs in self.topics.items()},
-            "paging": {key: _queue_memory(q) for key, q in [*self.queues.items(), *self.durables.items()]},
-            "scheduled": {"waiting": self.scheduler.waiting, "delivered": self.scheduler.delivered},
-        }
+        return broker_status(self.admission, self.destinations, self._pages.path if self._pages.opened else None,
+                             (self._removing, self.removals_held), (self.scheduler.waiting, self.scheduler.delivered))
 
     def why_cannot_tell(self, destination: str) -> str | None:
         """:class:`IHeldMessages`: the broker can always look."""
@@ -1044,51 +662,12 @@ class EmbeddedBroker:
         """:class:`IHeldMessages`: the ids pending (paged ones included) or delivered and
         unacknowledged at the queue, or at every subscriber queue of the topic (``tail``
         does not apply)."""
-        queues = [self.queues[destination]] if destination in self.queues else []
-        queues.extend(self.topics.get(destination, ()))
         ids: set[str] = set()
-        for queue in queues:
+        for queue in self.destinations.of_destination(destination):
             ids.update(message.message_id for message in queue.messages())
             for consumer in queue.consumers:
                 ids.update(message.message_id for message in consumer.unacked.values())
         return succeed(ids)
-
-    def _gauges(self) -> Iterator[Metric]:
-        memory = self.memory
-        yield GaugeMetricFamily("jmsgateway_broker_memory_used_bytes",
-                                "Bytes queued messages take in memory (estimated)", value=memory.used)
-        yield GaugeMetricFamily("jmsgateway_broker_memory_limit_bytes",
-                                "The embedded broker's memory_limit (0: none)", value=memory.configured)
-        labels = ["destination", "full_policy"]
-        in_memory = GaugeMetricFamily("jmsgateway_broker_destination_memory_bytes",
-                                      "Bytes of a destination's pending messages held in memory", labels=labels)
-        limit = GaugeMetricFamily("jmsgateway_broker_destination_max_size_bytes",
-                                  "A destination's max_size (0: only memory_limit)", labels=labels)
-        paged = GaugeMetricFamily("jmsgateway_broker_paged_messages",
-                                  "Pending messages of a destination paged out to disk", labels=labels)
-        paged_bytes = GaugeMetricFamily("jmsgateway_broker_paged_bytes",
-                                        "Bytes of pending messages of a destination paged out to disk", labels=labels)
-        for key, queue in [*self.queues.items(), *self.durables.items()]:
-            values = [key, queue.policy.full_policy]
-            in_memory.add_metric(values, queue.memory)
-            limit.add_metric(values, queue.max_size)
-            paged.add_metric(values, queue.paged)
-            paged_bytes.add_metric(values, queue.paged_size)
-        yield from (in_memory, limit, paged, paged_bytes)
-
-
-def _queue_memory(queue: MessageQueue) -> dict[str, Any]:
-    return {"memory": queue.memory, "paged": queue.paged, "paged_bytes": queue.paged_size,
-            "max_size": queue.max_size, "full_policy": queue.policy.full_policy}
-
-
-def compile_predicate(selector: str | None) -> Predicate | None:
-    """Compile a JMS selector into a predicate (None for no selector)."""
-    if selector is None or not selector.strip():
-        return None
-    from gateway.selector import compile_selector
-
-    return compile_selector(selector).matches
 
 
 __all__ = ["ConnectorError", "DurableRecord", "EmbeddedBroker", "destination_kind"]

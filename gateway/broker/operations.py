@@ -102,7 +102,7 @@ class QueueOperations:
             raise ValueError(f"{destination!r} is not a queue name such as /queue/orders")
         if destination in self.broker.queues:
             return False
-        self.broker._queue(destination)
+        self.broker.destinations.queue(destination)
         return True
 
     def delete_queue(self, destination: str) -> Deferred[int]:

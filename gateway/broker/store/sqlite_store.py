@@ -456,7 +456,8 @@ class SqliteStore:
         if room < _CHECKPOINT_MARGIN:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             room = self._free_space(self._directory) - self.min_free
-        return room + db.execute("PRAGMA freelist_count").fetchone()[0] * self._page_size
+        free_pages: int = db.execute("PRAGMA freelist_count").fetchone()[0]
+        return room + free_pages * self._page_size
 
     def _describe(self, error: BaseException) -> BaseException:
         """The error callers see for ``error`` raised on the writer thread."""
