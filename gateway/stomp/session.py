@@ -87,6 +87,9 @@ class SessionState(enum.StrEnum):
     """The transport is gone."""
 
 
+_CONNECTED = SessionState.CONNECTED
+"""(the hot path's name for it: a module global is read faster than an enum class's member)"""
+
 _IGNORING = (SessionState.CLOSING, SessionState.CLOSED, SessionState.DISCONNECTING)
 """States in which a frame from the client is dropped unread."""
 _ENDING = (SessionState.CLOSING, SessionState.CLOSED)
@@ -218,7 +221,7 @@ class StompSession:
     def frame_received(self, frame: Frame) -> None:
         """Handle one complete frame from the client."""
         state = self.state
-        if state is not SessionState.CONNECTED:
+        if state is not _CONNECTED:
             if state in _IGNORING:
                 return
             if state is SessionState.CONNECTING:
@@ -617,7 +620,7 @@ class StompSession:
         Returns False when the message was not taken (connection closing, or
         refused by the GlassFish rule), so an ``auto`` delivery is not consumed.
         """
-        if self.state is not SessionState.CONNECTED:
+        if self.state is not _CONNECTED:
             return False
         if self._paused and subscription.subscription is None:
             # The backlog dispatched while SUBSCRIBE is handled filled the
@@ -638,7 +641,7 @@ class StompSession:
         return self._deliver_transformed(message, subscription, tag)
 
     def _deliver_transformed(self, message: Message | None, subscription: StompSubscription, tag: Any) -> bool:
-        if self.state is not SessionState.CONNECTED or subscription.closed:
+        if self.state is not _CONNECTED or subscription.closed:
             return False
         if message is None:  # dropped by an outbound transformer: consumed
             if subscription.subscription is not None and subscription.ack_mode != "auto":
