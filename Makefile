@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 # pytest-xdist workers: a test file (tests/pipeline/ as one unit: one SparkSession) per worker at a time
 TEST_WORKERS ?= 2
-PYTEST  := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 2
+PYTEST  := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 2 --durations=25
 
 .PHONY: setup system-deps run test check unit integration test-random bench clean
 
