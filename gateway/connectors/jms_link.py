@@ -26,11 +26,20 @@ class Link:
         self.generation = generation
         self._destinations: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self.exclusive_option = exclusive_option(connection)
+        """The destination option that makes a queue consumer exclusive at this provider (None: it has none)."""
 
-    def destination(self, session: Any, name: str) -> Any:
+    def destination(self, session: Any, name: str, exclusive: bool = False) -> Any:
         """The JMS destination for a gateway name (``/queue/x``, ``/topic/y``), made by ``session``
-        or looked up in JNDI (``destinations = "jndi"``); DestinationError otherwise."""
-        found = self._destinations.get(name)
+        or looked up in JNDI (``destinations = "jndi"``); DestinationError otherwise.
+
+        ``exclusive``: for a consumer that must be the queue's only one while it lives (a bridge's
+        single owner); where the provider takes it as a destination option (ActiveMQ 5's
+        ``?consumer.exclusive=true``) the queue is made with it, else the plain queue is returned
+        (see :func:`exclusive_option`)."""
+        option = self.exclusive_option if exclusive and name.startswith("/queue/") else None
+        key = name if option is None else f"{name}#exclusive"
+        found = self._destinations.get(key)
         if found is not None:
             return found
         kind, _, physical = name[1:].partition("/")
@@ -40,11 +49,27 @@ class Link:
             with self._lock:
                 found = jndi_destination(self.context, name, self.settings, self.api)
         elif kind == "queue":
+            if option is not None:
+                physical = f"{physical}{'&' if '?' in physical else '?'}{option}"
             found = session.createQueue(physical)
         else:
             found = session.createTopic(physical)
-        self._destinations[name] = found
+        self._destinations[key] = found
         return found
+
+
+def exclusive_option(connection: Any) -> str | None:
+    """The destination option for an exclusive queue consumer at the provider of ``connection``:
+    ``consumer.exclusive=true`` for ActiveMQ 5's client (``org.apache.activemq.ActiveMQConnection``,
+    its destination options), None for any other provider (JMS has no exclusive consumer: the
+    queue's own configuration decides, e.g. Artemis' ``exclusive`` address setting)."""
+    try:
+        kind = str(connection.getClass().getName())
+    except Exception:  # (not a Java object: a test's fake)
+        return None
+    if kind.startswith("org.apache.activemq.") and ".artemis." not in kind:
+        return "consumer.exclusive=true"
+    return None
 
 
 def jndi_destination(context: Any, name: str, settings: JmsSettings, api: JmsApi) -> Any:

@@ -434,7 +434,7 @@ class ConsumerThread(JavaThread):
         self.epoch = epoch
         session = link.connection.createSession(True, SESSION_TRANSACTED)
         try:
-            destination = link.destination(session, spec.destination)
+            destination = link.destination(session, spec.destination, spec.exclusive)
             selector = spec.selector or None
             if spec.durable_name and spec.destination.startswith("/topic/"):
                 name = durable_subscription_name(spec.client_id, spec.durable_name)

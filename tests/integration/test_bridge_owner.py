@@ -163,3 +163,50 @@ def test_a_second_bridge_process_on_one_data_dir_stands_by(tmp_path: Path, activ
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(15)
+
+
+def test_two_gateways_with_one_jms_source_bridge_take_turns(tmp_path: Path, activemq: ActiveMQBroker) -> None:
+    """A ``jms`` (OpenWire) source is one exclusive consumer per bridge too (``?consumer.exclusive=true``):
+    with two gateways running the bridge, everything goes to the first (before: both consumed, each
+    into its own embedded broker); SIGKILLed, the second takes over and gets the rest."""
+    from tests.integration.test_jms_api_bridge import bridge_toml, connector_toml
+    from tests.integration.test_jms_api_bridge import fill as jms_fill
+
+    tag = uuid.uuid4().hex[:8]
+    source, target = f"/queue/jmsown.src.{tag}", f"/queue/jmsown.dst.{tag}"
+    config = connector_toml(activemq) + bridge_toml(
+        "shared", ("amq", source), ("embedded", target), qos="ONCE_AND_ONLY_ONCE", max_batch_size=20,
+        max_batch_time=50, failure_retry_interval=200)
+    first = GatewayProcess(tmp_path / "first", config)
+    second = GatewayProcess(tmp_path / "second", config)
+    try:
+        first.start()
+        first.wait_for_log("bridge shared consuming from", timeout=60)
+        second.start()
+        second.wait_for_log("bridge shared consuming from", timeout=60)
+        sent = jms_fill(activemq, source, 200, "a")
+        at_first: Counter[str] = Counter()
+
+        def all_at_first() -> bool:
+            at_first.update(drain_counting(first.address, target, quiet=0.5, timeout=5))
+            return len(at_first) >= len(sent)
+
+        wait_until(all_at_first, 90, "the 200 messages in the first gateway")
+        at_second = drain_counting(second.address, target, quiet=1.5)
+        logs = f"FIRST:\n{first.log()[-2000:]}\nSECOND:\n{second.log()[-2000:]}"
+        assert not at_second, f"the standby consumed {sum(at_second.values())} messages\n{logs}"
+        assert set(at_first) == sent and max(at_first.values()) == 1, logs
+
+        first.kill()
+        more = jms_fill(activemq, source, 100, "b")
+        taken: Counter[str] = Counter()
+
+        def all_at_second() -> bool:
+            taken.update(drain_counting(second.address, target, quiet=0.5, timeout=5))
+            return len(taken) >= len(more)
+
+        wait_until(all_at_second, 90, "the next 100 messages in the second gateway once the first is gone")
+        assert set(taken) == more and max(taken.values()) == 1, second.log()[-3000:]
+    finally:
+        first.kill()
+        second.kill()
