@@ -165,6 +165,18 @@ def test_a_second_bridge_process_on_one_data_dir_stands_by(tmp_path: Path, activ
                 process.wait(15)
 
 
+def collected(gateway: GatewayProcess, destination: str, count: int, what: str) -> Counter[str]:
+    """Drain ``destination`` of ``gateway`` until ``count`` distinct seqs came (90 s at most): seq -> how often."""
+    counts: Counter[str] = Counter()
+
+    def enough() -> bool:
+        counts.update(drain_counting(gateway.address, destination, quiet=0.5, timeout=5))
+        return len(counts) >= count
+
+    wait_until(enough, 90, what)
+    return counts
+
+
 def test_two_gateways_with_one_jms_source_bridge_take_turns(tmp_path: Path, activemq: ActiveMQBroker) -> None:
     """A ``jms`` (OpenWire) source is one exclusive consumer per bridge too (``?consumer.exclusive=true``):
     with two gateways running the bridge, everything goes to the first (before: both consumed, each
@@ -185,13 +197,7 @@ def test_two_gateways_with_one_jms_source_bridge_take_turns(tmp_path: Path, acti
         second.start()
         second.wait_for_log("bridge shared consuming from", timeout=60)
         sent = jms_fill(activemq, source, 200, "a")
-        at_first: Counter[str] = Counter()
-
-        def all_at_first() -> bool:
-            at_first.update(drain_counting(first.address, target, quiet=0.5, timeout=5))
-            return len(at_first) >= len(sent)
-
-        wait_until(all_at_first, 90, "the 200 messages in the first gateway")
+        at_first = collected(first, target, len(sent), "the 200 messages in the first gateway")
         at_second = drain_counting(second.address, target, quiet=1.5)
         logs = f"FIRST:\n{first.log()[-2000:]}\nSECOND:\n{second.log()[-2000:]}"
         assert not at_second, f"the standby consumed {sum(at_second.values())} messages\n{logs}"
@@ -199,13 +205,7 @@ def test_two_gateways_with_one_jms_source_bridge_take_turns(tmp_path: Path, acti
 
         first.kill()
         more = jms_fill(activemq, source, 100, "b")
-        taken: Counter[str] = Counter()
-
-        def all_at_second() -> bool:
-            taken.update(drain_counting(second.address, target, quiet=0.5, timeout=5))
-            return len(taken) >= len(more)
-
-        wait_until(all_at_second, 90, "the next 100 messages in the second gateway once the first is gone")
+        taken = collected(second, target, len(more), "the next 100 messages in the second gateway, the first gone")
         assert set(taken) == more and max(taken.values()) == 1, second.log()[-3000:]
     finally:
         first.kill()
