@@ -8,7 +8,12 @@ Workloads (100-byte non-persistent bodies unless named otherwise):
 - a topic with 1 producer → 10 subscribers (rate = messages delivered/s);
 - 1 KB and 64 KB bodies, 1 → 1, auto ack;
 - persistent, a receipt every 100 SENDs, 1 → 1 (the gateway's SQLite store
-  vs ActiveMQ's KahaDB).
+  vs ActiveMQ's KahaDB);
+- issue 39's client application shape (:mod:`bench.app_client`): one client
+  process whose producer and consumer are two threads sharing one GIL, SENDs
+  with ``content-type`` and ``content-length``, 500 SENDs a write, no prefetch
+  header, auto ack; 100 B and 1 KB bodies.  ``--app-only`` runs just these
+  two (after the warm-up): a few minutes.
 
 Then latency: one producer paced at half (and a tenth) of the gateway's peak
 1 → 1 rate, each SEND stamped with the time it was written; p50/p99 of
@@ -23,7 +28,7 @@ load generator (:mod:`bench.stomp_load`) drives both; the ratio is gateway /
 ActiveMQ.  ActiveMQ's STOMP port runs with ``transport.tcpNoDelay=true``
 (its best for latency) unless ``--activemq-as-shipped``.
 
-Run: ``.venv/bin/python -m bench.bench_throughput [--count N] [--repeat N] [--quick]``
+Run: ``.venv/bin/python -m bench.bench_throughput [--count N] [--repeat N] [--quick] [--app-only]``
 """
 
 from __future__ import annotations
@@ -35,10 +40,15 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+from bench.app_client import run_app
 from bench.common import activemq_server, gateway_server, host_state, warm_up
 from bench.stomp_load import Latency, Workload, run_group, run_latency, run_pair
 
 Address = tuple[str, int]
+
+
+APP_READS: dict[Address, list[float]] = {}
+"""MESSAGEs per ``recv`` the application-shaped client saw, per server (its runs so far)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +59,26 @@ class Case:
     work: Workload
     destinations: int = 1
     subscribers: int = 1
+    app: bool = False  # the client application's shape (bench.app_client): one process, two threads
 
     def run(self, address: Address, count: int) -> float:
         kind = "topic" if self.subscribers > 1 else "queue"
         work = replace(self.work, destination=f"/{kind}/bench.{uuid.uuid4().hex}", count=count)
+        if self.app:
+            outcome = run_app(address, work)
+            APP_READS.setdefault(address, []).append(outcome.messages_per_read)
+            return outcome.rate
         return run_group(address, work, destinations=self.destinations, subscribers=self.subscribers)[0]
+
+
+def app_cases(count: int) -> list[tuple[Case, int]]:
+    """Issue 39's client shape: producer and consumer threads in one process, 500 SENDs a write,
+    ``content-type`` and ``content-length``, no prefetch header."""
+    app = Workload("", batch=500, prefetch=0)
+    return [
+        (Case("app: 1 process, 2 threads, 1→1 queue, 100 B", app, app=True), count),
+        (Case("app: 1 process, 2 threads, 1→1 queue, 1 KB", replace(app, body_size=1024), app=True), count // 2),
+    ]
 
 
 def cases(count: int) -> list[tuple[Case, int]]:
@@ -110,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", dest="count_option", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=None, help="runs per workload and server (median)")
     parser.add_argument("--quick", action="store_true", help="every workload, small (checks the code path)")
+    parser.add_argument("--app-only", action="store_true",
+                        help="only the client application's shape (bench.app_client), no latency runs")
     parser.add_argument("--activemq-as-shipped", action="store_true",
                         help="ActiveMQ's STOMP port without tcpNoDelay (Nagle on, as Debian ships it)")
     parser.add_argument("--latency-at", type=float, nargs="+", default=[0.5, 0.1], metavar="FRACTION",
@@ -139,15 +166,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nSTOMP throughput, median of {repeat}, messages/s (ratio = gateway / ActiveMQ)")
         print(f"  {'workload':<52} {'gateway':>10} {'activemq':>10} {'ratio':>7}")
         peak = 0.0
-        for case, per_producer in cases(count):
+        workloads = app_cases(count) if args.app_only else [*cases(count), *app_cases(count)]
+        for case, per_producer in workloads:
             for address in servers.values():  # one unmeasured round: this workload's code paths warm
                 case.run(address, max(per_producer // 4, 10))
             results = alternate(servers, lambda address, case=case, n=per_producer: case.run(address, n), repeat)
             print_ratio(case.name, results["gateway"], results["activemq"])
+            if case.app:
+                reads = {name: statistics.median(APP_READS.pop(address)) for name, address in servers.items()}
+                print("    (MESSAGEs per client read: " + ", ".join(f"{name} {value:.0f}" for name, value in
+                                                             reads.items()) + ")", flush=True)
             if not peak:
                 peak = statistics.median(results["gateway"])
 
-        for fraction in args.latency_at:
+        for fraction in [] if args.app_only else args.latency_at:
             latency(servers, round(peak * fraction), fraction, latency_seconds, repeat)
     print(f"\n({time.monotonic() - started:.0f} s; host at the end: {host_state()})")
     return 0
