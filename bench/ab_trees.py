@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, runs in results.items():
         rates = [rate for rate, _ in runs]
         cpus = [cpu for _, cpu in runs]
-        print(f"  {name:<24} {statistics.median(rates):>9.0f} msg/s ({min(rates):.0f}–{max(rates):.0f})   "
-              f"gateway CPU {statistics.median(cpus):5.2f} µs/msg ({min(cpus):.2f}–{max(cpus):.2f})")
+        print(f"  {name:<24} {statistics.median(rates):>9.0f} msg/s ({min(rates):.0f} to {max(rates):.0f})   "
+              f"gateway CPU {statistics.median(cpus):5.2f} µs/msg ({min(cpus):.2f} to {max(cpus):.2f})")
     print(f"host at the end: {host_state()}")
     return 0
 

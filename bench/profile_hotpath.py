@@ -120,10 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.0)  # py-spy attaches
         user_before, system_before = cpu_times(pid)
         work = Workload(f"/queue/profile.{uuid.uuid4().hex}", count=args.count, ack=args.ack, **shape)
-        if args.app:
-            rate = run_app(gateway.address, replace(work, prefetch=0)).rate
-        else:
-            rate = run_pair(gateway.address, work)
+        rate = run_app(gateway.address, replace(work, prefetch=0)).rate if args.app else run_pair(gateway.address, work)
         user_after, system_after = cpu_times(pid)
         user, system = user_after - user_before, system_after - system_before
         used = user + system
@@ -134,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(layers.values())
     per_message = used / args.count * 1e6
     shape_name = "app client (1 process, 2 threads), " if args.app else ""
-    print(f"\n{shape_name}1 → 1 queue, {args.ack} ack, {args.body_size} B, {args.batch} SENDs a write, {args.count} messages: "
+    print(f"\n{shape_name}1 → 1 queue, {args.ack} ack, {args.body_size} B, {args.batch} SENDs a write, "
+          f"{args.count} messages: "
           f"{rate:.0f} msg/s end to end; gateway CPU "
           f"{used:.2f} s = {per_message:.1f} µs per message (user {user / args.count * 1e6:.1f}, kernel "
           f"{system / args.count * 1e6:.1f}: mostly send/recv/epoll); {total} samples (idle excluded)")
