@@ -8,16 +8,22 @@ and prints each one's median rate and its gateway CPU time per message
 time, so load that comes and goes hits both; the CPU per message is the
 steadier figure on a shared host.
 
+With ``--compiled`` the two are this tree as it is (pure Python) and a copy of
+it whose hot modules are compiled with mypyc (``setup.py build_ext --inplace``
+with ``JMSGATEWAY_MYPYC=1``; docs/performance.md, "Compiled hot modules").
+
 Workloads: ``app`` (issue 39's client application shape, :mod:`bench.app_client`),
 ``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack).
 
-Run: ``.venv/bin/python -m bench.ab_trees --base REV [--workload W] [--count N] [--rounds N]``
+Run: ``.venv/bin/python -m bench.ab_trees (--base REV | --compiled) [--workload W] [--count N] [--rounds N]``
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +56,19 @@ def gateway_from(tree: Path) -> Iterator[support.GatewayProcess]:
             process.stop()
 
 
+def compiled_tree(target: Path) -> None:
+    """A copy of this tree in ``target`` with its hot modules compiled in place (mypyc)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", ".*")
+    for name in ("gateway", "tests", "twisted", "plugins", "etc", "bench", "setup.py", "setup.cfg", "pyproject.toml"):
+        source = HERE / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=ignore)
+        else:
+            shutil.copy2(source, target / name)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=target, check=True,
+                   capture_output=True, env=dict(os.environ, JMSGATEWAY_MYPYC="1"))
+
+
 def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple[float, float]:
     """(messages/s, gateway CPU µs per message) of one run."""
     assert process.process is not None
@@ -67,18 +86,24 @@ def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.ab_trees", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", required=True, help="the git revision to compare this tree with")
+    choice = parser.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--base", help="the git revision to compare this tree with")
+    choice.add_argument("--compiled", action="store_true", help="this tree against a mypyc-compiled copy of it")
     parser.add_argument("--workload", choices=("app", "app-1k", "pair"), default="app")
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     print(f"host: {host_state()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-ab-base-") as base_dir:
-        archive = subprocess.run(["git", "archive", args.base], cwd=HERE, check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", base_dir], input=archive, check=True)
-        trees = {f"base {args.base}": Path(base_dir), "this tree": HERE}
-        with gateway_from(trees[f"base {args.base}"]) as base, gateway_from(HERE) as head:
-            processes = dict(zip(trees, (base, head), strict=True))
+        if args.compiled:
+            compiled_tree(Path(base_dir))
+            trees = {"this tree, pure Python": HERE, "compiled (mypyc)": Path(base_dir)}
+        else:
+            archive = subprocess.run(["git", "archive", args.base], cwd=HERE, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", base_dir], input=archive, check=True)
+            trees = {f"base {args.base}": Path(base_dir), "this tree": HERE}
+        with contextlib.ExitStack() as stack:
+            processes = {name: stack.enter_context(gateway_from(tree)) for name, tree in trees.items()}
             for process in processes.values():
                 for _ in range(2):
                     one_run(process, args.workload, min(args.count, 20_000))

@@ -21,6 +21,8 @@ everything else is changed on a copy, :class:`~gateway.message.model.Message`).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from gateway.message.convert import property_to_header
 from gateway.message.model import MESSAGE_ID_PREFIX, BytesMessage, Message, PropertyValue, TextMessage
 
@@ -76,7 +78,7 @@ class MessageEncoder:
 
     __slots__ = ("_escaped", "_prefix", "_subscription", "version")
 
-    _last: tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None = None
+    _last: ClassVar[tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None] = None
     """The last message encoded (any subscription): message, version, its redelivery marks and
     property count, then the header lines between ``destination`` and ``subscription``, the
     ``content-length`` line and the body."""
