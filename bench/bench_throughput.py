@@ -32,18 +32,25 @@ load generator (:mod:`bench.stomp_load`) drives both; the ratio is gateway /
 ActiveMQ.  ActiveMQ's STOMP port runs with ``transport.tcpNoDelay=true``
 (its best for latency) unless ``--activemq-as-shipped``.
 
-Run: ``.venv/bin/python -m bench.bench_throughput [--count N] [--repeat N] [--quick] [--app-only]``
+``--compiled`` runs the gateway from a copy of this tree whose hot modules are
+compiled with mypyc (:func:`bench.ab_trees.compiled_tree`).
+
+Run: ``.venv/bin/python -m bench.bench_throughput [--count N] [--repeat N] [--quick] [--app-only] [--compiled]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+from bench.ab_trees import compiled_tree, gateway_from
 from bench.app_client import run_app
 from bench.common import activemq_server, gateway_server, host_state, warm_up
 from bench.stomp_load import Latency, Workload, run_group, run_latency, run_pair
@@ -139,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", dest="count_option", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=None, help="runs per workload and server (median)")
     parser.add_argument("--quick", action="store_true", help="every workload, small (checks the code path)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="the gateway from a copy of this tree with its hot modules compiled (mypyc)")
     parser.add_argument("--app-only", action="store_true",
                         help="only the client application's shape (bench.app_client), no latency runs")
     parser.add_argument("--activemq-as-shipped", action="store_true",
@@ -154,12 +163,18 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"host: {host_state()}", flush=True)
     started = time.monotonic()
-    with gateway_server() as gateway, activemq_server(
-        kahadb=True, stomp_no_delay=not args.activemq_as_shipped, full_jit=True
-    ) as broker:
+    with contextlib.ExitStack() as stack:
+        if args.compiled:
+            tree = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-compiled-")))
+            compiled_tree(tree)
+            gateway = stack.enter_context(gateway_from(tree))
+        else:
+            gateway = stack.enter_context(gateway_server())
+        broker = stack.enter_context(activemq_server(
+            kahadb=True, stomp_no_delay=not args.activemq_as_shipped, full_jit=True))
         servers = {"gateway": gateway.address, "activemq": ("127.0.0.1", broker.stomp_port)}
         print(f"ActiveMQ: KahaDB, full JIT (C2), STOMP tcpNoDelay={not args.activemq_as_shipped}; "
-              f"gateway: default config (SQLite store)")
+              f"gateway: default config (SQLite store){', hot modules compiled (mypyc)' if args.compiled else ''}")
         for name, address in servers.items():
             def one_round(address: Address = address) -> float:
                 return run_pair(address, Workload(f"/queue/warmup.{uuid.uuid4().hex}", count=warm_count))
