@@ -19,6 +19,11 @@ Then latency: one producer paced at half (and a tenth) of the gateway's peak
 1 → 1 rate, each SEND stamped with the time it was written; p50/p99 of
 SEND-written to MESSAGE-read for both servers at the same rate.
 
+Under each workload's ratio the servers' CPU time per message (user + kernel,
+``/proc``, over the measured runs) is printed: on a shared host the rates of a
+single-threaded server move with what else runs (it gets one core's share while
+ActiveMQ's threads spread over both), its CPU per message does not.
+
 Both servers run at once and the runs alternate (gateway, ActiveMQ, ...), so
 other load on the host hits both alike; each figure is the median of
 ``--repeat`` runs.  Before measuring, each server is warmed with 1 → 1 rounds
@@ -52,7 +57,7 @@ from pathlib import Path
 
 from bench.ab_trees import compiled_tree, gateway_from
 from bench.app_client import run_app
-from bench.common import activemq_server, gateway_server, host_state, warm_up
+from bench.common import activemq_server, cpu_seconds, gateway_server, host_state, warm_up
 from bench.stomp_load import Latency, Workload, run_group, run_latency, run_pair
 
 Address = tuple[str, int]
@@ -173,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         broker = stack.enter_context(activemq_server(
             kahadb=True, stomp_no_delay=not args.activemq_as_shipped, full_jit=True))
         servers = {"gateway": gateway.address, "activemq": ("127.0.0.1", broker.stomp_port)}
+        assert gateway.process is not None and broker.pid is not None
+        pids = {"gateway": gateway.process.pid, "activemq": broker.pid}
         print(f"ActiveMQ: KahaDB, full JIT (C2), STOMP tcpNoDelay={not args.activemq_as_shipped}; "
               f"gateway: default config (SQLite store){', hot modules compiled (mypyc)' if args.compiled else ''}")
         for name, address in servers.items():
@@ -194,8 +201,21 @@ def main(argv: list[str] | None = None) -> int:
                 rates = warm_up(workload_round, max_rounds=case_rounds)
                 if not args.quick:
                     print(f"    (warm-up {name}: " + ", ".join(f"{rate:.0f}" for rate in rates) + ")", flush=True)
-            results = alternate(servers, lambda address, case=case, n=per_producer: case.run(address, n), repeat)
+            used = {name: 0.0 for name in servers}
+
+            def measure(address: Address, case: Case = case, n: int = per_producer,
+                        used: dict[str, float] = used) -> float:
+                name = next(name for name, each in servers.items() if each == address)
+                before = cpu_seconds(pids[name])
+                rate = case.run(address, n)
+                used[name] += cpu_seconds(pids[name]) - before
+                return rate
+
+            results = alternate(servers, measure, repeat)
             print_ratio(case.name, results["gateway"], results["activemq"])
+            messages = repeat * per_producer * case.destinations * case.subscribers
+            print("    (server CPU µs per message: " + ", ".join(
+                f"{name} {seconds / messages * 1e6:.1f}" for name, seconds in used.items()) + ")", flush=True)
             if case.app:
                 reads = {name: statistics.median(APP_READS.pop(address)) for name, address in servers.items()}
                 print("    (MESSAGEs per client read: " + ", ".join(f"{name} {value:.0f}" for name, value in
