@@ -7,9 +7,18 @@ carries them (:mod:`gateway.shipped` finds them, in the package or in a checkout
 
 * ``plugins/`` (the shipped transformer plugins) as ``gateway/shipped/plugins/``;
 * ``etc/`` (the default configuration, its JSON Schema and the examples) as ``gateway/shipped/etc/``.
+
+It also compiles the hot modules (``gateway.wire.compiled.HOT_MODULES``) with mypyc
+when ``JMSGATEWAY_MYPYC=1`` and mypyc can be imported in the build environment
+(``pip install mypy`` then ``JMSGATEWAY_MYPYC=1 pip install --no-build-isolation .``),
+never for an editable install (a compiled module would hide edits to its source).
+Without a compiler, or when mypyc fails, the build goes on with the pure-Python
+modules (docs/performance.md, "Compiled hot modules").
 """
 
 import configparser
+import os
+import sys
 
 from setuptools import find_namespace_packages, setup
 
@@ -28,7 +37,31 @@ def package_data() -> dict[str, list[str]]:
     return data
 
 
+HOT_MODULES = ["gateway/wire/codec.py", "gateway/stomp/delivery.py"]
+"""As ``gateway.wire.compiled.HOT_MODULES`` (a test checks they agree)."""
+
+
+def compiled_extensions() -> list:
+    """mypyc's extension modules for :data:`HOT_MODULES`, or none (the pure-Python build)."""
+    if os.environ.get("JMSGATEWAY_MYPYC") != "1" or any("editable" in arg or arg == "develop" for arg in sys.argv):
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("JMSGATEWAY_MYPYC=1 but mypyc is not installed here: the modules stay pure Python", file=sys.stderr)
+        return []
+    try:
+        extensions = mypycify(HOT_MODULES, opt_level="3")
+    except Exception as error:  # (mypyc's own failure: the pure modules still work)
+        print(f"mypyc failed ({error}): the modules stay pure Python", file=sys.stderr)
+        return []
+    for extension in extensions:
+        extension.optional = True  # (no C compiler: build_ext warns and the pure module is installed)
+    return extensions
+
+
 setup(
+    ext_modules=compiled_extensions(),
     packages=find_namespace_packages(include=["gateway", "gateway.*", "twisted.plugins"]) + list(SHIPPED),
     package_dir=SHIPPED,
     package_data=package_data(),

@@ -41,13 +41,15 @@ from gateway.wire.codec import FrameDecoder, encode_frame
 from gateway.wire.frame import Frame
 from tests.support.gateway import default_config
 
-WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k", "4x4")
+WORKLOADS = ("auto", "client-individual", "client", "client-each", "topic", "1k", "64k", "4x4", "app", "app-1k")
 """``client``: a cumulative ACK per 200 MESSAGEs; ``client-each``: client mode with an ACK per
 MESSAGE (each covering one delivery), as :mod:`bench.bench_throughput`'s consumers send them;
 ``4x4``: four producers, each with a queue and a consumer of its own (auto ack), their reads
-arriving in the same reactor turns."""
+arriving in the same reactor turns; ``app``, ``app-1k``: issue 39's client application shape
+(:mod:`bench.app_client`: SENDs with ``content-type`` and ``content-length``, 500 a write, no prefetch
+header; auto ack, 100 B and 1 KB)."""
 
-BODY_SIZES = {"1k": 1024, "64k": 65536}
+BODY_SIZES = {"1k": 1024, "64k": 65536, "app-1k": 1024}
 """Body bytes of the workloads that are not 100 B."""
 
 READ_SIZE = 65536
@@ -188,18 +190,22 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     pairs = 4 if workload == "4x4" else 1  # (producers, each with a queue of its own)
     producers = [Client(factory, clock) for _ in range(pairs)]
     destinations = ["/topic/hot"] if workload == "topic" else [f"/queue/hot.{index}" for index in range(pairs)]
-    ack = ("auto" if workload in ("auto", "topic", "1k", "64k", "4x4") else "client" if workload == "client-each"
+    app = workload.startswith("app")
+    ack = ("auto" if workload in ("auto", "topic", "1k", "64k", "4x4") or app else "client" if workload == "client-each"
            else workload)
     consumers = [Client(factory, clock) for _ in range(10 if workload == "topic" else pairs)]
     for index, consumer in enumerate(consumers):
         destination = destinations[index % len(destinations)]
-        consumer.feed(encode_frame(Frame("SUBSCRIBE", {"destination": destination, "id": str(index), "ack": ack,
-                                                       "activemq.prefetchSize": "1000", "receipt": "s"}), "1.2"))
+        subscribe = {"destination": destination, "id": str(index), "ack": ack, "receipt": "s"}
+        if not app:
+            subscribe["activemq.prefetchSize"] = "1000"
+        consumer.feed(encode_frame(Frame("SUBSCRIBE", subscribe), "1.2"))
         assert consumer.frames()[0].command == "RECEIPT"
     body = b"x" * BODY_SIZES.get(workload, 100)
-    batch = 8 if workload == "64k" else 200  # (frames per write of the load generator, as in bench_throughput)
-    chunks = [encode_frame(Frame("SEND", {"destination": destination, "persistent": "false"}, body), "1.2") * batch
-              for destination in destinations]
+    batch = 8 if workload == "64k" else 500 if app else 200  # (frames per write of the load generator)
+    extra = {"content-type": "text/plain"} if app else {}
+    chunks = [encode_frame(Frame("SEND", {"destination": destination, **extra, "persistent": "false"}, body),
+                           "1.2") * batch for destination in destinations]
     count = max(count // pairs, batch)  # (per producer)
     received = 0
     used = 0.0  # only the server's work is timed (the clients' decoding and ACK building is not)

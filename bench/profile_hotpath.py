@@ -18,6 +18,10 @@ Run: ``.venv/bin/python -m bench.profile_hotpath [--count N] [--rate HZ] [--ack 
 ``--ack client`` or ``--ack client-individual`` profiles the consumer acknowledging every
 MESSAGE (as :mod:`bench.bench_throughput`'s client-ack workloads do).
 
+``--app`` profiles issue 39's client application shape instead (:mod:`bench.app_client`: one client
+process with a producer and a consumer thread, SENDs with ``content-type`` and ``content-length``, 500
+a write, no prefetch header).
+
 ``--cprofile`` instead runs the gateway under twistd's own cProfile
 (``--profiler=cprofile``) and prints the top functions by own time; its
 per-call overhead inflates small functions, so the shares differ.
@@ -34,8 +38,10 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
+from bench.app_client import run_app
 from bench.common import cpu_times, gateway_server, host_state
 from bench.stomp_load import Workload, run_pair
 
@@ -95,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cprofile", action="store_true", help="twistd's cProfile instead of py-spy")
     parser.add_argument("--body-size", type=int, default=100, help="bytes per body (bench_throughput: 1024, 65536)")
     parser.add_argument("--batch", type=int, default=200, help="SENDs per write (bench_throughput: 8 for 64 KB)")
+    parser.add_argument("--app", action="store_true",
+                        help="the client application's shape (bench.app_client): 500 SENDs a write, two threads")
     args = parser.parse_args(argv)
+    if args.app:
+        args.batch = 500
     print(f"host: {host_state()}", flush=True)
     if args.cprofile:
         return cprofile(args.count, args.ack)
@@ -111,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
         user_before, system_before = cpu_times(pid)
-        rate = run_pair(gateway.address, Workload(f"/queue/profile.{uuid.uuid4().hex}", count=args.count,
-                                                  ack=args.ack, **shape))
+        work = Workload(f"/queue/profile.{uuid.uuid4().hex}", count=args.count, ack=args.ack, **shape)
+        rate = run_app(gateway.address, replace(work, prefetch=0)).rate if args.app else run_pair(gateway.address, work)
         user_after, system_after = cpu_times(pid)
         user, system = user_after - user_before, system_after - system_before
         used = user + system
@@ -122,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         layers, leaves = attribute(raw)
     total = sum(layers.values())
     per_message = used / args.count * 1e6
-    print(f"\n1 → 1 queue, {args.ack} ack, {args.body_size} B, {args.batch} SENDs a write, {args.count} messages: "
+    shape_name = "app client (1 process, 2 threads), " if args.app else ""
+    print(f"\n{shape_name}1 → 1 queue, {args.ack} ack, {args.body_size} B, {args.batch} SENDs a write, "
+          f"{args.count} messages: "
           f"{rate:.0f} msg/s end to end; gateway CPU "
           f"{used:.2f} s = {per_message:.1f} µs per message (user {user / args.count * 1e6:.1f}, kernel "
           f"{system / args.count * 1e6:.1f}: mostly send/recv/epoll); {total} samples (idle excluded)")

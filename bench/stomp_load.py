@@ -37,7 +37,7 @@ class Workload:
     persistent: bool = False
     ack: str = "auto"  # auto | client (an ACK per message) | client-individual
     receipt_every: int = 0  # 0: one receipt at the end; 1: every SEND; N: every N-th SEND
-    prefetch: int = 1000
+    prefetch: int = 1000  # (bench.app_client: 0 sends no prefetch header)
     batch: int = 200  # frames per socket write
     rate: float = 0.0  # messages/s the producer is paced at; 0: as fast as it can
 

@@ -21,8 +21,10 @@ everything else is changed on a copy, :class:`~gateway.message.model.Message`).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from gateway.message.convert import property_to_header
-from gateway.message.model import MESSAGE_ID_PREFIX, BytesMessage, Message, TextMessage
+from gateway.message.model import MESSAGE_ID_PREFIX, BytesMessage, Message, PropertyValue, TextMessage
 
 RESERVED = frozenset(
     {
@@ -76,7 +78,7 @@ class MessageEncoder:
 
     __slots__ = ("_escaped", "_prefix", "_subscription", "version")
 
-    _last: tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None = None
+    _last: ClassVar[tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None] = None
     """The last message encoded (any subscription): message, version, its redelivery marks and
     property count, then the header lines between ``destination`` and ``subscription``, the
     ``content-length`` line and the body."""
@@ -134,9 +136,15 @@ class MessageEncoder:
         """The header lines from ``message-id`` to ``JMSXDeliveryCount``, the ``content-length``
         line with the blank line, and the body; None for the general path."""
         properties = message.properties
-        if properties and not RESERVED.isdisjoint(properties):
-            return None
         escaped = self._escaped
+        if properties:
+            if not RESERVED.isdisjoint(properties):
+                return None
+            shown_properties = _property_lines(properties, escaped)
+            if shown_properties is None:
+                return None
+        else:
+            shown_properties = ""
         message_id = message.message_id
         tail = message_id[_ID_PREFIX_LENGTH:]
         shown: str | None
@@ -146,7 +154,7 @@ class MessageEncoder:
             shown = _escape(message_id, escaped)
             if shown is None:
                 return None
-        lines = [f"message-id:{shown}"]
+        fields = ""
         if message.correlation_id is not None or message.reply_to is not None or message.type is not None:
             for name, field in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
                                 ("type", message.type)):
@@ -154,30 +162,63 @@ class MessageEncoder:
                     text = _escape(field, escaped)
                     if text is None:
                         return None
-                    lines.append(f"{name}:{text}")
-        if message.persistent:
-            lines.append("persistent:true")
-        lines.append(f"priority:{message.priority}\nexpires:{message.expiration}\ntimestamp:{message.timestamp}")
-        if message.redelivered:
-            lines.append("redelivered:true")
-        for name, value in properties.items():
-            key = _name(name, escaped)
-            text = _escape(value if type(value) is str else property_to_header(value), escaped)
-            if key is None or text is None:
-                return None
-            lines.append(f"{key}:{text}")
+                    fields += f"{name}:{text}\n"
         if isinstance(message, BytesMessage):
-            lines.append("amq-msg-type:bytes")
+            kind = _BYTES_LINE
             body = message.body
         else:
             assert isinstance(message, TextMessage)
-            lines.append("amq-msg-type:text")
+            kind = _TEXT_LINE
             body = message.text.encode("utf-8") if message.text else b""
-        if message.redelivery_count > 0:
-            lines.append(f"JMSXDeliveryCount:{message.redelivery_count + 1}")
-        lines.append("")
+        count = message.redelivery_count
         try:
-            middle = "\n".join(lines).encode()
+            middle = (
+                f"message-id:{shown}\n{fields}{_PERSISTENT_LINE if message.persistent else ''}"
+                f"priority:{message.priority}\nexpires:{message.expiration}\ntimestamp:{message.timestamp}\n"
+                f"{_REDELIVERED_LINE if message.redelivered else ''}{shown_properties}{kind}"
+                f"{f'JMSXDeliveryCount:{count + 1}{_LF}' if count > 0 else ''}"
+            ).encode()
         except UnicodeEncodeError:
             return None
         return middle, b"content-length:%d\n\n" % len(body), body
+
+
+_LF = "\n"
+_PERSISTENT_LINE = "persistent:true\n"
+_REDELIVERED_LINE = "redelivered:true\n"
+_BYTES_LINE = "amq-msg-type:bytes\n"
+_TEXT_LINE = "amq-msg-type:text\n"
+
+_PROPERTY_LINES: dict[tuple[str, str, bool], str] = {}
+"""``name:value`` header lines of string properties seen before (most messages carry the same few, e.g. a
+``content-type``), per escaping; cleared when :data:`PROPERTY_LINES_MAX` are kept."""
+PROPERTY_LINES_MAX = 4096
+_PROPERTY_TEXT_MAX = 256
+"""Properties longer than this (name and value) are escaped each time, not kept."""
+
+
+def _property_lines(properties: dict[str, PropertyValue], escaped: bool) -> str | None:
+    """The header lines (each ending in a line feed) of ``properties``; None for the general path."""
+    lines = ""
+    for name, value in properties.items():
+        if type(value) is str:
+            key = (name, value, escaped)
+            line = _PROPERTY_LINES.get(key)
+            if line is None:
+                shown_name = _name(name, escaped)
+                text = _escape(value, escaped)
+                if shown_name is None or text is None:
+                    return None
+                line = f"{shown_name}:{text}\n"
+                if len(line) <= _PROPERTY_TEXT_MAX:
+                    if len(_PROPERTY_LINES) >= PROPERTY_LINES_MAX:
+                        _PROPERTY_LINES.clear()
+                    _PROPERTY_LINES[key] = line
+        else:
+            shown_name = _name(name, escaped)
+            text = _escape(property_to_header(value), escaped)
+            if shown_name is None or text is None:
+                return None
+            line = f"{shown_name}:{text}\n"
+        lines += line
+    return lines

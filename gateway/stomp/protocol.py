@@ -29,6 +29,18 @@ written everything out: one 64 KB message fills Twisted's buffer on its own,
 and pausing at each would hand a large-message consumer one message per reactor
 turn, each through the queue and a resume.
 
+MESSAGE frames delivered while a client's input is handled (the deliveries a
+SEND or an ACK causes, on any connection) are gathered per connection and
+handed to its transport in one write when that input slice is
+done, or sooner past :data:`OUTPUT_BATCH` bytes: one call into the transport
+(and the reactor's writer registration) a turn instead of one per frame.  The
+transport writes a turn's frames in one ``send()`` either way, so nothing
+waits longer than before; a RECEIPT, an ERROR or a heart-beat to a connection
+first writes what it has gathered (frames keep their order).  A WebSocket
+transport, whose every write is one WebSocket message, gets its frames one
+write each as before.  Deliveries outside an input slice (a timer's, a store
+commit's) are written at once.
+
 The protocol also owns the connection's lifecycle at the edge: a connection
 past a ``max_connections`` cap (:mod:`gateway.stomp.admission`) gets an ERROR
 and is closed at once; one that has not completed CONNECT within
@@ -73,6 +85,11 @@ INPUT_SLICE = 65536
 last: a large frame takes a turn of its own)."""
 
 
+OUTPUT_BATCH = 16384
+"""Bytes of MESSAGE frames a connection gathers during an input slice before handing them to its
+transport: the transport's buffer (and so its back-pressure, :data:`WRITE_GRACE`) learns of them at most
+this late."""
+
 WRITE_GRACE = 192 * 1024
 """Bytes a connection is written from the write that filled its transport's buffer (past its 64 KB) on
 before deliveries pause until the buffer is empty.  What one connection holds is at most 64 KB + this + the
@@ -109,6 +126,9 @@ class StompServerProtocol(Protocol):
         self._over: int | None = None  # bytes written since the transport reported its buffer full (None: not)
         self._over_frames = 0  # frames written since then
         self._full = False  # deliveries paused for the write buffer
+        self._out: list[bytes] = []  # MESSAGE frames gathered during an input slice (OUTPUT_BATCH)
+        self._out_bytes = 0
+        self._coalesce = True  # False: one write per frame (a WebSocket transport: one write, one message)
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -126,6 +146,7 @@ class StompServerProtocol(Protocol):
             self.close()
             return
         self._address = address
+        self._coalesce = not getattr(self.transport, "one_message_per_write", False)
         self.factory.connections.add(self)
         self.session = self.factory.new_session(self, self.peer)
         self.transport.registerProducer(self, True)  # type: ignore[union-attr]
@@ -155,7 +176,17 @@ class StompServerProtocol(Protocol):
     def _handle(self, data: bytes, *, sliced: bool = True) -> None:
         """Hand the frames ``data`` completes (with what is buffered) to the session; when ``sliced``,
         only until this turn's reach :data:`INPUT_FRAMES` frames or :data:`INPUT_SLICE` bytes, the rest on
-        later turns."""
+        later turns.  The MESSAGE frames this causes are written when it is done (:data:`OUTPUT_BATCH`)."""
+        factory = self.factory
+        factory.gathering += 1
+        try:
+            self._take_frames(data, sliced)
+        finally:
+            factory.gathering -= 1
+            if not factory.gathering and factory.unflushed:
+                factory.flush_output()
+
+    def _take_frames(self, data: bytes, sliced: bool) -> None:
         session = self.session
         assert session is not None
         decoder = self.decoder
@@ -222,6 +253,8 @@ class StompServerProtocol(Protocol):
 
     def send_frame(self, frame: Frame) -> None:
         if not self._closing:
+            if self._out:
+                self.flush_output()
             if frame.command == "MESSAGE":
                 self.messages_out += 1
                 self.factory.traffic.sent += 1
@@ -237,16 +270,39 @@ class StompServerProtocol(Protocol):
     def send_message(self, data: bytes) -> None:
         if not self._closing:
             self.messages_out += 1
-            self.factory.traffic.sent += 1
+            factory = self.factory
+            factory.traffic.sent += 1
+            if factory.gathering and self._coalesce:  # (an input slice is being handled: OUTPUT_BATCH)
+                out = self._out
+                if not out:
+                    factory.unflushed.append(self)
+                out.append(data)
+                self._out_bytes += len(data)
+                if self._out_bytes >= OUTPUT_BATCH:
+                    self.flush_output()
+                return
             self.transport.write(data)  # type: ignore[union-attr]
             if self._over is not None:
                 self._count_over(len(data))
 
-    def _count_over(self, size: int) -> None:
-        """A frame of ``size`` bytes written past the full write buffer; pause deliveries past
+    def flush_output(self) -> None:
+        """Hand the MESSAGE frames gathered so far to the transport, in one write."""
+        out = self._out
+        if not out:
+            return
+        size = self._out_bytes
+        self._out = []
+        self._out_bytes = 0
+        # (one joined write: Twisted's writeSequence checks and measures each part in Python)
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))  # type: ignore[union-attr]
+        if self._over is not None:
+            self._count_over(size, len(out))
+
+    def _count_over(self, size: int, frames: int = 1) -> None:
+        """``frames`` frames of ``size`` bytes written past the full write buffer; pause deliveries past
         :data:`WRITE_GRACE` bytes or :data:`WRITE_GRACE_FRAMES` frames."""
         over = self._over = (self._over or 0) + size
-        self._over_frames += 1
+        self._over_frames += frames
         if (over >= WRITE_GRACE or self._over_frames >= WRITE_GRACE_FRAMES) and not self._full:
             self._full = True
             if self.session is not None:
@@ -254,6 +310,8 @@ class StompServerProtocol(Protocol):
 
     def send_heartbeat(self) -> None:
         if not self._closing:
+            if self._out:
+                self.flush_output()
             self.transport.write(HEARTBEAT)  # type: ignore[union-attr]
             if self._over is not None:
                 self._count_over(len(HEARTBEAT))
@@ -278,6 +336,8 @@ class StompServerProtocol(Protocol):
         """Close after what is buffered is written; abort if the peer has not taken it within
         ``close_timeout_ms`` (a dead peer's socket never drains)."""
         if not self._closing:
+            if self._out:
+                self.flush_output()
             self._closing = True
             self.transport.loseConnection()  # type: ignore[union-attr]
             if not self._lost:
@@ -353,6 +413,10 @@ class StompServerFactory(Factory):
         )
         self.connections: set[StompServerProtocol] = set()
         """The admitted connections."""
+        self.gathering = 0
+        """Input slices being handled (nested): while > 0, MESSAGE frames are gathered (:data:`OUTPUT_BATCH`)."""
+        self.unflushed: list[StompServerProtocol] = []
+        """Connections with gathered MESSAGE frames (a connection may be listed twice: its second flush is a no-op)."""
         self.traffic = StompTraffic(registry)
         """Messages in and out over all connections (the admin console's rates)."""
         self.admission = ConnectionAdmission(self.settings.max_connections,
@@ -373,6 +437,13 @@ class StompServerFactory(Factory):
             command=frame.command, id=frame.headers.get("message-id", "-"), names=", ".join(map(repr, names)),
             version=version,
         )
+
+    def flush_output(self) -> None:
+        """Write every connection's gathered MESSAGE frames (the end of an input slice)."""
+        unflushed = self.unflushed
+        self.unflushed = []
+        for protocol in unflushed:
+            protocol.flush_output()
 
     def buildProtocol(self, addr: Any) -> StompServerProtocol:
         return StompServerProtocol(self)

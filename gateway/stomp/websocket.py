@@ -92,6 +92,9 @@ class WebSocketTransport:
     deliveries, and pausing reading really stops reading from the socket.
     """
 
+    one_message_per_write = True
+    """Read by :class:`~gateway.stomp.protocol.StompServerProtocol`: frames are not joined into one write."""
+
     def __init__(self, channel: MessageChannel) -> None:
         self.channel = channel
         self.disconnecting = False

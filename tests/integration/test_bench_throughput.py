@@ -22,6 +22,8 @@ WORKLOADS = (
     "1→1 queue, 1 KB bodies",
     "1→1 queue, 64 KB bodies",
     "1→1 queue, persistent, receipt every 100",
+    "app: 1 process, 2 threads, 1→1 queue, 100 B",
+    "app: 1 process, 2 threads, 1→1 queue, 1 KB",
 )
 
 
@@ -38,6 +40,7 @@ def test_quick_run_prints_a_ratio_for_every_workload_and_latencies() -> None:
         assert line is not None, f"no line for {name!r}:\n{output}"
         assert re.search(rf"{number}\s+{number}\s+{number}\s*$", line), line  # gateway, ActiveMQ, ratio
     assert "warm-up activemq" in done.stdout and "full JIT" in done.stdout, output
+    assert done.stdout.count("MESSAGEs per client read: gateway") == 2, output  # (the app shape's reads)
     latency_rows = [line for line in done.stdout.splitlines()
                     if re.match(rf"\s+(gateway|activemq)\s+{number}\s+{number}\s+{number}\s*$", line)]
     assert len(latency_rows) == 4, output  # both servers at half and at a tenth of the peak

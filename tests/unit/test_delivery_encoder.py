@@ -101,3 +101,23 @@ def test_a_message_redelivered_in_place_is_encoded_again() -> None:
     data = encoder.encode(message, None)
     assert data == encode_frame(message_to_frame(message, "s", None, "/queue/q"), "1.1")
     assert b"redelivered:true\n" in data and b"JMSXDeliveryCount:2\n" in data
+
+
+def test_property_lines_kept_are_bounded_and_per_version() -> None:
+    """String properties' header lines are kept for the next message (most carry the same few), per
+    escaping (``a:b`` is escaped in 1.2 and cannot be a 1.0 name), never more than PROPERTY_LINES_MAX."""
+    from gateway.stomp import delivery
+
+    delivery._PROPERTY_LINES.clear()
+    for version in ("1.2", "1.0", "1.2"):
+        message = BytesMessage(body=b"x")
+        message.message_id = f"{MESSAGE_ID_PREFIX}1"
+        message.properties = {"content-type": "text/plain", "a\\b": "c:d", "n": 1, "t": True}
+        data = MessageEncoder("s", "/queue/q", version).encode(message, None)
+        assert data == encode_frame(message_to_frame(message, "s", None, "/queue/q"), version)
+    for index in range(delivery.PROPERTY_LINES_MAX + 10):
+        message = BytesMessage(body=b"")
+        message.message_id = f"{MESSAGE_ID_PREFIX}2"
+        message.properties = {"k": str(index)}
+        assert MessageEncoder("s", "/queue/q", "1.2").encode(message, None) is not None
+        assert len(delivery._PROPERTY_LINES) <= delivery.PROPERTY_LINES_MAX

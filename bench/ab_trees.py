@@ -1,0 +1,125 @@
+"""Two versions of the gateway's code on the real server, alternately: rate and CPU per message.
+
+Starts one gateway from each source tree (the version ``--base`` names, taken
+out of git with ``git archive`` into a temporary directory, and this tree), warms
+both, then runs the same workload against them in turns, ``--rounds`` times,
+and prints each one's median rate and its gateway CPU time per message
+(user + kernel, ``/proc``), with the load average.  Both gateways run all the
+time, so load that comes and goes hits both; the CPU per message is the
+steadier figure on a shared host.
+
+With ``--compiled`` the two are this tree as it is (pure Python) and a copy of
+it whose hot modules are compiled with mypyc (``setup.py build_ext --inplace``
+with ``JMSGATEWAY_MYPYC=1``; docs/performance.md, "Compiled hot modules").
+
+Workloads: ``app`` (issue 39's client application shape, :mod:`bench.app_client`),
+``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack).
+
+Run: ``.venv/bin/python -m bench.ab_trees (--base REV | --compiled) [--workload W] [--count N] [--rounds N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import tests.support.gateway as support
+from bench.app_client import run_app
+from bench.common import cpu_seconds, host_state
+from bench.stomp_load import Workload, run_pair
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def gateway_from(tree: Path) -> Iterator[support.GatewayProcess]:
+    """A gateway process running the code of ``tree``."""
+    saved = support.REPO
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as workdir:
+        support.REPO = tree  # (read when the process starts: its PYTHONPATH and its config)
+        try:
+            process = support.GatewayProcess(Path(workdir)).start()
+        finally:
+            support.REPO = saved
+        try:
+            yield process
+        finally:
+            process.stop()
+
+
+def compiled_tree(target: Path) -> None:
+    """A copy of this tree in ``target`` with its hot modules compiled in place (mypyc)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", ".*")
+    for name in ("gateway", "tests", "twisted", "plugins", "etc", "bench", "setup.py", "setup.cfg", "pyproject.toml"):
+        source = HERE / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=ignore)
+        else:
+            shutil.copy2(source, target / name)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=target, check=True,
+                   capture_output=True, env=dict(os.environ, JMSGATEWAY_MYPYC="1"))
+
+
+def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple[float, float]:
+    """(messages/s, gateway CPU µs per message) of one run."""
+    assert process.process is not None
+    work = Workload(f"/queue/ab.{uuid.uuid4().hex}", count=count)
+    before = cpu_seconds(process.process.pid)
+    if workload.startswith("app"):
+        body = 1024 if workload == "app-1k" else 100
+        rate = run_app(process.address, Workload(work.destination, count=count, body_size=body, batch=500,
+                                                 prefetch=0)).rate
+    else:
+        rate = run_pair(process.address, work)
+    used = cpu_seconds(process.process.pid) - before
+    return rate, used / count * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.ab_trees", description=__doc__.split("\n\n")[0])
+    choice = parser.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--base", help="the git revision to compare this tree with")
+    choice.add_argument("--compiled", action="store_true", help="this tree against a mypyc-compiled copy of it")
+    parser.add_argument("--workload", choices=("app", "app-1k", "pair"), default="app")
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    print(f"host: {host_state()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-ab-base-") as base_dir:
+        if args.compiled:
+            compiled_tree(Path(base_dir))
+            trees = {"this tree, pure Python": HERE, "compiled (mypyc)": Path(base_dir)}
+        else:
+            archive = subprocess.run(["git", "archive", args.base], cwd=HERE, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", base_dir], input=archive, check=True)
+            trees = {f"base {args.base}": Path(base_dir), "this tree": HERE}
+        with contextlib.ExitStack() as stack:
+            processes = {name: stack.enter_context(gateway_from(tree)) for name, tree in trees.items()}
+            for process in processes.values():
+                for _ in range(2):
+                    one_run(process, args.workload, min(args.count, 20_000))
+            results: dict[str, list[tuple[float, float]]] = {name: [] for name in processes}
+            for _ in range(args.rounds):
+                for name, process in processes.items():
+                    results[name].append(one_run(process, args.workload, args.count))
+    print(f"{args.workload}, {args.count} messages a run, {args.rounds} runs each, alternating")
+    for name, runs in results.items():
+        rates = [rate for rate, _ in runs]
+        cpus = [cpu for _, cpu in runs]
+        print(f"  {name:<24} {statistics.median(rates):>9.0f} msg/s ({min(rates):.0f} to {max(rates):.0f})   "
+              f"gateway CPU {statistics.median(cpus):5.2f} µs/msg ({min(cpus):.2f} to {max(cpus):.2f})")
+    print(f"host at the end: {host_state()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

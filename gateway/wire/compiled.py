@@ -1,0 +1,35 @@
+"""Which hot modules run compiled (mypyc), and the one mypyc marker their source needs.
+
+``setup.py`` compiles :data:`HOT_MODULES` with mypyc when asked to
+(``JMSGATEWAY_MYPYC=1`` and mypy installed in the build environment, not for
+editable installs: docs/performance.md); anywhere else they run as the pure
+Python they are written in.  :func:`compiled_modules` says which are compiled
+in this process.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TypeVar
+
+HOT_MODULES = ("gateway/wire/codec.py", "gateway/stomp/delivery.py")
+"""The modules a compiled build compiles (paths from the project's root)."""
+
+_T = TypeVar("_T")
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # (no mypy here: the decorator only matters to mypyc)
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+        return lambda cls: cls
+
+
+def compiled_modules() -> list[str]:
+    """The :data:`HOT_MODULES` that are compiled extension modules in this process."""
+    names = [path.removesuffix(".py").replace("/", ".") for path in HOT_MODULES]
+    return [name for name in names if not str(importlib.import_module(name).__file__).endswith(".py")]
+
+
+__all__ = ["HOT_MODULES", "compiled_modules", "mypyc_attr"]
