@@ -60,9 +60,10 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerProcess
+from gateway.connectors.kafka_dedup import TopicSendIds, key_of_record, keyed
 from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import ConsumerLagCollector, KafkaSubscription
-from gateway.connectors.kafka_transactions import KafkaTransactionalCopy, held_record_ids
+from gateway.connectors.kafka_transactions import KafkaTransactionalCopy, held_record_ids, read_tail
 from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
 from gateway.interfaces import (
@@ -181,6 +182,9 @@ class KafkaConnector:
         self._poll_call: Any = None
         self._retiring: set[Any] = set()
         """Replaced producers still holding records; polled until empty."""
+        self.send_ids = TopicSendIds(reactor, self._tail_keys, size=settings.dedup_window,
+                                     seconds=settings.dedup_window_seconds)
+        """The idempotency window of SENDs with ``x-dedup-id`` / ``_AMQ_DUPL_ID`` (:mod:`.kafka_dedup`)."""
 
     @classmethod
     def from_config(cls, name: str, options: Any, *, reactor: Any, gateway_id: str,
@@ -313,6 +317,8 @@ class KafkaConnector:
             "congested": self.congestion.congested,
             "subscriptions": len(self._subscriptions),
             "transactional": self.settings.transactional_id is not None,
+            "duplicate_sends": self.send_ids.window.duplicates,
+            "dedup_window_ids": len(self.send_ids.window),
         }
 
     # ----------------------------------------------------------- producing
@@ -521,12 +527,15 @@ class KafkaConnector:
                 *(name for name, topic in table.items() if topic == target))
 
     def send(self, message: Message) -> Deferred[DeliveryReport]:
-        """Send ``message`` to the topic its destination names (key: ``key_header`` or message id)."""
+        """Send ``message`` to the topic its destination names (key: ``key_header`` or message id);
+        with an idempotency id already in the window, nothing is produced (fires with None)."""
         try:
             topic = self.topic_of(message.destination)
             key, value, headers = message_to_record(message, self.settings.key_header, self.gateway_id)
         except Exception as exc:
             return fail(exc)
+        if self.send_ids.enabled and keyed([message]):
+            return self.send_ids.send([(topic, message)], lambda _: self.send_record(topic, key, value, headers))
         return self.send_record(topic, key, value, headers)
 
     def send_batch(self, messages: list[Message]) -> Deferred[Any]:
@@ -539,7 +548,32 @@ class KafkaConnector:
             ]
         except Exception as exc:
             return fail(exc)
+        if self.send_ids.enabled and keyed(messages):
+            # the duplicates are left out; the rest is sent as a batch (one transaction if transactional)
+            record_of = {id(m): record for m, record in zip(messages, records, strict=True)}
+            return self.send_ids.send([(record[0], m) for m, record in zip(messages, records, strict=True)],
+                                      lambda fresh: self.send_records([record_of[id(m)] for m in fresh]))
         return self.send_records(records)
+
+    def _tail_keys(self, topic: str) -> Deferred[list[tuple[str, int]]]:
+        """The idempotency keys in the tail of ``topic`` (``dedup_tail`` records per partition), oldest first."""
+        settings = self.settings
+
+        def read() -> list[tuple[str, int]]:
+            keys: list[tuple[str, int]] = []
+
+            def visit(record: Any) -> None:
+                key = key_of_record(topic, record.headers())
+                if key is not None:
+                    keys.append((key, record.timestamp()[1]))
+
+            if settings.dedup_tail:
+                read_tail(settings, topic, settings.dedup_tail, visit)
+            keys.sort(key=lambda entry: entry[1])
+            return keys
+
+        result: Deferred[list[tuple[str, int]]] = deferToThreadPool(self.reactor, self._pool(), read)
+        return result
 
     def send_records(self, records: Sequence[tuple[str, bytes | None, bytes | None, list[Header]]]) -> Deferred[Any]:
         """Publish ``(topic, key, value, headers)`` records as one transaction when
