@@ -61,6 +61,7 @@ from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerProcess
 from gateway.connectors.kafka_dedup import TopicSendIds, key_of_record, keyed
+from gateway.connectors.kafka_delivered import MarksChannel
 from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import ConsumerLagCollector, KafkaSubscription
 from gateway.connectors.kafka_transactions import KafkaTransactionalCopy, held_record_ids, read_tail
@@ -182,6 +183,8 @@ class KafkaConnector:
         self._poll_call: Any = None
         self._retiring: set[Any] = set()
         """Replaced producers still holding records; polled until empty."""
+        self._marks: MarksChannel | None = None
+        """Where shared and durable subscriptions publish how far they delivered (:mod:`.kafka_delivered`)."""
         self.send_ids = TopicSendIds(reactor, self._tail_keys, size=settings.dedup_window,
                                      seconds=settings.dedup_window_seconds)
         """The idempotency window of SENDs with ``x-dedup-id`` / ``_AMQ_DUPL_ID`` (:mod:`.kafka_dedup`)."""
@@ -254,9 +257,10 @@ class KafkaConnector:
         self._running = True
         d = self._refresh_topics()
 
-        def started(_: object) -> None:
+        def started(_: object) -> Deferred[None]:
             self.log.info("kafka connector {name} connected to {bootstrap}", name=self.name,
                           bootstrap=self.settings.bootstrap)
+            return self._open_marks()
 
         def unreachable(failure: Any) -> Any:
             self._running = False
@@ -266,6 +270,45 @@ class KafkaConnector:
             )
 
         d.addCallbacks(started, unreachable)
+        return d
+
+    def _open_marks(self) -> Deferred[None]:
+        """Use ``delivered_topic`` for the delivered marks (:mod:`.kafka_delivered`), creating it
+        (one partition, compacted) when the cluster lacks it; without it, marks are off (logged)."""
+        topic = self.settings.delivered_topic
+        if not topic:
+            return succeed(None)
+        if topic in self._known_topics:
+            self._marks = MarksChannel(self)
+            return succeed(None)
+        bootstrap = self.settings.bootstrap
+
+        def create() -> None:
+            from confluent_kafka.admin import AdminClient
+            from confluent_kafka.cimpl import NewTopic
+
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})
+            for future in admin.create_topics([new], request_timeout=10).values():
+                try:
+                    future.result(timeout=15)
+                except Exception as exc:
+                    if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                        raise
+
+        def created(_: object) -> None:
+            self._known_topics.add(topic)
+            self._marks = MarksChannel(self)
+            self.log.info("kafka connector {name} created topic {topic} for the delivered marks", name=self.name,
+                          topic=topic)
+
+        def failed(failure: Any) -> None:
+            self.log.warn("kafka connector {name}: cannot create topic {topic} ({error}): redeliveries after a "
+                          "partition moved to another gateway are not flagged", name=self.name, topic=topic,
+                          error=failure.getErrorMessage())
+
+        d: Deferred[None] = deferToThreadPool(self.reactor, self._pool(), create)
+        d.addCallbacks(created, failed)
         return d
 
     def stop(self) -> Deferred[None]:
@@ -698,6 +741,8 @@ class KafkaConnector:
             on_closed=self._subscriptions.discard,
             start_at_latest=not earliest and config.get("auto.offset.reset") == "latest",
             pause_after=self.settings.pause_after,
+            marks=self._marks if spec.durable_name or self.shares_group(spec) else None,
+            marks_interval=self.settings.delivered_interval,
         )
         self._subscriptions.add(subscription)
         d = subscription.start()
