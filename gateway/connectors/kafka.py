@@ -28,6 +28,12 @@ URI form ``kafka://host:9092[,host2:9092]``.  Options (``[connectors.NAME]``):
 ``pause_after``
     seconds a subscription's deliveries may stall (prefetch reached, client
     paused) before its partitions are paused (default 5).
+``delivered_topic`` / ``delivered_interval`` / ``delivered_tail``
+    where shared and durable subscriptions publish how far they delivered, so the next owner of
+    a partition flags redeliveries (:mod:`gateway.connectors.kafka_delivered`; "" turns it off).
+``dedup_window`` / ``dedup_window_seconds`` / ``dedup_tail``
+    the idempotency window of SENDs with ``x-dedup-id`` / ``_AMQ_DUPL_ID``
+    (:mod:`gateway.connectors.kafka_dedup`).
 ``poll_timeout`` / ``subscribe_timeout`` / ``metadata_timeout``
     consumer poll wait (0.05 s), how long a subscription may wait for its
     partitions (60 s), how long start and topic checks wait for metadata (10 s).
@@ -134,12 +140,13 @@ def topic_for_destination(destination: str, topics: dict[str, str] | None = None
 
 
 KAFKA_CAPABILITIES = frozenset({Capability.NACK, Capability.PREFETCH, Capability.DURABLE, Capability.RECONNECT,
-                                Capability.HELD_MESSAGE_IDS})
-"""What a Kafka connector offers (:class:`~gateway.interfaces.Capability`).  Not: selectors on
-queues (one shared group commits one offset per partition), a new durable subscription starting
-empty (a new group reads from the earliest offset), the redelivered flag on what a closed
-subscription left unacknowledged (a new group member cannot know), health following the
-cluster (it says whether the producer runs; librdkafka reconnects by itself)."""
+                                Capability.HELD_MESSAGE_IDS, Capability.REDELIVERED_AFTER_CLOSE})
+"""What a Kafka connector offers (:class:`~gateway.interfaces.Capability`); the redelivered flag
+after a close through the delivered marks (:mod:`.kafka_delivered`, queues and durable
+subscriptions: the groups whose partitions move).  Not: selectors on queues (one shared group
+commits one offset per partition), a new durable subscription starting empty (a new group reads
+from the earliest offset), health following the cluster (it says whether the producer runs;
+librdkafka reconnects by itself)."""
 
 
 @implementer(IFlowControlled, IStatusReporting, ITopicLog, ICredentialed, IHeldMessages, IExactlyOnceSource,
