@@ -204,8 +204,8 @@ def test_a_fleet_of_two_loses_nothing_receipted_when_one_gets_sigkill(tmp_path: 
                    "both consumers acknowledging")
         ca = consumers[0]
         ca.holding.set()
-        wait_until(lambda: len(ca.held) >= 5, 60, "the consumer on gateway A holding 5 deliveries")
-        time.sleep(1.0)  # past A's delivered_interval (0.2 s): its marks are published
+        wait_until(lambda: len(ca.held) >= 10, 60, "the consumer on gateway A holding 10 deliveries (its prefetch)")
+        time.sleep(1.0)  # A delivers no more; past its delivered_interval (0.2 s) its marks are published
         assert a.process is not None
         a.process.kill()  # under load: both producers sending, B's consumer acknowledging
         killed = time.monotonic()
