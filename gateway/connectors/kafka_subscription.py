@@ -23,7 +23,9 @@ and the consumer is never touched by two threads.
 * Rebalances: a revoked partition's deliveries stay with the client (they count
   against ``prefetch``; their acks are kept).  When it comes back unconsumed by
   anyone else they are not handed out again; otherwise what comes again is
-  marked redelivered with its count (:class:`OffsetTracker`).  A subscription
+  marked redelivered with its count (:class:`OffsetTracker`).  What another member delivered
+  is flagged too: shared and durable subscriptions publish how far they delivered and read the
+  others' marks on assignment (:mod:`~gateway.connectors.kafka_delivered`).  A subscription
   starting at the latest offset commits that start on its first assignment, so
   a later assignment goes on from there instead of the end at that time.
 * Lag: every :data:`LAG_INTERVAL` seconds the thread reads each assigned
