@@ -95,3 +95,28 @@ def test_a_resend_after_a_gateway_restart_produces_no_second_record(tmp_path: Pa
     assert all(counts[f"plain-{n}"] == 2 for n in range(PLAIN)), counts  # no key: stored again (what it is for)
     assert len(records) == expected
     assert "read back from the tail of topic" in log
+
+
+def test_a_transaction_resent_leaves_out_what_is_stored(tmp_path: Path, kafka_bootstrap: str) -> None:
+    topic = unique_topic("dedup-tx")
+    create_topics(kafka_bootstrap, topic)
+    queue = f"/queue/kafka.{topic}"
+    gateway = GatewayProcess(tmp_path / "gw", config(kafka_bootstrap)).start()
+    try:
+        listener = Receipts()
+        connection: Any = stomp.Connection12([gateway.address], auto_decode=True)
+        connection.set_listener("receipts", listener)
+        connection.connect(wait=True)
+        for bodies in (["a", "b"], ["a", "b", "c"]):  # the second COMMIT resends a and b
+            transaction = connection.begin()
+            for body in bodies:
+                connection.send(queue, body, headers={"x-dedup-id": body}, transaction=transaction)
+            receipt = uuid.uuid4().hex
+            connection.commit(transaction, headers={"receipt": receipt})
+            wait_until(lambda r=receipt: r in listener.got or bool(listener.errors), 60, "the COMMIT receipted")
+        assert not listener.errors, listener.errors[0].body
+        connection.disconnect()
+    finally:
+        gateway.kill()
+    records = read_records(kafka_bootstrap, topic, 3, settle=2.0)
+    assert sorted(record.value().decode() for record in records) == ["a", "b", "c"]
