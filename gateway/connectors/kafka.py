@@ -28,6 +28,12 @@ URI form ``kafka://host:9092[,host2:9092]``.  Options (``[connectors.NAME]``):
 ``pause_after``
     seconds a subscription's deliveries may stall (prefetch reached, client
     paused) before its partitions are paused (default 5).
+``delivered_topic`` / ``delivered_interval`` / ``delivered_tail``
+    where shared and durable subscriptions publish how far they delivered, so the next owner of
+    a partition flags redeliveries (:mod:`gateway.connectors.kafka_delivered`; "" turns it off).
+``dedup_window`` / ``dedup_window_seconds`` / ``dedup_tail``
+    the idempotency window of SENDs with ``x-dedup-id`` / ``_AMQ_DUPL_ID``
+    (:mod:`gateway.connectors.kafka_dedup`).
 ``poll_timeout`` / ``subscribe_timeout`` / ``metadata_timeout``
     consumer poll wait (0.05 s), how long a subscription may wait for its
     partitions (60 s), how long start and topic checks wait for metadata (10 s).
@@ -60,9 +66,11 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerProcess
+from gateway.connectors.kafka_dedup import TopicSendIds, key_of_record, keyed
+from gateway.connectors.kafka_delivered import MarksChannel
 from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.connectors.kafka_subscription import ConsumerLagCollector, KafkaSubscription
-from gateway.connectors.kafka_transactions import KafkaTransactionalCopy, held_record_ids
+from gateway.connectors.kafka_transactions import KafkaTransactionalCopy, held_record_ids, read_tail
 from gateway.errors import ConnectorError, ConnectorUnavailable, DestinationError, SelectorError
 from gateway.flow import Congestion
 from gateway.interfaces import (
@@ -132,12 +140,13 @@ def topic_for_destination(destination: str, topics: dict[str, str] | None = None
 
 
 KAFKA_CAPABILITIES = frozenset({Capability.NACK, Capability.PREFETCH, Capability.DURABLE, Capability.RECONNECT,
-                                Capability.HELD_MESSAGE_IDS})
-"""What a Kafka connector offers (:class:`~gateway.interfaces.Capability`).  Not: selectors on
-queues (one shared group commits one offset per partition), a new durable subscription starting
-empty (a new group reads from the earliest offset), the redelivered flag on what a closed
-subscription left unacknowledged (a new group member cannot know), health following the
-cluster (it says whether the producer runs; librdkafka reconnects by itself)."""
+                                Capability.HELD_MESSAGE_IDS, Capability.REDELIVERED_AFTER_CLOSE})
+"""What a Kafka connector offers (:class:`~gateway.interfaces.Capability`); the redelivered flag
+after a close through the delivered marks (:mod:`.kafka_delivered`, queues and durable
+subscriptions: the groups whose partitions move).  Not: selectors on queues (one shared group
+commits one offset per partition), a new durable subscription starting empty (a new group reads
+from the earliest offset), health following the cluster (it says whether the producer runs;
+librdkafka reconnects by itself)."""
 
 
 @implementer(IFlowControlled, IStatusReporting, ITopicLog, ICredentialed, IHeldMessages, IExactlyOnceSource,
@@ -181,6 +190,11 @@ class KafkaConnector:
         self._poll_call: Any = None
         self._retiring: set[Any] = set()
         """Replaced producers still holding records; polled until empty."""
+        self._marks: MarksChannel | None = None
+        """Where shared and durable subscriptions publish how far they delivered (:mod:`.kafka_delivered`)."""
+        self.send_ids = TopicSendIds(reactor, self._tail_keys, size=settings.dedup_window,
+                                     seconds=settings.dedup_window_seconds)
+        """The idempotency window of SENDs with ``x-dedup-id`` / ``_AMQ_DUPL_ID`` (:mod:`.kafka_dedup`)."""
 
     @classmethod
     def from_config(cls, name: str, options: Any, *, reactor: Any, gateway_id: str,
@@ -250,9 +264,10 @@ class KafkaConnector:
         self._running = True
         d = self._refresh_topics()
 
-        def started(_: object) -> None:
+        def started(_: object) -> Deferred[None]:
             self.log.info("kafka connector {name} connected to {bootstrap}", name=self.name,
                           bootstrap=self.settings.bootstrap)
+            return self._open_marks()
 
         def unreachable(failure: Any) -> Any:
             self._running = False
@@ -262,6 +277,45 @@ class KafkaConnector:
             )
 
         d.addCallbacks(started, unreachable)
+        return d
+
+    def _open_marks(self) -> Deferred[None]:
+        """Use ``delivered_topic`` for the delivered marks (:mod:`.kafka_delivered`), creating it
+        (one partition, compacted) when the cluster lacks it; without it, marks are off (logged)."""
+        topic = self.settings.delivered_topic
+        if not topic:
+            return succeed(None)
+        if topic in self._known_topics:
+            self._marks = MarksChannel(self)
+            return succeed(None)
+        bootstrap = self.settings.bootstrap
+
+        def create() -> None:
+            from confluent_kafka.admin import AdminClient
+            from confluent_kafka.cimpl import NewTopic
+
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})
+            for future in admin.create_topics([new], request_timeout=10).values():
+                try:
+                    future.result(timeout=15)
+                except Exception as exc:
+                    if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                        raise
+
+        def created(_: object) -> None:
+            self._known_topics.add(topic)
+            self._marks = MarksChannel(self)
+            self.log.info("kafka connector {name} created topic {topic} for the delivered marks", name=self.name,
+                          topic=topic)
+
+        def failed(failure: Any) -> None:
+            self.log.warn("kafka connector {name}: cannot create topic {topic} ({error}): redeliveries after a "
+                          "partition moved to another gateway are not flagged", name=self.name, topic=topic,
+                          error=failure.getErrorMessage())
+
+        d: Deferred[None] = deferToThreadPool(self.reactor, self._pool(), create)
+        d.addCallbacks(created, failed)
         return d
 
     def stop(self) -> Deferred[None]:
@@ -313,6 +367,8 @@ class KafkaConnector:
             "congested": self.congestion.congested,
             "subscriptions": len(self._subscriptions),
             "transactional": self.settings.transactional_id is not None,
+            "duplicate_sends": self.send_ids.window.duplicates,
+            "dedup_window_ids": len(self.send_ids.window),
         }
 
     # ----------------------------------------------------------- producing
@@ -521,12 +577,15 @@ class KafkaConnector:
                 *(name for name, topic in table.items() if topic == target))
 
     def send(self, message: Message) -> Deferred[DeliveryReport]:
-        """Send ``message`` to the topic its destination names (key: ``key_header`` or message id)."""
+        """Send ``message`` to the topic its destination names (key: ``key_header`` or message id);
+        with an idempotency id already in the window, nothing is produced (fires with None)."""
         try:
             topic = self.topic_of(message.destination)
             key, value, headers = message_to_record(message, self.settings.key_header, self.gateway_id)
         except Exception as exc:
             return fail(exc)
+        if self.send_ids.enabled and keyed([message]):
+            return self.send_ids.send([(topic, message)], lambda _: self.send_record(topic, key, value, headers))
         return self.send_record(topic, key, value, headers)
 
     def send_batch(self, messages: list[Message]) -> Deferred[Any]:
@@ -539,7 +598,32 @@ class KafkaConnector:
             ]
         except Exception as exc:
             return fail(exc)
+        if self.send_ids.enabled and keyed(messages):
+            # the duplicates are left out; the rest is sent as a batch (one transaction if transactional)
+            record_of = {id(m): record for m, record in zip(messages, records, strict=True)}
+            return self.send_ids.send([(record[0], m) for m, record in zip(messages, records, strict=True)],
+                                      lambda fresh: self.send_records([record_of[id(m)] for m in fresh]))
         return self.send_records(records)
+
+    def _tail_keys(self, topic: str) -> Deferred[list[tuple[str, int]]]:
+        """The idempotency keys in the tail of ``topic`` (``dedup_tail`` records per partition), oldest first."""
+        settings = self.settings
+
+        def read() -> list[tuple[str, int]]:
+            keys: list[tuple[str, int]] = []
+
+            def visit(record: Any) -> None:
+                key = key_of_record(topic, record.headers())
+                if key is not None:
+                    keys.append((key, record.timestamp()[1]))
+
+            if settings.dedup_tail:
+                read_tail(settings, topic, settings.dedup_tail, visit)
+            keys.sort(key=lambda entry: entry[1])
+            return keys
+
+        result: Deferred[list[tuple[str, int]]] = deferToThreadPool(self.reactor, self._pool(), read)
+        return result
 
     def send_records(self, records: Sequence[tuple[str, bytes | None, bytes | None, list[Header]]]) -> Deferred[Any]:
         """Publish ``(topic, key, value, headers)`` records as one transaction when
@@ -664,6 +748,8 @@ class KafkaConnector:
             on_closed=self._subscriptions.discard,
             start_at_latest=not earliest and config.get("auto.offset.reset") == "latest",
             pause_after=self.settings.pause_after,
+            marks=self._marks if spec.durable_name or self.shares_group(spec) else None,
+            marks_interval=self.settings.delivered_interval,
         )
         self._subscriptions.add(subscription)
         d = subscription.start()

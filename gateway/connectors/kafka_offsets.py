@@ -170,6 +170,13 @@ class OffsetTracker:
             state = self.partitions[partition]
         return DeliveryTag(partition, offset, state.deliver(offset))
 
+    def delivered_before(self, partition: int, offset: int) -> None:
+        """Another member delivered ``partition`` up to ``offset`` (its published mark): what
+        comes again up to there is flagged as a redelivery."""
+        state = self.partitions.get(partition)
+        if state is not None and offset > state.highest_delivered:
+            state.highest_delivered = offset
+
     def is_redelivery(self, partition: int, offset: int) -> bool:
         """Whether ``offset`` was handed out before by this subscription."""
         state = self.partitions.get(partition)

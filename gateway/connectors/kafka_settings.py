@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from gateway.schema import Bool, KeyProblem, Seconds, Section, Str, Table, validate
+from gateway.schema import Bool, KeyProblem, NotNegative, Positive, Seconds, Section, Str, Table, validate
 
 
 class KafkaSettings(Section):
@@ -44,6 +44,18 @@ class KafkaSettings(Section):
     """Seconds deliveries may stall before the subscription's partitions are paused."""
     metadata_timeout: Seconds = 10.0
     """Seconds start and topic checks wait for metadata."""
+    delivered_topic: Str = "jmsgateway.delivered"
+    """Topic where shared and durable subscriptions publish how far they delivered ("" turns it off)."""
+    delivered_interval: Seconds = 0.2
+    """Seconds between two publications of a subscription's delivered marks."""
+    delivered_tail: NotNegative = 10_000
+    """Records per partition of ``delivered_topic`` read when a partition is assigned."""
+    dedup_window: NotNegative = 100_000
+    """Idempotency keys (x-dedup-id, _AMQ_DUPL_ID) of sends this gateway remembers (0: no detection)."""
+    dedup_window_seconds: Positive = 86_400
+    """Seconds an idempotency key is remembered at most."""
+    dedup_tail: NotNegative = 10_000
+    """Records per partition read back from a topic's tail (their keys) before the first keyed send to it."""
 
     @model_validator(mode="before")
     @classmethod

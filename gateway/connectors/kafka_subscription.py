@@ -23,7 +23,9 @@ and the consumer is never touched by two threads.
 * Rebalances: a revoked partition's deliveries stay with the client (they count
   against ``prefetch``; their acks are kept).  When it comes back unconsumed by
   anyone else they are not handed out again; otherwise what comes again is
-  marked redelivered with its count (:class:`OffsetTracker`).  A subscription
+  marked redelivered with its count (:class:`OffsetTracker`).  What another member delivered
+  is flagged too: shared and durable subscriptions publish how far they delivered and read the
+  others' marks on assignment (:mod:`~gateway.connectors.kafka_delivered`).  A subscription
   starting at the latest offset commits that start on its first assignment, so
   a later assignment goes on from there instead of the end at that time.
 * Lag: every :data:`LAG_INTERVAL` seconds the thread reads each assigned
@@ -53,6 +55,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerCrashed
+from gateway.connectors.kafka_delivered import DeliveredMarks
 from gateway.connectors.kafka_offsets import DeliveryTag, OffsetTracker
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
@@ -64,6 +67,9 @@ TOPIC_GONE = frozenset({3, -188, 100})
 
 LAG_INTERVAL = 5.0
 """Seconds between two readings of a subscription's partitions' high watermarks (its lag)."""
+
+MARKS_TIMEOUT = 5.0
+"""Seconds a revocation waits for the partitions' delivered marks to be stored."""
 
 LAG_TIMEOUT = 1.0
 """Seconds one watermark reading may wait for the broker (the polling thread waits that long at most)."""
@@ -105,6 +111,8 @@ class KafkaSubscription:
         start_at_latest: bool = False,
         commit_interval: float = 0.1,
         pause_after: float = 5.0,
+        marks: Any = None,
+        marks_interval: float = 0.2,
     ) -> None:
         self.reactor = reactor
         self.spec = spec
@@ -119,6 +127,9 @@ class KafkaSubscription:
         self._start_at_latest = start_at_latest
         self._commit_interval = commit_interval
         self._pause_after = pause_after
+        self._marks_channel = marks
+        """A :class:`~gateway.connectors.kafka_delivered.MarksChannel` (shared and durable groups), or None."""
+        self._marks = DeliveredMarks(marks_interval)
         self._stalled_since: float | None = None
         self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._accepting = True
@@ -314,6 +325,11 @@ class KafkaSubscription:
             if closing is not None:
                 self._commands.put(_Command("noop", [], closing))
                 return
+            if self._marks_channel is not None:
+                due = self._marks.due(now)
+                if due:
+                    self._marks_channel.publish(self.group, self.topic, due)
+                    self._marks.sent(due)
             if now - self._lag_read_at >= LAG_INTERVAL:
                 self._lag_read_at = now
                 self._read_lag(kafka_consumer)
@@ -385,6 +401,7 @@ class KafkaSubscription:
                 continue  # fetched again after a resumed assignment: the client has it already
             redelivered = self._tracker.is_redelivery(partition, offset)
             tag = self._tracker.deliver(partition, offset)
+            self._marks.delivered(partition, offset)
             timestamp_type, timestamp = record.timestamp()
             message = record_to_message(
                 record.key(),
@@ -480,6 +497,13 @@ class KafkaSubscription:
         again = sorted(tp.partition for tp in partitions if tp.partition in self._tracker.revoked)
         resumed = [tp.partition for tp in partitions
                    if self._tracker.assign(tp.partition, starts.get(tp.partition), resume=known)]
+        fresh = [tp.partition for tp in partitions if tp.partition not in resumed]
+        if fresh and self._marks_channel is not None:
+            # how far any member delivered them: what comes again up to there is flagged
+            marks = self._marks_channel.read(self.group, self.topic)
+            for partition in fresh:
+                if partition in marks:
+                    self._tracker.delivered_before(partition, marks[partition])
         if again:
             self.log.info("kafka group {group}: partitions {again} of {topic} assigned again after a rebalance; "
                           "deliveries resumed on {resumed}, the others come again as redeliveries",
@@ -514,6 +538,11 @@ class KafkaSubscription:
             self._commit(kafka_consumer)
         except Exception:
             self.log.failure("commit on revoke of {group} failed", group=self.group)
+        if self._marks_channel is not None:
+            # before the group hands them to another member, which reads the marks on assignment
+            pending = self._marks.pending({tp.partition for tp in partitions})
+            self._marks_channel.publish(self.group, self.topic, pending, wait=MARKS_TIMEOUT)
+            self._marks.sent(pending)
         self._on_lost(kafka_consumer, partitions)
 
     def _on_lost(self, kafka_consumer: Any, partitions: list[Any]) -> None:

@@ -212,6 +212,21 @@ PROBE_READ = 500
 def held_record_ids(settings: Any, topic: str, tail: int) -> set[str]:
     """The ``jms.MessageId`` headers of the last ``tail`` committed records of each partition of
     ``topic`` (blocking; the consumer in a child process)."""
+    ids: set[str] = set()
+
+    def collect(record: Any) -> None:
+        for name, value in record.headers() or ():
+            if name == "jms.MessageId" and value is not None:
+                ids.add(value.decode("utf-8", "replace"))
+
+    read_tail(settings, topic, tail, collect)
+    return ids
+
+
+def read_tail(settings: Any, topic: str, tail: int, visit: Callable[[Any], None]) -> None:
+    """Call ``visit`` with each of the last ``tail`` committed records of each partition of ``topic``
+    (a :class:`~gateway.connectors.kafka_consumer_host.Record`; blocking, the consumer in a child process,
+    at most 30 s of reading)."""
     from confluent_kafka import TopicPartition
 
     config = {key: value for key, value in settings.consumer.items() if key != "group.id"}
@@ -221,12 +236,11 @@ def held_record_ids(settings: Any, topic: str, tail: int) -> set[str]:
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
     })
-    consumer = ConsumerProcess(config, label=f"topic {topic} (in-doubt probe)")
-    ids: set[str] = set()
+    consumer = ConsumerProcess(config, label=f"topic {topic} (tail reader)")
     try:
         partitions = consumer.partitions(topic, 10)
         if partitions is None:
-            return ids
+            return
         ends: dict[int, int] = {}
         assignment = []
         for partition in partitions:
@@ -235,7 +249,7 @@ def held_record_ids(settings: Any, topic: str, tail: int) -> set[str]:
                 ends[partition] = high
                 assignment.append(TopicPartition(topic, partition, max(low, high - tail)))
         if not assignment:
-            return ids
+            return
         consumer.assign(assignment)
         deadline = time.monotonic() + 30
         while ends and time.monotonic() < deadline:
@@ -247,14 +261,10 @@ def held_record_ids(settings: Any, topic: str, tail: int) -> set[str]:
                         ends.pop(tp.partition, None)
                 continue
             for record in records:
-                if record.error() is not None:
-                    continue
-                for name, value in record.headers() or ():
-                    if name == "jms.MessageId" and value is not None:
-                        ids.add(value.decode("utf-8", "replace"))
+                if record.error() is None:
+                    visit(record)
             # (no stop at the reported end: Tansu reports the base offset of the last write batch
             # + 1, and the rest of that batch comes with its first record; a partition stops at the
             # first empty read once its position is past the reported end)
     finally:
         consumer.close()
-    return ids
