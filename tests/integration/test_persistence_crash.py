@@ -128,7 +128,7 @@ class Consumer(threading.Thread):
     def run(self) -> None:
         try:
             client = Client(self.address)
-            client.subscribe(QUEUE, ack=self.ack, **{"activemq.prefetchSize": "20"})
+            client.subscribe(QUEUE, ack=self.ack, headers={"activemq.prefetchSize": "20"})
             self.last_delivery = time.monotonic()
             self.subscribed = True
         except Exception:

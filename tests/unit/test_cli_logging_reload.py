@@ -19,6 +19,7 @@ from gateway.errors import ConfigError
 from gateway.log_observer import GatewayLogObserver, json_line_observer, json_record, parse_level
 from gateway.reload import ConfigReloader
 from gateway.security.passwords import hash_password
+from tests.support.log_events import observer as log_observer
 
 PASSWORD = "correct-horse-battery-staple-7"
 
@@ -168,11 +169,11 @@ def test_a_bad_file_changes_nothing(tmp_path: Path, hashed: str) -> None:
     reloader = ConfigReloader(gateway, loader(path, tmp_path), gateway.reactor)
     path.write_text(AUTH.format(alice=hashed, bob=hashed, writer="group:nobody"))  # an unknown group
     seen: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(seen.append)
+    globalLogPublisher.addObserver(log_observer(seen.append))
     try:
         assert reloader.reload() is None
     finally:
-        globalLogPublisher.removeObserver(seen.append)
+        globalLogPublisher.removeObserver(log_observer(seen.append))
     assert any("nothing changed" in str(e.get("log_format")) for e in seen)
     assert gateway.factory.authorizer is not None
     assert gateway.factory.authorizer.permits("alice", "write", "/queue/orders.a")

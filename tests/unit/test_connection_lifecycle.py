@@ -22,6 +22,7 @@ from gateway.stomp.listeners import listen_backlog, os_backlog_limit, with_backl
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.settings import StompSettings
 from gateway.wire.codec import FrameDecoder
+from tests.support.log_events import observer
 from tests.unit.test_session import Peer, connect, make_factory
 
 
@@ -32,9 +33,9 @@ def logged() -> list[str]:
     def observe(event: LogEvent) -> None:
         lines.append(formatEvent(event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     yield lines
-    globalLogPublisher.removeObserver(observe)
+    globalLogPublisher.removeObserver(observer(observe))
 
 
 class AbortableTransport(StringTransport):

@@ -28,6 +28,7 @@ from gateway.broker.operations import ORIGIN_PROPERTY
 from gateway.broker.store.snapshot import durable_key
 from gateway.config import parse_config
 from gateway.message.model import TextMessage
+from tests.support.log_events import observer
 from tests.unit.test_session import Peer, connect
 
 USERS = {"alice": "s3cret!", "bob": "hunter2", "carol": "c4rol", "root": "r00t", "eve": "ev3"}
@@ -173,9 +174,9 @@ def logged() -> Any:
     def observe(event: LogEvent) -> None:
         lines.append(formatEvent(event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     yield lines
-    globalLogPublisher.removeObserver(observe)
+    globalLogPublisher.removeObserver(observer(observe))
 
 
 @pytest.mark.parametrize("padded", [True, False])
