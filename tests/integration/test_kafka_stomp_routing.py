@@ -78,7 +78,7 @@ def routed_gateway(kafka_bootstrap: str, topics: dict[str, str], tmp_path_factor
         port = reactor.listenTCP(0, gateway.factory, interface="127.0.0.1")
         d = gateway.start()
         d.addCallback(lambda _: (gateway, router, port))
-        return d  # type: ignore[no-any-return]
+        return d
 
     gateway, router, port = wait_for(build)
     yield gateway, router, port.getHost().port

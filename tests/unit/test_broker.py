@@ -179,7 +179,7 @@ def test_the_only_consumer_served_on_arrival_keeps_order_and_memory(broker: Embe
     sink.full = False
     broker.send(text("/queue/q", "d"))  # (the consumer is paused: it waits behind the others)
     assert sink.texts() == ["a"]
-    sub.resume()  # type: ignore[attr-defined]
+    sub.resume()
     assert sink.texts() == ["a", "c", "b", "d"] and len(queue) == 0 and broker.memory.used == 0
     broker.send(text("/queue/q", "e", expiration=broker.now_ms() - 1))  # expired: never delivered
     broker.send(text("/queue/q", "f"))

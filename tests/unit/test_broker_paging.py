@@ -215,7 +215,7 @@ def test_paged_messages_expire(run: Run) -> None:
     run.clock.advance(2)  # (the broker's expiry check runs)
     assert broker.metrics.expired.count == 45 and broker.queues["/queue/e"].paged == 0
     assert broker.queues["/queue/e"].messages() and [m.text for m in broker.queues["/queue/e"].messages()] \
-        == bodies(5)  # type: ignore[attr-defined]
+        == bodies(5)
     run.restart()
     assert run.broker is not None
     assert len(run.broker.queues["/queue/e"]) == 5  # the store forgot the expired ones too

@@ -139,7 +139,7 @@ def owners(tmp_path: Path) -> Iterator[DurableOwners]:
 
 def factory_for(clock: Clock, broker: EmbeddedBroker, connector: DurableConnector, owners: DurableOwners,
                 *, secured: bool = True) -> StompServerFactory:
-    destinations = DestinationMap({"embedded": broker, "amq": connector},  # type: ignore[dict-item]
+    destinations = DestinationMap({"embedded": broker, "amq": connector},
                                   [DestinationRule(pattern="/topic/amq.*", connector="amq")])
     portal = build_portal(AuthSettings(users={"alice": "a-pw", "carol": "c-pw"}, allow_weak_passwords=True))
     return StompServerFactory(clock, destinations, portal=portal if secured else None, durable_owners=owners)

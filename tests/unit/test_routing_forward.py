@@ -49,7 +49,7 @@ routes.late.out.topic=late-topic
 
 def make() -> tuple[KafkaRouter, FakeKafka, Clock, CollectorRegistry]:
     kafka, clock, registry = FakeKafka(), Clock(), CollectorRegistry()
-    router = KafkaRouter(parse_routing_config({"properties": ROUTES}), kafka,  # type: ignore[arg-type]
+    router = KafkaRouter(parse_routing_config({"properties": ROUTES}), kafka,
                          origin="gw-1", clock=clock, registry=registry)
     return router, kafka, clock, registry
 
@@ -149,7 +149,7 @@ def test_the_session_forwards_plain_sends_and_receipts_after_the_report(monkeypa
     router, kafka, clock, _ = make()
     embedded = EmbeddedBroker(clock)
     embedded.start()
-    destinations = DestinationMap({"embedded": embedded, "kafka": router},  # type: ignore[dict-item]
+    destinations = DestinationMap({"embedded": embedded, "kafka": router},
                                   [DestinationRule(pattern="/queue/kafka.*", connector="kafka", rename="/queue/")])
     peer = Peer(StompServerFactory(clock, destinations, settings=StompSettings()))
     connect(peer)

@@ -83,7 +83,7 @@ class FakeRecord:
 def make(extra: str = "") -> tuple[KafkaRouter, FakeKafka, Clock, CollectorRegistry]:
     kafka, clock, registry = FakeKafka(), Clock(), CollectorRegistry()
     config = parse_routing_config({"properties": ROUTES + extra})
-    router = KafkaRouter(config, kafka, origin="gw-1", clock=clock, registry=registry)  # type: ignore[arg-type]
+    router = KafkaRouter(config, kafka, origin="gw-1", clock=clock, registry=registry)
     return router, kafka, clock, registry
 
 

@@ -70,7 +70,7 @@ def setup() -> Iterator[tuple[Peer, PostingConnector]]:
     broker.start()
     connector = PostingConnector()
     destinations = DestinationMap(
-        {"embedded": broker, "posting": connector},  # type: ignore[dict-item]
+        {"embedded": broker, "posting": connector},
         [DestinationRule(pattern="/queue/out.*", connector="posting", rename="/queue/")],
     )
     peer = Peer(StompServerFactory(clock, destinations, settings=StompSettings()))

@@ -455,7 +455,7 @@ class RecordingSocket(socket.socket):
         super().__init__(family, socket.SOCK_STREAM)
         self.options: list[tuple[int, int, int]] = []
 
-    def setsockopt(self, *args: Any) -> None:  # type: ignore[override]
+    def setsockopt(self, *args: Any) -> None:
         self.options.append(args)
         super().setsockopt(*args)
 

@@ -35,7 +35,7 @@ class GatedConnection(sqlite3.Connection):
     gate = threading.Event()
     waiting = threading.Event()
 
-    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if sql == "COMMIT" and type(self).armed:
             type(self).waiting.set()
             assert type(self).gate.wait(10)

@@ -22,5 +22,5 @@ def test_the_console_is_the_log_only_with_nodaemon_and_no_logfile(parent: dict[s
                                                                    expected: bool) -> None:
     options: usage.Options = Options()
     if parent is not None:
-        options.parent = parent  # type: ignore[attr-defined]
+        options.parent = parent
     assert _logs_to_console(options) is expected
