@@ -61,7 +61,8 @@ def queue_row(port: int, name: str, login: tuple[str, str] = ALICE) -> dict[str,
     """The API's row for the queue ``name``."""
     rows = {row["name"]: row for row in api(port, "destinations", login)[1]["queues"]}
     assert name in rows, f"{name} not in {sorted(rows)}"
-    return rows[name]
+    row: dict[str, Any] = rows[name]
+    return row
 
 
 def screenshots(tmp_path: Path) -> Path:

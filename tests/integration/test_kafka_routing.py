@@ -12,7 +12,8 @@ import pytest_twisted
 from prometheus_client import CollectorRegistry
 from twisted.python.failure import Failure
 
-from gateway.connectors.kafka import KafkaConnector, KafkaSettings
+from gateway.connectors.kafka import KafkaConnector
+from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.message.model import MapMessage, TextMessage, new_message_id
 from gateway.routing.config import parse_routing_config
 from gateway.routing.service import KafkaRouter, NotRouted, RouteStopped

@@ -33,10 +33,10 @@ class HeldChecker:
     credentialInterfaces = (IUsernamePassword,)
 
     def __init__(self) -> None:
-        self.held: list[tuple[Any, Deferred[bytes]]] = []
+        self.held: list[tuple[Any, Deferred[bytes | tuple[()]]]] = []
 
-    def requestAvatarId(self, credentials: Any) -> Deferred[bytes]:
-        d: Deferred[bytes] = Deferred()
+    def requestAvatarId(self, credentials: Any) -> Deferred[bytes | tuple[()]]:
+        d: Deferred[bytes | tuple[()]] = Deferred()
         self.held.append((credentials, d))
         return d
 

@@ -11,7 +11,7 @@ from zope.interface.verify import verifyObject
 from gateway.broker.broker import EmbeddedBroker
 from gateway.config import parse_config
 from gateway.errors import ConfigError
-from gateway.interfaces import IAuthorizer
+from gateway.interfaces import IAuthorizer, Permission
 from gateway.message.destinations import destination_matches
 from gateway.routing.destination_map import DestinationMap
 from gateway.security.auth import build_portal
@@ -54,7 +54,7 @@ def test_matcher(destination: str, pattern: str, expected: bool) -> None:
 def test_permits_matrix() -> None:
     auth = authorizer()
     assert verifyObject(IAuthorizer, auth)
-    cases = {
+    cases: dict[tuple[str, Permission, str], bool] = {
         ("alice", "read", "/queue/orders.us"): True,
         ("alice", "write", "/queue/orders.us"): True,
         ("alice", "admin", "/queue/orders.us"): True,

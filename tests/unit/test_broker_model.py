@@ -692,15 +692,16 @@ class SlicedSearchBrokerMachine(PagingBrokerMachine):
     next reactor turn (docs/paging.md: a search takes at most 20 ms per turn)."""
 
     def __init__(self) -> None:
-        self._slices = (paging_module.SEARCH_CLOCK_EVERY, queue_module.SEARCH_SLICE)
-        paging_module.SEARCH_CLOCK_EVERY, queue_module.SEARCH_SLICE = 1, 0.0
+        # (the queue reads its own binding of SEARCH_SLICE, imported from the page file)
+        self._slices = (paging_module.SEARCH_CLOCK_EVERY, vars(queue_module)["SEARCH_SLICE"])
+        paging_module.SEARCH_CLOCK_EVERY, vars(queue_module)["SEARCH_SLICE"] = 1, 0.0
         super().__init__()
 
     def teardown(self) -> None:
         try:
             super().teardown()
         finally:
-            paging_module.SEARCH_CLOCK_EVERY, queue_module.SEARCH_SLICE = self._slices
+            paging_module.SEARCH_CLOCK_EVERY, vars(queue_module)["SEARCH_SLICE"] = self._slices
 
 
 class LimitedFailBrokerMachine(BrokerMachine):

@@ -34,6 +34,7 @@ from gateway.errors import DestinationFull
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage
 from tests.support.log_events import observer
+from tests.support.messages import text_of
 from tests.unit.test_store_broker import Run, Sink, text
 
 ONE = message_size(text("/queue/q", "m000"))
@@ -214,7 +215,7 @@ def test_paged_messages_expire(run: Run) -> None:
     assert broker.queues["/queue/e"].paged > 30
     run.clock.advance(2)  # (the broker's expiry check runs)
     assert broker.metrics.expired.count == 45 and broker.queues["/queue/e"].paged == 0
-    assert broker.queues["/queue/e"].messages() and [m.text for m in broker.queues["/queue/e"].messages()] \
+    assert broker.queues["/queue/e"].messages() and [text_of(m) for m in broker.queues["/queue/e"].messages()] \
         == bodies(5)
     run.restart()
     assert run.broker is not None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import threading
 import time
@@ -19,7 +20,6 @@ from twisted.python.failure import Failure
 from gateway.admin.site import admin_resource
 from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import GatewayError
-from gateway.ha import store_lock
 from gateway.ha.role import ACTIVE, STANDBY, GatewayRole
 from gateway.ha.standby import RoleGate
 from gateway.ha.store_lock import LocksNotEnforced, StoreLock
@@ -54,7 +54,7 @@ def test_wait_blocks_until_the_holder_lets_go(tmp_path: Path) -> None:
 
 
 def test_a_file_system_that_does_not_enforce_locks_is_refused(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(store_lock.fcntl, "flock", lambda fd, operation: None)
+    monkeypatch.setattr(fcntl, "flock", lambda fd, operation: None)
     with pytest.raises(LocksNotEnforced, match="does not enforce file locks"):
         StoreLock(str(tmp_path / "broker.sqlite")).try_acquire()
 
@@ -63,7 +63,7 @@ def test_a_file_system_that_refuses_locks_is_refused(tmp_path: Path, monkeypatch
     def refuse(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(store_lock.fcntl, "flock", refuse)
+    monkeypatch.setattr(fcntl, "flock", refuse)
     with pytest.raises(LocksNotEnforced, match=r"refuses file locks \(No locks available\).*high-availability"):
         StoreLock(str(tmp_path / "broker.sqlite")).try_acquire()
 

@@ -25,6 +25,7 @@ from gateway.message.model import (
     StreamMessage,
     TextMessage,
 )
+from tests.support.messages import text_of
 
 
 def entry(seq: int, priority: int = 4, expiration: int = 0, body: str = "") -> Entry:
@@ -217,7 +218,7 @@ def test_a_write_that_fails_is_rolled_back_whole_and_the_groups_read_stay_read(p
             page.add(*item)
     given_back = failed.value.entries
     assert keys(given_back) == keys(later[:len(given_back)])
-    assert [message.text for _, _, message, _ in given_back] == ["x" * 8000] * len(given_back)
+    assert [text_of(message) for _, _, message, _ in given_back] == ["x" * 8000] * len(given_back)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert page.count == 300 - 128 and len(groups(page)) == 3
     db.execute("PRAGMA max_page_count = 1073741823")

@@ -153,7 +153,7 @@ def test_the_session_forwards_plain_sends_and_receipts_after_the_report(monkeypa
                                   [DestinationRule(pattern="/queue/kafka.*", connector="kafka", rename="/queue/")])
     peer = Peer(StompServerFactory(clock, destinations, settings=StompSettings()))
     connect(peer)
-    real = sending_module.frame_to_message
+    real = frame_to_message  # (the function the sending module imported)
     built: list[Frame] = []
 
     def counted(frame: Frame, **options: Any) -> Any:

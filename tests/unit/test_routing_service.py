@@ -261,7 +261,8 @@ def test_build_kafka_router_needs_the_named_kafka_connector() -> None:
 
 
 def test_connector_options_are_validated() -> None:
-    from gateway.connectors.kafka import KafkaSettings, topic_for_destination
+    from gateway.connectors.kafka import topic_for_destination
+    from gateway.connectors.kafka_settings import KafkaSettings
     from gateway.errors import ConfigError
 
     settings = KafkaSettings.from_options({"uri": "kafka://a:9092,b:9092", "topics": {"/queue/orders": "ord"}})

@@ -1,0 +1,15 @@
+"""Typed reading of the broker's messages in tests.
+
+A sink or a queue hands back :class:`Message`; the tests mostly send text.
+:func:`text_of` reads a text body and fails clearly on any other kind.
+"""
+
+from __future__ import annotations
+
+from gateway.message.model import Message, TextMessage
+
+
+def text_of(message: Message) -> str | None:
+    """The body of a :class:`TextMessage` (AssertionError for any other kind)."""
+    assert isinstance(message, TextMessage), f"not a TextMessage: {message!r}"
+    return message.text
