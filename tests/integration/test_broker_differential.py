@@ -48,7 +48,7 @@ Address = tuple[str, int]
 
 def received(client: Client, quiet: float = 1.0) -> Observation:
     """(body, redelivered) of each MESSAGE until none comes for ``quiet`` seconds."""
-    got = []
+    got: Observation = []
     while True:
         try:
             frame = client.listener.messages.get(timeout=quiet)

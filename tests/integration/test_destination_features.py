@@ -125,12 +125,12 @@ def group_stickiness(address: Address, destination: str) -> list[Any]:
         for group in ("X", "Y"):
             sender.send(destination, f"{group}{i}", receipt=True, JMSXGroupID=group)
     got = {"c1": received(first), "c2": received(second)}
-    owners = {}
+    owners: dict[str, set[str]] = {}
     for name, frames in got.items():
         for frame in frames:
             owners.setdefault(frame.body.decode()[0], set()).add(name)
     sticky = sorted((group, len(names)) for group, names in owners.items())
-    per_group = {}
+    per_group: dict[str, list[tuple[str, str | None]]] = {}
     for frames in got.values():
         for frame in frames:
             body = frame.body.decode()

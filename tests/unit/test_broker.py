@@ -14,6 +14,7 @@ from gateway.broker.settings import BrokerSettings
 from gateway.errors import DestinationError
 from gateway.interfaces import IConsumer, IPostingConnector, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
+from tests.support.messages import texts_of
 
 
 @implementer(IConsumer)
@@ -28,8 +29,8 @@ class Sink:
     def subscription_failed(self, reason: Exception) -> None:
         self.failed.append(reason)
 
-    def texts(self) -> list[str | None]:
-        return [m.text for m, _ in self.got if isinstance(m, TextMessage)]
+    def texts(self) -> list[str]:
+        return texts_of(m for m, _ in self.got)
 
 
 def text(destination: str, body: str, **fields: Any) -> TextMessage:

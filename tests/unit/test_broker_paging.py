@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
+from twisted.python.failure import Failure
 
 from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
@@ -356,7 +357,7 @@ def test_metrics_show_memory_and_paging() -> None:
 # -- BLOCK, FAIL, DROP -------------------------------------------------------------------
 
 
-def limited(policy: str, **fields: Any) -> EmbeddedBroker:
+def limited(policy: Literal["PAGE", "BLOCK", "FAIL", "DROP"], **fields: Any) -> EmbeddedBroker:
     broker = EmbeddedBroker(Clock(), BrokerSettings(
         destinations={"/queue/limited.>": DestinationLimits(max_size=3 * LIMITED, full_policy=policy)}, **fields))
     broker.start()
@@ -370,7 +371,7 @@ def test_fail_refuses_the_send_naming_destination_and_limit_and_stores_nothing()
     refused = broker.send(text("/queue/limited.a", "over", persistent=False))
     failure = refused.result
     refused.addErrback(lambda _: None)
-    assert isinstance(failure.value, DestinationFull)
+    assert isinstance(failure, Failure) and isinstance(failure.value, DestinationFull)
     assert "/queue/limited.a" in str(failure.value) and f"max_size {3 * LIMITED} bytes" in str(failure.value)
     assert len(broker.queues["/queue/limited.a"]) == 3
     assert broker.metrics.refused_full.count == 1

@@ -230,7 +230,7 @@ def test_a_search_resumed_where_it_stopped_always_moves_on_and_finds_what_one_se
     entries = [page_entry(next(seqs), data.draw(st.sampled_from([0, 4, 4, 9])),
                           data.draw(st.sampled_from(["red", "blue", "blue"])))
                for _ in range(data.draw(st.integers(0, 60)))]
-    if entries and data.draw(st.booleans(), label="a recovered backlog"):
+    if len(entries) > 0 and data.draw(st.booleans(), label="a recovered backlog"):
         backlog = entries[:data.draw(st.integers(0, len(entries)))]
         entries = entries[len(backlog):]
         page.attach(StoredTail(Backlog(backlog), "/queue/p", len(backlog), 0))

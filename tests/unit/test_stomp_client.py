@@ -47,7 +47,8 @@ class Harness:
         connected = self.protocol.connect(login="u", passcode="p", host="vh", heartbeat=heartbeat)
         self.written()
         self.receive("CONNECTED", {"version": version, "heart-beat": server_beat, "server": "Fake/1"})
-        return result_of(connected)
+        frame: Frame = result_of(connected)
+        return frame
 
     def lose(self, reason: Exception | None = None) -> None:
         self.protocol.connectionLost(Failure(reason or ConnectionDone()))

@@ -28,6 +28,7 @@ from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 from tests.support.log_events import observer
+from tests.support.messages import texts_of
 from tests.unit.test_store_contract import NOW, PumpedReactor
 
 
@@ -54,8 +55,8 @@ class Sink:
     def subscription_failed(self, reason: Exception) -> None:
         raise AssertionError(f"subscription failed: {reason}")
 
-    def texts(self) -> list[str | None]:
-        return [m.text for m, _ in self.got if isinstance(m, TextMessage)]
+    def texts(self) -> list[str]:
+        return texts_of(m for m, _ in self.got)
 
 
 def text(destination: str, body: str, **fields: Any) -> TextMessage:

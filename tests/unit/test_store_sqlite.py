@@ -176,7 +176,7 @@ def test_a_message_that_cannot_be_stored_fails_its_write(reactor: PumpedReactor,
 
 def fill(reactor: PumpedReactor, store: SqliteStore, size: int = 2000) -> tuple[list[str], StoreError]:
     """Add messages until the store refuses one; the ids stored and the error."""
-    stored = []
+    stored: list[str] = []
     for index in range(10_000):
         try:
             reactor.wait(store.add("/queue/a", message(index, size)))
