@@ -14,7 +14,7 @@ import queue
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import Client
@@ -40,13 +40,14 @@ def frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
     return f"{command}\n{lines}\n".encode() + body + b"\x00"
 
 
-def raw_connect(address: tuple[str, int], rcvbuf: int | None = None, **headers: str) -> socket.socket:
+def raw_connect(address: tuple[str, int], rcvbuf: int | None = None, headers: Mapping[str, str] | None = None,
+                **more_headers: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.settimeout(10)
     sock.connect(address)
-    sock.sendall(frame("CONNECT", {"accept-version": "1.2", "host": "x", **headers}))
+    sock.sendall(frame("CONNECT", {"accept-version": "1.2", "host": "x", **(headers or {}), **more_headers}))
     reply = b""
     while b"\x00" not in reply:
         reply += sock.recv(4096)
@@ -228,7 +229,7 @@ def test_a_durable_subscription_has_one_active_subscriber_even_while_it_is_creat
 ) -> None:
     gateway = make_gateway(args=SQLITE)
     topic = name("topic")
-    sock = raw_connect(gateway.address, **{"client-id": "twice"})
+    sock = raw_connect(gateway.address, headers={"client-id": "twice"})
     sub = {"destination": topic, "activemq.subscriptionName": "one"}
     sock.sendall(frame("SUBSCRIBE", {**sub, "id": "a", "receipt": "ra"})
                  + frame("SUBSCRIBE", {**sub, "id": "b", "receipt": "rb"}))

@@ -74,11 +74,13 @@ def page() -> QueuePage:
 # -- records ----------------------------------------------------------------------
 
 
+# every JSON value, also those outside the model's property types (a list, an object), on purpose
+ODD_PROPERTIES: dict[str, Any] = {"s": "x", "i": 2**70, "f": 1.5, "b": True, "n": None, "y": b"\x00", "l": [1, "a"],
+                                  "d": {"k": [None]}}
 MESSAGES = [
     Message(destination="/queue/a", message_id="ID:1", correlation_id="c", reply_to="/queue/r", type="t",
             persistent=True, priority=9, expiration=5, timestamp=7, redelivered=True, redelivery_count=3,
-            properties={"s": "x", "i": 2**70, "f": 1.5, "b": True, "n": None, "y": b"\x00", "l": [1, "a"],
-                        "d": {"k": [None]}}),
+            properties=ODD_PROPERTIES),
     TextMessage(message_id="ID:2", text="héllo \ud800"),
     TextMessage(message_id="ID:3", text=None),
     BytesMessage(message_id="ID:4", body=b"\x00\xff" * 600),
