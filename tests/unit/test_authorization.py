@@ -3,6 +3,8 @@ session asking them (StringTransport with a Clock)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prometheus_client import CollectorRegistry
 from twisted.internet.task import Clock
@@ -31,7 +33,7 @@ ENTRIES = [
 ]
 
 
-def authorizer(entries: list[dict[str, object]] | None = None, registry: CollectorRegistry | None = None
+def authorizer(entries: list[Any] | None = None, registry: CollectorRegistry | None = None
                ) -> DestinationAuthorizer:
     groups = parse_groups(GROUPS)
     return DestinationAuthorizer(parse_authorization(ENTRIES if entries is None else entries, groups), groups,

@@ -65,6 +65,7 @@ class FlakyConnector:
     def __init__(self, broker: EmbeddedBroker, name: str = "flaky") -> None:
         self.broker = broker
         self.name = name
+        self.capabilities = broker.capabilities
         self.fail_sends = 0
         self.fail_subscribes = 0
         self.fail_acks = 0

@@ -14,7 +14,7 @@ from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import parse_bridge
 from gateway.bridges.service import build_bridge_service
 from gateway.errors import ConnectorUnavailable, MessageRefused
-from gateway.interfaces import ILocalTransactionSource, ITransactedSubscription, SubscriptionSpec
+from gateway.interfaces import Capability, ILocalTransactionSource, ITransactedSubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 
 
@@ -55,6 +55,7 @@ class FakeTransacted:
 @implementer(ILocalTransactionSource)
 class FakeProvider:
     name = "jms"
+    capabilities: frozenset[Capability] = frozenset()
 
     def __init__(self) -> None:
         self.subscriptions: list[FakeTransacted] = []
@@ -113,6 +114,7 @@ def test_once_and_only_once_within_one_provider_sends_and_acks_in_one_transactio
     clock, provider = Clock(), FakeProvider()
     service = build_bridge_service([config("ONCE_AND_ONLY_ONCE")], {"jms": provider}, clock, data_dir="/nonexistent")
     bridge = service.bridge("local")
+    assert isinstance(bridge, Bridge)
     assert service.dedup is None and bridge.dedup is None  # no duplicate store
     bridge.start()
     assert provider.subscriptions[0].spec.prefetch == 5 and provider.batch_times == [50]
@@ -144,7 +146,7 @@ def test_a_message_the_target_refuses_for_good_fails_the_bridge_at_once() -> Non
     provider.refuse_for_good = True
     bridge.start()
     provider.deliver(5)
-    assert bridge.state == "failed" and "for good" in bridge.last_error
+    assert bridge.state == "failed" and bridge.last_error is not None and "for good" in bridge.last_error
     assert provider.subscriptions[0].closed and provider.committed == []
     clock.advance(1.0)
     assert len(provider.subscriptions) == 1, "no resubscription"

@@ -25,6 +25,8 @@ from tests.unit.test_session import Peer, connect
 class TopicLog:
     """Stands for the Kafka connector: names map to topics as Kafka's do; sends are kept."""
 
+    name = "kafka"
+
     def __init__(self) -> None:
         self.sent: list[Any] = []
 
