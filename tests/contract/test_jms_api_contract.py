@@ -86,6 +86,7 @@ async def test_the_connector_gives_up_after_max_retries(giving_up_target: JmsApi
     log says so naming the provider URL."""
     target = giving_up_target
     proxy, connector = target._proxy(), target.connector
+    assert isinstance(connector, JmsConnector)
     lines: list[str] = []
 
     def observe(event: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 
 from gateway.app import build_gateway
 from gateway.config import parse_config
@@ -68,12 +69,16 @@ def routed_gateway(kafka_bootstrap: str, topics: dict[str, str], tmp_path_factor
     }
     config = parse_config(raw, "routing-test.toml")
 
-    def build() -> tuple[Any, KafkaRouter, int]:
+    def build() -> Deferred[tuple[Any, KafkaRouter, Any]]:
         gateway = build_gateway(config, reactor)
-        router = gateway.connectors["kafka"]
-        if not isinstance(router, KafkaRouter):  # the gateway does not wrap it itself (yet)
-            router = build_kafka_router(config.routing, config.path, gateway.connectors, origin=config.id,
-                                        clock=reactor, registry=gateway.registry)
+        connector = gateway.connectors["kafka"]
+        if isinstance(connector, KafkaRouter):
+            router = connector
+        else:  # the gateway does not wrap it itself (yet)
+            built = build_kafka_router(config.routing, config.path, gateway.connectors, origin=config.id,
+                                       clock=reactor, registry=gateway.registry)
+            assert built is not None, "the configuration has [routing]"
+            router = built
             gateway.connectors["kafka"] = router
         port = reactor.listenTCP(0, gateway.factory, interface="127.0.0.1")
         d = gateway.start()

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import websocket
@@ -256,7 +257,7 @@ def test_a_kafka_topic_under_another_name_needs_the_grant_of_every_name(
 # -- WebSocket Origin (#10) ----------------------------------------------------------------------
 
 
-def ws_handshake(port: int, **options: object) -> websocket.WebSocket:
+def ws_handshake(port: int, **options: Any) -> websocket.WebSocket:
     return websocket.create_connection(f"ws://127.0.0.1:{port}/", subprotocols=["v12.stomp"], timeout=10,
                                        **options)
 
@@ -274,7 +275,8 @@ def test_a_websocket_handshake_from_another_origin_is_refused(secured: Secured) 
         ws = ws_handshake(secured.ws_port, **options)  # same origin; no Origin (not a browser)
         try:
             ws.send(f"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:{PASSWORDS['alice']}\n\n\x00")
-            assert ws.recv().startswith("CONNECTED")
+            received = ws.recv()
+            assert isinstance(received, str) and received.startswith("CONNECTED")
         finally:
             ws.close()
 
