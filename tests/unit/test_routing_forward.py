@@ -9,6 +9,7 @@ a missing key), and that metrics and failures are handled as for ``post``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -60,8 +61,9 @@ class Outcomes(list[Any]):
 
 
 def forward(router: KafkaRouter, destination: str, outcomes: Outcomes, body: bytes = b"x",
-            **headers: str) -> bool:
-    return router.forward(destination, {"destination": destination, **headers}, body, False, outcomes.settled)
+            headers: Mapping[str, str] | None = None, **more_headers: str) -> bool:
+    return router.forward(destination, {"destination": destination, **(headers or {}), **more_headers}, body, False,
+                          outcomes.settled)
 
 
 def test_provides_iframeforwarder() -> None:
@@ -108,8 +110,8 @@ def test_declines_what_the_message_path_must_decide() -> None:
     assert not forward(router, "/queue/red", outcomes, color="red")
     assert not forward(router, "/queue/nowhere", outcomes)
     assert not forward(router, "/queue/foo", outcomes)  # no key: the route's soft-failure policy
-    assert not forward(router, "/queue/bar", outcomes, **{"jmsbridge.origin": "gw-1"})  # the cycle guard
-    assert not forward(router, "/queue/bar", outcomes, **{"amq-msg-type": "text"})
+    assert not forward(router, "/queue/bar", outcomes, headers={"jmsbridge.origin": "gw-1"})  # the cycle guard
+    assert not forward(router, "/queue/bar", outcomes, headers={"amq-msg-type": "text"})
     router.stopped_routes["bar"] = "stopped for the test"
     assert not forward(router, "/queue/bar", outcomes)
     router.restart()
