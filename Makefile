@@ -37,6 +37,7 @@ run: $(RUNTIME)
 check: setup
 	$(VENV)/bin/ruff check gateway plugins tests bench twisted
 	$(VENV)/bin/mypy gateway
+	$(VENV)/bin/mypy tests
 	$(VENV)/bin/lint-imports
 
 unit: setup

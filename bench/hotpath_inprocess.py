@@ -63,7 +63,7 @@ def _nothing() -> None:
 def next_turn(clock: Clock) -> None:
     """Run the calls due now, not those they schedule (a reactor runs those on its next turn;
     ``Clock.advance`` would run them at once)."""
-    for call in [call for call in clock.getDelayedCalls() if call.getTime() <= clock.seconds()]:
+    for call in [call for call in clock.calls if call.getTime() <= clock.seconds()]:
         if call.active():
             clock.calls.remove(call)
             call.called = 1

@@ -98,7 +98,7 @@ else:
         handed out in collection order (long ones first) rather than by test count."""
 
         def __init__(self, config: pytest.Config, log: object = None) -> None:
-            super().__init__(config, log)  # type: ignore[arg-type]
+            super().__init__(config, log)
             config.option.loadscopereorder = False
 
         def _split_scope(self, nodeid: str) -> str:

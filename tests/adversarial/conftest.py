@@ -38,7 +38,7 @@ class Secured:
 
     def client(self, login: str, transport: str = "tcp", **headers: str) -> Client:
         return Client(self.address(transport), "1.2", ws_path="/" if transport == "ws" else None,
-                      login=login, passcode=PASSWORDS[login], **headers)
+                      login=login, passcode=PASSWORDS[login], headers=headers)
 
 
 @pytest.fixture(scope="session")

@@ -73,7 +73,7 @@ def test_connections_and_durables_of_others_are_listed_to_the_administrator_only
     alice = contract_gateway.client("alice", **{"client-id": client_id})
     bob, vic = contract_gateway.client("bob"), contract_gateway.client("vic")
     try:
-        alice.subscribe(f"/topic/alerts.l{run}", "d", **{"activemq.subscriptionName": durable})
+        alice.subscribe(f"/topic/alerts.l{run}", "d", headers={"activemq.subscriptionName": durable})
         problems = []
         for login in ("alice", "bob", "vic"):
             status, rows = api(port, "GET", "connections", login)

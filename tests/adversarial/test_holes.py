@@ -79,7 +79,7 @@ def test_hole_01_move_to_origin_cannot_write_outside_grants(contract_gateway: Se
         receipt = tag()
         alice.connection.send("/queue/payments", b"direct", headers={"receipt": receipt})
         assert refused(alice, receipt) == "not authorized to write /queue/payments"
-        alice.send(dlq, b"stomp-forged", receipt=True, **{"original-destination": "/queue/payments"})
+        alice.send(dlq, b"stomp-forged", receipt=True, headers={"original-destination": "/queue/payments"})
     finally:
         alice.disconnect()
     api(port, "POST", "send", "alice", {"destination": dlq, "body": "console-forged",
@@ -95,7 +95,7 @@ def test_hole_01_move_to_origin_still_works_within_grants(contract_gateway: Secu
     dlq, origin = f"/queue/DLQ.alice.{name}", f"/queue/alice.{name}"
     alice = contract_gateway.client("alice")
     try:
-        alice.send(dlq, b"dead letter", receipt=True, **{"original-destination": origin})
+        alice.send(dlq, b"dead letter", receipt=True, headers={"original-destination": origin})
         status, answer = api(port, "POST", "move", "alice", {"destination": dlq})
         assert (status, answer["result"]) == (200, 1), answer
         alice.subscribe(origin, "o")
@@ -140,7 +140,7 @@ def test_hole_03_console_cannot_touch_another_connections_temporary_queue(contra
     requester, responder = contract_gateway.client("alice"), contract_gateway.client("alice")
     try:
         responder.subscribe(work, "w")
-        requester.send(work, b"request", receipt=True, **{"reply-to": temp})
+        requester.send(work, b"request", receipt=True, headers={"reply-to": temp})
         reply_to = responder.message().headers["reply-to"]
         assert reply_to.startswith("/remote-temp-queue/"), reply_to
         responder.send(reply_to, b"private reply", receipt=True)
@@ -184,7 +184,7 @@ def test_hole_04_durable_subscription_cannot_be_taken_over_by_another_login(secu
     name = tag()
     client_id, durable, topic = f"alice-cid-{name}", f"alerts-{name}", f"/topic/alerts.{name}"
     alice = secured_gateway.client("alice", **{"client-id": client_id})
-    alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+    alice.subscribe(topic, "d", headers={"activemq.subscriptionName": durable})
     alice.disconnect()
     root = secured_gateway.client("root")
     root.send(topic, b"alert 1", receipt=True)
@@ -209,7 +209,7 @@ def test_hole_04_durable_subscription_cannot_be_taken_over_by_another_login(secu
         carol.disconnect()
     alice = secured_gateway.client("alice", **{"client-id": client_id})
     try:
-        alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+        alice.subscribe(topic, "d", headers={"activemq.subscriptionName": durable})
         assert [frame.body for frame in alice.messages(2)] == [b"alert 1", b"alert 2"]
     finally:
         alice.disconnect()
@@ -222,7 +222,7 @@ def test_hole_04_durable_subscription_cannot_be_deleted_by_a_login_without_grant
     name = tag()
     client_id, durable, topic = f"alice-cid-{name}", f"alerts-{name}", f"/topic/alerts.{name}"
     alice = secured_gateway.client("alice", **{"client-id": client_id})
-    alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+    alice.subscribe(topic, "d", headers={"activemq.subscriptionName": durable})
     alice.disconnect()
     root = secured_gateway.client("root")
     root.send(topic, b"kept", receipt=True)
@@ -237,7 +237,7 @@ def test_hole_04_durable_subscription_cannot_be_deleted_by_a_login_without_grant
         dave.disconnect()
     alice = secured_gateway.client("alice", **{"client-id": client_id})
     try:
-        alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+        alice.subscribe(topic, "d", headers={"activemq.subscriptionName": durable})
         assert alice.message(timeout=5).body == b"kept"
     finally:
         alice.disconnect()
@@ -546,8 +546,8 @@ def test_hole_12_sender_identity_is_stamped_by_the_gateway(secured_gateway: Secu
     try:
         root.subscribe(queue, "q")
         reader.subscribe(upstream_queue, "u")
-        eve.send(queue, b"claims root", receipt=True, **IDENTITY_HEADERS)
-        eve.send(upstream_queue, b"claims root upstream", receipt=True, **IDENTITY_HEADERS)
+        eve.send(queue, b"claims root", receipt=True, headers=IDENTITY_HEADERS)
+        eve.send(upstream_queue, b"claims root upstream", receipt=True, headers=IDENTITY_HEADERS)
         headers = root.message().headers
         assert (headers.get("JMSXUserID"), headers.get("user-id")) == ("eve", "eve"), headers
         assert "login" not in headers and "passcode" not in headers, headers
@@ -570,7 +570,7 @@ def test_hole_12_identity_is_stamped_inside_a_transaction_and_on_repeated_header
     try:
         root.subscribe(queue, "q")
         eve.begin("tx1")
-        eve.send(queue, b"in a transaction", transaction="tx1", **IDENTITY_HEADERS)
+        eve.send(queue, b"in a transaction", transaction="tx1", headers=IDENTITY_HEADERS)
         eve.commit("tx1")
         raw.sendall(connect_frame("eve", PASSWORDS["eve"]))
         assert answer_kind(read_frame(raw)) == "connected"
@@ -613,7 +613,7 @@ def test_hole_12_unverified_identity_headers_are_removed_without_auth(
     sender, reader = Client(process.address, "1.2"), Client(process.address, "1.2")
     try:
         reader.subscribe(queue, "q")
-        sender.send(queue, b"claims root", receipt=True, **IDENTITY_HEADERS)
+        sender.send(queue, b"claims root", receipt=True, headers=IDENTITY_HEADERS)
         headers = reader.message().headers
         assert "JMSXUserID" not in headers and "user-id" not in headers, headers
         assert "login" not in headers and "passcode" not in headers, headers

@@ -146,7 +146,7 @@ def test_matrix_temporary_queue_is_read_only_by_its_connection(secured_gateway: 
     try:
         owner.subscribe(temp, "mine")
         responder.subscribe(work, "w")
-        owner.send(work, b"request", receipt=True, **{"reply-to": temp})
+        owner.send(work, b"request", receipt=True, headers={"reply-to": temp})
         reply_to = str(responder.message().headers["reply-to"])
         for login in LOGINS:
             thief = secured_gateway.client(login, transport)  # a refusal here may close the connection
@@ -189,7 +189,7 @@ def test_matrix_durable_subscription_belongs_to_its_login(secured_gateway: Secur
     run = uid()
     client_id, durable, topic = f"alice-{run}", f"alerts-{run}", f"/topic/alerts.o{run}"
     alice = secured_gateway.client("alice", transport, **{"client-id": client_id})
-    alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+    alice.subscribe(topic, "d", headers={"activemq.subscriptionName": durable})
     alice.disconnect()
     root = secured_gateway.client("root", transport)
     root.send(topic, b"backlog 1", receipt=True)
@@ -221,7 +221,7 @@ def test_matrix_durable_subscription_belongs_to_its_login(secured_gateway: Secur
                 other.disconnect()
     alice = secured_gateway.client("alice", transport, **{"client-id": client_id})
     try:
-        alice.subscribe(topic, "d", **{"activemq.subscriptionName": durable})
+        alice.subscribe(topic, "d", headers={"activemq.subscriptionName": durable})
         try:
             body = alice.message(timeout=5).body
         except AssertionError:

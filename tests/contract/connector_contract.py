@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred, DeferredList
-from zope.interface import implementer
 from zope.interface.interface import InterfaceClass
 from zope.interface.verify import verifyObject
 
@@ -32,7 +31,6 @@ from gateway.errors import GatewayError, SelectorError
 from gateway.interfaces import (
     Capability,
     IConnector,
-    IConsumer,
     IFlowControlled,
     IStatusReporting,
     ISubscription,
@@ -54,7 +52,7 @@ def text(destination: str, body: str, *, persistent: bool = True, **properties: 
                        timestamp=now_millis(), properties=properties)
 
 
-def texts(deliveries: list[tuple[Message, Any]]) -> list[str]:
+def texts(deliveries: list[tuple[Message, Any]]) -> list[str | None]:
     return [m.text if isinstance(m, TextMessage) else repr(m) for m, _ in deliveries]
 
 
@@ -114,7 +112,13 @@ class Target:
     """Body size of the messages the flow-control test sends into a stall."""
 
 
-@implementer(IConsumer)
+@runtime_checkable
+class Stateful(Protocol):
+    """A connector that says how its connection is (``connected``, ``failed`` ...): both ActiveMQ connectors."""
+
+    state: str
+
+
 class ProxiedTarget(Target):
     """A connector to the real ActiveMQ, directly or through ``proxy`` (a
     :class:`~tests.support.tcp_proxy.TcpProxy`): cutting the proxy is the broker going
@@ -140,7 +144,9 @@ class ProxiedTarget(Target):
 
     async def go_away(self) -> None:
         self._proxy().cut()
-        await until(lambda: self.connector.state != "connected", what="the connector to see the cut")
+        connector = self.connector
+        assert isinstance(connector, Stateful)
+        await until(lambda: connector.state != "connected", what="the connector to see the cut")
 
     async def come_back(self) -> IConnector:
         self._proxy().restore()
@@ -159,7 +165,7 @@ class ProxiedTarget(Target):
 class RefusingConsumer(CollectingConsumer):
     """Takes nothing (``deliver`` returns False), as a session does while its connection closes."""
 
-    def deliver(self, message: Message, tag: Any) -> bool:
+    def deliver(self, message: Message, tag: Any) -> bool | None:
         super().deliver(message, tag)
         return False
 
@@ -238,7 +244,7 @@ class ConnectorContract:
 
         queue = await target.queue()
         assert not await held_message_ids(target.connector, queue)
-        sent = [text(queue, f"h{i}") for i in range(3)]
+        sent: list[Message] = [text(queue, f"h{i}") for i in range(3)]
         for message in sent:
             message.properties[DUPLICATE_ID] = message.message_id
         await target.connector.send_batch(sent)
@@ -432,6 +438,7 @@ class ConnectorContract:
         assert await consumer.nothing_more()
         await subscription.close()
         await target.connector.send(text(topic, "dropped with it"))
+        assert spec.client_id is not None
         await target.connector.unsubscribe_durable(spec.client_id, "late")
         again, consumer = await subscribe(target.connector, spec)
         assert await consumer.nothing_more()

@@ -20,6 +20,7 @@ from gateway.errors import ConnectorUnavailable
 from gateway.interfaces import SubscriptionSpec
 from tests.contract.connector_contract import ConnectorContract, ProxiedTarget, subscribe, text, texts, unique
 from tests.support.activemq import ActiveMQBroker, activemq
+from tests.support.log_events import observer
 from tests.support.reactor_waits import reactor, sleep, until
 from tests.support.tcp_proxy import TcpProxy
 
@@ -85,12 +86,13 @@ async def test_the_connector_gives_up_after_max_retries(giving_up_target: JmsApi
     log says so naming the provider URL."""
     target = giving_up_target
     proxy, connector = target._proxy(), target.connector
+    assert isinstance(connector, JmsConnector)
     lines: list[str] = []
 
     def observe(event: dict[str, Any]) -> None:
         lines.append(formatEvent(event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     try:
         queue = await target.queue()
         _, consumer = await subscribe(connector, SubscriptionSpec(queue))
@@ -107,7 +109,7 @@ async def test_the_connector_gives_up_after_max_retries(giving_up_target: JmsApi
         assert f"lost connection to tcp://{proxy.address}" in log, log
         assert f"giving up on tcp://{proxy.address} after 2 retries" in log, log
     finally:
-        globalLogPublisher.removeObserver(observe)
+        globalLogPublisher.removeObserver(observer(observe))
 
 
 @pytest_twisted.ensureDeferred

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gateway.connectors.kafka import KafkaConnector, KafkaSettings
+from gateway.connectors.kafka import KafkaConnector
+from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.message.model import Message
 from tests.contract.connector_contract import ConnectorContract, Target, text, unique
 from tests.support.kafka import TansuBroker, create_topics, group_settings, kafka_bootstrap, proxied_kafka, unique_topic

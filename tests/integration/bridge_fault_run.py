@@ -306,9 +306,9 @@ class FaultRun:
             self.produce_source(range(self.count))
 
     def produce_source(self, indexes: range, prefix: str = "s") -> None:
-        records = []
+        records: list[tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]] = []  # (value, key, headers)
         for index in indexes:
-            headers = [("jms.seq", f"{prefix}-{index}".encode())]
+            headers: list[tuple[str, str | bytes | None]] = [("jms.seq", f"{prefix}-{index}".encode())]
             if self.fault == "routed":  # written by this very gateway earlier: the cycle guard's case
                 headers.append(("jmsbridge.origin", self.gateway_id.encode()))
             value = f"body {prefix}-{index}".encode()
@@ -320,13 +320,13 @@ class FaultRun:
             if self.poison(index) and self.fault == "transformer-reject":
                 headers.append((f"jms.{COMPRESSION_FLAG}", b"gzip"))
                 value = b"\xff\xfe not gzip"  # not UTF-8: a BytesMessage
-            records.append({"value": value, "key": str(index).encode(), "headers": headers})
+            records.append((value, str(index).encode(), headers))
         from confluent_kafka import Producer as KafkaProducer
 
         producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
                                   "message.max.bytes": 2 * BIG})
-        for record in records:
-            producer.produce(self.topic("src"), **record)
+        for value, key, record_headers in records:
+            producer.produce(self.topic("src"), value=value, key=key, headers=record_headers)
         assert producer.flush(30) == 0, "source records not delivered"
         self.receipted.update(f"{prefix}-{index}" for index in indexes)
 

@@ -171,8 +171,11 @@ target = {{ connector = "embedded", destination = "{theirs}" }}
             browser.get("about:blank")  # a fresh page for each login
             console = Console(browser, admin, (login, PASSWORDS[login]))
             console.open("destinations")
-            console.wait(lambda role=role: browser.execute_script("return document.body.dataset.role") == role,
-                         what=f"{login}'s role")
+
+            def shows_role(role: str = role) -> bool:
+                return bool(browser.execute_script("return document.body.dataset.role") == role)
+
+            console.wait(shows_role, what=f"{login}'s role")
             console.open("overview")
             console.open("destinations")
             assert browser.find_elements("css selector", console.row("queue", theirs)) == []

@@ -278,7 +278,7 @@ def test_a_durable_subscription_needs_admin_as_well_as_read(secured: Secured) ->
     durable one gets an ERROR naming destination and permission, and the connection goes on."""
     topic = "/topic/prices.durable"
     carol = Client(secured.address("tcp"), "1.2", login="carol", passcode=PASSWORDS["carol"],
-                   **{"client-id": f"carol-{uuid.uuid4().hex[:6]}"})
+                   headers={"client-id": f"carol-{uuid.uuid4().hex[:6]}"})
     root = secured.client("tcp", "root")
     try:
         receipt = uuid.uuid4().hex

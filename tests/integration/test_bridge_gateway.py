@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,12 +67,13 @@ class Tally:
                 f"duplicated {len(self.duplicated)}")
 
 
-def send_receipted(client: Client, destination: str, body: str, timeout: float = 10.0, **headers: str) -> bool:
+def send_receipted(client: Client, destination: str, body: str, timeout: float = 10.0,
+                   headers: Mapping[str, str] | None = None, **more_headers: str) -> bool:
     """SEND with a receipt; True once it came, False if the connection died first."""
     receipt_id = uuid.uuid4().hex
     event = client.listener.receipt_event(receipt_id)
     try:
-        client.connection.send(destination, body, headers={**headers, "receipt": receipt_id})
+        client.connection.send(destination, body, headers={**(headers or {}), **more_headers, "receipt": receipt_id})
     except Exception:
         return False
     deadline = time.monotonic() + timeout
@@ -104,7 +105,7 @@ class Producer(threading.Thread):
                 return
             seq = f"{self.prefix}-{index}"
             if not send_receipted(self.client, self.destination, f"body {seq}", seq=seq, persistent="true",
-                                  **self.headers):
+                                  headers=self.headers):
                 return
             with self.tally.lock:
                 self.tally.receipted.add(seq)

@@ -104,7 +104,7 @@ def test_embedded_to_routed_kafka_with_stop_fails_instead_of_retrying(tmp_path: 
     try:
         for i in range(COUNT):
             headers = {"seq": f"s-{i}", "persistent": "true"} | ({} if i == KEYLESS else {"K": f"k{i}"})
-            assert send_receipted(client, "/queue/rt-src", f"body {i}", **headers)
+            assert send_receipted(client, "/queue/rt-src", f"body {i}", headers=headers)
         wait_until(lambda: admin(port, "/bridges/rt").get("state") == "failed", 30, "the bridge to fail")
         assert "route to-dst stopped by a soft failure" in gateway.log()
     finally:

@@ -91,7 +91,8 @@ class WanRun:
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=5) as answer:
-            return answer.read().decode()
+            text: str = answer.read().decode()
+            return text
 
     def moving(self) -> bool:
         return int(self.status().get("forwarded") or 0) > 0

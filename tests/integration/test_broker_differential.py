@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stomp.utils import Frame as StompPyFrame
 
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401 - the broker fixture
 from tests.support.gateway import GatewayProcess
-from tests.support.stomp_clients import Client, StompPyFrame
+from tests.support.stomp_clients import Client
 
 pytestmark = pytest.mark.activemq
 
@@ -47,7 +48,7 @@ Address = tuple[str, int]
 
 def received(client: Client, quiet: float = 1.0) -> Observation:
     """(body, redelivered) of each MESSAGE until none comes for ``quiet`` seconds."""
-    got = []
+    got: Observation = []
     while True:
         try:
             frame = client.listener.messages.get(timeout=quiet)
@@ -141,7 +142,7 @@ def sends_appear_at_commit(address: Address, destination: str) -> list[Observati
 def acks_in_a_transaction_free_credit(address: Address, destination: str) -> list[Observation]:
     fill(address, destination, 5)
     consumer = Client(address)
-    consumer.subscribe(destination, "s", ack="client-individual", **{"activemq.prefetchSize": "2"})
+    consumer.subscribe(destination, "s", ack="client-individual", headers={"activemq.prefetchSize": "2"})
     consumer.begin("tx")
     got: Observation = []
     while True:
@@ -159,7 +160,7 @@ def acks_in_a_transaction_free_credit(address: Address, destination: str) -> lis
 def cumulative_ack_and_a_drop(address: Address, destination: str) -> list[Observation]:
     fill(address, destination, 4)
     consumer = Client(address)
-    consumer.subscribe(destination, "s", ack="client", **{"activemq.prefetchSize": "10"})
+    consumer.subscribe(destination, "s", ack="client", headers={"activemq.prefetchSize": "10"})
     frames = consumer.messages(4)
     consumer.ack(frames[1])
     consumer.drop()
@@ -236,8 +237,8 @@ def observe(got: list[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], list[s
 
 def run_sequence(address: Address, steps: list[tuple[str, Any]], names: dict[str, str]) -> list[Any]:
     queue_name, topic, client_id = names["queue"], names["topic"], names["client_id"]
-    subscriber = Client(address, **{"client-id": client_id})
-    subscriber.subscribe(topic, "d", ack="client-individual", **{"activemq.subscriptionName": "d"})
+    subscriber = Client(address, headers={"client-id": client_id})
+    subscriber.subscribe(topic, "d", ack="client-individual", headers={"activemq.subscriptionName": "d"})
     subscriber.disconnect()
     observations: list[Any] = []
     for kind, (target, *rest) in steps:
@@ -252,15 +253,16 @@ def run_sequence(address: Address, steps: list[tuple[str, Any]], names: dict[str
                 if kind == "transaction":
                     headers["transaction"] = "tx"
                 last = index == len(messages) - 1 and kind == "pipeline"
-                producer.send(destination, body, receipt=last, **headers)  # (a receipt on the last only)
+                producer.send(destination, body, receipt=last, headers=headers)  # (a receipt on the last only)
             if kind == "transaction":
                 producer.commit("tx") if commit else producer.abort("tx")
             producer.disconnect()
             continue
         salt, leave = rest
-        consumer = Client(address, **({"client-id": client_id} if target == "durable" else {}))
+        consumer = Client(address, headers=({"client-id": client_id} if target == "durable" else {}))
         extra = {"activemq.subscriptionName": "d"} if target == "durable" else {}
-        consumer.subscribe(destination, "s", ack="client-individual", **{"activemq.prefetchSize": "1000"}, **extra)
+        consumer.subscribe(destination, "s", ack="client-individual",
+                           headers={"activemq.prefetchSize": "1000", **extra})
         frames = []
         while True:
             try:

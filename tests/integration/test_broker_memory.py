@@ -61,7 +61,7 @@ def test_a_flood_of_ten_times_the_limit_pages_then_drains_in_order(
     assert log.count("embedded broker memory limit reached") == 1
 
     consumer = Client(gateway.address)
-    consumer.subscribe("/queue/flood", ack="client-individual", **{"activemq.prefetchSize": "100"})
+    consumer.subscribe("/queue/flood", ack="client-individual", headers={"activemq.prefetchSize": "100"})
     got = []
     for _ in range(count):
         frame = consumer.message(timeout=30)
@@ -159,7 +159,7 @@ def test_a_selector_searching_a_deep_page_does_not_stall_other_clients(
     time.sleep(0.5)
     consumer = Client(gateway.address)
     consumer.subscribe("/queue/sel", ack="client-individual", selector="color = 'red'",
-                       **{"activemq.prefetchSize": "1"})
+                       headers={"activemq.prefetchSize": "1"})
     time.sleep(1.0)  # (the search through the page, in slices)
     sender = Client(gateway.address)
     sender.send("/queue/sel", "red one", receipt=True, timeout=30, color="red")

@@ -14,7 +14,7 @@ import queue
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import Client
@@ -40,13 +40,14 @@ def frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
     return f"{command}\n{lines}\n".encode() + body + b"\x00"
 
 
-def raw_connect(address: tuple[str, int], rcvbuf: int | None = None, **headers: str) -> socket.socket:
+def raw_connect(address: tuple[str, int], rcvbuf: int | None = None, headers: Mapping[str, str] | None = None,
+                **more_headers: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.settimeout(10)
     sock.connect(address)
-    sock.sendall(frame("CONNECT", {"accept-version": "1.2", "host": "x", **headers}))
+    sock.sendall(frame("CONNECT", {"accept-version": "1.2", "host": "x", **(headers or {}), **more_headers}))
     reply = b""
     while b"\x00" not in reply:
         reply += sock.recv(4096)
@@ -75,7 +76,7 @@ def test_a_failed_commit_applies_none_of_its_acks_and_sends(make_gateway: Callab
     requests, out = name(), name()
     owner = Client(gateway.address)
     owner.subscribe("/temp-queue/replies", "t")
-    owner.send(requests, "request-1", receipt=True, persistent="true", **{"reply-to": "/temp-queue/replies"})
+    owner.send(requests, "request-1", receipt=True, persistent="true", headers={"reply-to": "/temp-queue/replies"})
     worker = Client(gateway.address)
     worker.subscribe(requests, "w", ack="client-individual")
     request = worker.message()
@@ -209,8 +210,8 @@ def test_one_producers_topic_messages_arrive_in_order_beside_a_durable_selector(
 ) -> None:
     gateway = make_gateway(args=SQLITE)
     topic = name("topic")
-    durable = Client(gateway.address, **{"client-id": "app"})
-    durable.subscribe(topic, "d", selector="n = 4", **{"activemq.subscriptionName": "fours"})
+    durable = Client(gateway.address, headers={"client-id": "app"})
+    durable.subscribe(topic, "d", selector="n = 4", headers={"activemq.subscriptionName": "fours"})
     plain = Client(gateway.address)
     plain.subscribe(topic, "p")
     producer = raw_connect(gateway.address)
@@ -228,7 +229,7 @@ def test_a_durable_subscription_has_one_active_subscriber_even_while_it_is_creat
 ) -> None:
     gateway = make_gateway(args=SQLITE)
     topic = name("topic")
-    sock = raw_connect(gateway.address, **{"client-id": "twice"})
+    sock = raw_connect(gateway.address, headers={"client-id": "twice"})
     sub = {"destination": topic, "activemq.subscriptionName": "one"}
     sock.sendall(frame("SUBSCRIBE", {**sub, "id": "a", "receipt": "ra"})
                  + frame("SUBSCRIBE", {**sub, "id": "b", "receipt": "rb"}))
@@ -244,17 +245,17 @@ def test_a_durable_subscription_has_one_active_subscriber_even_while_it_is_creat
 def test_durable_subscriptions_of_colon_names_are_distinct(make_gateway: Callable[..., GatewayProcess]) -> None:
     gateway = make_gateway(args=SQLITE)
     topic = name("topic")
-    first = Client(gateway.address, **{"client-id": "a:b"})
-    first.subscribe(topic, "s", **{"activemq.subscriptionName": "c"})
+    first = Client(gateway.address, headers={"client-id": "a:b"})
+    first.subscribe(topic, "s", headers={"activemq.subscriptionName": "c"})
     first.disconnect()
     producer = Client(gateway.address)
     producer.send(topic, "for a:b / c", receipt=True, persistent="true")
-    second = Client(gateway.address, **{"client-id": "a"})
-    second.subscribe(topic, "s", **{"activemq.subscriptionName": "b:c"})
+    second = Client(gateway.address, headers={"client-id": "a"})
+    second.subscribe(topic, "s", headers={"activemq.subscriptionName": "b:c"})
     assert second.no_message(0.5), "another client's durable subscription got the backlog"
     second.disconnect()
-    first = Client(gateway.address, **{"client-id": "a:b"})
-    first.subscribe(topic, "s", **{"activemq.subscriptionName": "c"})
+    first = Client(gateway.address, headers={"client-id": "a:b"})
+    first.subscribe(topic, "s", headers={"activemq.subscriptionName": "c"})
     assert first.message().body == b"for a:b / c"
     first.disconnect()
 
@@ -266,7 +267,7 @@ def test_acks_in_a_transaction_free_prefetch_credit(make_gateway: Callable[..., 
     for i in range(5):
         producer.send(destination, f"m{i}", receipt=True, persistent="true")
     consumer = Client(gateway.address)
-    consumer.subscribe(destination, "s", ack="client-individual", **{"activemq.prefetchSize": "2"})
+    consumer.subscribe(destination, "s", ack="client-individual", headers={"activemq.prefetchSize": "2"})
     consumer.begin("tx")
     got = []
     for _ in range(5):  # more than the prefetch, in one transaction

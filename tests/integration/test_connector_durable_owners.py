@@ -47,7 +47,7 @@ admin = ["alice", "carol"]
 
 
 def login(process: GatewayProcess, name: str, **headers: str) -> Client:
-    return Client(process.address, "1.2", login=name, passcode=PASSWORDS[name], **headers)
+    return Client(process.address, "1.2", login=name, passcode=PASSWORDS[name], headers=headers)
 
 
 def refused(client: Client, what: str) -> None:
@@ -63,7 +63,7 @@ def test_another_login_cannot_take_over_or_delete_an_activemq_durable(gateway: G
     topic = f"/topic/amq.{uuid.uuid4().hex[:8]}"
     durable = {"activemq.subscriptionName": name}
     alice = login(gateway, "alice", **{"client-id": client_id})
-    alice.subscribe(topic, "d1", ack="client-individual", **durable)
+    alice.subscribe(topic, "d1", ack="client-individual", headers=durable)
     alice.disconnect()
     gateway.restart()  # (the owner is kept in the data directory)
     producer = login(gateway, "alice")
@@ -83,7 +83,7 @@ def test_another_login_cannot_take_over_or_delete_an_activemq_durable(gateway: G
     refused(carol, "UNSUBSCRIBE naming alice's durable")
 
     back = login(gateway, "alice", **{"client-id": client_id})
-    back.subscribe(topic, "d1", ack="client-individual", **durable)
+    back.subscribe(topic, "d1", ack="client-individual", headers=durable)
     got = back.messages(3)
     assert sorted(m.body for m in got) == [b"for alice 0", b"for alice 1", b"for alice 2"]
     for message in got:
@@ -92,6 +92,6 @@ def test_another_login_cannot_take_over_or_delete_an_activemq_durable(gateway: G
     back.disconnect()
 
     carol = login(gateway, "carol", **{"client-id": client_id})
-    carol.subscribe(topic, "d1", **durable)  # (a RECEIPT: now carol's)
+    carol.subscribe(topic, "d1", headers=durable)  # (a RECEIPT: now carol's)
     carol.unsubscribe("d1", **durable)
     carol.disconnect()

@@ -61,7 +61,8 @@ def queue_row(port: int, name: str, login: tuple[str, str] = ALICE) -> dict[str,
     """The API's row for the queue ``name``."""
     rows = {row["name"]: row for row in api(port, "destinations", login)[1]["queues"]}
     assert name in rows, f"{name} not in {sorted(rows)}"
-    return rows[name]
+    row: dict[str, Any] = rows[name]
+    return row
 
 
 def screenshots(tmp_path: Path) -> Path:
@@ -100,14 +101,14 @@ target = {{ connector = "embedded", destination = "{target}" }}
 """)
     sender = Client(gateway.address, "1.2", text=True, login="alice", passcode="secret")
     worker = Client(gateway.address, "1.1", heartbeats=(4000, 4000), login="bob", passcode="hunter2",
-                    **{"client-id": f"worker-{tag}"})
+                    headers={"client-id": f"worker-{tag}"})
     listener = Client(gateway.address, "1.2", login="bob", passcode="hunter2")
     try:
         for index in range(7):
             sender.send(orders, f"order {index}", receipt=True, persistent="true")
         for index in range(5):
             sender.send(work, f"job {index}", receipt=True)
-        worker.subscribe(work, "w1", ack="client-individual", **{"activemq.prefetchSize": "2"})
+        worker.subscribe(work, "w1", ack="client-individual", headers={"activemq.prefetchSize": "2"})
         held = worker.messages(2)
         worker.subscribe(f"/topic/news.{tag}", "news")
         listener.subscribe(target, "copied")

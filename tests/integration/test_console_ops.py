@@ -132,8 +132,11 @@ def _check_console(gateway: GatewayProcess, admin: int, tmp_path: Path) -> None:
             console = Console(browser, admin, ALICE)
             console.open("bridges")
             row = console.row("bridge", "prices-durable")
-            console.wait(lambda row=row: browser.find_elements("css selector", f"{row} details.error-text"),
-                         what="the collapsed error")
+
+            def collapsed(row: str = row) -> list[Any]:
+                return browser.find_elements("css selector", f"{row} details.error-text")
+
+            console.wait(collapsed, what="the collapsed error")
             layout = browser.execute_script("""
                 const inner = window.innerWidth;
                 const rows = [...document.querySelectorAll('#bridges tr[data-bridge]')];
@@ -148,8 +151,11 @@ def _check_console(gateway: GatewayProcess, admin: int, tmp_path: Path) -> None:
             assert "javax.jms.InvalidClientIDException" in summary and "RegionBroker" not in summary
             console.screenshot(shots / f"bridges-{width}.png")
             console.click(f"{row} details.error-text summary")  # opened, the trace stays in its cell
-            console.wait(lambda row=row: browser.execute_script(
-                f"return document.querySelector('{row} details.error-text').open"), what="the opened error")
+
+            def opened(row: str = row) -> Any:
+                return browser.execute_script(f"return document.querySelector('{row} details.error-text').open")
+
+            console.wait(opened, what="the opened error")
             assert browser.execute_script("return document.documentElement.scrollWidth") <= layout["inner"]
             assert "RegionBroker.java:253" in console.text(f"{row} details.error-text pre")
             console.screenshot(shots / f"bridges-open-{width}.png")

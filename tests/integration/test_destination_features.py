@@ -31,8 +31,8 @@ def exclusive_takeover(address: Address, destination: str) -> list[Any]:
     second gets the other three, flagged redelivered."""
     first, second = Client(address), Client(address)
     exclusive = {"activemq.exclusive": "true"}
-    first.subscribe(destination, "e1", ack="client-individual", **exclusive)
-    second.subscribe(destination, "e2", ack="client-individual", **exclusive)
+    first.subscribe(destination, "e1", ack="client-individual", headers=exclusive)
+    second.subscribe(destination, "e2", ack="client-individual", headers=exclusive)
     fill(address, destination, 4)
     got = first.messages(4)
     idle = second.no_message(1.0)
@@ -118,19 +118,19 @@ def group_stickiness(address: Address, destination: str) -> list[Any]:
     message flagged; when that consumer leaves, the next takes its group (unacknowledged first)."""
     first, second = Client(address), Client(address)
     window = {"activemq.prefetchSize": "100"}
-    first.subscribe(destination, "c1", ack="client-individual", **window)
-    second.subscribe(destination, "c2", ack="client-individual", **window)
+    first.subscribe(destination, "c1", ack="client-individual", headers=window)
+    second.subscribe(destination, "c2", ack="client-individual", headers=window)
     sender = Client(address)
     for i in range(4):
         for group in ("X", "Y"):
             sender.send(destination, f"{group}{i}", receipt=True, JMSXGroupID=group)
     got = {"c1": received(first), "c2": received(second)}
-    owners = {}
+    owners: dict[str, set[str]] = {}
     for name, frames in got.items():
         for frame in frames:
             owners.setdefault(frame.body.decode()[0], set()).add(name)
     sticky = sorted((group, len(names)) for group, names in owners.items())
-    per_group = {}
+    per_group: dict[str, list[tuple[str, str | None]]] = {}
     for frames in got.values():
         for frame in frames:
             body = frame.body.decode()
@@ -154,8 +154,8 @@ def virtual_topic(address: Address, destination: str) -> list[Any]:
     group_a, group_b = f"/queue/Consumer.A.VirtualTopic.{name}", f"/queue/Consumer.B.VirtualTopic.{name}"
     a1, a2, b, plain = Client(address), Client(address), Client(address), Client(address)
     one = {"activemq.prefetchSize": "1"}
-    a1.subscribe(group_a, "a1", **one)
-    a2.subscribe(group_a, "a2", **one)
+    a1.subscribe(group_a, "a1", headers=one)
+    a2.subscribe(group_a, "a2", headers=one)
     b.subscribe(group_b, "b")
     plain.subscribe(topic, "t")
     sender = Client(address)
@@ -245,7 +245,7 @@ def test_bad_flags_and_browsing_a_topic_get_an_error(sqlite_gateway: GatewayProc
     clients = StompClients(sqlite_gateway.address)
     try:
         client = clients.connect("1.2")
-        client.subscribe("/queue/x", "bad", receipt=False, **{"activemq.exclusive": "yes"})
+        client.subscribe("/queue/x", "bad", receipt=False, headers={"activemq.exclusive": "yes"})
         error = client.error()
         assert error is not None and "activemq.exclusive" in error.headers["message"]
         other = clients.connect("1.2")

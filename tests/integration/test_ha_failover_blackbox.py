@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -168,15 +169,23 @@ def test_three_sigkills_in_a_row_lose_no_receipted_message(tmp_path: Path) -> No
             thread.start()
         for _ in range(KILLS):
             floor = len(ledger.receipted) + 100
-            wait_until(lambda f=floor: len(ledger.receipted) >= f, 60, "100 more receipted SENDs")
+
+            def receipted_past(floor: int = floor) -> bool:
+                return len(ledger.receipted) >= floor
+
+            wait_until(receipted_past, 60, "100 more receipted SENDs")
             assert active[0].process is not None
             active[0].process.kill()
             killed = time.monotonic()
             active[0].process.wait(15)
-            wait_until(lambda s=standby[0]: accepts(s.port), 60, "the standby's STOMP listener")
+            wait_until(partial(accepts, standby[0].port), 60, "the standby's STOMP listener")
             takeovers.append(time.monotonic() - killed)
             launch(active[0])  # the killed one comes back as the standby
-            wait_until(lambda a=active[1]: role(a) == "standby", 60, "the restarted gateway as standby")
+
+            def restarted_as_standby(admin_port: int = active[1]) -> bool:
+                return role(admin_port) == "standby"
+
+            wait_until(restarted_as_standby, 60, "the restarted gateway as standby")
             active, standby = standby, active
         floor = len(ledger.receipted) + 100
         wait_until(lambda: len(ledger.receipted) >= floor, 60, "100 more receipted SENDs after the last takeover")

@@ -51,8 +51,8 @@ def test_standby_reports_standby_and_takes_over_after_sigkill_with_nothing_lost(
         standby.wait_for_log("jmsgateway role standby")
 
         # traffic on the active: a durable subscription's backlog, a queue, unacknowledged deliveries
-        durable = Client(active.address, **{"client-id": "ha-app"})
-        durable.subscribe("/topic/ha.events", "d", **{"activemq.subscriptionName": "events"})
+        durable = Client(active.address, headers={"client-id": "ha-app"})
+        durable.subscribe("/topic/ha.events", "d", headers={"activemq.subscriptionName": "events"})
         durable.disconnect()
         producer = Client(active.address)
         queued = [f"q-{n}" for n in range(300)]
@@ -62,7 +62,7 @@ def test_standby_reports_standby_and_takes_over_after_sigkill_with_nothing_lost(
         for body in published:
             producer.send("/topic/ha.events", body, receipt=True, persistent="true")
         consumer = Client(active.address)
-        consumer.subscribe("/queue/ha.work", "w", ack="client-individual", **{"activemq.prefetchSize": "10"})
+        consumer.subscribe("/queue/ha.work", "w", ack="client-individual", headers={"activemq.prefetchSize": "10"})
         delivered = consumer.messages(10)
         acked = {frame.body.decode() for frame in delivered[:5]}
         unacked = {frame.body.decode() for frame in delivered[5:]}
@@ -99,8 +99,8 @@ def test_standby_reports_standby_and_takes_over_after_sigkill_with_nothing_lost(
         flagged = {frame.body.decode() for frame in frames if frame.headers.get("redelivered") == "true"}
         assert flagged == unacked and len(unacked) >= 5
         assert drain.no_message(0.5)
-        durable = Client(standby.address, **{"client-id": "ha-app"})
-        durable.subscribe("/topic/ha.events", "d", **{"activemq.subscriptionName": "events"})
+        durable = Client(standby.address, headers={"client-id": "ha-app"})
+        durable.subscribe("/topic/ha.events", "d", headers={"activemq.subscriptionName": "events"})
         assert [frame.body.decode() for frame in durable.messages(50, timeout=30)] == published
         for client in (drain, durable):
             client.disconnect()

@@ -122,7 +122,7 @@ class TestJmsConnectorThroughTheGateway:
             clients: StompClients, jms: JmsClient, receipt: bool) -> None:
         queue = "/queue/" + unique("jmsapi.text")
         client = clients.connect(text=True)
-        client.send(queue, "grüße ✓ 日本", receipt=receipt, **{
+        client.send(queue, "grüße ✓ 日本", receipt=receipt, headers={
             "correlation-id": "corr-9", "reply-to": "/queue/jmsapi.replies", "type": "order", "priority": "8",
             "persistent": "true", "expires": "4102444800000", "customer": "acme",
         })
@@ -160,7 +160,7 @@ class TestJmsConnectorThroughTheGateway:
     def test_typed_properties_through_the_types_header(self, clients: StompClients, jms: JmsClient) -> None:
         queue = "/queue/" + unique("jmsapi.typed")
         types = json.dumps({"count": "int", "big": "long", "ratio": "double", "urgent": "boolean", "code": "string"})
-        clients.connect(text=True).send(queue, "typed", receipt=True, **{
+        clients.connect(text=True).send(queue, "typed", receipt=True, headers={
             "jmsgateway.types": types, "count": "42", "big": "9000000000", "ratio": "0.5", "urgent": "true",
             "code": "007", "note": "text",
         })
@@ -265,7 +265,7 @@ class TestJmsConnectorThroughTheGateway:
     def test_prefetch_bounds_the_unacknowledged_deliveries(self, clients: StompClients, jms: JmsClient) -> None:
         queue = "/queue/" + unique("jmsapi.prefetch")
         client = clients.connect()
-        client.subscribe(queue, ack="client-individual", **{"activemq.prefetchSize": "2"})
+        client.subscribe(queue, ack="client-individual", headers={"activemq.prefetchSize": "2"})
         for index in range(5):
             jms.send_text(queue, f"m{index}")
         frames = client.messages(2)
@@ -288,11 +288,11 @@ class TestJmsConnectorThroughTheGateway:
         topic = "/topic/" + unique("jmsapi.durable")
         name = unique("sub")
         client = clients.connect(**{"client-id": "durable-client"})
-        client.subscribe(topic, ack="client-individual", **{"activemq.subscriptionName": name})
+        client.subscribe(topic, ack="client-individual", headers={"activemq.subscriptionName": name})
         client.disconnect()
         jms.send_text(topic, "while away")
         back = clients.connect(**{"client-id": "durable-client"})
-        back.subscribe(topic, ack="client-individual", **{"activemq.subscriptionName": name})
+        back.subscribe(topic, ack="client-individual", headers={"activemq.subscriptionName": name})
         frame = back.message(10)
         assert frame.body == b"while away"
         back.ack(frame)

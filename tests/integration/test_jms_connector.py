@@ -88,6 +88,7 @@ class ConnectorHarness:
     ) -> tuple[BrokerSubscription, CollectingConsumer]:
         consumer = CollectingConsumer()
         subscription = await connector.subscribe(spec, consumer)
+        assert isinstance(subscription, BrokerSubscription)
         return subscription, consumer
 
     def close(self) -> None:

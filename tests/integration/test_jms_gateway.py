@@ -256,7 +256,7 @@ def test_sends_without_receipts_reach_jms_in_order_under_burst_receipts(
     for n in range(500):
         client.send(queue, f"m{n}", persistent="true")
     client.send(queue, "last", receipt=True, persistent="true")
-    bodies = []
+    bodies: list[str | None] = []
     for _ in range(501):
         received = jms.receive(queue, 10)
         assert received is not None, f"only {len(bodies)} of 501 arrived"

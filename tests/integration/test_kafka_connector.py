@@ -18,7 +18,8 @@ import pytest
 import pytest_twisted
 from zope.interface.verify import verifyObject
 
-from gateway.connectors.kafka import KafkaConnector, KafkaSettings
+from gateway.connectors.kafka import KafkaConnector
+from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.errors import DestinationError
 from gateway.interfaces import ISubscription, SubscriptionSpec
 from gateway.message.kafka_delivery import DeliveryReport, KafkaDeliveryError

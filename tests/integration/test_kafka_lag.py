@@ -57,7 +57,7 @@ def test_consumer_lag_counts_the_records_after_the_committed_offset(gateway: Gat
     topic = unique_topic("lag")
     create_topics(kafka_bootstrap, topic)
     client = Client(gateway.address)
-    client.subscribe(f"/topic/kafka.{topic}", ack="client-individual", **{"activemq.prefetchSize": 5})
+    client.subscribe(f"/topic/kafka.{topic}", ack="client-individual", headers={"activemq.prefetchSize": "5"})
     wait_until(lambda: lag_of(gateway, topic) == 0, 30, "the subscription's lag reported, 0 before any record")
     produce_one_by_one(kafka_bootstrap, topic, 20)
     frames = client.messages(5, timeout=30)  # the prefetch: 5 delivered, none acknowledged

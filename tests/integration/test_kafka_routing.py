@@ -12,10 +12,11 @@ import pytest_twisted
 from prometheus_client import CollectorRegistry
 from twisted.python.failure import Failure
 
-from gateway.connectors.kafka import KafkaConnector, KafkaSettings
+from gateway.connectors.kafka import KafkaConnector
+from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.message.model import MapMessage, TextMessage, new_message_id
 from gateway.routing.config import parse_routing_config
-from gateway.routing.service import KafkaRouter, NotRouted, RouteStopped
+from gateway.routing.service import KafkaRouter, NotRouted, RouteStopped, RoutingResult
 from tests.support.kafka import (
     TansuBroker,
     create_topics,
@@ -102,7 +103,8 @@ async def test_own_messages_are_not_routed_back(router: KafkaRouter) -> None:
     """route() answers "cycle"; send() and send_batch() (bridges, transactions) fail with
     NotRouted, so whoever asked does not take the message for delivered (issue 25)."""
     looped = message("/queue/orders", "loop", correlation="c1", **{"jmsbridge.origin": "gw-route"})
-    assert router.route(looped).result.outcome == "cycle"
+    routed = router.route(looped).result
+    assert isinstance(routed, RoutingResult) and routed.outcome == "cycle"
     with pytest.raises(NotRouted):
         await router.send(looped)
     with pytest.raises(NotRouted):

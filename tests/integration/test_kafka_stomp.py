@@ -68,7 +68,8 @@ def test_send_reaches_kafka_with_jms_headers(clients: StompClients, kafka_bootst
     topic = unique_topic("e2e")
     create_topics(kafka_bootstrap, topic)
     text_client = clients.connect(text=True)
-    text_client.send(f"/topic/kafka.{topic}", "hello kafka", receipt=True, colour="red", **{"correlation-id": "c9"})
+    text_client.send(f"/topic/kafka.{topic}", "hello kafka", receipt=True, colour="red",
+                     headers={"correlation-id": "c9"})
     binary_client = clients.connect()
     binary_client.send(f"/topic/kafka.{topic}", b"\x00\x01\x02", receipt=True)
     text_record, bytes_record = read_records(kafka_bootstrap, topic, 2, settle=0.5)
@@ -131,7 +132,7 @@ def test_round_trip_through_kafka_keeps_headers_and_type(clients: StompClients, 
     subscriber = clients.connect()
     subscriber.subscribe(f"/topic/kafka.{topic}", sub_id="r1", ack="client-individual")
     sender = clients.connect(text=True)
-    sender.send(f"/topic/kafka.{topic}", "über", receipt=True, colour="blue", **{"correlation-id": "k-7"})
+    sender.send(f"/topic/kafka.{topic}", "über", receipt=True, colour="blue", headers={"correlation-id": "k-7"})
     binary = clients.connect()
     binary.send(f"/topic/kafka.{topic}", b"\xff\x00", receipt=True)
     text_frame, bytes_frame = subscriber.messages(2, timeout=20)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 
 from gateway.app import build_gateway
 from gateway.config import parse_config
@@ -68,17 +69,21 @@ def routed_gateway(kafka_bootstrap: str, topics: dict[str, str], tmp_path_factor
     }
     config = parse_config(raw, "routing-test.toml")
 
-    def build() -> tuple[Any, KafkaRouter, int]:
+    def build() -> Deferred[tuple[Any, KafkaRouter, Any]]:
         gateway = build_gateway(config, reactor)
-        router = gateway.connectors["kafka"]
-        if not isinstance(router, KafkaRouter):  # the gateway does not wrap it itself (yet)
-            router = build_kafka_router(config.routing, config.path, gateway.connectors, origin=config.id,
-                                        clock=reactor, registry=gateway.registry)
+        connector = gateway.connectors["kafka"]
+        if isinstance(connector, KafkaRouter):
+            router = connector
+        else:  # the gateway does not wrap it itself (yet)
+            built = build_kafka_router(config.routing, config.path, gateway.connectors, origin=config.id,
+                                       clock=reactor, registry=gateway.registry)
+            assert built is not None, "the configuration has [routing]"
+            router = built
             gateway.connectors["kafka"] = router
         port = reactor.listenTCP(0, gateway.factory, interface="127.0.0.1")
         d = gateway.start()
         d.addCallback(lambda _: (gateway, router, port))
-        return d  # type: ignore[no-any-return]
+        return d
 
     gateway, router, port = wait_for(build)
     yield gateway, router, port.getHost().port
@@ -98,7 +103,7 @@ def test_routed_send_is_keyed_and_receipted_after_kafka(
     clients: StompClients, kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
     client = clients.connect(text=True)
-    client.send("/queue/orders", "order 1", receipt=True, **{"correlation-id": "cust7"})
+    client.send("/queue/orders", "order 1", receipt=True, headers={"correlation-id": "cust7"})
     (record,) = read_records(kafka_bootstrap, topics["orders"], 1, settle=0.5)
     assert record.key() == b"cust7" and record.value() == b"order 1"
     assert dict(record.headers())["jmsbridge.origin"] == b"gw-routing"
@@ -115,9 +120,9 @@ def test_plain_send_is_forwarded_as_the_receipted_one_is_routed(
     assert gateway.destinations.resolve("/queue/plain").forward == router.forward
     text, binary = clients.connect(text=True), clients.connect()
     headers = {"correlation-id": "cust8", "region": "eu", "persistent": "true", "priority": "6", "type": "order"}
-    text.send("/queue/plain", "forwarded \u00e9", **headers)
-    text.send("/queue/plain", "receipted", receipt=True, **headers)
-    binary.send("/queue/plain", b"\x00\xffforwarded bytes", **headers)
+    text.send("/queue/plain", "forwarded \u00e9", headers=headers)
+    text.send("/queue/plain", "receipted", receipt=True, headers=headers)
+    binary.send("/queue/plain", b"\x00\xffforwarded bytes", headers=headers)
     records = read_records(kafka_bootstrap, topics["plain"], 3, settle=0.5)
     by_value = {record.value(): record for record in records}
     assert sorted(by_value) == sorted([b"\x00\xffforwarded bytes", "forwarded \u00e9".encode(), b"receipted"])
@@ -142,7 +147,7 @@ def test_forwarded_send_with_a_bad_header_is_an_error_and_reaches_nothing(
     error = bad.error(timeout=10)
     assert error is not None and error.headers["message"] == "invalid priority header"
     other = clients.connect(text=True)
-    other.send("/queue/refused", "good", receipt=True, **{"correlation-id": "k4"})
+    other.send("/queue/refused", "good", receipt=True, headers={"correlation-id": "k4"})
     (record,) = read_records(kafka_bootstrap, topics["refused"], 1, settle=1.0)
     assert (record.key(), record.value()) == (b"k4", b"good")
 

@@ -108,7 +108,7 @@ def test_rebalance_keeps_held_deliveries_and_the_prefetch_bound(
     produce(kafka_bootstrap, topic, [{"value": f"r{i}".encode()} for i in range(4)])
     client = clients.connect()
     client.subscribe(f"/queue/kafka.{topic}", sub_id="q1", ack="client-individual",
-                     **{"activemq.prefetchSize": "2"})
+                     headers={"activemq.prefetchSize": "2"})
     held = client.messages(2, timeout=20)
     assert bodies(held) == [b"r0", b"r1"]
     group = f"jmsgateway.queue.{topic}"
@@ -132,7 +132,7 @@ def test_rebalance_flags_what_comes_again_as_redelivered(clients: StompClients, 
     produce(kafka_bootstrap, topic, [{"value": f"p{p}-{i}".encode(), "partition": p} for p in (0, 1) for i in (0, 1)])
     client = clients.connect()
     client.subscribe(f"/queue/kafka.{topic}", sub_id="q1", ack="client-individual",
-                     **{"activemq.prefetchSize": "10"})
+                     headers={"activemq.prefetchSize": "10"})
     held = client.messages(4, timeout=20)
     assert sorted(bodies(held)) == [b"p0-0", b"p0-1", b"p1-0", b"p1-1"]
     group = f"jmsgateway.queue.{topic}"
@@ -159,7 +159,7 @@ def test_session_timeout_keeps_held_deliveries(proxied_kafka: tuple[TansuBroker,
     try:
         client = clients.connect()
         client.subscribe(f"/queue/kafka.{topic}", sub_id="q1", ack="client-individual",
-                         **{"activemq.prefetchSize": "2"})
+                         headers={"activemq.prefetchSize": "2"})
         held = client.messages(2, timeout=20)
         assert bodies(held) == [b"r0", b"r1"]
         proxy.cut()  # no heartbeats for four session timeouts: the group drops the member

@@ -81,7 +81,7 @@ def test_kafka_routing_example_routes_keys_and_dead_letters(tmp_path: Path, kafk
     gateway.start()
     with stopped_after(gateway):
         client = Client(gateway.address)
-        client.send("/queue/orders", "order 1", receipt=True, **{"correlation-id": "c-1"})
+        client.send("/queue/orders", "order 1", receipt=True, headers={"correlation-id": "c-1"})
         client.send("/queue/orders", "no key", receipt=True)  # soft failure: to the dead-letter topic
         client.send("/topic/audit.logins", "audit 1", receipt=True, kind="audit")
         client.disconnect()
@@ -104,7 +104,7 @@ def test_pipeline_examples_ingest_then_route_on_spark(tmp_path: Path, kafka: Tan
     gateway.start()
     with stopped_after(gateway):
         client = Client(gateway.address)
-        client.send("/queue/orders", "order 1", receipt=True, **{"correlation-id": "c-1"})
+        client.send("/queue/orders", "order 1", receipt=True, headers={"correlation-id": "c-1"})
         client.send("/queue/orders", "no key", receipt=True)
         client.disconnect()
     ingested = read_records(kafka.bootstrap, "jms-ingest", 2)

@@ -78,8 +78,8 @@ def test_queued_messages_survive_a_kill(gateway: GatewayProcess) -> None:
 
 def test_durable_subscription_backlog_survives_a_kill(gateway: GatewayProcess) -> None:
     durable = {"activemq.subscriptionName": "news-reader"}
-    reader = Client(gateway.address, **{"client-id": "reader-app"})
-    reader.subscribe("/topic/news", ack="client-individual", **durable)
+    reader = Client(gateway.address, headers={"client-id": "reader-app"})
+    reader.subscribe("/topic/news", ack="client-individual", headers=durable)
     reader.disconnect()
     producer = Client(gateway.address, text=True)
     for i in range(10):
@@ -87,11 +87,11 @@ def test_durable_subscription_backlog_survives_a_kill(gateway: GatewayProcess) -
     producer.send("/topic/news", "not-kept", receipt=True)  # non-persistent: memory only, as in ActiveMQ
     gateway.kill()
     gateway.start()
-    stranger = Client(gateway.address, **{"client-id": "someone-else"})
-    stranger.subscribe("/topic/news", **durable)
+    stranger = Client(gateway.address, headers={"client-id": "someone-else"})
+    stranger.subscribe("/topic/news", headers=durable)
     assert stranger.no_message(0.5), "another client's durable subscription got the backlog"
-    reader = Client(gateway.address, **{"client-id": "reader-app"})
-    reader.subscribe("/topic/news", ack="client-individual", **durable)
+    reader = Client(gateway.address, headers={"client-id": "reader-app"})
+    reader.subscribe("/topic/news", ack="client-individual", headers=durable)
     frames = [reader.message() for _ in range(10)]
     assert [f.body.decode() for f in frames] == [f"kept-{i}" for i in range(10)]
     assert all(f.headers.get("persistent") == "true" for f in frames)
@@ -101,8 +101,8 @@ def test_durable_subscription_backlog_survives_a_kill(gateway: GatewayProcess) -
     reader.disconnect()
     gateway.kill()
     gateway.start()
-    reader = Client(gateway.address, **{"client-id": "reader-app"})
-    reader.subscribe("/topic/news", ack="client-individual", **durable)
+    reader = Client(gateway.address, headers={"client-id": "reader-app"})
+    reader.subscribe("/topic/news", ack="client-individual", headers=durable)
     assert reader.no_message(0.5), "acknowledged backlog came back"
     reader.disconnect()
 
@@ -113,7 +113,7 @@ def test_unacknowledged_client_ack_deliveries_come_back_redelivered(gateway: Gat
     for i in range(6):
         producer.send(destination, f"m{i}", receipt=True, persistent="true")
     consumer = Client(gateway.address)
-    consumer.subscribe(destination, ack="client-individual", **{"activemq.prefetchSize": "4"})
+    consumer.subscribe(destination, ack="client-individual", headers={"activemq.prefetchSize": "4"})
     frames = consumer.messages(4)
     assert [f.body.decode() for f in frames] == ["m0", "m1", "m2", "m3"]
     assert not any(f.headers.get("redelivered") == "true" for f in frames)
@@ -246,7 +246,7 @@ def test_a_full_disk_refuses_sends_and_keeps_serving_consumers(tmp_path: Path, s
         gateway.start()
         destination = queue_name()
         consumer = Client(gateway.address)
-        consumer.subscribe(destination, ack="client-individual", **{"activemq.prefetchSize": "1000"})
+        consumer.subscribe(destination, ack="client-individual", headers={"activemq.prefetchSize": "1000"})
         accepted: list[str] = []
         producer = Client(gateway.address, text=True)
         for index in range(1_000):

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ class Producer(threading.Thread):
                 bodies = [f"{self.name}-{count + i}" for i in range(1 if self.mode == "each" else 5)]
                 count += len(bodies)
                 self.ledger.add("sent", bodies)
-                if not receipted(client, lambda receipt, bodies=bodies: self.send(connection, bodies, receipt)):
+                if not receipted(client, partial(self.send, connection, bodies)):
                     return
                 self.ledger.add("receipted", bodies)
         except Exception:  # the connection died under a send: expected at the kill
@@ -128,7 +129,7 @@ class Consumer(threading.Thread):
     def run(self) -> None:
         try:
             client = Client(self.address)
-            client.subscribe(QUEUE, ack=self.ack, **{"activemq.prefetchSize": "20"})
+            client.subscribe(QUEUE, ack=self.ack, headers={"activemq.prefetchSize": "20"})
             self.last_delivery = time.monotonic()
             self.subscribed = True
         except Exception:
@@ -152,7 +153,11 @@ class Consumer(threading.Thread):
                 pending.add(body)
                 ack_id = frame.headers["ack"]
                 self.ledger.add("ack_sent", [body])
-                if not receipted(client, lambda receipt, ack_id=ack_id: client.connection.ack(ack_id, receipt=receipt)):
+
+                def ack(receipt: str, ack_id: str = ack_id) -> None:
+                    client.connection.ack(ack_id, receipt=receipt)
+
+                if not receipted(client, ack):
                     break
                 pending.discard(body)
                 self.ledger.add("acked", [body])

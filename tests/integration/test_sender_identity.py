@@ -77,7 +77,7 @@ def test_embedded_consumer_sees_the_verified_login(clients: StompClients) -> Non
     alice = clients.connect(login="alice", passcode=PASSWORDS["alice"])
     alice.subscribe(queue)
     eve = clients.connect(login="eve", passcode=PASSWORDS["eve"])
-    eve.send(queue, "who am I", receipt=True, **FORGED)
+    eve.send(queue, "who am I", receipt=True, headers=FORGED)
     headers = alice.message().headers
     assert headers["JMSXUserID"] == "eve" and headers["user-id"] == "eve"
     assert "passcode" not in headers and "login" not in headers
@@ -89,7 +89,7 @@ def test_jms_consumer_sees_the_verified_login(clients: StompClients, jms: JmsCli
                                               receipt: bool) -> None:
     queue = "/queue/" + unique(prefix)
     eve = clients.connect(login="eve", passcode=PASSWORDS["eve"])
-    eve.send(queue, "who am I", receipt=receipt, **FORGED)
+    eve.send(queue, "who am I", receipt=receipt, headers=FORGED)
     received = jms.receive(queue, 10)
     assert received is not None
     if prefix == "jmsapi":
@@ -105,7 +105,7 @@ def test_kafka_record_carries_the_verified_login(clients: StompClients, kafka_bo
     topic = unique_topic("identity")
     create_topics(kafka_bootstrap, topic)
     eve = clients.connect(login="eve", passcode=PASSWORDS["eve"])
-    eve.send(f"/topic/kafka.{topic}", "who am I", receipt=receipt, **FORGED)
+    eve.send(f"/topic/kafka.{topic}", "who am I", receipt=receipt, headers=FORGED)
     [record] = read_records(kafka_bootstrap, topic, 1, settle=0.5)
     headers = dict(record.headers())
     assert headers["jms.JMSXUserID"] == b"eve"

@@ -5,7 +5,7 @@ charsets.  Raw sockets (tests/support/raw_stomp.py) so every write is exactly wh
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -28,7 +28,7 @@ def subscriber(address: tuple[str, int], destination: str, version: str = "1.2",
     return client
 
 
-def commands(items: list[object]) -> list[str]:
+def commands(items: Sequence[object]) -> list[str]:
     return [item.command if isinstance(item, Frame) else repr(item) for item in items]
 
 

@@ -248,7 +248,7 @@ def test_a_closed_peer_that_stopped_reading_is_aborted_and_its_messages_go_to_an
     consumer = Client(gateway.address)
     consumer.subscribe(queue, ack="client-individual")
     started = time.monotonic()
-    received = set()
+    received: set[int] = set()
     deadline = started + 15  # heart-beat limit 1.5s + close_timeout_ms 5s + delivery
     while len(received) < 20 and time.monotonic() < deadline:
         with contextlib.suppress(AssertionError):

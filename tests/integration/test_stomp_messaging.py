@@ -73,7 +73,7 @@ def test_message_headers(stomp: StompClients, version: str) -> None:
     producer = stomp.connect(version)
     consumer = stomp.connect(version)
     consumer.subscribe(queue, "s1")
-    producer.send(queue, "payload", receipt=True, **{
+    producer.send(queue, "payload", receipt=True, headers={
         "correlation-id": "corr-1", "reply-to": "/queue/replies", "type": "order", "persistent": "true",
         "priority": "7", "x-user": "ünïcode:value",
     })
@@ -237,7 +237,7 @@ def test_prefetch_limits_unacknowledged_deliveries(stomp: StompClients) -> None:
     for i in range(4):
         producer.send(queue, f"m{i}", receipt=True)
     slow = stomp.connect("1.2")
-    slow.subscribe(queue, "s1", ack="client-individual", **{"activemq.prefetchSize": "1"})
+    slow.subscribe(queue, "s1", ack="client-individual", headers={"activemq.prefetchSize": "1"})
     held = slow.message()
     assert slow.no_message(0.3)
     fast = stomp.connect("1.2")
@@ -316,7 +316,7 @@ def test_request_reply_through_a_temporary_queue(stomp: StompClients) -> None:
     server.subscribe(service_queue, "svc")
     requester = stomp.connect("1.2")
     requester.subscribe("/temp-queue/replies", "r")
-    requester.send(service_queue, "ping", receipt=True, **{"reply-to": "/temp-queue/replies"})
+    requester.send(service_queue, "ping", receipt=True, headers={"reply-to": "/temp-queue/replies"})
     request = server.message()
     reply_to = request.headers["reply-to"]
     assert reply_to.startswith("/remote-temp-queue/")
@@ -342,7 +342,7 @@ def test_durable_subscription_keeps_messages_while_away(stomp: StompClients, nam
     topic = dest("topic")
     client_id = f"client-{uuid.uuid4().hex[:6]}"
     subscriber = stomp.connect("1.2", **{"client-id": client_id})
-    subscriber.subscribe(topic, "d1", ack="client-individual", **{name_header: "sub"})
+    subscriber.subscribe(topic, "d1", ack="client-individual", headers={name_header: "sub"})
     producer = stomp.connect("1.2")
     producer.send(topic, "while here", receipt=True)
     subscriber.ack(subscriber.message())
@@ -350,7 +350,7 @@ def test_durable_subscription_keeps_messages_while_away(stomp: StompClients, nam
     producer.send(topic, "while away 1", receipt=True)
     producer.send(topic, "while away 2", receipt=True)
     back = stomp.connect("1.2", **{"client-id": client_id})
-    back.subscribe(topic, "d1", ack="client-individual", **{name_header: "sub"})
+    back.subscribe(topic, "d1", ack="client-individual", headers={name_header: "sub"})
     frames = back.messages(2)
     assert [f.body for f in frames] == [b"while away 1", b"while away 2"]
     for frame in frames:
@@ -359,7 +359,7 @@ def test_durable_subscription_keeps_messages_while_away(stomp: StompClients, nam
     producer.send(topic, "after unsubscribe", receipt=True)
     back.disconnect()
     last = stomp.connect("1.2", **{"client-id": client_id})
-    last.subscribe(topic, "d1", **{name_header: "sub"})
+    last.subscribe(topic, "d1", headers={name_header: "sub"})
     assert last.no_message(0.4)
 
 

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import websocket
@@ -61,7 +62,7 @@ class Secured:
     def client(self, transport: str, login: str, **headers: str) -> Client:
         port = self.ws_port if transport == "ws" else self.process.port
         return Client(("127.0.0.1", port), "1.2", ws_path="/" if transport == "ws" else None,
-                      login=login, passcode=PASSWORDS[login], **headers)
+                      login=login, passcode=PASSWORDS[login], headers=headers)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_another_login_cannot_take_over_a_durable_subscription(secured: Secured,
     client_id, name = f"alice-{uuid.uuid4().hex[:8]}", "alerts"
     topic = f"/topic/alerts.{uuid.uuid4().hex[:8]}"
     alice = secured.client(transport, "alice", **{"client-id": client_id})
-    alice.subscribe(topic, "d1", ack="client-individual", **durable(name))
+    alice.subscribe(topic, "d1", ack="client-individual", headers=durable(name))
     alice.disconnect()
     producer = secured.client(transport, "alice")
     producer.send(topic, "kept for alice", receipt=True)
@@ -107,7 +108,7 @@ def test_another_login_cannot_take_over_a_durable_subscription(secured: Secured,
     assert error is not None and error.headers["message"] == "durable subscription 'alerts' belongs to another login"
     carol.drop()
     back = secured.client(transport, "alice", **{"client-id": client_id})
-    back.subscribe(topic, "d1", ack="client-individual", **durable(name))
+    back.subscribe(topic, "d1", ack="client-individual", headers=durable(name))
     message = back.message()
     assert message.body == b"kept for alice"
     back.ack(message)
@@ -256,7 +257,7 @@ def test_a_kafka_topic_under_another_name_needs_the_grant_of_every_name(
 # -- WebSocket Origin (#10) ----------------------------------------------------------------------
 
 
-def ws_handshake(port: int, **options: object) -> websocket.WebSocket:
+def ws_handshake(port: int, **options: Any) -> websocket.WebSocket:
     return websocket.create_connection(f"ws://127.0.0.1:{port}/", subprotocols=["v12.stomp"], timeout=10,
                                        **options)
 
@@ -274,7 +275,8 @@ def test_a_websocket_handshake_from_another_origin_is_refused(secured: Secured) 
         ws = ws_handshake(secured.ws_port, **options)  # same origin; no Origin (not a browser)
         try:
             ws.send(f"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:{PASSWORDS['alice']}\n\n\x00")
-            assert ws.recv().startswith("CONNECTED")
+            received = ws.recv()
+            assert isinstance(received, str) and received.startswith("CONNECTED")
         finally:
             ws.close()
 

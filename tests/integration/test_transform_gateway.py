@@ -106,7 +106,7 @@ def test_inbound_chain_from_a_shipped_plugin(clients: StompClients) -> None:
     queue = name("hm")
     consumer = clients.connect()
     consumer.subscribe(queue, "s")
-    clients.connect().send(queue, "body", receipt=True, **{"x-old": "value"})
+    clients.connect().send(queue, "body", receipt=True, headers={"x-old": "value"})
     frame = consumer.message()
     assert frame.headers["x-new"] == "value"
     assert "x-old" not in frame.headers

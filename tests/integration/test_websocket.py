@@ -272,7 +272,9 @@ def test_an_oversize_message_is_refused_and_the_gateway_stays_healthy(
     large.connect()
     send = f"SEND\ndestination:{queue}\nreceipt:big\n\n".encode() + b"x" * (16 * MAX_FRAME_SIZE) + b"\x00"
     # Only the start of the message goes out: its header announces 1 MiB, which is enough to refuse it.
-    large.socket.sock.sendall(ABNF.create_frame(send, TEXT).format()[:4096])
+    sock = large.socket.sock
+    assert sock is not None
+    sock.sendall(ABNF.create_frame(send, TEXT).format()[:4096])
     opcode, command, headers, body = large.frame()
     assert (opcode, command, headers["message"]) == (TEXT, "ERROR", "frame too large")
     assert f"limit of {MAX_FRAME_SIZE} bytes".encode() in body

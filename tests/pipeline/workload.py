@@ -20,7 +20,8 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred, DeferredList
 
 from gateway.config import GatewayConfig, parse_config
-from gateway.connectors.kafka import KafkaConnector, KafkaSettings
+from gateway.connectors.kafka import KafkaConnector
+from gateway.connectors.kafka_settings import KafkaSettings
 from gateway.message.kafka_records import message_to_record
 from gateway.message.model import BytesMessage, Message, TextMessage
 from gateway.routing.config import parse_routing_config

@@ -109,7 +109,12 @@ class Console:
 
     def click(self, css: str) -> None:
         """Click the element at ``css`` (found again if a refresh replaced it)."""
-        self.wait(lambda: self.find(css).click() or True, what=f"a click on {css}")
+
+        def clicked() -> bool:
+            self.find(css).click()
+            return True
+
+        self.wait(clicked, what=f"a click on {css}")
 
     def confirm(self, answer: bool = True, screenshot: Path | None = None) -> str:
         """Answer the page's confirmation dialog (after a screenshot of it, if asked); the question it asked."""

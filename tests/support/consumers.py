@@ -19,8 +19,9 @@ class CollectingConsumer:
         self.deliveries: list[tuple[Message, Any]] = []
         self.failures: list[Exception] = []
 
-    def deliver(self, message: Message, tag: Any) -> None:
+    def deliver(self, message: Message, tag: Any) -> bool | None:
         self.deliveries.append((message, tag))
+        return None  # (taken: a session that keeps the message answers None)
 
     def subscription_failed(self, reason: Exception) -> None:
         self.failures.append(reason)

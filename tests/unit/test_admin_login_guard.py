@@ -5,7 +5,7 @@ success (even of a login the realm then refuses) forgives only that login's fail
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, cast
 
 from twisted.cred.checkers import ICredentialsChecker
 from twisted.cred.credentials import IUsernamePassword
@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web.guard import BasicCredentialFactory
 from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 
@@ -33,10 +33,10 @@ class HeldChecker:
     credentialInterfaces = (IUsernamePassword,)
 
     def __init__(self) -> None:
-        self.held: list[tuple[Any, Deferred[bytes]]] = []
+        self.held: list[tuple[Any, Deferred[bytes | tuple[()]]]] = []
 
-    def requestAvatarId(self, credentials: Any) -> Deferred[bytes]:
-        d: Deferred[bytes] = Deferred()
+    def requestAvatarId(self, credentials: Any) -> Deferred[bytes | tuple[()]]:
+        d: Deferred[bytes | tuple[()]] = Deferred()
         self.held.append((credentials, d))
         return d
 
@@ -70,7 +70,8 @@ def request(guard: LoginGuard, login: str, password: str) -> DummyRequest:
     req.client = IPv4Address("TCP", "10.0.0.1", 40000)
     req.requestHeaders.setRawHeaders(b"authorization",
                                      [b"Basic " + base64.b64encode(f"{login}:{password}".encode())])
-    resource = guard.resource_for(req).getChildWithDefault(b"status", req)
+    # (DummyRequest stands in for twisted.web's Request: it has what the guard reads)
+    resource = guard.resource_for(cast(Request, req)).getChildWithDefault(b"status", req)
     result = resource.render(req)
     if result is not NOT_DONE_YET:
         req.write(result)

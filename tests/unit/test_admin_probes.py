@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.web.test.requesthelper import DummyRequest
-
-from gateway.admin.site import admin_resource, admin_site
+from gateway.admin.site import AdminSite, admin_resource, admin_site
+from tests.support.web_requests import Request
 from tests.unit.test_admin import BRIDGES, USERS, Reporting, call, gateway_for
 
 
@@ -78,7 +77,7 @@ def _logged(site: Any, method: bytes, path: bytes) -> list[str]:
             lines.append(line)
 
     site.logFile = File()
-    request = DummyRequest([path])
+    request = Request([path])
     request.method = method
     request.path = path
     site.log(request)
@@ -92,5 +91,6 @@ def test_probes_and_scrapes_stay_out_of_the_access_log() -> None:
         assert _logged(site, b"GET", path) == [], path
     assert _logged(site, b"GET", b"/status") != []
     assert _logged(site, b"POST", b"/readyz") != []
+    assert isinstance(site, AdminSite)
     site.log_probes = True
     assert _logged(site, b"GET", b"/livez") != []

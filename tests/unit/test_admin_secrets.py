@@ -57,7 +57,7 @@ CONNECTORS = {
 }
 
 
-def shown(document: Any) -> str:
+def shown(document: Any) -> bytes | str:
     return document if isinstance(document, bytes | str) else json.dumps(document)
 
 

@@ -3,6 +3,8 @@ session asking them (StringTransport with a Clock)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prometheus_client import CollectorRegistry
 from twisted.internet.task import Clock
@@ -11,7 +13,7 @@ from zope.interface.verify import verifyObject
 from gateway.broker.broker import EmbeddedBroker
 from gateway.config import parse_config
 from gateway.errors import ConfigError
-from gateway.interfaces import IAuthorizer
+from gateway.interfaces import IAuthorizer, Permission
 from gateway.message.destinations import destination_matches
 from gateway.routing.destination_map import DestinationMap
 from gateway.security.auth import build_portal
@@ -31,7 +33,7 @@ ENTRIES = [
 ]
 
 
-def authorizer(entries: list[dict[str, object]] | None = None, registry: CollectorRegistry | None = None
+def authorizer(entries: list[Any] | None = None, registry: CollectorRegistry | None = None
                ) -> DestinationAuthorizer:
     groups = parse_groups(GROUPS)
     return DestinationAuthorizer(parse_authorization(ENTRIES if entries is None else entries, groups), groups,
@@ -54,7 +56,7 @@ def test_matcher(destination: str, pattern: str, expected: bool) -> None:
 def test_permits_matrix() -> None:
     auth = authorizer()
     assert verifyObject(IAuthorizer, auth)
-    cases = {
+    cases: dict[tuple[str, Permission, str], bool] = {
         ("alice", "read", "/queue/orders.us"): True,
         ("alice", "write", "/queue/orders.us"): True,
         ("alice", "admin", "/queue/orders.us"): True,

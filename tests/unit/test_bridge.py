@@ -23,6 +23,7 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.errors import ConnectorError, ConnectorUnavailable
 from gateway.interfaces import IConsumer, IHeldMessages, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
+from tests.support.messages import texts_of
 
 
 @implementer(ISubscription)
@@ -64,6 +65,7 @@ class FlakyConnector:
     def __init__(self, broker: EmbeddedBroker, name: str = "flaky") -> None:
         self.broker = broker
         self.name = name
+        self.capabilities = broker.capabilities
         self.fail_sends = 0
         self.fail_subscribes = 0
         self.fail_acks = 0
@@ -178,8 +180,8 @@ class Rig:
         queue = self.broker.queues.get(destination)
         return [] if queue is None else queue.messages()
 
-    def bodies(self, destination: str = "/queue/dst") -> list[str | None]:
-        return [m.text for m in self.drain(destination) if isinstance(m, TextMessage)]
+    def bodies(self, destination: str = "/queue/dst") -> list[str]:
+        return texts_of(self.drain(destination))
 
     def pending_at_source(self, destination: str = "/queue/src") -> int:
         queue = self.broker.queues.get(destination)

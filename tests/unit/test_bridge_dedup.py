@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
 
 from gateway.bridges.dedup import DuplicateStore, inline_executor
 from gateway.errors import StoreError
@@ -52,13 +54,23 @@ def test_ids_expire_after_the_window(tmp_path: Path) -> None:
     again.close()
 
 
+def failures_into(failures: list[BaseException]) -> Callable[[Failure], None]:
+    """An errback that keeps each error in ``failures``."""
+
+    def keep(failure: Failure) -> None:
+        assert failure.value is not None
+        failures.append(failure.value)
+
+    return keep
+
+
 def test_a_corrupt_file_is_a_store_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.sqlite"
     path.write_bytes(b"this is not a database" * 100)
     store = DuplicateStore(str(path), Clock(), executor=inline_executor)
     store.register("a", 1000)
-    failures: list[Exception] = []
-    store.open().addErrback(lambda f: failures.append(f.value))
+    failures: list[BaseException] = []
+    store.open().addErrback(failures_into(failures))
     assert len(failures) == 1 and isinstance(failures[0], StoreError)
     assert str(path) in str(failures[0])
 
@@ -68,8 +80,8 @@ def test_recording_on_a_closed_store_fails() -> None:
     store.register("a", 1000)
     store.open()
     store.close()
-    failures: list[Exception] = []
-    store.record("a", ["ID:1"]).addErrback(lambda f: failures.append(f.value))
+    failures: list[BaseException] = []
+    store.record("a", ["ID:1"]).addErrback(failures_into(failures))
     assert failures and isinstance(failures[0], StoreError)
 
 

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from twisted.internet.defer import fail, succeed
+from zope.interface import implementer
 
 from gateway.bridges.bridge import Bridge, source_key
 from gateway.bridges.probe import target_message_id
 from gateway.errors import ConnectorUnavailable, MessageRefused, StaleDelivery
 from gateway.identity import ID_FILE, installation_id, resolve_gateway_id
+from gateway.interfaces import IConsumer
 from gateway.message.model import Message
 from tests.unit.test_bridge import FlakyConnector, FlakySubscription, Rig, text
 
@@ -227,6 +229,7 @@ def test_at_most_once_gives_up_a_batch_in_doubt_at_a_target_that_cannot_tell() -
     assert rig.bodies() == ["a", "b", "c", "d"]
 
 
+@implementer(IConsumer)
 class _HeldBack:
     """A consumer shim: what a new subscription delivers waits until the subscription is confirmed."""
 

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail
+from zope.interface import implementer
 
 from gateway.bridges.in_doubt import MAX_BACKOFF_S
 from gateway.bridges.probe import target_message_id
 from gateway.errors import ConnectorUnavailable
+from gateway.interfaces import IConsumer
 from gateway.message.model import Message
 from tests.unit.test_bridge import Rig, text
 
@@ -155,6 +157,7 @@ def redelivering(rig: Rig, flagged: Callable[[str], bool]) -> None:
     real = rig.source.subscribe
 
     def subscribe(spec: Any, consumer: Any) -> Any:
+        @implementer(IConsumer)
         class Redelivering:
             def deliver(self, message: Message, tag: Any) -> Any:
                 copy = message.copy()
@@ -187,9 +190,9 @@ def slow_duplicate_store(rig: Rig) -> None:
     assert rig.store is not None
     real = rig.store.known
 
-    def known(name: str, keys: list[str]) -> Deferred[set[str]]:
+    def known(bridge: str, message_ids: list[str]) -> Deferred[set[str]]:
         answer: Deferred[set[str]] = Deferred()
-        rig.clock.callLater(0.01, lambda: real(name, keys).chainDeferred(answer))
+        rig.clock.callLater(0.01, lambda: real(bridge, message_ids).chainDeferred(answer))
         return answer
 
     rig.store.known = known  # type: ignore[method-assign]

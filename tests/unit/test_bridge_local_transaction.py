@@ -14,7 +14,7 @@ from gateway.bridges.bridge import Bridge
 from gateway.bridges.config import parse_bridge
 from gateway.bridges.service import build_bridge_service
 from gateway.errors import ConnectorUnavailable, MessageRefused
-from gateway.interfaces import ILocalTransactionSource, ITransactedSubscription, SubscriptionSpec
+from gateway.interfaces import Capability, ILocalTransactionSource, ITransactedSubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 
 
@@ -55,6 +55,7 @@ class FakeTransacted:
 @implementer(ILocalTransactionSource)
 class FakeProvider:
     name = "jms"
+    capabilities: frozenset[Capability] = frozenset()
 
     def __init__(self) -> None:
         self.subscriptions: list[FakeTransacted] = []
@@ -113,6 +114,7 @@ def test_once_and_only_once_within_one_provider_sends_and_acks_in_one_transactio
     clock, provider = Clock(), FakeProvider()
     service = build_bridge_service([config("ONCE_AND_ONLY_ONCE")], {"jms": provider}, clock, data_dir="/nonexistent")
     bridge = service.bridge("local")
+    assert isinstance(bridge, Bridge)
     assert service.dedup is None and bridge.dedup is None  # no duplicate store
     bridge.start()
     assert provider.subscriptions[0].spec.prefetch == 5 and provider.batch_times == [50]
@@ -124,7 +126,7 @@ def test_once_and_only_once_within_one_provider_sends_and_acks_in_one_transactio
 
 def test_a_failed_local_transaction_resubscribes_and_the_batch_comes_again() -> None:
     clock, provider = Clock(), FakeProvider()
-    bridge = Bridge(config("ONCE_AND_ONLY_ONCE"), provider, provider, clock=clock)  # type: ignore[arg-type]
+    bridge = Bridge(config("ONCE_AND_ONLY_ONCE"), provider, provider, clock=clock)
     provider.refuse = 1
     bridge.start()
     provider.deliver(5)
@@ -140,11 +142,11 @@ def test_a_message_the_target_refuses_for_good_fails_the_bridge_at_once() -> Non
     only bring it back to be refused again, until the provider's redelivery limit moved the
     message away (the fault matrix saw ActiveMQ put it in its DLQ: lost to the bridge)."""
     clock, provider = Clock(), FakeProvider()
-    bridge = Bridge(config("ONCE_AND_ONLY_ONCE"), provider, provider, clock=clock)  # type: ignore[arg-type]
+    bridge = Bridge(config("ONCE_AND_ONLY_ONCE"), provider, provider, clock=clock)
     provider.refuse_for_good = True
     bridge.start()
     provider.deliver(5)
-    assert bridge.state == "failed" and "for good" in bridge.last_error
+    assert bridge.state == "failed" and bridge.last_error is not None and "for good" in bridge.last_error
     assert provider.subscriptions[0].closed and provider.committed == []
     clock.advance(1.0)
     assert len(provider.subscriptions) == 1, "no resubscription"
@@ -152,7 +154,7 @@ def test_a_message_the_target_refuses_for_good_fails_the_bridge_at_once() -> Non
 
 def test_non_persistent_messages_are_acknowledged_in_the_transaction_but_not_sent() -> None:
     clock, provider = Clock(), FakeProvider()
-    bridge = Bridge(config("ONCE_AND_ONLY_ONCE"), provider, provider, clock=clock)  # type: ignore[arg-type]
+    bridge = Bridge(config("ONCE_AND_ONLY_ONCE"), provider, provider, clock=clock)
     bridge.start()
     provider.deliver(5, persistent=False)
     assert provider.committed == [([], [("tag", 1, i) for i in range(5)])]
@@ -160,7 +162,7 @@ def test_non_persistent_messages_are_acknowledged_in_the_transaction_but_not_sen
 
 def test_other_modes_use_the_batches_and_acknowledge_them() -> None:
     clock, provider = Clock(), FakeProvider()
-    bridge = Bridge(config("DUPLICATES_OK"), provider, provider, clock=clock)  # type: ignore[arg-type]
+    bridge = Bridge(config("DUPLICATES_OK"), provider, provider, clock=clock)
     bridge.start()
     assert provider.subscriptions[0].spec.prefetch == 5
     provider.deliver(5)

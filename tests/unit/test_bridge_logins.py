@@ -40,5 +40,7 @@ def test_bridges_with_the_same_login_share_one_private_connection() -> None:
     configs = [bridge("a", "alice"), bridge("b", "alice"), bridge("c", "bob")]
     service = build_bridge_service(configs, {"amq": shared, "embedded": EmbeddedBroker(Clock())},
                                    Clock(), registry=CollectorRegistry())
-    ids = sorted(connector.settings.client_id for connector in service.owned_connectors)
+    owned = [connector for connector in service.owned_connectors if isinstance(connector, StompBrokerConnector)]
+    assert len(owned) == len(service.owned_connectors), "each login's own STOMP connector"
+    ids = sorted(connector.settings.client_id for connector in owned)
     assert ids == ["gw-amq.alice", "gw-amq.bob"]

@@ -73,7 +73,7 @@ def test_a_second_process_on_one_data_dir_stands_by_until_the_first_goes(
     assert service.bridge("b").state == "running"
     service.stopService()
     clock.advance(1)
-    assert not service.lock.held  # type: ignore[union-attr]
+    assert not service.lock.held
 
 
 def test_a_bridge_subscribes_as_the_exclusive_consumer() -> None:

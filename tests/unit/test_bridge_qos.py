@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.task import Clock
 from zope.interface.verify import verifyObject
 
-from gateway.bridges.config import QOS_MODES, QOS_STRATEGIES, parse_bridge
+from gateway.bridges.config import QOS_MODES, QOS_STRATEGIES, BridgeConfig, parse_bridge
 from gateway.bridges.qos import (
     AtMostOnce,
     BatchQuality,
@@ -21,7 +21,7 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.interfaces import BridgeState, IBridge
 
 
-def config(qos: str) -> object:
+def config(qos: str) -> BridgeConfig:
     return parse_bridge({"name": f"b-{qos.lower()}", "qos": qos,
                          "source": {"connector": "embedded", "destination": "/queue/src"},
                          "target": {"connector": "embedded", "destination": "/queue/dst"}}, 0, "t.toml", {"embedded"})
@@ -37,7 +37,7 @@ def test_every_mode_of_the_registry_resolves_to_strategy_classes() -> None:
 
 def test_each_mode_picks_its_strategy_between_two_embedded_ends() -> None:
     broker = EmbeddedBroker(Clock())
-    picked = {mode: type(batch_quality(config(mode), broker, broker)) for mode in QOS_MODES}  # type: ignore[arg-type]
+    picked = {mode: type(batch_quality(config(mode), broker, broker)) for mode in QOS_MODES}
     assert picked == {"AT_MOST_ONCE": AtMostOnce, "DUPLICATES_OK": DuplicatesOk,
                       "ONCE_AND_ONLY_ONCE": OnceAndOnlyOnce}
 

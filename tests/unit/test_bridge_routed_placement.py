@@ -12,7 +12,9 @@ from tests.unit.test_routing_service import make, message, sample
 
 def test_a_routed_copy_becomes_the_routes_record() -> None:
     router, *_ = make()
-    _, topic, key, place = router.transactional_target("/queue/foo")
+    target = router.transactional_target("/queue/foo")
+    assert not isinstance(target, str), target
+    _, topic, key, place = target
     assert (topic, key) == ("foo-topic", "msg.header.CorrelationId")
     record = place(message("/queue/foo"))
     assert record is not None and record[0] == "foo-topic" and record[1] == b"k1"

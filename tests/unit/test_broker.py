@@ -14,6 +14,7 @@ from gateway.broker.settings import BrokerSettings
 from gateway.errors import DestinationError
 from gateway.interfaces import IConsumer, IPostingConnector, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
+from tests.support.messages import texts_of
 
 
 @implementer(IConsumer)
@@ -28,8 +29,8 @@ class Sink:
     def subscription_failed(self, reason: Exception) -> None:
         self.failed.append(reason)
 
-    def texts(self) -> list[str | None]:
-        return [m.text for m, _ in self.got if isinstance(m, TextMessage)]
+    def texts(self) -> list[str]:
+        return texts_of(m for m, _ in self.got)
 
 
 def text(destination: str, body: str, **fields: Any) -> TextMessage:
@@ -179,7 +180,7 @@ def test_the_only_consumer_served_on_arrival_keeps_order_and_memory(broker: Embe
     sink.full = False
     broker.send(text("/queue/q", "d"))  # (the consumer is paused: it waits behind the others)
     assert sink.texts() == ["a"]
-    sub.resume()  # type: ignore[attr-defined]
+    sub.resume()
     assert sink.texts() == ["a", "c", "b", "d"] and len(queue) == 0 and broker.memory.used == 0
     broker.send(text("/queue/q", "e", expiration=broker.now_ms() - 1))  # expired: never delivered
     broker.send(text("/queue/q", "f"))

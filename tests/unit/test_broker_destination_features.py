@@ -22,6 +22,7 @@ from gateway.broker.wildcards import is_wildcard, matches
 from gateway.errors import DestinationError
 from gateway.interfaces import ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
+from tests.support.messages import text_of
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
 from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
@@ -107,7 +108,7 @@ def test_a_browse_delivers_a_snapshot_then_the_end_marker(broker: EmbeddedBroker
     end, _ = sink.got[-1]
     assert end.properties == {"browser": "end"} and end.message_id == "0" and end.destination == "/queue/q"
     browser.ack([tag for _, tag in sink.got])  # (acknowledging consumes nothing)
-    assert [m.text for m in broker.queues["/queue/q"].messages()] == ["m2", "m0", "m1", "later"]
+    assert [text_of(m) for m in broker.queues["/queue/q"].messages()] == ["m2", "m0", "m1", "later"]
 
 
 def test_a_browse_applies_its_selector_and_an_empty_queue_gives_the_marker_alone(broker: EmbeddedBroker) -> None:
@@ -186,9 +187,9 @@ def test_a_composite_send_reaches_every_part_each_under_its_own_name(broker: Emb
     broker.send(text("/queue/a,/topic/b,/queue/c", "x")).addCallback(outcomes.append)
     subscribe(broker, queue, destination="/queue/a")
     assert outcomes == [None]
-    assert [(m.destination, m.text) for m, _ in queue.got] == [("/queue/a", "x")]
-    assert [(m.destination, m.text) for m, _ in topic.got] == [("/topic/b", "x")]
-    assert [m.text for m in broker.queues["/queue/c"].messages()] == ["x"]
+    assert [(m.destination, text_of(m)) for m, _ in queue.got] == [("/queue/a", "x")]
+    assert [(m.destination, text_of(m)) for m, _ in topic.got] == [("/topic/b", "x")]
+    assert [text_of(m) for m in broker.queues["/queue/c"].messages()] == ["x"]
 
 
 def test_a_bad_composite_is_refused_and_nothing_is_sent(broker: EmbeddedBroker) -> None:
@@ -258,7 +259,7 @@ def test_wildcard_subscribers_get_what_their_pattern_matches(broker: EmbeddedBro
     for n, topic in enumerate(["/topic/orders.books.eu", "/topic/orders.toys.us", "/topic/orders.toys.eu",
                                "/topic/orders.a.b.eu", "/topic/other.x.eu"]):
         broker.send(text(topic, f"m{n}", properties={"n": n}))
-    assert [(m.destination, m.text) for m, _ in one.got] == [("/topic/orders.books.eu", "m0"),
+    assert [(m.destination, text_of(m)) for m, _ in one.got] == [("/topic/orders.books.eu", "m0"),
                                                              ("/topic/orders.toys.eu", "m2")]
     assert rest.texts() == ["m2", "m3"] and exact.texts() == ["m0"]
     closing.close()
@@ -289,7 +290,7 @@ def grouped(body: str, group: str, seq: int | None = None) -> TextMessage:
 
 
 def firsts(sink: Sink) -> list[str | None]:
-    return [m.text for m, _ in sink.got if m.properties.get("JMSXGroupFirstForConsumer") is True]
+    return [text_of(m) for m, _ in sink.got if m.properties.get("JMSXGroupFirstForConsumer") is True]
 
 
 def test_a_group_sticks_to_one_consumer_and_its_first_message_says_so(broker: EmbeddedBroker) -> None:

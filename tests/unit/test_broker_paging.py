@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
+from twisted.python.failure import Failure
 
 from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
@@ -33,6 +34,8 @@ from gateway.broker.store.snapshot import Snapshot
 from gateway.errors import DestinationFull
 from gateway.interfaces import SubscriptionSpec
 from gateway.message.model import TextMessage
+from tests.support.log_events import observer
+from tests.support.messages import text_of
 from tests.unit.test_store_broker import Run, Sink, text
 
 ONE = message_size(text("/queue/q", "m000"))
@@ -213,8 +216,8 @@ def test_paged_messages_expire(run: Run) -> None:
     assert broker.queues["/queue/e"].paged > 30
     run.clock.advance(2)  # (the broker's expiry check runs)
     assert broker.metrics.expired.count == 45 and broker.queues["/queue/e"].paged == 0
-    assert broker.queues["/queue/e"].messages() and [m.text for m in broker.queues["/queue/e"].messages()] \
-        == bodies(5)  # type: ignore[attr-defined]
+    assert broker.queues["/queue/e"].messages() and [text_of(m) for m in broker.queues["/queue/e"].messages()] \
+        == bodies(5)
     run.restart()
     assert run.broker is not None
     assert len(run.broker.queues["/queue/e"]) == 5  # the store forgot the expired ones too
@@ -317,7 +320,7 @@ def test_the_page_file_is_deleted_at_start_and_stop(tmp_path: Path) -> None:
 
 def test_paging_is_logged_once_per_episode(run: Run) -> None:
     events: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(events.append)
+    globalLogPublisher.addObserver(observer(events.append))
     try:
         broker = run.broker
         assert broker is not None
@@ -327,7 +330,7 @@ def test_paging_is_logged_once_per_episode(run: Run) -> None:
         run.wait(subscription.close())
         run.send(*[text("/queue/l", body) for body in bodies(60)])
     finally:
-        globalLogPublisher.removeObserver(events.append)
+        globalLogPublisher.removeObserver(observer(events.append))
     warnings = [e for e in events if e.get("log_level") == LogLevel.warn]
     paging = [e for e in warnings if "paging its messages" in e.get("log_format", "")]
     memory = [e for e in warnings if "memory limit reached" in e.get("log_format", "")]
@@ -354,7 +357,7 @@ def test_metrics_show_memory_and_paging() -> None:
 # -- BLOCK, FAIL, DROP -------------------------------------------------------------------
 
 
-def limited(policy: str, **fields: Any) -> EmbeddedBroker:
+def limited(policy: Literal["PAGE", "BLOCK", "FAIL", "DROP"], **fields: Any) -> EmbeddedBroker:
     broker = EmbeddedBroker(Clock(), BrokerSettings(
         destinations={"/queue/limited.>": DestinationLimits(max_size=3 * LIMITED, full_policy=policy)}, **fields))
     broker.start()
@@ -368,7 +371,7 @@ def test_fail_refuses_the_send_naming_destination_and_limit_and_stores_nothing()
     refused = broker.send(text("/queue/limited.a", "over", persistent=False))
     failure = refused.result
     refused.addErrback(lambda _: None)
-    assert isinstance(failure.value, DestinationFull)
+    assert isinstance(failure, Failure) and isinstance(failure.value, DestinationFull)
     assert "/queue/limited.a" in str(failure.value) and f"max_size {3 * LIMITED} bytes" in str(failure.value)
     assert len(broker.queues["/queue/limited.a"]) == 3
     assert broker.metrics.refused_full.count == 1
@@ -447,14 +450,14 @@ def test_a_page_file_that_cannot_be_written_keeps_messages_in_memory_and_says_so
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     events: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(events.append)
+    globalLogPublisher.addObserver(observer(events.append))
     try:
         broker = EmbeddedBroker(Clock(), BrokerSettings(memory_limit=2 * ONE), page_path=str(blocker / "pages.sqlite"))
         broker.start()
         for body in bodies(10):
             assert broker.send(text("/queue/q", body, persistent=False)).called
     finally:
-        globalLogPublisher.removeObserver(events.append)
+        globalLogPublisher.removeObserver(observer(events.append))
     assert [m.text for m in broker.queues["/queue/q"].messages()] == bodies(10)  # type: ignore[attr-defined]
     assert len([e for e in events if "cannot be paged out" in e.get("log_format", "")]) == 1
 
@@ -515,12 +518,12 @@ def test_a_page_file_that_fills_its_disk_stays_sound_and_loses_nothing(run: Run)
         if event.get("log_level") == LogLevel.error:
             errors.append(str(event.get("log_format")))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     try:
         for body in sent[40:]:
             run.send(text("/queue/full", body, persistent=False))
     finally:
-        globalLogPublisher.removeObserver(observe)
+        globalLogPublisher.removeObserver(observer(observe))
     assert len([error for error in errors if "cannot be paged out" in error]) == 1, errors
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert len(queue) == 400 and queue.memory == sum(entry[3] for entry in queue._heap)

@@ -8,6 +8,7 @@ from twisted.internet.task import Clock
 from twisted.logger import LogPublisher, formatEvent
 
 from gateway.bridge_progress import BridgeProgress
+from tests.support.log_events import observer as log_observer
 
 
 class FakeBridges:
@@ -24,8 +25,8 @@ def test_states_as_they_change_and_rates_every_interval() -> None:
     bridges = FakeBridges()
     lines: list[str] = []
     progress = BridgeProgress(bridges, clock, interval=10)
-    progress.log = progress.log.__class__(namespace="test", observer=LogPublisher(lambda e: lines.append(
-        formatEvent(e))))
+    progress.log = progress.log.__class__(namespace="test", observer=LogPublisher(log_observer(lambda e: lines.append(
+        formatEvent(e)))))
     progress.start()
     clock.advance(1)
     assert lines == ["bridge b1: new -> starting"]
@@ -46,8 +47,8 @@ def test_interval_zero_logs_states_only() -> None:
     clock = Clock()
     lines: list[str] = []
     progress = BridgeProgress(FakeBridges(), clock, interval=0)
-    progress.log = progress.log.__class__(namespace="test", observer=LogPublisher(lambda e: lines.append(
-        formatEvent(e))))
+    progress.log = progress.log.__class__(namespace="test", observer=LogPublisher(log_observer(lambda e: lines.append(
+        formatEvent(e)))))
     progress.start()
     clock.advance(60)
     assert lines == ["bridge b1: new -> starting"]

@@ -19,13 +19,14 @@ from gateway.errors import ConfigError
 from gateway.log_observer import GatewayLogObserver, json_line_observer, json_record, parse_level
 from gateway.reload import ConfigReloader
 from gateway.security.passwords import hash_password
+from tests.support.log_events import observer as log_observer
 
 PASSWORD = "correct-horse-battery-staple-7"
 
 
 def logged(level: LogLevel, lines: list[tuple[LogLevel, str, dict[str, Any]]]) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
-    observer = GatewayLogObserver(seen.append, level)
+    observer = GatewayLogObserver(log_observer(seen.append), level)
     publisher = LogPublisher(observer)
     log = Logger(namespace="test", observer=publisher)
     for line_level, text, fields in lines:
@@ -34,7 +35,8 @@ def logged(level: LogLevel, lines: list[tuple[LogLevel, str, dict[str, Any]]]) -
 
 
 def test_levels_below_the_threshold_are_dropped() -> None:
-    lines = [(LogLevel.debug, "d", {}), (LogLevel.info, "i", {}), (LogLevel.warn, "w", {}),
+    lines: list[tuple[LogLevel, str, dict[str, Any]]] = [(LogLevel.debug, "d", {}), (LogLevel.info, "i", {}),
+                                                         (LogLevel.warn, "w", {}),
              (LogLevel.error, "e", {})]
     assert [e["log_format"] for e in logged(LogLevel.info, lines)] == ["i", "w", "e"]
     assert [e["log_format"] for e in logged(LogLevel.warn, lines)] == ["w", "e"]
@@ -130,7 +132,7 @@ def password_of(gateway: Gateway, login: str) -> str:
 
 def test_a_reload_applies_authorization_logins_and_the_log_level(tmp_path: Path, hashed: str) -> None:
     gateway, path = gateway_from(tmp_path, AUTH.format(alice=hashed, bob=hashed, writer="alice"))
-    observer = GatewayLogObserver(lambda event: None, LogLevel.info)
+    observer = GatewayLogObserver(log_observer(lambda event: None), LogLevel.info)
     reloader = ConfigReloader(gateway, loader(path, tmp_path), gateway.reactor, observer)
     authorizer = gateway.factory.authorizer
     assert authorizer is not None
@@ -168,11 +170,11 @@ def test_a_bad_file_changes_nothing(tmp_path: Path, hashed: str) -> None:
     reloader = ConfigReloader(gateway, loader(path, tmp_path), gateway.reactor)
     path.write_text(AUTH.format(alice=hashed, bob=hashed, writer="group:nobody"))  # an unknown group
     seen: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(seen.append)
+    globalLogPublisher.addObserver(log_observer(seen.append))
     try:
         assert reloader.reload() is None
     finally:
-        globalLogPublisher.removeObserver(seen.append)
+        globalLogPublisher.removeObserver(log_observer(seen.append))
     assert any("nothing changed" in str(e.get("log_format")) for e in seen)
     assert gateway.factory.authorizer is not None
     assert gateway.factory.authorizer.permits("alice", "write", "/queue/orders.a")

@@ -550,24 +550,24 @@ class CountingBuffer(bytearray):
         end = length if end is None else (end + length if end < 0 else min(end, length))
         return start, max(start, end)
 
-    def find(self, sub, start=None, end=None):  # type: ignore[no-untyped-def, override]
+    def find(self, sub: bytes, start: int | None = None, end: int | None = None) -> int:  # type: ignore[override]
         found = super().find(sub, start, end)
         first, last = self._span(start, end)
         self.scanned += (found + len(sub) if found >= 0 else last) - first
         return found
 
-    def rfind(self, sub, start=None, end=None):  # type: ignore[no-untyped-def, override]
+    def rfind(self, sub: bytes, start: int | None = None, end: int | None = None) -> int:  # type: ignore[override]
         found = super().rfind(sub, start, end)
         first, last = self._span(start, end)
         self.scanned += last - (found if found >= 0 else first)
         return found
 
-    def count(self, sub, start=None, end=None):  # type: ignore[no-untyped-def, override]
+    def count(self, sub: bytes, start: int | None = None, end: int | None = None) -> int:  # type: ignore[override]
         first, last = self._span(start, end)
         self.scanned += last - first
         return super().count(sub, start, end)
 
-    def index(self, *args):  # type: ignore[no-untyped-def, override]
+    def index(self, *args: object) -> int:
         raise AssertionError("the decoder is expected to search with find/rfind/count")
 
 

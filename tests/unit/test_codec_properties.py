@@ -368,7 +368,7 @@ BARE_ACK = b"ACK\nid:jmsgw-1-12\n\n\x00"
 ])
 def test_a_bare_ack_at_each_limit_is_read_as_the_general_path_reads_it(limit: str, exact: int, slack: int) -> None:
     data = BARE_ACK
-    bounds = Limits(**{limit: exact + slack})  # type: ignore[arg-type]
+    bounds = Limits(**{limit: exact + slack})
     fast, general = FrameDecoder(bounds, "1.2"), GeneralDecoder(bounds, "1.2")
     assert outcome(fast.feed(data)) == outcome(general.feed(data))
     assert fast.buffered == general.buffered

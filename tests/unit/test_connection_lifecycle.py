@@ -4,6 +4,7 @@ timeout, the abort of a closing connection that does not drain, the connection c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,19 +23,20 @@ from gateway.stomp.listeners import listen_backlog, os_backlog_limit, with_backl
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.settings import StompSettings
 from gateway.wire.codec import FrameDecoder
+from tests.support.log_events import observer
 from tests.unit.test_session import Peer, connect, make_factory
 
 
 @pytest.fixture
-def logged() -> list[str]:
+def logged() -> Iterator[list[str]]:
     lines: list[str] = []
 
     def observe(event: LogEvent) -> None:
         lines.append(formatEvent(event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     yield lines
-    globalLogPublisher.removeObserver(observe)
+    globalLogPublisher.removeObserver(observer(observe))
 
 
 class AbortableTransport(StringTransport):
@@ -45,6 +47,12 @@ class AbortableTransport(StringTransport):
     def abortConnection(self) -> None:
         self.aborted = True
         super().abortConnection()
+
+
+def aborted(peer: Peer) -> bool:
+    """Whether the protocol aborted the connection of a :func:`peer_on` peer."""
+    assert isinstance(peer.transport, AbortableTransport)
+    return peer.transport.aborted
 
 
 def peer_on(factory: StompServerFactory, host: str = "10.0.0.1") -> Peer:
@@ -112,11 +120,11 @@ def test_a_closing_connection_that_does_not_drain_is_aborted(clock: Clock, broke
         peer.send("DISCONNECT", {"receipt": "bye"})
     else:
         clock.advance(1.6)  # no heart-beat for 1.5 x 1 s
-    assert peer.closed and not peer.transport.aborted
+    assert peer.closed and not aborted(peer)
     clock.advance(2.9)
-    assert not peer.transport.aborted
+    assert not aborted(peer)
     clock.advance(0.2)
-    assert peer.transport.aborted
+    assert aborted(peer)
     peer.protocol.connectionLost()  # what the abort brings
     assert broker.status()["queues"]["/queue/held"]["inflight"] == 0
     assert broker.status()["queues"]["/queue/held"]["pending"] == 1
@@ -130,7 +138,7 @@ def test_a_connection_that_goes_in_time_is_not_aborted(clock: Clock, broker: Emb
     peer.protocol.connectionLost()
     assert edge_calls(clock) == []
     clock.advance(10)
-    assert not peer.transport.aborted
+    assert not aborted(peer)
 
 
 # -- connection caps ------------------------------------------------------------------------------

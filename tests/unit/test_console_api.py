@@ -15,7 +15,6 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.resource import getChildForRequest
 from twisted.web.server import NOT_DONE_YET
-from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
@@ -28,6 +27,7 @@ from gateway.config import parse_config
 from gateway.interfaces import IAuthorizer, Permission
 from gateway.message.model import TextMessage
 from gateway.stomp.traffic import StompTraffic
+from tests.support.web_requests import Request
 
 
 @implementer(IAuthorizer)
@@ -57,7 +57,7 @@ def call(resource: Any, method: str, path: str, login: str | None = "alice", bod
          args: dict[bytes, list[bytes]] | None = None, role: Role | None = "operator") -> tuple[int, Any]:
     """Render ``method path`` as ``login`` with ``role`` (what the login guard's realm attaches; login None:
     nothing attached, the console's default principal)."""
-    request = DummyRequest(path.encode().lstrip(b"/").split(b"/"))
+    request = Request(path.encode().lstrip(b"/").split(b"/"))
     if login is not None:
         attach(request, Principal(login, role))
     request.method = method.encode()

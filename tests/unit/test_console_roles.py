@@ -19,7 +19,6 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 from twisted.web.resource import getChildForRequest
 from twisted.web.server import NOT_DONE_YET
-from twisted.web.test.requesthelper import DummyRequest
 
 from gateway.admin.console_views import durable_client_id
 from gateway.admin.site import admin_resource
@@ -28,6 +27,8 @@ from gateway.broker.operations import ORIGIN_PROPERTY
 from gateway.broker.store.snapshot import durable_key
 from gateway.config import parse_config
 from gateway.message.model import TextMessage
+from tests.support.log_events import observer
+from tests.support.web_requests import Request
 from tests.unit.test_session import Peer, connect
 
 USERS = {"alice": "s3cret!", "bob": "hunter2", "carol": "c4rol", "root": "r00t", "eve": "ev3"}
@@ -59,7 +60,7 @@ def basic(login: str, password: str, padded: bool = True) -> bytes:
 def call(site: Any, method: str, path: str, login: str | None, body: Any = None, *, padded: bool = True,
          args: dict[bytes, list[bytes]] | None = None) -> tuple[int, Any]:
     """``method path`` on the guarded admin site as ``login`` (its password from USERS)."""
-    request = DummyRequest(path.encode().lstrip(b"/").split(b"/"))
+    request = Request(path.encode().lstrip(b"/").split(b"/"))
     request.method = method.encode()
     request.path = request.uri = path.encode()
     request.args = args or {}
@@ -125,7 +126,8 @@ def test_temporary_destinations_are_refused_but_browse_and_purge_for_an_administ
     temp = next(name for name in gateway.broker.queues if name.startswith("/remote-temp-queue/"))
     gateway.broker.send(TextMessage(destination=temp, message_id="ID:reply", text="the reply"))
     alice.received()
-    assert "r" in alice.protocol.session.subscriptions
+    session = alice.protocol.session
+    assert session is not None and "r" in session.subscriptions
     held = len(gateway.broker.queues[temp]) + gateway.broker.queues[temp].inflight
     for login in ("carol", "alice"):  # operators, even of the owning login
         assert call(site, "GET", "/console/api/browse", login, args={b"destination": [temp.encode()]})[0] == 403
@@ -173,9 +175,9 @@ def logged() -> Any:
     def observe(event: LogEvent) -> None:
         lines.append(formatEvent(event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     yield lines
-    globalLogPublisher.removeObserver(observe)
+    globalLogPublisher.removeObserver(observer(observe))
 
 
 @pytest.mark.parametrize("padded", [True, False])

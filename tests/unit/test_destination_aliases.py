@@ -25,6 +25,8 @@ from tests.unit.test_session import Peer, connect
 class TopicLog:
     """Stands for the Kafka connector: names map to topics as Kafka's do; sends are kept."""
 
+    name = "kafka"
+
     def __init__(self) -> None:
         self.sent: list[Any] = []
 
@@ -53,7 +55,7 @@ KAFKA_RULES = [DestinationRule(pattern="/queue/kafka.*", connector="kafka"),
 
 
 def test_kafka_names_of_one_topic_are_aliases(broker: EmbeddedBroker) -> None:
-    destinations = DestinationMap({"embedded": broker, "kafka": TopicLog()}, KAFKA_RULES)  # type: ignore[dict-item]
+    destinations = DestinationMap({"embedded": broker, "kafka": TopicLog()}, KAFKA_RULES)
     assert set(destinations.aliases("/topic/kafka.orders")) == {"/topic/kafka.orders", "/queue/kafka.orders"}
     assert destinations.aliases("/queue/kafka.orders")[0] == "/queue/kafka.orders"
     # /queue/orders is the embedded broker's own queue, not the topic: no alias
@@ -77,7 +79,7 @@ def test_an_entry_on_one_alias_alone_does_not_open_the_topic(clock: Clock, broke
     ], {})
     kafka = TopicLog()
     portal = build_portal(AuthSettings(users={"alice": "a-pw", "eve": "e-pw"}, allow_weak_passwords=True))
-    factory = StompServerFactory(clock, DestinationMap({"embedded": broker, "kafka": kafka}, KAFKA_RULES),  # type: ignore[dict-item]
+    factory = StompServerFactory(clock, DestinationMap({"embedded": broker, "kafka": kafka}, KAFKA_RULES),
                                  portal=portal, authorizer=DestinationAuthorizer(entries))
     eve = Peer(factory)
     connect(eve, login="eve", passcode="e-pw")

@@ -18,6 +18,7 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.config import GatewayConfig
 from gateway.errors import ConnectorError
 from gateway.interfaces import IConnector, ISubscription, SubscriptionSpec
+from gateway.message.model import Message
 from gateway.routing.config import DestinationRule
 from gateway.routing.destination_map import DestinationMap
 from gateway.security.auth import build_portal
@@ -105,6 +106,12 @@ class Live:
     def resume(self) -> None:
         pass
 
+    def ack(self, tags: list[Any]) -> Deferred[None]:
+        raise NotImplementedError("these tests deliver nothing")
+
+    def nack(self, tags: list[Any]) -> Deferred[None]:
+        raise NotImplementedError("these tests deliver nothing")
+
 
 @implementer(IConnector)
 class DurableConnector:
@@ -124,6 +131,23 @@ class DurableConnector:
         self.subscribed.append((spec.client_id, spec.durable_name))
         return succeed(Live(self, spec))
 
+    # (the rest of IConnector: these tests only subscribe)
+
+    def start(self) -> Deferred[None]:
+        return succeed(None)
+
+    def stop(self) -> Deferred[None]:
+        return succeed(None)
+
+    def send(self, message: Message) -> Deferred[None]:
+        raise NotImplementedError("these tests send nothing to this connector")
+
+    def send_batch(self, messages: list[Message]) -> Deferred[None]:
+        raise NotImplementedError("these tests send nothing to this connector")
+
+    def unsubscribe_durable(self, client_id: str, durable_name: str) -> Deferred[None]:
+        raise NotImplementedError("these tests delete durables through the subscription")
+
 
 @pytest.fixture
 def connector() -> DurableConnector:
@@ -139,7 +163,7 @@ def owners(tmp_path: Path) -> Iterator[DurableOwners]:
 
 def factory_for(clock: Clock, broker: EmbeddedBroker, connector: DurableConnector, owners: DurableOwners,
                 *, secured: bool = True) -> StompServerFactory:
-    destinations = DestinationMap({"embedded": broker, "amq": connector},  # type: ignore[dict-item]
+    destinations = DestinationMap({"embedded": broker, "amq": connector},
                                   [DestinationRule(pattern="/topic/amq.*", connector="amq")])
     portal = build_portal(AuthSettings(users={"alice": "a-pw", "carol": "c-pw"}, allow_weak_passwords=True))
     return StompServerFactory(clock, destinations, portal=portal if secured else None, durable_owners=owners)

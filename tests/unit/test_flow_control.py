@@ -10,6 +10,7 @@ buffer would.  The STOMP clients are sessions on StringTransports, whose
 from __future__ import annotations
 
 from twisted.internet.error import ConnectionLost
+from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 
 from gateway.flow import Congestion
@@ -18,6 +19,14 @@ from gateway.wire.codec import encode_frame
 from gateway.wire.frame import Frame
 from tests.unit.test_session import Peer, connect
 from tests.unit.test_session_forward import Setup
+
+
+def broker_producer(setup: Setup) -> IPushProducer:
+    """The producer the broker connection's transport registered (the session's reading side)."""
+    transport = setup.broker.transport
+    assert transport is not None and transport.producer is not None
+    producer: IPushProducer = transport.producer
+    return producer
 
 
 def reading(peer: Peer) -> bool:
@@ -58,7 +67,7 @@ def test_a_congested_broker_stops_reading_from_its_senders_until_it_catches_up()
     assert setup.broker.transport is not None
     setup.peer.send("SEND", {"destination": "/queue/jms.a"}, b"1")
     assert reading(setup.peer)
-    setup.broker.transport.producer.pauseProducing()  # the broker connection's write buffer is full
+    broker_producer(setup).pauseProducing()  # the broker connection's write buffer is full
     setup.peer.send("SEND", {"destination": "/queue/jms.a"}, b"2")  # forwarded, then reading stops
     setup.peer.send("SEND", {"destination": "/queue/jms.a"}, b"3")  # already read: still handled
     other.send("SEND", {"destination": "/queue/jms.b", "receipt": "r"}, b"4")  # the message path holds too
@@ -66,14 +75,14 @@ def test_a_congested_broker_stops_reading_from_its_senders_until_it_catches_up()
     assert not reading(setup.peer) and not reading(other) and reading(bystander)
     assert [frame.headers["receipt-id"] for frame in bystander.received()] == ["local"]
     assert [frame.body for frame in setup.sent()] == [b"1", b"2", b"3", b"4"]
-    setup.broker.transport.producer.resumeProducing()  # drained
+    broker_producer(setup).resumeProducing()  # drained
     assert reading(setup.peer) and reading(other)
 
 
 def test_a_lost_broker_connection_releases_the_senders() -> None:
     setup = Setup()
     assert setup.broker.transport is not None
-    setup.broker.transport.producer.pauseProducing()
+    broker_producer(setup).pauseProducing()
     setup.peer.send("SEND", {"destination": "/queue/jms.a"}, b"1")
     assert not reading(setup.peer)
     (sent,) = setup.sent()
@@ -89,7 +98,7 @@ def test_a_held_client_is_not_closed_for_heart_beats_the_gateway_did_not_read() 
     connected = connect(beating, **{"heart-beat": "1000,0"})
     assert connected.headers["heart-beat"].split(",")[1] != "0"  # the gateway expects the client's beats
     assert setup.broker.transport is not None
-    setup.broker.transport.producer.pauseProducing()
+    broker_producer(setup).pauseProducing()
     beating.send("SEND", {"destination": "/queue/jms.a"}, b"1")
     assert not reading(beating)
     (sent,) = setup.sent()
@@ -97,7 +106,7 @@ def test_a_held_client_is_not_closed_for_heart_beats_the_gateway_did_not_read() 
     for _ in range(30):  # 30 s without a byte read from it
         setup.clock.advance(1)
     assert not beating.closed
-    setup.broker.transport.producer.resumeProducing()
+    broker_producer(setup).resumeProducing()
     assert reading(beating)
     for _ in range(30):  # reading again, the client stays silent: now that counts
         setup.clock.advance(1)
@@ -108,17 +117,17 @@ def test_a_held_client_is_not_closed_for_heart_beats_the_gateway_did_not_read() 
 def test_a_client_that_leaves_while_held_is_no_trouble() -> None:
     setup = Setup()
     assert setup.broker.transport is not None
-    setup.broker.transport.producer.pauseProducing()
+    broker_producer(setup).pauseProducing()
     setup.peer.send("SEND", {"destination": "/queue/jms.a"}, b"1")
     setup.peer.protocol.connectionLost(Failure(ConnectionLost("client went")))
-    setup.broker.transport.producer.resumeProducing()
+    broker_producer(setup).resumeProducing()
     assert not reading(setup.peer)  # nothing resumed a closed connection
 
 
 def test_input_slices_go_on_while_held_and_reading_waits_for_the_release() -> None:
     setup = Setup()
     assert setup.broker.transport is not None
-    setup.broker.transport.producer.pauseProducing()
+    broker_producer(setup).pauseProducing()
     frame = encode_frame(Frame("SEND", {"destination": "/queue/jms.a"}, b"x" * 100), "1.2")
     burst = frame * (3 * INPUT_FRAMES)
     setup.peer.protocol.dataReceived(burst)
@@ -126,7 +135,7 @@ def test_input_slices_go_on_while_held_and_reading_waits_for_the_release() -> No
         setup.clock.advance(0)
     assert len(setup.sent()) == 3 * INPUT_FRAMES
     assert not reading(setup.peer)  # the last slice did not resume reading: the broker is still behind
-    setup.broker.transport.producer.resumeProducing()
+    broker_producer(setup).resumeProducing()
     assert reading(setup.peer)
 
 
@@ -142,10 +151,10 @@ def test_a_commit_to_a_congested_broker_holds_its_sender() -> None:
     assert setup.broker.transport is not None
     setup.peer.send("BEGIN", {"transaction": "t1"})
     setup.peer.send("SEND", {"destination": "/queue/jms.a", "transaction": "t1"}, b"1")
-    setup.broker.transport.producer.pauseProducing()  # full before the COMMIT sends anything
+    broker_producer(setup).pauseProducing()  # full before the COMMIT sends anything
     assert reading(setup.peer), "a SEND inside a transaction goes nowhere before COMMIT"
     setup.peer.send("COMMIT", {"transaction": "t1"})
     assert not reading(setup.peer)
     assert [frame.body for frame in setup.sent() if frame.command == "SEND"] == [b"1"]
-    setup.broker.transport.producer.resumeProducing()
+    broker_producer(setup).resumeProducing()
     assert reading(setup.peer)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import threading
 import time
@@ -19,7 +20,6 @@ from twisted.python.failure import Failure
 from gateway.admin.site import admin_resource
 from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import GatewayError
-from gateway.ha import store_lock
 from gateway.ha.role import ACTIVE, STANDBY, GatewayRole
 from gateway.ha.standby import RoleGate
 from gateway.ha.store_lock import LocksNotEnforced, StoreLock
@@ -41,7 +41,12 @@ def test_wait_blocks_until_the_holder_lets_go(tmp_path: Path) -> None:
     holder, waiter = StoreLock(path), StoreLock(path)
     assert holder.try_acquire()
     got = threading.Event()
-    thread = threading.Thread(target=lambda: (waiter.wait(), got.set()), daemon=True)
+
+    def wait_then_tell() -> None:
+        waiter.wait()
+        got.set()
+
+    thread = threading.Thread(target=wait_then_tell, daemon=True)
     thread.start()
     assert not got.wait(0.3), "the waiter got a lock that is held"
     holder.release()
@@ -54,7 +59,7 @@ def test_wait_blocks_until_the_holder_lets_go(tmp_path: Path) -> None:
 
 
 def test_a_file_system_that_does_not_enforce_locks_is_refused(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(store_lock.fcntl, "flock", lambda fd, operation: None)
+    monkeypatch.setattr(fcntl, "flock", lambda fd, operation: None)
     with pytest.raises(LocksNotEnforced, match="does not enforce file locks"):
         StoreLock(str(tmp_path / "broker.sqlite")).try_acquire()
 
@@ -63,7 +68,7 @@ def test_a_file_system_that_refuses_locks_is_refused(tmp_path: Path, monkeypatch
     def refuse(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(store_lock.fcntl, "flock", refuse)
+    monkeypatch.setattr(fcntl, "flock", refuse)
     with pytest.raises(LocksNotEnforced, match=r"refuses file locks \(No locks available\).*high-availability"):
         StoreLock(str(tmp_path / "broker.sqlite")).try_acquire()
 
@@ -124,7 +129,7 @@ def gate_for(path: str, reactor: ThreadCalls, started: list[str]) -> tuple[RoleG
 
 
 def test_the_gate_starts_active_on_a_free_lock_and_hands_it_to_the_store(tmp_path: Path) -> None:
-    path, started = str(tmp_path / "broker.sqlite"), []
+    path, started = str(tmp_path / "broker.sqlite"), list[str]()
     gate, gateway = gate_for(path, ThreadCalls(), started)
     gate.start()
     assert started == ["active"] and gate.activated and gateway.role.role == ACTIVE
@@ -134,7 +139,7 @@ def test_the_gate_starts_active_on_a_free_lock_and_hands_it_to_the_store(tmp_pat
 
 
 def test_the_gate_waits_as_standby_and_takes_over_when_the_lock_is_free(tmp_path: Path) -> None:
-    path, started, reactor = str(tmp_path / "broker.sqlite"), [], ThreadCalls()
+    path, started, reactor = str(tmp_path / "broker.sqlite"), list[str](), ThreadCalls()
     holder = StoreLock(path)
     assert holder.try_acquire()
     gate, gateway = gate_for(path, reactor, started)
@@ -151,7 +156,7 @@ def test_the_gate_waits_as_standby_and_takes_over_when_the_lock_is_free(tmp_path
 
 
 def test_a_stopped_standby_does_not_take_over(tmp_path: Path) -> None:
-    path, started, reactor = str(tmp_path / "broker.sqlite"), [], ThreadCalls()
+    path, started, reactor = str(tmp_path / "broker.sqlite"), list[str](), ThreadCalls()
     holder = StoreLock(path)
     assert holder.try_acquire()
     gate, gateway = gate_for(path, reactor, started)

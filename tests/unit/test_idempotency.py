@@ -18,7 +18,7 @@ from twisted.internet.task import Clock
 
 from gateway.broker.composite import expand
 from gateway.broker.idempotency import IdempotentSends, SendIdTable, has_send_id, send_key
-from gateway.config import BrokerSettings
+from gateway.broker.settings import BrokerSettings
 from gateway.errors import StoreError
 from gateway.message.model import Message, TextMessage
 from tests.unit.test_store_broker import Run, Sink

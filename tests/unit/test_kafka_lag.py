@@ -24,7 +24,7 @@ class Watermarks:
         answer = (self.cached if cached else self.live)[tp.partition]
         if isinstance(answer, Exception):
             raise answer
-        return answer  # type: ignore[no-any-return]
+        return answer
 
 
 def test_lag_is_the_records_after_the_committed_offset() -> None:

@@ -34,10 +34,10 @@ class HeldChecker:
     credentialInterfaces = (IUsernamePassword,)
 
     def __init__(self) -> None:
-        self.held: list[tuple[Any, Deferred[bytes]]] = []
+        self.held: list[tuple[Any, Deferred[bytes | tuple[()]]]] = []
 
-    def requestAvatarId(self, credentials: Any) -> Deferred[bytes]:
-        d: Deferred[bytes] = Deferred()
+    def requestAvatarId(self, credentials: Any) -> Deferred[bytes | tuple[()]]:
+        d: Deferred[bytes | tuple[()]] = Deferred()
         self.held.append((credentials, d))
         return d
 
@@ -88,7 +88,7 @@ def test_a_success_of_another_login_does_not_reset_the_count(clock: Clock, broke
     """#6: wrong root passwords with a successful login of eve's own account every 2 guesses."""
     checker = HeldChecker()
     factory = factory_with(clock, broker, checker, LoginThrottle(clock, max_failures=5))
-    answers = []
+    answers: list[str | None] = []
     for guess in range(8):
         if guess % 2 == 0:
             eve = connect_from(factory, "eve", PASSWORDS["eve"])

@@ -23,6 +23,7 @@ from gateway.broker.paging.page_file import Entry, PageFile, QueuePage, StoredTa
 from gateway.broker.settings import BrokerSettings
 from gateway.broker.store.sqlite_records import encode_message
 from gateway.message.model import Message
+from tests.support.messages import text_of
 from tests.unit.test_store_broker import Run, Sink, text
 
 ONE = message_size(text("/queue/q", "m00", persistent=False))
@@ -99,7 +100,7 @@ def test_a_sliced_search_between_messages_in_memory_goes_on_where_it_stopped(run
     queue = broker.queues["/queue/q"]
     assert queue.full(ONE) and queue.paged
     run.wait(holder.nack([tags["m02"], tags["m04"], tags["m05"], tags["m06"]]))
-    assert [m.text for m in queue.messages(20)[:7]] == ["m01", "m02", "m03", "m04", "m05", "m06", "m07"]
+    assert [text_of(m) for m in queue.messages(20)[:7]] == ["m01", "m02", "m03", "m04", "m05", "m06", "m07"]
     assert queue.page is not None and queue.page.head is not None and queue.page.head[1] == 2  # (m02)
     reds = Sink()
     red = run.subscribe(reds, destination="/queue/q", ack_mode="client-individual", prefetch=1,
@@ -183,7 +184,7 @@ def test_selective_consumers_of_any_paged_queue_searched_in_slices_get_each_matc
         drained = run.subscribe(rest, destination="/queue/q", ack_mode="auto")
         pump(run)
         delivered = [*sinks["red"].texts(), *sinks["green"].texts(), *rest.texts(),
-                     *(str(message.text) for message, tag in holder_sink.got if tag in kept)]
+                     *(str(text_of(message)) for message, tag in holder_sink.got if tag in kept)]
         run.wait(drained.close())
     left = [body for body in rest.texts() if any(body.startswith(color) for color in subscriptions)]
     assert not left, f"messages a consumer accepts were left for others: {left}"
@@ -229,7 +230,7 @@ def test_a_search_resumed_where_it_stopped_always_moves_on_and_finds_what_one_se
     entries = [page_entry(next(seqs), data.draw(st.sampled_from([0, 4, 4, 9])),
                           data.draw(st.sampled_from(["red", "blue", "blue"])))
                for _ in range(data.draw(st.integers(0, 60)))]
-    if entries and data.draw(st.booleans(), label="a recovered backlog"):
+    if len(entries) > 0 and data.draw(st.booleans(), label="a recovered backlog"):
         backlog = entries[:data.draw(st.integers(0, len(entries)))]
         entries = entries[len(backlog):]
         page.attach(StoredTail(Backlog(backlog), "/queue/p", len(backlog), 0))

@@ -10,7 +10,7 @@ stored; ``max_size`` counts what is on its way to the store.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from twisted.internet.defer import Deferred, succeed
@@ -68,7 +68,8 @@ class HeldStore:
             d.callback(None)
 
 
-def start(policy: str | None = None, max_size: int = 3 * ONE) -> tuple[Clock, EmbeddedBroker, HeldStore, Peer]:
+def start(policy: Literal["PAGE", "BLOCK", "FAIL", "DROP"] | None = None,
+          max_size: int = 3 * ONE) -> tuple[Clock, EmbeddedBroker, HeldStore, Peer]:
     clock = Clock()
     store = HeldStore()
     limits = {"/queue/limited.>": DestinationLimits(max_size=max_size, full_policy=policy),

@@ -41,7 +41,7 @@ def gateway_from(tmp_path: Path, text: str) -> tuple[Gateway, Path, ConfigReload
 
 def started(gateway: Gateway) -> None:
     gateway.start()
-    gateway.reactor.advance(0.1)  # type: ignore[attr-defined]
+    gateway.reactor.advance(0.1)
 
 
 def states(gateway: Gateway) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def test_bridges_are_added_replaced_and_removed(tmp_path: Path) -> None:
     outcome = reloader.reload()
     assert outcome is not None
     assert outcome.applied == ["bridges (added b; changed c; removed a)"] and outcome.restart == []
-    gateway.reactor.advance(0.1)  # type: ignore[attr-defined]
+    gateway.reactor.advance(0.1)
     assert states(gateway) == {"b": BridgeState.RUNNING, "c": BridgeState.RUNNING}
     assert old_c.state == BridgeState.STOPPED and gateway.bridges.bridge("c").config.max_batch_size == 10
     assert reloader.reload() is not None and gateway.config.bridges == load_config(str(path)).bridges

@@ -9,6 +9,7 @@ a missing key), and that metrics and failures are handled as for ``post``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -49,7 +50,7 @@ routes.late.out.topic=late-topic
 
 def make() -> tuple[KafkaRouter, FakeKafka, Clock, CollectorRegistry]:
     kafka, clock, registry = FakeKafka(), Clock(), CollectorRegistry()
-    router = KafkaRouter(parse_routing_config({"properties": ROUTES}), kafka,  # type: ignore[arg-type]
+    router = KafkaRouter(parse_routing_config({"properties": ROUTES}), kafka,
                          origin="gw-1", clock=clock, registry=registry)
     return router, kafka, clock, registry
 
@@ -60,8 +61,9 @@ class Outcomes(list[Any]):
 
 
 def forward(router: KafkaRouter, destination: str, outcomes: Outcomes, body: bytes = b"x",
-            **headers: str) -> bool:
-    return router.forward(destination, {"destination": destination, **headers}, body, False, outcomes.settled)
+            headers: Mapping[str, str] | None = None, **more_headers: str) -> bool:
+    return router.forward(destination, {"destination": destination, **(headers or {}), **more_headers}, body, False,
+                          outcomes.settled)
 
 
 def test_provides_iframeforwarder() -> None:
@@ -108,8 +110,8 @@ def test_declines_what_the_message_path_must_decide() -> None:
     assert not forward(router, "/queue/red", outcomes, color="red")
     assert not forward(router, "/queue/nowhere", outcomes)
     assert not forward(router, "/queue/foo", outcomes)  # no key: the route's soft-failure policy
-    assert not forward(router, "/queue/bar", outcomes, **{"jmsbridge.origin": "gw-1"})  # the cycle guard
-    assert not forward(router, "/queue/bar", outcomes, **{"amq-msg-type": "text"})
+    assert not forward(router, "/queue/bar", outcomes, headers={"jmsbridge.origin": "gw-1"})  # the cycle guard
+    assert not forward(router, "/queue/bar", outcomes, headers={"amq-msg-type": "text"})
     router.stopped_routes["bar"] = "stopped for the test"
     assert not forward(router, "/queue/bar", outcomes)
     router.restart()
@@ -149,11 +151,11 @@ def test_the_session_forwards_plain_sends_and_receipts_after_the_report(monkeypa
     router, kafka, clock, _ = make()
     embedded = EmbeddedBroker(clock)
     embedded.start()
-    destinations = DestinationMap({"embedded": embedded, "kafka": router},  # type: ignore[dict-item]
+    destinations = DestinationMap({"embedded": embedded, "kafka": router},
                                   [DestinationRule(pattern="/queue/kafka.*", connector="kafka", rename="/queue/")])
     peer = Peer(StompServerFactory(clock, destinations, settings=StompSettings()))
     connect(peer)
-    real = sending_module.frame_to_message
+    real = frame_to_message  # (the function the sending module imported)
     built: list[Frame] = []
 
     def counted(frame: Frame, **options: Any) -> Any:

@@ -123,7 +123,8 @@ def test_soft_failure_dead_letter_policy_builds_the_dead_letter_record() -> None
     assert decision.topic == "dlq" and decision.key == b"ID:m-9" and decision.value == b"\x00\x01"
     headers = headers_of(decision)
     assert headers[ROUTE_HEADER] == b"foo"
-    assert headers[ERROR_HEADER] is not None and headers[ERROR_HEADER].startswith(b"no-key")
+    error = headers[ERROR_HEADER]
+    assert error is not None and error.startswith(b"no-key")
 
 
 def test_soft_failure_skip_policy() -> None:

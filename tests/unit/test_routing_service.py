@@ -83,7 +83,7 @@ class FakeRecord:
 def make(extra: str = "") -> tuple[KafkaRouter, FakeKafka, Clock, CollectorRegistry]:
     kafka, clock, registry = FakeKafka(), Clock(), CollectorRegistry()
     config = parse_routing_config({"properties": ROUTES + extra})
-    router = KafkaRouter(config, kafka, origin="gw-1", clock=clock, registry=registry)  # type: ignore[arg-type]
+    router = KafkaRouter(config, kafka, origin="gw-1", clock=clock, registry=registry)
     return router, kafka, clock, registry
 
 
@@ -111,7 +111,7 @@ def test_provides_iconnector() -> None:
 
 def test_post_settles_on_the_delivery_report_and_counts() -> None:
     router, kafka, clock, registry = make()
-    outcomes: list[Exception | None] = []
+    outcomes: list[Exception | int | None] = []
     router.post(message("/queue/foo"), lambda error, ack: outcomes.append(error or ack.offset()))
     assert outcomes == []  # nothing before Kafka acknowledged
     clock.advance(0.004)
@@ -151,7 +151,8 @@ def test_routed_send_fires_only_on_delivery_report_and_counts() -> None:
     clock.advance(0.25)
     pending.callback(DeliveryReport("foo-topic", 0, 17))
     result = outcome(d)
-    assert isinstance(result, RoutingResult) and result.outcome == "routed" and result.report.offset == 17
+    assert isinstance(result, RoutingResult) and result.outcome == "routed"
+    assert result.report is not None and result.report.offset == 17
     assert sample(registry, "jmsgateway_routing_success_total", route="foo") == 1
     assert sample(registry, "jmsgateway_routing_latency_seconds_count", route="foo") == 1
     assert router.metrics.average_latency("foo") == pytest.approx(0.25)
@@ -261,7 +262,8 @@ def test_build_kafka_router_needs_the_named_kafka_connector() -> None:
 
 
 def test_connector_options_are_validated() -> None:
-    from gateway.connectors.kafka import KafkaSettings, topic_for_destination
+    from gateway.connectors.kafka import topic_for_destination
+    from gateway.connectors.kafka_settings import KafkaSettings
     from gateway.errors import ConfigError
 
     settings = KafkaSettings.from_options({"uri": "kafka://a:9092,b:9092", "topics": {"/queue/orders": "ord"}})

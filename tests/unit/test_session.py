@@ -43,7 +43,7 @@ class Peer:
         return frames
 
     def raw(self) -> bytes:
-        data = self.transport.value()
+        data: bytes = self.transport.value()
         self.transport.clear()
         return data
 

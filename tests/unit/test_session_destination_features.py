@@ -20,7 +20,7 @@ from tests.unit.test_session import Peer, connect, make_factory
 def test_a_target_without_the_capability_refuses_with_an_error(
     clock: Clock, broker: EmbeddedBroker, command: str, headers: dict[str, str], refused: str
 ) -> None:
-    broker.capabilities = frozenset({Capability.NACK})  # type: ignore[misc]
+    broker.capabilities = frozenset({Capability.NACK})
     peer = Peer(make_factory(clock, broker))
     connect(peer)
     peer.send(command, {"id": "s", **headers})

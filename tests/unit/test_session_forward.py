@@ -42,7 +42,7 @@ class Setup:
             self.connector = make(self.broker, self.clock, failure_retry_interval=1000)
             self.connector.start()
         destinations = DestinationMap(
-            {"embedded": self.embedded, "amq": self.connector},  # type: ignore[dict-item]
+            {"embedded": self.embedded, "amq": self.connector},
             [DestinationRule(pattern="/queue/jms.*", connector="amq", rename="/queue/")],
         )
         factory = StompServerFactory(self.clock, destinations, settings=StompSettings(), transformer=transformer)

@@ -18,7 +18,7 @@ from zope.interface import implementer
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.errors import ConnectorError
-from gateway.interfaces import IPostingConnector
+from gateway.interfaces import Capability, IPostingConnector
 from gateway.message.model import Message
 from gateway.routing.config import DestinationRule
 from gateway.routing.destination_map import DestinationMap
@@ -32,6 +32,7 @@ class PostingConnector:
     """Keeps every posted message with its ``settled`` callback; ``send`` is counted separately."""
 
     name = "posting"
+    capabilities: frozenset[Capability] = frozenset()
 
     def __init__(self) -> None:
         self.posts: list[tuple[Message, Any]] = []
@@ -70,7 +71,7 @@ def setup() -> Iterator[tuple[Peer, PostingConnector]]:
     broker.start()
     connector = PostingConnector()
     destinations = DestinationMap(
-        {"embedded": broker, "posting": connector},  # type: ignore[dict-item]
+        {"embedded": broker, "posting": connector},
         [DestinationRule(pattern="/queue/out.*", connector="posting", rename="/queue/")],
     )
     peer = Peer(StompServerFactory(clock, destinations, settings=StompSettings()))

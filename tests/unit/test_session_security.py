@@ -19,6 +19,7 @@ from gateway.security.auth import build_portal
 from gateway.security.settings import AuthSettings
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.sender_identity import stamp_sender
+from tests.support.results import result_of
 from tests.unit.test_session import Peer, connect
 from tests.unit.test_store_broker import Run, Sink
 
@@ -147,8 +148,8 @@ def test_durable_owner_survives_a_restart(tmp_path: Path) -> None:
 def test_a_durable_subscription_made_without_a_login_is_claimed_by_the_first_login(
         clock: Clock, broker: EmbeddedBroker) -> None:
     """(created before owners were kept, or before [auth] had users)"""
-    broker.subscribe(SubscriptionSpec("/topic/t", durable_name="n", client_id="c"), Sink()).result.close()
+    result_of(broker.subscribe(SubscriptionSpec("/topic/t", durable_name="n", client_id="c"), Sink())).close()
     assert broker.durable_owner("c", "n") is None
-    broker.subscribe(SubscriptionSpec("/topic/t", durable_name="n", client_id="c", login="bob"),
-                     Sink()).result.close()
+    result_of(broker.subscribe(SubscriptionSpec("/topic/t", durable_name="n", client_id="c", login="bob"),
+                               Sink())).close()
     assert broker.durable_owner("c", "n") == "bob"

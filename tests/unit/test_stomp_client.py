@@ -47,7 +47,8 @@ class Harness:
         connected = self.protocol.connect(login="u", passcode="p", host="vh", heartbeat=heartbeat)
         self.written()
         self.receive("CONNECTED", {"version": version, "heart-beat": server_beat, "server": "Fake/1"})
-        return result_of(connected)
+        frame: Frame = result_of(connected)
+        return frame
 
     def lose(self, reason: Exception | None = None) -> None:
         self.protocol.connectionLost(Failure(reason or ConnectionDone()))
@@ -455,7 +456,7 @@ class RecordingSocket(socket.socket):
         super().__init__(family, socket.SOCK_STREAM)
         self.options: list[tuple[int, int, int]] = []
 
-    def setsockopt(self, *args: Any) -> None:  # type: ignore[override]
+    def setsockopt(self, *args: Any) -> None:
         self.options.append(args)
         super().setsockopt(*args)
 

@@ -27,6 +27,8 @@ from gateway.broker.store.sqlite_store import SqliteStore
 from gateway.errors import StoreError
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
+from tests.support.log_events import observer
+from tests.support.messages import texts_of
 from tests.unit.test_store_contract import NOW, PumpedReactor
 
 
@@ -53,8 +55,8 @@ class Sink:
     def subscription_failed(self, reason: Exception) -> None:
         raise AssertionError(f"subscription failed: {reason}")
 
-    def texts(self) -> list[str | None]:
-        return [m.text for m, _ in self.got if isinstance(m, TextMessage)]
+    def texts(self) -> list[str]:
+        return texts_of(m for m, _ in self.got)
 
 
 def text(destination: str, body: str, **fields: Any) -> TextMessage:
@@ -325,7 +327,7 @@ def test_deliveries_returned_while_stopping_are_not_written(run: Run) -> None:
     run.subscribe(other, destination="/queue/a")  # auto ack: would take the returned message
     run.settle()
     events: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(events.append)
+    globalLogPublisher.addObserver(observer(events.append))
     try:
         broker = run.broker
         assert broker is not None
@@ -334,7 +336,7 @@ def test_deliveries_returned_while_stopping_are_not_written(run: Run) -> None:
         run.wait(sub.close())  # a connection closing during shutdown
         gc.collect()
     finally:
-        globalLogPublisher.removeObserver(events.append)
+        globalLogPublisher.removeObserver(observer(events.append))
     assert other.texts() == ["in-flight"]  # handed over in memory...
     assert not [e for e in events if e.get("log_level") == LogLevel.critical], "errors logged while stopping"
     assert any("not removed from the store" in e.get("log_format", "") for e in events)

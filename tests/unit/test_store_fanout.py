@@ -21,7 +21,8 @@ from gateway.broker.settings import BrokerSettings
 from gateway.broker.store.snapshot import Snapshot
 from gateway.broker.store.sqlite_records import encode_message
 from gateway.broker.store.sqlite_store import SqliteStore
-from gateway.message.model import TextMessage
+from gateway.message.model import Message, TextMessage
+from tests.support.messages import text_of
 from tests.unit.test_store_broker import Run, Sink
 from tests.unit.test_store_contract import NOW, PumpedReactor, same_message, text
 
@@ -133,7 +134,8 @@ def test_removing_a_durable_subscription_releases_its_references_only(stores: St
 def test_expired_shared_messages_leave_with_their_body_at_open(stores: Stores) -> None:
     store, _ = stores.open()
     expiring, kept = published("ID:short", expiration=int(NOW * 1000) + 1000), published("ID:kept")
-    stores.wait(store.add_batch([(key, expiring) for key in KEYS] + [(key, kept) for key in KEYS]))
+    entries: list[tuple[str, Message]] = [(key, message) for message in (expiring, kept) for key in KEYS]
+    stores.wait(store.add_batch(entries))
     stores.close()
     stores.reactor.now += 2
     _, snapshot = stores.open()
@@ -155,7 +157,7 @@ def test_a_backlog_read_lazily_gets_the_shared_record(stores: Stores) -> None:
 
 def test_a_transaction_to_a_topic_stores_each_message_once(stores: Stores) -> None:
     store, _ = stores.open()
-    batch = [published(f"ID:{n}", f"body-{n}") for n in range(3)]
+    batch: list[Message] = [published(f"ID:{n}", f"body-{n}") for n in range(3)]
     stores.wait(store.add_batch([(key, message) for message in batch for key in KEYS[:2]]
                                 + [("/queue/audit", text("ID:q", destination="/queue/audit"))]))
     rows, bodies = layout(stores.path)
@@ -220,9 +222,9 @@ def test_a_store_of_an_earlier_schema_shares_its_copies_once_migrated(stores: St
     assert len(snapshot.messages) == len(rows)
     for (key, message), (queue, original, redelivery) in zip(snapshot.messages, rows, strict=True):
         assert key == queue and message.redelivery_count == redelivery
-        original = original.copy()
-        original.redelivery_count, original.redelivered = redelivery, redelivery > 0
-        assert same_message(message, original)
+        expected = original.copy()
+        expected.redelivery_count, expected.redelivered = redelivery, redelivery > 0
+        assert same_message(message, expected)
     for key in KEYS[:2]:
         stores.wait(store.remove(key, "ID:news"))
     assert layout(stores.path)[1] == 1
@@ -328,7 +330,7 @@ def test_crashes_under_one_subscriber_dead_letter_its_copy_only(run: Run) -> Non
         sink = Sink()
         run.subscribe(sink, destination="/topic/news", durable_name="all", client_id="a",
                       ack_mode="client-individual")
-        assert [(m.text, m.redelivery_count) for m, _ in sink.got] == [("crasher", attempt)]
+        assert [(text_of(m), m.redelivery_count) for m, _ in sink.got] == [("crasher", attempt)]
         run.settle()
         run.restart()  # the consumer never answers: the broker died under it
     run.settle()
@@ -342,6 +344,6 @@ def test_crashes_under_one_subscriber_dead_letter_its_copy_only(run: Run) -> Non
     for client in "bc":
         other = Sink()
         run.subscribe(other, destination="/topic/news", durable_name="all", client_id=client)
-        assert [(m.text, m.redelivery_count) for m, _ in other.got] == [("crasher", 0)]
+        assert [(text_of(m), m.redelivery_count) for m, _ in other.got] == [("crasher", 0)]
     run.settle()
     assert layout(run.path) == ([], 0)

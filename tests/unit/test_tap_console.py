@@ -22,5 +22,6 @@ def test_the_console_is_the_log_only_with_nodaemon_and_no_logfile(parent: dict[s
                                                                    expected: bool) -> None:
     options: usage.Options = Options()
     if parent is not None:
-        options.parent = parent  # type: ignore[attr-defined]
+        options.parent = usage.Options()  # (twistd's options: a dict of what it parsed)
+        options.parent.update(parent)
     assert _logs_to_console(options) is expected

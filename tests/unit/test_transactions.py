@@ -80,7 +80,7 @@ def test_a_refused_commit_fails_its_answer_first_then_redelivers() -> None:
     tx.settle(sub, ["t1"], "ack")
     answers: list[Deferred[Any]] = []
     transactions.commit(transactions.end(frame("COMMIT")), answers.append, lambda _: None)
-    answers[0].addErrback(lambda failure: log.append(f"answer {failure.type.__name__}"))
+    answers[0].addErrback(lambda failure: log.append(f"answer {type(failure.value).__name__}"))
     target.stored.errback(DestinationFull("full"))
     assert log == ["send ['m1']", "answer DestinationFull", "nack ['t1']"]
 

@@ -14,6 +14,7 @@ from gateway.security import passwords
 from gateway.security.auth import build_portal, configured_passwords
 from gateway.security.passwords import PasswordChecker, bcrypt_cost, hash_password, weak_password
 from gateway.security.settings import AuthSettings
+from tests.support.log_events import observer
 
 STRONG = hash_password("root-pw", rounds=10)
 WEAK = hash_password("bob-pw", rounds=4)
@@ -50,12 +51,12 @@ def test_allowed_weak_passwords_are_warned_about_once_per_login() -> None:
         if event.get("log_level") == LogLevel.warn and "login" in event:
             seen.append(event["log_format"].format(**event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(observer(observe))
     try:
         configured_passwords(AuthSettings(users={"root": STRONG, "carol": "secret", "bob": WEAK},
                                           allow_weak_passwords=True))
     finally:
-        globalLogPublisher.removeObserver(observe)
+        globalLogPublisher.removeObserver(observer(observe))
     assert len(seen) == 2
     assert any("'carol' (auth.users.carol) is stored in plain text" in line for line in seen)
     assert any("'bob' (auth.users.bob) is a bcrypt hash of cost 4" in line for line in seen)

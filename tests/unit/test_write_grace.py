@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from twisted.internet.abstract import FileDescriptor
 from twisted.internet.address import IPv4Address
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.task import Clock
 
 from bench.hotpath_inprocess import Selectables
@@ -42,7 +43,7 @@ class BufferedTransport(FileDescriptor):
         self._tempDataLen = 0
         if self.producer is not None and self.producerPaused:
             self.producerPaused = False
-            self.producer.resumeProducing()
+            IPushProducer(self.producer).resumeProducing()  # (the session: a streaming producer)
         return data
 
     def _maybePauseProducer(self) -> None:
