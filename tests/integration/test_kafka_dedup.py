@@ -113,7 +113,11 @@ def test_a_transaction_resent_leaves_out_what_is_stored(tmp_path: Path, kafka_bo
                 connection.send(queue, body, headers={"x-dedup-id": body}, transaction=transaction)
             receipt = uuid.uuid4().hex
             connection.commit(transaction, headers={"receipt": receipt})
-            wait_until(lambda r=receipt: r in listener.got or bool(listener.errors), 60, "the COMMIT receipted")
+
+            def answered(receipt: str = receipt) -> bool:
+                return receipt in listener.got or bool(listener.errors)
+
+            wait_until(answered, 60, "the COMMIT receipted")
         assert not listener.errors, listener.errors[0].body
         connection.disconnect()
     finally:

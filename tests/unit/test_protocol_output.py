@@ -6,6 +6,8 @@ StringTransport (which records each write call) and Clock; :func:`next_turn` run
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
@@ -29,12 +31,14 @@ class CountingTransport(StringTransport):
         self.writes += 1
         super().write(data)
 
-    def writeSequence(self, data: object) -> None:
+    def writeSequence(self, data: Iterable[bytes]) -> None:
         self.writes += 1
-        StringTransport.write(self, b"".join(data))  # type: ignore[call-overload]
+        StringTransport.write(self, b"".join(data))
 
 
 class CountingPeer(Peer):
+    transport: CountingTransport
+
     def __init__(self, factory: StompServerFactory) -> None:
         self.protocol = factory.buildProtocol(None)
         self.transport = CountingTransport()
