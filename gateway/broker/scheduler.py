@@ -115,13 +115,20 @@ class Job:
         return copy
 
 
+def schedule_numbers(message: Message) -> tuple[int, int, int]:
+    """``(delay ms, period ms, repeats)`` of a scheduled ``message`` (0 for what it lacks);
+    MessageRefused for a negative or unreadable value, or a repeat without a period."""
+    delay, period, repeat = _number(message, DELAY), _number(message, PERIOD), _number(message, REPEAT)
+    if repeat and not period:
+        raise MessageRefused(f"{REPEAT}:{repeat} needs an {PERIOD} above 0 (ms between deliveries)")
+    return delay, period, repeat
+
+
 def job_of(message: Message, now_ms: int) -> Job:
     """The job a scheduled ``message`` makes (MessageRefused for what cannot be scheduled)."""
     if CRON in message.properties:
         raise MessageRefused(f"{CRON} is not supported (use {DELAY}, {PERIOD} and {REPEAT})")
-    delay, period, repeat = _number(message, DELAY), _number(message, PERIOD), _number(message, REPEAT)
-    if repeat and not period:
-        raise MessageRefused(f"{REPEAT}:{repeat} needs an {PERIOD} above 0 (ms between deliveries)")
+    delay, period, repeat = schedule_numbers(message)
     return Job(f"ID:job-{uuid.uuid4().hex}", now_ms + delay, period, repeat, 0, message)
 
 

@@ -49,7 +49,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.broker.scheduler import is_scheduled
 from gateway.connectors.jms_browse import BrowseThread, browse_duplicate_ids
+from gateway.connectors.jms_delivery_delay import DeliveryDelay, check_schedule
 from gateway.connectors.jms_link import Link, jndi_destination
 from gateway.connectors.jms_mapping import to_jms
 from gateway.connectors.jms_provider import (
@@ -131,6 +133,8 @@ class ProducerThread(JavaThread):
         self.link: Link | None = None
         self.session: Any = None
         self.producer: Any = None
+        self.delays: DeliveryDelay | None = None
+        """How :attr:`producer` sends scheduled messages (:mod:`gateway.connectors.jms_delivery_delay`)."""
         self._held: Any = None
         self.current: list[_Send] | None = None
         """The burst in the provider's hands (its send and commit calls), for the watchdog."""
@@ -187,6 +191,7 @@ class ProducerThread(JavaThread):
         try:
             self.session = link.connection.createSession(True, SESSION_TRANSACTED)
             self.producer = self.session.createProducer(None)
+            self.delays = DeliveryDelay(self.producer, link.api)
         except Exception as error:
             self.session = self.producer = None
             if done is not None:
@@ -196,7 +201,7 @@ class ProducerThread(JavaThread):
             reactor.callFromThread(done.callback, None)
 
     def _close(self) -> None:
-        session, self.session, self.producer = self.session, None, None
+        session, self.session, self.producer, self.delays = self.session, None, None, None
         if session is not None:
             with contextlib.suppress(Exception):  # gone already
                 session.close()
@@ -236,8 +241,23 @@ class ProducerThread(JavaThread):
         return [(item, OK, "") for item in burst], None
 
     def _send_one(self, message: Message, session: Any, link: Link) -> None:
-        jms, mode, priority, ttl = to_jms(message, session, link.api, lambda name: link.destination(session, name))
-        self.producer.send(link.destination(session, message.destination), jms, mode, priority, ttl)
+        def destination_of(name: str) -> Any:
+            return link.destination(session, name)
+
+        destination = destination_of(message.destination)
+        delays = self.delays
+        if delays is None or not is_scheduled(message):
+            jms, mode, priority, ttl = to_jms(message, session, link.api, destination_of)
+            self.producer.send(destination, jms, mode, priority, ttl)
+            return
+        outgoing, delay = delays.outgoing(message)  # (JMS 2.0: the delay as the producer's delivery delay)
+        if outgoing is not message:
+            jms, mode, priority, ttl = to_jms(outgoing, session, link.api, destination_of)
+            if delays.send(destination, jms, mode, priority, ttl, delay, outgoing):
+                return
+        jms, mode, priority, ttl = to_jms(message, session, link.api, destination_of)
+        delays.type_properties(message, jms)
+        self.producer.send(destination, jms, mode, priority, ttl)
 
     @staticmethod
     def _rollback(session: Any) -> bool:
@@ -635,6 +655,13 @@ class JmsConnector:
         return done
 
     def _submit(self, messages: list[Message], atomic: bool, settled: Settled) -> None:
+        try:
+            for message in messages:
+                check_schedule(message)  # (a bad AMQ_SCHEDULED_* number: refused before anything is sent)
+        except MessageRefused as error:
+            self._sent_failed.inc(len(messages))
+            settled(error, None)
+            return
         item = _Send(messages, atomic, settled, self.reactor.seconds() + self.settings.send_timeout / 1000.0)
         if self.link is not None and self._producer is not None:
             self._queue(item)

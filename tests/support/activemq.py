@@ -2,7 +2,7 @@
 
 :class:`ActiveMQBroker` writes its own ``activemq.xml`` and ``log4j.properties``
 into a work directory (own data directory, free ports, a STOMP and an OpenWire
-transport connector; no web console, no JMX connector, no scheduler), runs the
+transport connector; no web console, no JMX connector, the scheduler only when asked), runs the
 broker JVM as a child process and waits until both ports accept connections.
 It works outside pytest (benchmarks use it); the pytest fixtures at the bottom
 are :func:`activemq` (one broker per test session, KahaDB),
@@ -45,7 +45,7 @@ _ACTIVEMQ_XML = """\
   <broker xmlns="http://activemq.apache.org/schema/core"
           brokerName="{broker_name}"
           useJmx="false"
-          schedulerSupport="false"
+          schedulerSupport="{scheduler}"
           persistent="{persistent}"
           dataDirectory="{data_dir}">
     <managementContext>
@@ -153,6 +153,10 @@ class ActiveMQBroker:
         header needs; ``False`` runs a stock broker as Debian installs it.
     :param full_jit: let the JVM compile with C2 too (benchmarks: ActiveMQ at
         its best once warm); tests stop at C1, which starts faster.
+    :param scheduler: ``schedulerSupport="true"``: ActiveMQ honours
+        ``AMQ_SCHEDULED_DELAY`` / ``PERIOD`` / ``REPEAT`` / ``CRON`` (its job store
+        under the data directory, kept across a restart); off in a stock broker,
+        which then delivers such messages at once.
     """
 
     def __init__(
@@ -167,7 +171,9 @@ class ActiveMQBroker:
         tls: TlsFiles | None = None,
         xstream: bool = True,
         full_jit: bool = False,
+        scheduler: bool = False,
     ) -> None:
+        self.scheduler = scheduler
         self.workdir = Path(workdir).resolve()
         self.full_jit = full_jit
         self.xstream = xstream
@@ -254,6 +260,7 @@ class ActiveMQBroker:
         self.config_file.write_text(
             _ACTIVEMQ_XML.format(
                 broker_name=self.broker_name,
+                scheduler="true" if self.scheduler else "false",
                 persistent="true" if self.kahadb else "false",
                 data_dir=self.data_dir,
                 persistence=persistence,
