@@ -26,7 +26,7 @@ class Link:
         self.generation = generation
         self._destinations: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self.exclusive_option = exclusive_option(connection)
+        self.exclusive_option = settings.exclusive_option or None
         """The destination option that makes a queue consumer exclusive at this provider (None: it has none)."""
 
     def destination(self, session: Any, name: str, exclusive: bool = False) -> Any:
@@ -34,9 +34,9 @@ class Link:
         or looked up in JNDI (``destinations = "jndi"``); DestinationError otherwise.
 
         ``exclusive``: for a consumer that must be the queue's only one while it lives (a bridge's
-        single owner); where the provider takes it as a destination option (ActiveMQ 5's
-        ``?consumer.exclusive=true``) the queue is made with it, else the plain queue is returned
-        (see :func:`exclusive_option`)."""
+        single owner); with the connector's ``exclusive_option`` (the provider's destination option,
+        e.g. ActiveMQ 5's ``consumer.exclusive=true``) the queue is made with it, else the plain
+        queue is returned (JMS itself has no exclusive consumer)."""
         option = self.exclusive_option if exclusive and name.startswith("/queue/") else None
         key = name if option is None else f"{name}#exclusive"
         found = self._destinations.get(key)
@@ -56,20 +56,6 @@ class Link:
             found = session.createTopic(physical)
         self._destinations[key] = found
         return found
-
-
-def exclusive_option(connection: Any) -> str | None:
-    """The destination option for an exclusive queue consumer at the provider of ``connection``:
-    ``consumer.exclusive=true`` for ActiveMQ 5's client (``org.apache.activemq.ActiveMQConnection``,
-    its destination options), None for any other provider (JMS has no exclusive consumer: the
-    queue's own configuration decides, e.g. Artemis' ``exclusive`` address setting)."""
-    try:
-        kind = str(connection.getClass().getName())
-    except Exception:  # (not a Java object: a test's fake)
-        return None
-    if kind.startswith("org.apache.activemq.") and ".artemis." not in kind:
-        return "consumer.exclusive=true"
-    return None
 
 
 def jndi_destination(context: Any, name: str, settings: JmsSettings, api: JmsApi) -> Any:

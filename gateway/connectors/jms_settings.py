@@ -27,6 +27,7 @@ Keys (times in milliseconds)::
     max_burst = 500                # sends committed together in one local transaction at most
     max_pending_sends = 5000       # queued sends past which senders are paused (flow control)
     receive_timeout = 100          # a consumer thread's blocking receive(timeout)
+    exclusive_option = ""          # a bridge source's exclusive consumer (ActiveMQ 5: "consumer.exclusive=true")
     jvm_options = ["-Xmx256m"]     # extra JVM options (the JVM starts once per process)
 
     # either a ConnectionFactory class set up through its bean setters ...
@@ -120,6 +121,9 @@ class JmsConnectorOptions(Section):
     """Sends queued for the producer thread past which STOMP senders are paused (flow control)."""
     receive_timeout: Annotated[Int, Field(ge=1)] = 100
     """Milliseconds a consumer thread's receive(timeout) blocks."""
+    exclusive_option: Annotated[Str, Field(pattern=r"^[^?&\s]*$")] = ""
+    """The provider's destination option that makes a queue consumer exclusive, used for a bridge's source
+    (one owner per bridge); ActiveMQ 5: consumer.exclusive=true; empty: the provider has none."""
     jvm_options: Strings = ()
     """Extra JVM options (the JVM starts once per process, with every jms connector's)."""
 
@@ -154,6 +158,7 @@ class JmsSettings:
     max_burst: int = 500
     max_pending_sends: int = 5000
     receive_timeout: int = 100
+    exclusive_option: str = ""
     jvm_options: tuple[str, ...] = ()
     path: str = field(default="", compare=False)
     """The config file, for error messages."""
@@ -235,6 +240,7 @@ class JmsSettings:
             max_burst=checked.max_burst,
             max_pending_sends=checked.max_pending_sends,
             receive_timeout=checked.receive_timeout,
+            exclusive_option=checked.exclusive_option,
             jvm_options=tuple(checked.jvm_options),
             path=path,
         )

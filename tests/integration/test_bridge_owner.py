@@ -178,7 +178,7 @@ def collected(gateway: GatewayProcess, destination: str, count: int, what: str) 
 
 
 def test_two_gateways_with_one_jms_source_bridge_take_turns(tmp_path: Path, activemq: ActiveMQBroker) -> None:
-    """A ``jms`` (OpenWire) source is one exclusive consumer per bridge too (``?consumer.exclusive=true``):
+    """A ``jms`` (OpenWire) source with ``exclusive_option`` is one exclusive consumer per bridge too:
     with two gateways running the bridge, everything goes to the first (before: both consumed, each
     into its own embedded broker); SIGKILLed, the second takes over and gets the rest."""
     from tests.integration.test_jms_api_bridge import bridge_toml, connector_toml
@@ -186,7 +186,8 @@ def test_two_gateways_with_one_jms_source_bridge_take_turns(tmp_path: Path, acti
 
     tag = uuid.uuid4().hex[:8]
     source, target = f"/queue/jmsown.src.{tag}", f"/queue/jmsown.dst.{tag}"
-    config = connector_toml(activemq) + bridge_toml(
+    config = connector_toml(activemq).replace(  # (ActiveMQ 5's destination option for an exclusive consumer)
+        "send_timeout = 20000\n", 'send_timeout = 20000\nexclusive_option = "consumer.exclusive=true"\n') + bridge_toml(
         "shared", ("amq", source), ("embedded", target), qos="ONCE_AND_ONLY_ONCE", max_batch_size=20,
         max_batch_time=50, failure_retry_interval=200)
     first = GatewayProcess(tmp_path / "first", config)
