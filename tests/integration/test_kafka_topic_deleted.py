@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import stomp
 
 from tests.integration.test_kafka_stomp import kafka_config
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import create_topics, kafka_bootstrap, produce, unique_topic
 from tests.support.ports import free_port
-from tests.support.stomp_clients import StompClients
+from tests.support.stomp_clients import Client, StompClients
 
 pytestmark = pytest.mark.kafka
 __all__ = ["kafka_bootstrap"]
@@ -43,6 +44,15 @@ def delete_topic(bootstrap: str, topic: str) -> None:
         future.result(15)
 
 
+def connect(clients: StompClients, process: GatewayProcess) -> Client:
+    """A STOMP connection; if the gateway refuses it, its exit status and log say why (seen once in CI)."""
+    try:
+        return clients.connect()
+    except stomp.exception.ConnectFailedException:
+        status = process.process.poll() if process.process is not None else None
+        raise AssertionError(f"CONNECT failed (gateway exit status {status}):\n{process.log()[-3000:]}") from None
+
+
 @pytest.mark.parametrize("destination", ["/queue/kafka.{}", "/topic/kafka.{}"])
 def test_deleting_a_subscribed_topic_ends_the_subscription_not_the_gateway(
     gateway: tuple[GatewayProcess, int], kafka_bootstrap: str, destination: str
@@ -52,7 +62,7 @@ def test_deleting_a_subscribed_topic_ends_the_subscription_not_the_gateway(
     create_topics(kafka_bootstrap, topic, partitions=2)
     clients = StompClients(process.address)
     try:
-        client = clients.connect()
+        client = connect(clients, process)
         client.subscribe(destination.format(topic), sub_id="s1", ack="client-individual")
         produce(kafka_bootstrap, topic, [{"value": b"before"}])
         assert client.message(timeout=20).body == b"before"
@@ -71,7 +81,7 @@ def test_deleting_a_subscribed_topic_ends_the_subscription_not_the_gateway(
 
         # the topic comes back: a new subscription reads it
         create_topics(kafka_bootstrap, topic, partitions=2)
-        again = clients.connect()
+        again = connect(clients, process)
         again.subscribe(destination.format(topic), sub_id="s2", ack="auto")
         produce(kafka_bootstrap, topic, [{"value": b"after"}])
         assert again.message(timeout=20).body == b"after"
