@@ -588,6 +588,20 @@ class IMessageStore(Interface):
         """Forget a durable subscription and its backlog."""
 
 
+class IGroupedAdds(Interface):
+    """A message store that takes many small adds as one write (the persistent SENDs of a reactor turn).
+
+    The broker's SEND hot path uses it when its store provides it (else :meth:`IMessageStore.add_batch`).
+    """
+
+    def add_then(entries: list[tuple[str, Message]], done: Any) -> None:
+        """:meth:`IMessageStore.add_batch` without a Deferred: ``done(None)`` once the entries are
+        durable, ``done(error)`` when they could not be written (on the reactor thread; at once
+        for entries that cannot be stored at all).  Adds handed over together may share one
+        operation, but each keeps its own outcome (one that fails fails alone) and the order
+        they were issued in, among themselves and with every other write of the store."""
+
+
 Permission = Literal["read", "write", "admin"]
 """What a user may do on a destination: ``read`` (SUBSCRIBE, browse), ``write``
 (SEND), ``admin`` (create temporary/durable, purge, the console's actions)."""

@@ -55,6 +55,7 @@ from gateway.broker.store.snapshot import (
     Snapshot,
     durable_key,
 )
+from gateway.broker.stored_sends import StoredSends
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, record_key
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, GatewayError
@@ -64,6 +65,7 @@ from gateway.interfaces import (
     Health,
     IConsumer,
     IDestinationFlowControlled,
+    IGroupedAdds,
     IHeldMessages,
     IMessageStore,
     IPostingConnector,
@@ -75,6 +77,9 @@ from gateway.message.model import Message
 
 Settled = Callable[[Exception | None, Any], None]
 """How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
+
+_POSTED: Deferred[None] = Deferred()
+"""What :meth:`EmbeddedBroker._send` returns for a send it answers through its ``settled`` (never fired)."""
 
 REMOVALS_HELD = 20_000
 """Removals of consumed persistent messages waiting for the store's writer thread past which
@@ -137,6 +142,9 @@ class EmbeddedBroker:
         self._subscribing: set[str] = set()
         """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._publishing = PublicationOrder()
+        self._stored_sends = StoredSends(self.store.add_then, self.admission, self._publishing, self.metrics,
+                                         self.now_ms) if IGroupedAdds.providedBy(self.store) else None
+        """The posted persistent SENDs' way to a store that groups adds (:mod:`gateway.broker.stored_sends`)."""
         self.idempotency = IdempotentSends(clock, self.settings.dedup_window, self.settings.dedup_window_seconds,
                                            parts=expand, registry=self.metrics.registry)  # (issue 35: x-dedup-id)
 
@@ -292,16 +300,20 @@ class EmbeddedBroker:
     def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
         """:class:`IPostingConnector`: :meth:`send` reporting through ``settled(error, None)``;
         a message that needs no store write (or is refused at once) makes no Deferred.
-        ``confirm`` changes nothing: every send is settled on its own."""
-        pending = self._send(message)
+        ``confirm`` changes nothing: every send is settled on its own.  A persistent message for
+        stored queues makes no Deferred either: the store reports its write
+        (:mod:`gateway.broker.stored_sends`)."""
+        pending = self._send(message, settled=settled)
         if pending is None:
             settled(None, None)
-        else:
+        elif pending is not _POSTED:
             pending.addCallbacks(lambda _: settled(None, None), lambda failure: settled(failure.value, None))
 
-    def _send(self, message: Message, deduplicate: bool = True) -> Deferred[None] | None:
+    def _send(self, message: Message, deduplicate: bool = True,
+              settled: Settled | None = None) -> Deferred[None] | None:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
-        a Deferred when it waits for the store or is refused."""
+        a Deferred when it waits for the store or is refused; :data:`_POSTED` when it was handed
+        to the store to be answered through ``settled`` (a post's persistent message)."""
         if deduplicate and has_send_id(message):  # (issue 35: a resend with a stored x-dedup-id is settled)
             return self.idempotency.send([message], lambda fresh: self._send(fresh[0], False))
         if is_scheduled(message):  # (AMQ_SCHEDULED_*: held until due, gateway/broker/scheduler.py)
@@ -317,6 +329,12 @@ class EmbeddedBroker:
             if refusal is not None:
                 return refusal
         if (message.persistent and self._persist_all) or self._publishing.busy(message.destination):
+            stored_sends = self._stored_sends
+            if settled is not None and stored_sends is not None and message.persistent:
+                entries = [(queue.key, message) for queue in targets if self._stored(queue)]
+                if entries:
+                    stored_sends.post(message, targets, entries, settled)
+                    return _POSTED
             return self._store_then_enqueue([(message, targets)])
         if message.expiration and message.is_expired(self.now_ms()):
             self.metrics.expired.inc()
