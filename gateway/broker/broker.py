@@ -65,7 +65,7 @@ from gateway.interfaces import (
     Health,
     IConsumer,
     IDestinationFlowControlled,
-    IGroupedAdds,
+    IGroupedWrites,
     IHeldMessages,
     IMessageStore,
     IPostingConnector,
@@ -142,9 +142,14 @@ class EmbeddedBroker:
         self._subscribing: set[str] = set()
         """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._publishing = PublicationOrder()
-        self._stored_sends = StoredSends(self.store.add_then, self.admission, self._publishing, self.metrics,
-                                         self.now_ms) if IGroupedAdds.providedBy(self.store) else None
-        """The posted persistent SENDs' way to a store that groups adds (:mod:`gateway.broker.stored_sends`)."""
+        grouped = IGroupedWrites.providedBy(self.store)
+        writes: Any = self.store  # (an IGroupedWrites when ``grouped``)
+        self._stored_sends = StoredSends(writes.add_then, self.admission, self._publishing, self.metrics,
+                                         self.now_ms) if grouped else None
+        """The posted persistent SENDs' way to a store that groups writes (:mod:`gateway.broker.stored_sends`)."""
+        self._remove_then: Callable[[str, str, Callable[[BaseException | None], None]], None] | None = \
+            writes.remove_then if grouped else None
+        """The auto-acknowledged messages' way out of a store that groups writes."""
         self.idempotency = IdempotentSends(clock, self.settings.dedup_window, self.settings.dedup_window_seconds,
                                            parts=expand, registry=self.metrics.registry)  # (issue 35: x-dedup-id)
 
@@ -209,14 +214,37 @@ class EmbeddedBroker:
         self.metrics.consumed.count += 1
         if message.persistent and self._stored(queue):
             result: Deferred[None] = self.store.remove(queue.key, message.message_id)
-            self._removing += 1
-            if self._removing > REMOVALS_HELD and not self.removals_held:
-                self.removals_held = True
-                self.log.debug("{count} removals wait for the message store: deliveries wait",
-                               count=self._removing)
+            self._removal_started()
             result.addBoth(self._removed)
             return result
         return None
+
+    def auto_consumed(self, queue: MessageQueue, message: Message) -> None:
+        """QueueOwner: ``message`` was delivered to an auto-ack subscriber; its removal from the store
+        is not waited for (a failure is logged: the message comes back after a restart).  A store
+        that groups writes removes the auto-acknowledged messages of a turn in one operation."""
+        remove_then = self._remove_then
+        if remove_then is None or not (message.persistent and self._stored(queue)):
+            removed = self.consumed(queue, message)
+            if removed is not None:
+                removed.addErrback(lambda failure: self._auto_removed(failure.value, False))
+            return
+        self.metrics.consumed.count += 1
+        self._removal_started()
+        remove_then(queue.key, message.message_id, self._auto_removed)
+
+    def _auto_removed(self, error: BaseException | None, counted: bool = True) -> None:
+        if counted:
+            self._removed(None)
+        if error is not None:
+            self.log.warn("auto-acknowledged message not removed from the store, it will be delivered again after "
+                          "a restart: {error}", error=error)
+
+    def _removal_started(self) -> None:
+        self._removing += 1
+        if self._removing > REMOVALS_HELD and not self.removals_held:
+            self.removals_held = True
+            self.log.debug("{count} removals wait for the message store: deliveries wait", count=self._removing)
 
     def _removed(self, result: object) -> object:
         self._removing -= 1

@@ -3,7 +3,7 @@
 A SEND posted to the broker (:meth:`EmbeddedBroker.post`) whose message is persistent and goes to
 stored queues becomes one :class:`StoredSend`: it counts against the limits while it is written,
 takes its place in its destination's line (:class:`~gateway.broker.publication.PublicationOrder`),
-and is handed to the store with :meth:`IGroupedAdds.add_then`, which writes the SENDs of one reactor
+and is handed to the store with :meth:`IGroupedWrites.add_then`, which writes the SENDs of one reactor
 turn as one operation.  The store's report (:meth:`StoredSend.written`) settles it: once stored it is
 shown in its turn and its sender is answered (``settled(None, None)``), or it gives its place up and
 its sender gets the error.  No Deferred and no closure is made per SEND; what it costs is this
@@ -26,7 +26,7 @@ Settled = Callable[[Exception | None, Any], None]
 """How a posted send is answered: ``settled(error, None)``."""
 
 Add = Callable[[list[tuple[str, Message]], Callable[[BaseException | None], None]], None]
-"""The store's :meth:`IGroupedAdds.add_then`."""
+"""The store's :meth:`IGroupedWrites.add_then`."""
 
 
 class StoredSends:

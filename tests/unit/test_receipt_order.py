@@ -6,7 +6,7 @@ when the disk is slower than the socket: a RECEIPT never goes out before the
 answers of the connection's earlier frames; a SEND that needs no write waits
 for the earlier ones; FAIL's ERROR comes after the receipts of what was
 stored; ``max_size`` counts what is on its way to the store.  Every test runs with a store
-that answers each write with a Deferred and with one that groups adds (``IGroupedAdds``, the
+that answers each write with a Deferred and with one that groups adds (``IGroupedWrites``, the
 SQLite store's way: the broker's SEND path then makes no Deferred, issue 39).
 """
 
@@ -23,7 +23,7 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import message_size
 from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.store.snapshot import Snapshot
-from gateway.interfaces import IGroupedAdds
+from gateway.interfaces import IGroupedWrites
 from gateway.message.model import TextMessage
 from gateway.stomp.receipts import ReceiptLine
 from gateway.wire.frame import Frame
@@ -72,12 +72,15 @@ class HeldStore:
             d.callback(None)
 
 
-@implementer(IGroupedAdds)
+@implementer(IGroupedWrites)
 class GroupedHeldStore(HeldStore):
     """:class:`HeldStore` that also takes adds reported through a callback (each one a write of its own)."""
 
     def add_then(self, entries: list[Any], done: Any) -> None:
         self.add_batch(entries).addCallbacks(lambda _: done(None), lambda failure: done(failure.value))
+
+    def remove_then(self, queue: str, message_id: str, done: Any) -> None:
+        done(None)
 
 
 STORES = {"deferred": HeldStore, "grouped": GroupedHeldStore}

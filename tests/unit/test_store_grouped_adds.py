@@ -32,20 +32,28 @@ from tests.unit.test_store_sqlite import MIB, SmallDisk, message, open_store, re
 
 
 class CountingConnection(sqlite3.Connection):
-    """Counts the ``executemany`` of message rows (one per store operation that adds messages)."""
+    """Counts the ``executemany`` of message rows (one per store operation that adds messages) and the
+    statements that delete message rows."""
 
     inserts = 0
+    deletes = 0
 
     def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if sql == INSERT:
             type(self).inserts += 1
         return super().executemany(sql, *args)
 
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql.startswith("DELETE FROM messages WHERE seq"):
+            type(self).deletes += 1
+        return super().execute(sql, *args)
+
 
 @pytest.fixture
 def counting() -> type[CountingConnection]:
     class Counting(CountingConnection):
         inserts = 0
+        deletes = 0
 
     return Counting
 
@@ -111,6 +119,24 @@ def test_adds_handed_over_while_the_writer_is_busy_are_one_operation_each_report
     assert store.stats.operations == 50
     reactor.wait(store.close())
     assert recovered_ids(reactor, path) == [f"ID:{index}" for index in range(50)]
+
+
+def test_removals_handed_over_while_the_writer_is_busy_are_one_operation(
+    reactor: PumpedReactor, path: str, counting: type[CountingConnection]
+) -> None:
+    store = open_store(reactor, path, connect=lambda p, **kw: sqlite3.connect(p, factory=counting, **kw))
+    reactor.wait(store.add_batch([("/queue/a", message(index)) for index in range(1200)]))
+    outcomes = Outcomes()
+    gate = hold(store)
+    for index in range(0, 1200, 2):
+        store.remove_then("/queue/a", f"ID:{index}", outcomes.done(f"ID:{index}"))
+    store.remove_then("/queue/a", "ID:nothing", outcomes.done("ID:nothing"))  # (not there: nothing to remove)
+    gate.set()
+    outcomes.pump(reactor, 601)
+    assert set(outcomes.reported.values()) == {None}
+    assert counting.deletes == 2  # (one operation: its 600 rows 500 at a time)
+    reactor.wait(store.close())
+    assert recovered_ids(reactor, path) == [f"ID:{index}" for index in range(1, 1200, 2)]
 
 
 def test_a_part_that_fails_fails_alone_and_the_others_are_committed(reactor: PumpedReactor, path: str) -> None:
@@ -246,6 +272,49 @@ def test_the_persistent_sends_of_one_read_are_one_store_operation_and_answered_a
     stopped = broker.stop()
     while not stopped.called:
         clock.pump()
+
+
+def test_the_removals_of_an_auto_ack_subscriber_are_one_store_operation(
+    tmp_path: Path, counting: type[CountingConnection]
+) -> None:
+    """Before issue 39's change: one operation (one DELETE) per message consumed, 50 here."""
+    clock = ThreadedClock()
+    path = str(tmp_path / "broker.sqlite")
+    store = SqliteStore(path, clock, connect=lambda p, **kw: sqlite3.connect(p, factory=counting, **kw))
+    broker = EmbeddedBroker(clock, BrokerSettings(), store)
+    started = broker.start()
+    while not started.called:
+        clock.pump()
+    producer, consumer = connect_peer(clock, broker), connect_peer(clock, broker)
+    for index in range(50):
+        producer.send("SEND", {"destination": "/queue/a", "persistent": "true", "receipt": str(index)}, b"m")
+    receipts = 0
+    while receipts < 50:
+        clock.pump()
+        receipts += len(producer.received())
+    gate = hold(store)
+    consumer.send("SUBSCRIBE", {"destination": "/queue/a", "id": "s", "ack": "auto"})
+    assert len([f for f in consumer.received() if f.command == "MESSAGE"]) == 50
+    gate.set()
+    while waiting_removals(broker):
+        clock.pump()
+    assert counting.deletes == 1
+    stopped = broker.stop()
+    while not stopped.called:
+        clock.pump()
+    again = SqliteStore(path, clock)
+    recovered: list[Any] = []
+    again.open().addCallback(recovered.append)
+    while not recovered:
+        clock.pump()
+    assert recovered[0].messages == [] and not recovered[0].stored
+    closed = again.close()
+    while not closed.called:
+        clock.pump()
+
+
+def waiting_removals(broker: EmbeddedBroker) -> int:
+    return int(broker.status()["memory"]["removals_waiting"])
 
 
 def test_a_persistent_send_the_store_refuses_gets_its_error_and_the_others_their_receipts(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ from gateway.broker.store.sqlite_schema import (
     DELETE,
     DELETE_EXPIRED,
     DELETE_QUEUE,
+    DELETE_SEQS,
     DURABLE_OWNER,
     INSERT,
     INSERT_BODY,
@@ -61,6 +62,7 @@ from gateway.broker.store.sqlite_schema import (
     MIGRATE_2_TO_3,
     RECORD,
     SCHEMA_VERSION,
+    SEQS_AT_ONCE,
     SET_REDELIVERY,
     TABLES,
     release,
@@ -68,7 +70,7 @@ from gateway.broker.store.sqlite_schema import (
 )
 from gateway.broker.store.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
 from gateway.errors import GatewayError, StoreError
-from gateway.interfaces import IGroupedAdds, IMessageStore
+from gateway.interfaces import IGroupedWrites, IMessageStore
 from gateway.message.model import Message
 
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
@@ -146,7 +148,7 @@ def _insert(index: RowIndex, db: sqlite3.Connection, batches: list[Batch]) -> li
     return send_ids
 
 
-@implementer(IMessageStore, IGroupedAdds)
+@implementer(IMessageStore, IGroupedWrites)
 class SqliteStore:
     """Persistent messages and durable subscriptions in one SQLite file.
 
@@ -208,6 +210,8 @@ class SqliteStore:
         )
         self._insert_batches = self._write_batches
         """(one bound method for every :meth:`add_then`: the writer merges the parts of the same one)"""
+        self._delete_removals = self._delete_rows
+        """(the same for :meth:`remove_then`)"""
 
     @property
     def stats(self) -> WriterStats:
@@ -265,7 +269,7 @@ class SqliteStore:
         return self.writer.submit(insert, grows=_growth(batch[0], batch[1]))
 
     def add_then(self, entries: list[tuple[str, Message]], done: Callable[[BaseException | None], None]) -> None:
-        """:class:`IGroupedAdds`: :meth:`add_batch` reporting through ``done``: the batches handed over
+        """:class:`IGroupedWrites`: :meth:`add_batch` reporting through ``done``: the batches handed over
         before the writer takes them are one operation (one ``executemany``, one report back to the
         reactor thread), each still its own outcome; an entry that cannot be encoded fails at once."""
         try:
@@ -292,6 +296,19 @@ class SqliteStore:
                 release(db, db.execute(DELETE, (seq,)))
 
         return self.writer.submit(delete)
+
+    def remove_then(self, queue: str, message_id: str, done: Callable[[BaseException | None], None]) -> None:
+        """:class:`IGroupedWrites`: :meth:`remove` reporting through ``done``; the removals handed over
+        before the writer takes them are one operation (their rows deleted a few hundred at a time)."""
+        self.writer.append(self._delete_removals, (queue, message_id), 0, done)
+
+    def _delete_rows(self, db: sqlite3.Connection, removals: list[tuple[str, str]]) -> None:
+        """The merged operation of :meth:`remove_then` (writer thread)."""
+        take = self._rows.take
+        seqs = [seq for queue, message_id in removals if (seq := take(queue, message_id)) is not None]
+        for start in range(0, len(seqs), SEQS_AT_ONCE):
+            chunk = seqs[start:start + SEQS_AT_ONCE]
+            release(db, db.execute(DELETE_SEQS.format(",".join("?" * len(chunk))), chunk))
 
     def set_redelivery(self, queue: str, message_id: str, count: int) -> Deferred[None]:
         def update(db: sqlite3.Connection) -> None:
