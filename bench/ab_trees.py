@@ -13,7 +13,9 @@ it whose hot modules are compiled with mypyc (``setup.py build_ext --inplace``
 with ``JMSGATEWAY_MYPYC=1``; docs/performance.md, "Compiled hot modules").
 
 Workloads: ``app`` (issue 39's client application shape, :mod:`bench.app_client`),
-``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack).
+``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack), ``persistent`` (the same with
+persistent SENDs and a receipt every 100, :mod:`bench.bench_throughput`'s persistent workload; the SQLite
+store with ``synchronous = FULL``).
 
 Run: ``.venv/bin/python -m bench.ab_trees (--base REV | --compiled) [--workload W] [--count N] [--rounds N]``
 """
@@ -78,6 +80,8 @@ def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple
         body = 1024 if workload == "app-1k" else 100
         rate = run_app(process.address, Workload(work.destination, count=count, body_size=body, batch=500,
                                                  prefetch=0)).rate
+    elif workload == "persistent":
+        rate = run_pair(process.address, Workload(work.destination, count=count, persistent=True, receipt_every=100))
     else:
         rate = run_pair(process.address, work)
     used = cpu_seconds(process.process.pid) - before
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     choice = parser.add_mutually_exclusive_group(required=True)
     choice.add_argument("--base", help="the git revision to compare this tree with")
     choice.add_argument("--compiled", action="store_true", help="this tree against a mypyc-compiled copy of it")
-    parser.add_argument("--workload", choices=("app", "app-1k", "pair"), default="app")
+    parser.add_argument("--workload", choices=("app", "app-1k", "pair", "persistent"), default="app")
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)

@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the gateway from a copy of this tree with its hot modules compiled (mypyc)")
     parser.add_argument("--app-only", action="store_true",
                         help="only the client application's shape (bench.app_client), no latency runs")
+    parser.add_argument("--only", metavar="TEXT",
+                        help="only the workloads whose name holds TEXT (e.g. persistent), no latency runs")
     parser.add_argument("--activemq-as-shipped", action="store_true",
                         help="ActiveMQ's STOMP port without tcpNoDelay (Nagle on, as Debian ships it)")
     parser.add_argument("--latency-at", type=float, nargs="+", default=[0.5, 0.1], metavar="FRACTION",
@@ -194,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'workload':<52} {'gateway':>10} {'activemq':>10} {'ratio':>7}")
         peak = 0.0
         workloads = app_cases(count) if args.app_only else [*cases(count), *app_cases(count)]
+        if args.only:
+            workloads = [(case, n) for case, n in workloads if args.only in case.name]
         for case, per_producer in workloads:
             for name, address in servers.items():  # unmeasured rounds until this workload's rate stops rising
                 def workload_round(address: Address = address, case: Case = case, n: int = per_producer) -> float:
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             if not peak:
                 peak = statistics.median(results["gateway"])
 
-        for fraction in [] if args.app_only else args.latency_at:
+        for fraction in [] if args.app_only or args.only else args.latency_at:
             latency(servers, round(peak * fraction), fraction, latency_seconds, repeat)
     print(f"\n({time.monotonic() - started:.0f} s; host at the end: {host_state()})")
     return 0

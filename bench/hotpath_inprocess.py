@@ -21,6 +21,7 @@ import argparse
 import cProfile
 import gc
 import pstats
+import queue
 import shutil
 import statistics
 import sys
@@ -54,6 +55,38 @@ BODY_SIZES = {"1k": 1024, "64k": 65536, "app-1k": 1024}
 
 READ_SIZE = 65536
 """Bytes one read from a socket brings at most (Twisted's TCP ``doRead`` asks for this many)."""
+
+
+class ThreadedClock(Clock):
+    """A :class:`Clock` that also takes calls from other threads (the store's writer):
+    :meth:`run_threaded` runs them on the caller's thread, as the reactor would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+
+    def callFromThread(self, call: Callable[..., Any], *args: Any) -> None:
+        self._calls.put((call, args))
+
+    def run_threaded(self, wait: float = 0.0) -> int:
+        """Run what other threads handed over (waiting up to ``wait`` s for the first); how many."""
+        ran = 0
+        try:
+            call, args = self._calls.get(timeout=wait) if wait else self._calls.get_nowait()
+        except queue.Empty:
+            return 0
+        while True:
+            call(*args)
+            ran += 1
+            try:
+                call, args = self._calls.get_nowait()
+            except queue.Empty:
+                return ran
+
+    def turn(self, wait: float = 0.0) -> None:
+        """One reactor turn: thread results, then what is due now."""
+        self.run_threaded(wait)
+        self.advance(0)
 
 
 def _nothing() -> None:
@@ -265,11 +298,83 @@ def run(workload: str, count: int, profiler: cProfile.Profile | None = None) -> 
     return used / expected * 1e6
 
 
+def run_persistent(count: int, profiler: cProfile.Profile | None = None) -> tuple[float, float]:
+    """(µs of the reactor thread's CPU, µs of the process's CPU) per message of the ``persistent``
+    workload: ``count`` persistent 100 B SENDs to a queue with the SQLite store, as
+    :func:`bench.stomp_load.produce` sends them with a receipt every 100 (a read of 100 SENDs, the
+    last asking for a receipt; the producer waits for its receipts after 10 of them), one auto-ack
+    consumer (prefetch 1000) taking them meanwhile.  The reactor thread's figure is the server's
+    work (its calls and the store's reports it runs); the process's adds the store's writer thread."""
+    clock = ThreadedClock()
+    workdir = tempfile.mkdtemp(prefix="bench-hotpath-persistent-")
+    config = parse_config(__import__("tomllib").loads(default_config()))
+    config.gateway.data_dir = workdir
+    gateway = Gateway(config, clock)
+    started = gateway.start()
+    while not started.called:
+        clock.turn(0.01)
+    factory = gateway.factory
+    producer, consumer = Client(factory, clock), Client(factory, clock)
+    consumer.feed(encode_frame(Frame("SUBSCRIBE", {"destination": "/queue/persistent", "id": "0", "ack": "auto",
+                                                   "activemq.prefetchSize": "1000", "receipt": "s"}), "1.2"))
+    while not consumer.frames():
+        clock.turn(0.01)
+    headers = {"destination": "/queue/persistent", "persistent": "true"}
+    body = b"x" * 100
+    read = encode_frame(Frame("SEND", headers, body), "1.2") * 99 + encode_frame(
+        Frame("SEND", {**headers, "receipt": "r"}, body), "1.2")
+    reads = max(1, count // 100)
+    total = reads * 100
+    thread_cpu, process_cpu = time.thread_time, time.process_time
+    enable = profiler.enable if profiler is not None else _nothing
+    disable = profiler.disable if profiler is not None else _nothing
+    received = receipts = 0
+    used = 0.0
+
+    def turns(until: Callable[[], bool]) -> None:
+        """Reactor turns (waiting for the store's writer when nothing is due) until ``until()``."""
+        nonlocal used, received, receipts
+        while True:
+            started = thread_cpu()
+            enable()
+            now = clock.seconds()
+            clock.turn(0.0 if any(call.getTime() <= now for call in clock.getDelayedCalls()) else 0.001)
+            consumer.transport.flush()
+            disable()
+            used += thread_cpu() - started
+            receipts += producer.transport.take().count(b"RECEIPT\n")
+            received += consumer.transport.received().count(b"MESSAGE\n")
+            if until():
+                return
+
+    gc.collect()
+    begun = process_cpu()
+    for index in range(reads):
+        started = thread_cpu()
+        enable()
+        producer.protocol.dataReceived(read)
+        consumer.transport.flush()
+        disable()
+        used += thread_cpu() - started
+        if producer.transport.readingPaused:
+            turns(lambda: not producer.transport.readingPaused)
+        if index % 10 == 9:
+            turns(lambda: receipts == index + 1)  # noqa: B023 (called before the loop goes on)
+    turns(lambda: receipts == reads and received == total)
+    whole = process_cpu() - begun
+    gateway.stop()
+    while clock.run_threaded(0.05):
+        pass
+    shutil.rmtree(workdir, ignore_errors=True)
+    return used / total * 1e6, whole / total * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.hotpath_inprocess", description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=50_000, help="messages per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per workload (the median is printed)")
-    parser.add_argument("--workload", choices=WORKLOADS, action="append", help="default: all")
+    parser.add_argument("--workload", choices=(*WORKLOADS, "persistent"), action="append",
+                        help="default: all but persistent (its own figures: reactor thread and process)")
     parser.add_argument("--cprofile", action="store_true", help="one round under cProfile, top functions")
     args = parser.parse_args(argv)
     print(f"host: {host_state()}", flush=True)
@@ -277,11 +382,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.cprofile:
         profiler = cProfile.Profile()
         for workload in workloads:
-            run(workload, args.count, profiler)
+            if workload == "persistent":
+                run_persistent(args.count, profiler)
+            else:
+                run(workload, args.count, profiler)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
         return 0
     run("auto", 10_000)  # warm up
     for workload in workloads:
+        if workload == "persistent":
+            pairs = [run_persistent(args.count) for _ in range(args.rounds)]
+            main_figures, whole = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+            print(f"  {workload:<18} {statistics.median(main_figures):6.2f} µs/message on the reactor thread, "
+                  f"{statistics.median(whole):6.2f} in the process (medians of {args.rounds}; reactor thread "
+                  f"min {min(main_figures):.2f}, max {max(main_figures):.2f})", flush=True)
+            continue
         figures = [run(workload, args.count) for _ in range(args.rounds)]
         print(f"  {workload:<18} {statistics.median(figures):6.2f} µs/message (median of {args.rounds}; "
               f"min {min(figures):.2f}, max {max(figures):.2f})", flush=True)

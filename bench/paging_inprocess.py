@@ -23,20 +23,15 @@ import argparse
 import cProfile
 import gc
 import pstats
-import queue
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable
-from typing import Any
-
-from twisted.internet.task import Clock
 
 from bench.common import host_state
-from bench.hotpath_inprocess import Client
+from bench.hotpath_inprocess import Client, ThreadedClock
 from gateway.app import Gateway
 from gateway.config import parse_config
 from gateway.wire.codec import encode_frame
@@ -46,38 +41,6 @@ from tests.support.gateway import default_config
 BODY = 1024
 BATCH = 200
 WALL = False
-
-
-class ThreadedClock(Clock):
-    """A :class:`Clock` that also takes calls from other threads (the store's writer):
-    :meth:`run_threaded` runs them on the caller's thread, as the reactor would."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
-
-    def callFromThread(self, call: Callable[..., Any], *args: Any) -> None:
-        self._calls.put((call, args))
-
-    def run_threaded(self, wait: float = 0.0) -> int:
-        """Run what other threads handed over (waiting up to ``wait`` s for the first); how many."""
-        ran = 0
-        try:
-            call, args = self._calls.get(timeout=wait) if wait else self._calls.get_nowait()
-        except queue.Empty:
-            return 0
-        while True:
-            call(*args)
-            ran += 1
-            try:
-                call, args = self._calls.get_nowait()
-            except queue.Empty:
-                return ran
-
-    def turn(self, wait: float = 0.0) -> None:
-        """One reactor turn: thread results, then what is due now."""
-        self.run_threaded(wait)
-        self.advance(0)
 
 
 def build(limit: str, persistent: bool) -> tuple[Gateway, ThreadedClock]:
@@ -100,7 +63,7 @@ def build(limit: str, persistent: bool) -> tuple[Gateway, ThreadedClock]:
 def feed(client: Client, clock: ThreadedClock, data: bytes) -> None:
     """``data`` as one read; then reactor turns until the client's input is all handled."""
     client.protocol.dataReceived(data)
-    while client.protocol._unread:
+    while client.transport.readingPaused:  # (input slices still to handle, or reading held by congestion)
         # (waits for the store's writer only when nothing is due: reading held by store congestion)
         now = clock.seconds()
         clock.turn(0.0 if any(call.getTime() <= now for call in clock.getDelayedCalls()) else 0.001)

@@ -588,6 +588,26 @@ class IMessageStore(Interface):
         """Forget a durable subscription and its backlog."""
 
 
+class IGroupedWrites(Interface):
+    """A message store that takes many small writes as one (the persistent SENDs of a reactor turn,
+    the removals of the messages it auto-acknowledged).
+
+    The broker's hot paths use it when its store provides it (else :meth:`IMessageStore.add_batch`
+    and :meth:`IMessageStore.remove`, a Deferred each).
+    """
+
+    def add_then(entries: list[tuple[str, Message]], done: Any) -> None:
+        """:meth:`IMessageStore.add_batch` without a Deferred: ``done(None)`` once the entries are
+        durable, ``done(error)`` when they could not be written (on the reactor thread; at once
+        for entries that cannot be stored at all).  Adds handed over together may share one
+        operation, but each keeps its own outcome (one that fails fails alone) and the order
+        they were issued in, among themselves and with every other write of the store."""
+
+    def remove_then(queue: str, message_id: str, done: Any) -> None:
+        """:meth:`IMessageStore.remove` without a Deferred, reporting like :meth:`add_then`;
+        removals handed over together may share one operation."""
+
+
 Permission = Literal["read", "write", "admin"]
 """What a user may do on a destination: ``read`` (SUBSCRIBE, browse), ``write``
 (SEND), ``admin`` (create temporary/durable, purge, the console's actions)."""

@@ -55,6 +55,7 @@ from gateway.broker.store.snapshot import (
     Snapshot,
     durable_key,
 )
+from gateway.broker.stored_sends import StoredSends
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, record_key
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, GatewayError
@@ -64,6 +65,7 @@ from gateway.interfaces import (
     Health,
     IConsumer,
     IDestinationFlowControlled,
+    IGroupedWrites,
     IHeldMessages,
     IMessageStore,
     IPostingConnector,
@@ -75,6 +77,9 @@ from gateway.message.model import Message
 
 Settled = Callable[[Exception | None, Any], None]
 """How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
+
+_POSTED: Deferred[None] = Deferred()
+"""What :meth:`EmbeddedBroker._send` returns for a send it answers through its ``settled`` (never fired)."""
 
 REMOVALS_HELD = 20_000
 """Removals of consumed persistent messages waiting for the store's writer thread past which
@@ -137,6 +142,14 @@ class EmbeddedBroker:
         self._subscribing: set[str] = set()
         """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._publishing = PublicationOrder()
+        grouped = IGroupedWrites.providedBy(self.store)
+        writes: Any = self.store  # (an IGroupedWrites when ``grouped``)
+        self._stored_sends = StoredSends(writes.add_then, self.admission, self._publishing, self.metrics,
+                                         self.now_ms) if grouped else None
+        """The posted persistent SENDs' way to a store that groups writes (:mod:`gateway.broker.stored_sends`)."""
+        self._remove_then: Callable[[str, str, Callable[[BaseException | None], None]], None] | None = \
+            writes.remove_then if grouped else None
+        """The auto-acknowledged messages' way out of a store that groups writes."""
         self.idempotency = IdempotentSends(clock, self.settings.dedup_window, self.settings.dedup_window_seconds,
                                            parts=expand, registry=self.metrics.registry)  # (issue 35: x-dedup-id)
 
@@ -201,14 +214,37 @@ class EmbeddedBroker:
         self.metrics.consumed.count += 1
         if message.persistent and self._stored(queue):
             result: Deferred[None] = self.store.remove(queue.key, message.message_id)
-            self._removing += 1
-            if self._removing > REMOVALS_HELD and not self.removals_held:
-                self.removals_held = True
-                self.log.debug("{count} removals wait for the message store: deliveries wait",
-                               count=self._removing)
+            self._removal_started()
             result.addBoth(self._removed)
             return result
         return None
+
+    def auto_consumed(self, queue: MessageQueue, message: Message) -> None:
+        """QueueOwner: ``message`` was delivered to an auto-ack subscriber; its removal from the store
+        is not waited for (a failure is logged: the message comes back after a restart).  A store
+        that groups writes removes the auto-acknowledged messages of a turn in one operation."""
+        remove_then = self._remove_then
+        if remove_then is None or not (message.persistent and self._stored(queue)):
+            removed = self.consumed(queue, message)
+            if removed is not None:
+                removed.addErrback(lambda failure: self._auto_removed(failure.value, False))
+            return
+        self.metrics.consumed.count += 1
+        self._removal_started()
+        remove_then(queue.key, message.message_id, self._auto_removed)
+
+    def _auto_removed(self, error: BaseException | None, counted: bool = True) -> None:
+        if counted:
+            self._removed(None)
+        if error is not None:
+            self.log.warn("auto-acknowledged message not removed from the store, it will be delivered again after "
+                          "a restart: {error}", error=error)
+
+    def _removal_started(self) -> None:
+        self._removing += 1
+        if self._removing > REMOVALS_HELD and not self.removals_held:
+            self.removals_held = True
+            self.log.debug("{count} removals wait for the message store: deliveries wait", count=self._removing)
 
     def _removed(self, result: object) -> object:
         self._removing -= 1
@@ -292,16 +328,20 @@ class EmbeddedBroker:
     def post(self, message: Message, settled: Settled, confirm: bool = True) -> None:
         """:class:`IPostingConnector`: :meth:`send` reporting through ``settled(error, None)``;
         a message that needs no store write (or is refused at once) makes no Deferred.
-        ``confirm`` changes nothing: every send is settled on its own."""
-        pending = self._send(message)
+        ``confirm`` changes nothing: every send is settled on its own.  A persistent message for
+        stored queues makes no Deferred either: the store reports its write
+        (:mod:`gateway.broker.stored_sends`)."""
+        pending = self._send(message, settled=settled)
         if pending is None:
             settled(None, None)
-        else:
+        elif pending is not _POSTED:
             pending.addCallbacks(lambda _: settled(None, None), lambda failure: settled(failure.value, None))
 
-    def _send(self, message: Message, deduplicate: bool = True) -> Deferred[None] | None:
+    def _send(self, message: Message, deduplicate: bool = True,
+              settled: Settled | None = None) -> Deferred[None] | None:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
-        a Deferred when it waits for the store or is refused."""
+        a Deferred when it waits for the store or is refused; :data:`_POSTED` when it was handed
+        to the store to be answered through ``settled`` (a post's persistent message)."""
         if deduplicate and has_send_id(message):  # (issue 35: a resend with a stored x-dedup-id is settled)
             return self.idempotency.send([message], lambda fresh: self._send(fresh[0], False))
         if is_scheduled(message):  # (AMQ_SCHEDULED_*: held until due, gateway/broker/scheduler.py)
@@ -317,6 +357,12 @@ class EmbeddedBroker:
             if refusal is not None:
                 return refusal
         if (message.persistent and self._persist_all) or self._publishing.busy(message.destination):
+            stored_sends = self._stored_sends
+            if settled is not None and stored_sends is not None and message.persistent:
+                entries = [(queue.key, message) for queue in targets if self._stored(queue)]
+                if entries:
+                    stored_sends.post(message, targets, entries, settled)
+                    return _POSTED
             return self._store_then_enqueue([(message, targets)])
         if message.expiration and message.is_expired(self.now_ms()):
             self.metrics.expired.inc()

@@ -18,19 +18,34 @@ from collections.abc import Callable
 class Publication:
     """One message waiting for its turn to become visible.
 
-    :ivar show: called once in its turn: ``show(True)`` makes it visible, ``show(False)`` gives
-        its place up (it was not stored).
     :ivar then: called once it is visible (its sender's answer waits for that).
     """
 
-    __slots__ = ("settled", "show", "shown", "stored", "then")
+    __slots__ = ("settled", "shown", "stored", "then")
 
-    def __init__(self, show: Callable[[bool], None]) -> None:
-        self.show = show
+    def __init__(self) -> None:
         self.settled = False
         self.stored = False
         self.shown = False
         self.then: Callable[[], None] | None = None
+
+    def show(self, stored: bool) -> None:
+        """Called once in its turn: ``show(True)`` makes it visible, ``show(False)`` gives its
+        place up (it was not stored)."""
+        raise NotImplementedError
+
+
+class ShowCall(Publication):
+    """A publication whose :meth:`show` is a callable it was given."""
+
+    __slots__ = ("_show",)
+
+    def __init__(self, show: Callable[[bool], None]) -> None:
+        super().__init__()
+        self._show = show
+
+    def show(self, stored: bool) -> None:
+        self._show(stored)
 
 
 class PublicationOrder:
@@ -46,8 +61,15 @@ class PublicationOrder:
     def wait(self, destination: str, show: Callable[[bool], None]) -> Publication:
         """Queue ``show`` behind what waits for ``destination``; it runs once :meth:`settle` said so
         and every earlier one settled."""
-        publication = Publication(show)
-        self._lines.setdefault(destination, deque()).append(publication)
+        return self.enter(destination, ShowCall(show))
+
+    def enter(self, destination: str, publication: Publication) -> Publication:
+        """Queue ``publication`` behind what waits for ``destination``; it is shown once :meth:`settle`
+        said so and every earlier one settled."""
+        line = self._lines.get(destination)
+        if line is None:
+            line = self._lines[destination] = deque()
+        line.append(publication)
         return publication
 
     def settle(self, destination: str, publication: Publication, stored: bool) -> None:

@@ -68,6 +68,9 @@ class QueueOwner(Protocol):
         """``message`` left ``queue`` for good (acked, auto-acked); a Deferred when that
         leaves a store write to wait for (None when nothing was stored: the hot path)."""
 
+    def auto_consumed(self, queue: MessageQueue, message: Message) -> None:
+        """``message`` left ``queue`` for an auto-ack subscriber: like :meth:`consumed`, not waited for."""
+
     def replaced(self, queue: MessageQueue, message: Message) -> None:
         """A last-value queue took the waiting ``message`` out: a newer one with its key came."""
 
@@ -721,9 +724,7 @@ class QueueSubscription:
                 return
             queue = self.queue
             queue.dequeued += 1
-            removed = queue.owner.consumed(queue, message)
-            if removed is not None:
-                removed.addErrback(self._auto_ack_failed)
+            queue.owner.auto_consumed(queue, message)
             return
         self.unacked[seq] = message
         if self.consumer.deliver(message, seq) is False:
@@ -739,13 +740,6 @@ class QueueSubscription:
         goes back to its place uncounted, and this consumer waits for :meth:`resume`."""
         self.paused = True
         self.queue.requeue(message, seq)
-
-    def _auto_ack_failed(self, failure: Any) -> None:
-        self.log.warn(
-            "auto-acknowledged message not removed from the store, it will be delivered again after a "
-            "restart: {error}",
-            error=failure.getErrorMessage(),
-        )
 
     def ack(self, tags: list[Any]) -> Deferred[Any]:
         done = self.acknowledge(tags)

@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import pytest
 
-from bench import turn_latency
-from bench.hotpath_inprocess import WORKLOADS, run
+from bench import paging_inprocess, turn_latency
+from bench.hotpath_inprocess import WORKLOADS, run, run_persistent
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_each_in_process_workload_delivers_every_message(workload: str) -> None:
     assert run(workload, 400) > 0
+
+
+def test_the_persistent_in_process_workload_delivers_every_message() -> None:
+    """(the SQLite store's writer thread reporting through the benchmark's clock; its loop waits for
+    every receipt and MESSAGE)"""
+    reactor_thread, process = run_persistent(400)
+    assert reactor_thread > 0 and process > 0
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_the_in_process_paging_benchmark_pages_and_drains(persistent: bool) -> None:
+    """``bench.paging_inprocess`` (it broke once when the protocol's input slices changed)."""
+    assert paging_inprocess.run(persistent, "200KB", 400)[4] > 0  # (messages paged out)
 
 
 def test_the_turn_latency_model_is_deterministic() -> None:

@@ -5,7 +5,9 @@ writes complete only when the test says so, as a pipelining client sees it
 when the disk is slower than the socket: a RECEIPT never goes out before the
 answers of the connection's earlier frames; a SEND that needs no write waits
 for the earlier ones; FAIL's ERROR comes after the receipts of what was
-stored; ``max_size`` counts what is on its way to the store.
+stored; ``max_size`` counts what is on its way to the store.  Every test runs with a store
+that answers each write with a Deferred and with one that groups adds (``IGroupedWrites``, the
+SQLite store's way: the broker's SEND path then makes no Deferred, issue 39).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from typing import Any, Literal
 import pytest
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
+from zope.interface import implementer
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import message_size
 from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.store.snapshot import Snapshot
+from gateway.interfaces import IGroupedWrites
 from gateway.message.model import TextMessage
 from gateway.stomp.receipts import ReceiptLine
 from gateway.wire.frame import Frame
@@ -68,10 +72,33 @@ class HeldStore:
             d.callback(None)
 
 
+@implementer(IGroupedWrites)
+class GroupedHeldStore(HeldStore):
+    """:class:`HeldStore` that also takes adds reported through a callback (each one a write of its own)."""
+
+    def add_then(self, entries: list[Any], done: Any) -> None:
+        self.add_batch(entries).addCallbacks(lambda _: done(None), lambda failure: done(failure.value))
+
+    def remove_then(self, queue: str, message_id: str, done: Any) -> None:
+        done(None)
+
+
+STORES = {"deferred": HeldStore, "grouped": GroupedHeldStore}
+store_kind = "deferred"
+
+
+@pytest.fixture(autouse=True, params=list(STORES))
+def each_store(request: pytest.FixtureRequest) -> Any:
+    global store_kind
+    store_kind = request.param
+    yield
+    store_kind = "deferred"
+
+
 def start(policy: Literal["PAGE", "BLOCK", "FAIL", "DROP"] | None = None,
           max_size: int = 3 * ONE) -> tuple[Clock, EmbeddedBroker, HeldStore, Peer]:
     clock = Clock()
-    store = HeldStore()
+    store = STORES[store_kind]()
     limits = {"/queue/limited.>": DestinationLimits(max_size=max_size, full_policy=policy),
               "/topic/limited.>": DestinationLimits(max_size=max_size, full_policy=policy)} if policy else {}
     broker = EmbeddedBroker(clock, BrokerSettings(destinations=limits), store)  # type: ignore[arg-type]

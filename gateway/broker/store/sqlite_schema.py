@@ -109,6 +109,9 @@ INSERT = (
 INSERT_BODY = "INSERT INTO bodies (id, record) VALUES (?, ?)"
 SET_REDELIVERY = "UPDATE messages SET redelivery = ? WHERE seq = ?"
 DELETE = "DELETE FROM messages WHERE seq = ? RETURNING body"
+DELETE_SEQS = "DELETE FROM messages WHERE seq IN ({}) RETURNING body"
+"""Several rows at once: format with as many ``?`` (comma-separated) as rows, at most :data:`SEQS_AT_ONCE`."""
+SEQS_AT_ONCE = 500
 DELETE_QUEUE = "DELETE FROM messages WHERE queue = ? RETURNING body"
 DELETE_EXPIRED = "DELETE FROM messages WHERE expiration > 0 AND expiration <= ? RETURNING body"
 RELEASE_BODY = (

@@ -43,7 +43,7 @@ from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.broker.idempotency import SendIdTable
+from gateway.broker.idempotency import SendId, SendIdTable, has_send_id
 from gateway.broker.store.snapshot import DurableRecord, Snapshot
 from gateway.broker.store.sqlite_backlog import SqliteBacklog
 from gateway.broker.store.sqlite_records import decode_message, encode_message
@@ -54,6 +54,7 @@ from gateway.broker.store.sqlite_schema import (
     DELETE,
     DELETE_EXPIRED,
     DELETE_QUEUE,
+    DELETE_SEQS,
     DURABLE_OWNER,
     INSERT,
     INSERT_BODY,
@@ -61,6 +62,7 @@ from gateway.broker.store.sqlite_schema import (
     MIGRATE_2_TO_3,
     RECORD,
     SCHEMA_VERSION,
+    SEQS_AT_ONCE,
     SET_REDELIVERY,
     TABLES,
     release,
@@ -68,7 +70,7 @@ from gateway.broker.store.sqlite_schema import (
 )
 from gateway.broker.store.sqlite_writer import GroupCommitWriter, NoRoom, TransactionJournal, WriterStats
 from gateway.errors import GatewayError, StoreError
-from gateway.interfaces import IMessageStore
+from gateway.interfaces import IGroupedWrites, IMessageStore
 from gateway.message.model import Message
 
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
@@ -81,9 +83,19 @@ Row = tuple[str, str, int, int, int, int, int]
 redelivery count, -priority, record length, its record's place in the batch)."""
 
 
+Batch = tuple[list[Row], list[bytes], list[bool], list[SendId]]
+"""What one :meth:`SqliteStore.add_batch` writes: its rows, records, which records are shared,
+and the idempotency keys of its messages."""
+
+
 def _rows(entries: list[tuple[str, Message]]) -> tuple[list[Row], list[bytes], list[bool]]:
     """The rows of ``entries``, their records (each message encoded once, however many
     queue keys take it) and which records are shared (kept once, in ``bodies``)."""
+    if len(entries) == 1:  # (nearly every SEND: one message for one queue)
+        queue, message = entries[0]
+        record = encode_message(message)
+        return ([(queue, message.message_id, message.expiration, message.redelivery_count, -message.priority,
+                  len(record), 0)], [record], [False])
     rows: list[Row] = []
     records: list[bytes] = []
     shared: list[bool] = []
@@ -113,7 +125,30 @@ def disk_free(directory: str) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
-@implementer(IMessageStore)
+def _insert(index: RowIndex, db: sqlite3.Connection, batches: list[Batch]) -> list[SendId]:
+    """Insert the rows of ``batches`` (on the writer thread, in the caller's transaction); their
+    idempotency keys, to be recorded."""
+    bodies: dict[tuple[int, int], int] = {}
+    values: list[tuple[int, str, str, int, int, bytes, int, int, int | None]] = []
+    send_ids: list[SendId] = []
+    allocate = index.allocate
+    for number, (rows, records, shared, ids) in enumerate(batches):
+        for queue, message_id, expiration, redelivery, rank, size, place in rows:
+            seq = allocate(queue, message_id)
+            if shared[place]:
+                body = bodies.setdefault((number, place), seq)  # (the first row's seq names the body)
+                values.append((seq, queue, message_id, expiration, redelivery, b"", rank, size, body))
+            else:
+                values.append((seq, queue, message_id, expiration, redelivery, records[place], rank, size, None))
+        if ids:
+            send_ids.extend(ids)
+    if bodies:
+        db.executemany(INSERT_BODY, [(body, batches[number][1][place]) for (number, place), body in bodies.items()])
+    db.executemany(INSERT, values)
+    return send_ids
+
+
+@implementer(IMessageStore, IGroupedWrites)
 class SqliteStore:
     """Persistent messages and durable subscriptions in one SQLite file.
 
@@ -173,6 +208,10 @@ class SqliteStore:
             reactor, self._connect, self._describe, name=f"store-writer:{os.path.basename(self.path)}",
             max_group=max_group, room=self._room, journal=journal,
         )
+        self._insert_batches = self._write_batches
+        """(one bound method for every :meth:`add_then`: the writer merges the parts of the same one)"""
+        self._delete_removals = self._delete_rows
+        """(the same for :meth:`remove_then`)"""
 
     @property
     def stats(self) -> WriterStats:
@@ -219,29 +258,36 @@ class SqliteStore:
 
     def add_batch(self, entries: list[tuple[str, Message]]) -> Deferred[None]:
         try:
-            rows, records, shared = _rows(entries)
+            batch = self._batch(entries)
         except GatewayError as error:
             return fail(error)
-        send_ids = SendIdTable.rows(entries, int(self.reactor.seconds() * 1000))  # (issue 35)
-
         index = self._rows
 
         def insert(db: sqlite3.Connection) -> None:
-            bodies: dict[int, int] = {}
-            values: list[tuple[int, str, str, int, int, bytes, int, int, int | None]] = []
-            for queue, message_id, expiration, redelivery, rank, size, place in rows:
-                seq = index.allocate(queue, message_id)
-                if shared[place]:
-                    body = bodies.setdefault(place, seq)  # (the first row's seq names the body)
-                    values.append((seq, queue, message_id, expiration, redelivery, b"", rank, size, body))
-                else:
-                    values.append((seq, queue, message_id, expiration, redelivery, records[place], rank, size, None))
-            if bodies:
-                db.executemany(INSERT_BODY, [(body, records[place]) for place, body in bodies.items()])
-            db.executemany(INSERT, values)
-            self.send_ids.record(db, send_ids)  # (issue 35: in the messages' transaction)
+            self.send_ids.record(db, _insert(index, db, [batch]))  # (issue 35: in the messages' transaction)
 
-        return self.writer.submit(insert, grows=_growth(rows, records))
+        return self.writer.submit(insert, grows=_growth(batch[0], batch[1]))
+
+    def add_then(self, entries: list[tuple[str, Message]], done: Callable[[BaseException | None], None]) -> None:
+        """:class:`IGroupedWrites`: :meth:`add_batch` reporting through ``done``: the batches handed over
+        before the writer takes them are one operation (one ``executemany``, one report back to the
+        reactor thread), each still its own outcome; an entry that cannot be encoded fails at once."""
+        try:
+            batch = self._batch(entries)
+        except GatewayError as error:
+            done(error)
+            return
+        self.writer.append(self._insert_batches, batch, _growth(batch[0], batch[1]), done)
+
+    def _batch(self, entries: list[tuple[str, Message]]) -> Batch:
+        rows, records, shared = _rows(entries)
+        ids = SendIdTable.rows(entries, int(self.reactor.seconds() * 1000)) \
+            if any(has_send_id(message) for _, message in entries) else []  # (issue 35)
+        return rows, records, shared, ids
+
+    def _write_batches(self, db: sqlite3.Connection, batches: list[Batch]) -> None:
+        """The merged operation of :meth:`add_then` (writer thread)."""
+        self.send_ids.record(db, _insert(self._rows, db, batches))
 
     def remove(self, queue: str, message_id: str) -> Deferred[None]:
         def delete(db: sqlite3.Connection) -> None:
@@ -250,6 +296,19 @@ class SqliteStore:
                 release(db, db.execute(DELETE, (seq,)))
 
         return self.writer.submit(delete)
+
+    def remove_then(self, queue: str, message_id: str, done: Callable[[BaseException | None], None]) -> None:
+        """:class:`IGroupedWrites`: :meth:`remove` reporting through ``done``; the removals handed over
+        before the writer takes them are one operation (their rows deleted a few hundred at a time)."""
+        self.writer.append(self._delete_removals, (queue, message_id), 0, done)
+
+    def _delete_rows(self, db: sqlite3.Connection, removals: list[tuple[str, str]]) -> None:
+        """The merged operation of :meth:`remove_then` (writer thread)."""
+        take = self._rows.take
+        seqs = [seq for queue, message_id in removals if (seq := take(queue, message_id)) is not None]
+        for start in range(0, len(seqs), SEQS_AT_ONCE):
+            chunk = seqs[start:start + SEQS_AT_ONCE]
+            release(db, db.execute(DELETE_SEQS.format(",".join("?" * len(chunk))), chunk))
 
     def set_redelivery(self, queue: str, message_id: str, count: int) -> Deferred[None]:
         def update(db: sqlite3.Connection) -> None:

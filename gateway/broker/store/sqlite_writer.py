@@ -9,6 +9,12 @@ commit that covers it.  When a group fails (a full disk, say), it is rolled
 back and its operations are retried one transaction each, so one bad write
 fails alone and the others keep their outcome.
 
+Operations of one kind issued one after the other (:meth:`~GroupCommitWriter.append`:
+the persistent SENDs of a reactor turn) are merged into one while they wait: one
+operation, one call, one result for all of them, and each part still reports on its
+own (``done(None)`` after the commit, ``done(error)`` when it failed: a merged
+operation that fails is retried part by part, so one bad part fails alone).
+
 The writer knows transactions, threads and Deferreds; what the operations
 write is :mod:`gateway.broker.store.sqlite_store`'s business.  Nothing here runs
 SQLite on the reactor thread.
@@ -35,6 +41,12 @@ Operation = Callable[[sqlite3.Connection], Any]
 Outcome = tuple[bool, Any]
 """(True, result) or (False, exception)."""
 
+PartsOperation = Callable[[sqlite3.Connection, list[Any]], None]
+"""Work for the writer thread that takes the parts merged into one operation (:meth:`GroupCommitWriter.append`)."""
+
+Done = Callable[[BaseException | None], None]
+"""How one part of a merged operation reports: ``done(None)`` once committed, ``done(error)`` when it failed."""
+
 
 class NoRoom(Exception):
     """A write that would grow the database was refused: too little room left.
@@ -51,10 +63,38 @@ class NoRoom(Exception):
 
 @dataclass(slots=True)
 class _Work:
-    run: Operation
-    deferred: Deferred[Any]
+    run: Any  # an Operation; a PartsOperation when ``parts`` is set
+    deferred: Deferred[Any] | None
     transactional: bool = True
     grows: int = 0
+    parts: list[Any] | None = None
+    """The parts of a merged operation (:meth:`GroupCommitWriter.append`), else None."""
+    each: list[int] | None = None
+    """What each part grows the database by."""
+    done: list[Done] | None = None
+    """How each part reports."""
+    errors: list[BaseException | None] | None = None
+    """Each part's error once one failed (None: none failed); a failed part is not run again."""
+
+    def live(self) -> list[Any]:
+        """The parts not failed yet (of a merged operation)."""
+        parts = self.parts
+        assert parts is not None
+        errors = self.errors
+        return parts if errors is None else [part for part, error in zip(parts, errors, strict=True) if error is None]
+
+    def fail_part(self, index: int, error: BaseException) -> None:
+        errors = self.errors
+        if errors is None:
+            assert self.parts is not None
+            errors = self.errors = [None] * len(self.parts)
+        errors[index] = error
+
+    def size(self) -> int:
+        """Operations it stands for (its parts not failed yet, when merged)."""
+        if self.parts is None:
+            return 1
+        return len(self.parts) if self.errors is None else self.errors.count(None)
 
 
 class TransactionJournal:
@@ -167,6 +207,32 @@ class GroupCommitWriter:
         """
         return self._enqueue(run, True, grows)
 
+    def append(self, run: PartsOperation, part: Any, grows: int, done: Done) -> None:
+        """Add ``part`` to the operation of ``run`` waiting last (or start one): the parts appended
+        while the writer is busy run as one operation, ``run(connection, parts)``, inside a shared
+        transaction, in the order appended.  ``done(None)`` is called for each part after the commit
+        that covers it, ``done(error)`` when it failed: a failing operation is retried part by part,
+        each alone, so one bad part fails alone; a part that would grow the database past its room
+        (``grows`` bytes) is refused alone.  ``run`` must be the same object for every part of one
+        kind (a bound method kept by the caller).  Called for a closed writer, ``done`` gets the
+        error at once."""
+        with self._wakeup:
+            if self._accepting:
+                pending = self._pending
+                last = pending[-1] if pending else None
+                if last is not None and last.run is run and last.parts is not None \
+                        and len(last.parts) < self.max_group:
+                    last.parts.append(part)
+                    last.each.append(grows)  # type: ignore[union-attr]
+                    last.done.append(done)  # type: ignore[union-attr]
+                    last.grows += grows
+                    return
+                pending.append(_Work(run, None, True, grows, [part], [grows], [done]))
+                if len(pending) == 1:
+                    self._wakeup.notify()
+                return
+        done(StoreError(f"{self.name}: the message store is closed"))
+
     def call(self, run: Operation) -> Deferred[Any]:
         """Run ``run`` alone, outside any group (it manages its own transaction)."""
         return self._enqueue(run, False)
@@ -194,10 +260,23 @@ class GroupCommitWriter:
 
     def _fire(self, works: list[_Work], outcomes: list[Outcome]) -> None:
         for work, (ok, value) in zip(works, outcomes, strict=True):
-            if ok:
-                work.deferred.callback(value)
+            deferred = work.deferred
+            if deferred is None:
+                self._report_parts(work, None if ok else value)
+            elif ok:
+                deferred.callback(value)
             else:
-                work.deferred.errback(Failure(value))
+                deferred.errback(Failure(value))
+
+    def _report_parts(self, work: _Work, error: BaseException | None) -> None:
+        """Each part of a merged operation: ``done(None)`` or ``done(its error)`` (``error``: all failed)."""
+        assert work.done is not None
+        errors = work.errors
+        for index, done in enumerate(work.done):
+            try:
+                done(error if error is not None else None if errors is None else errors[index])
+            except Exception:  # (one caller's bug must not keep the others' reports from them)
+                self.log.failure("a store write's report failed")
 
     def _finished(self) -> None:
         self._thread = None
@@ -247,8 +326,11 @@ class GroupCommitWriter:
             works = [first]
             if first.transactional:
                 limit = self.max_group
-                while pending and len(works) < limit and pending[0].transactional:
-                    works.append(pending.popleft())
+                taken = first.size()
+                while pending and taken < limit and pending[0].transactional:
+                    work = pending.popleft()
+                    works.append(work)
+                    taken += work.size()
             return works
 
     def _run_alone(self, work: _Work) -> Outcome:
@@ -279,11 +361,20 @@ class GroupCommitWriter:
                 continue
             if work.grows <= budget:
                 budget -= work.grows
+            elif work.each is not None:  # (a merged operation: its parts that fit go on)
+                for part, grows in enumerate(work.each):
+                    if grows <= budget:
+                        budget -= grows
+                    else:
+                        work.fail_part(part, failure or self._describe(NoRoom(grows, budget)))
+                        self.stats.failures += 1
+                if not work.size():
+                    refused[index] = (True, None)  # (its parts report their own errors)
             else:
                 refused[index] = (False, failure or self._describe(NoRoom(work.grows, budget)))
         if not refused:
             return self._run_group(works)
-        self.stats.failures += len(refused)
+        self.stats.failures += sum(1 for index in refused if works[index].parts is None)
         admitted = [work for index, work in enumerate(works) if index not in refused]
         outcomes = iter(self._run_group(admitted) if admitted else [])
         return [refused[index] if index in refused else next(outcomes) for index in range(len(works))]
@@ -293,23 +384,47 @@ class GroupCommitWriter:
         assert connection is not None
         try:
             connection.execute("BEGIN IMMEDIATE")
-            results = [work.run(connection) for work in works]
+            results = [work.run(connection) if work.parts is None else work.run(connection, work.live())
+                       for work in works]
             connection.execute("COMMIT")
         except Exception as error:  # retried one by one, then reported
             self._rollback(connection)
             if len(works) == 1:
+                work = works[0]
+                if work.parts is None:
+                    self.stats.failures += 1
+                    return [(False, self._describe(error))]
+                if work.size() > 1:
+                    return [self._run_parts_alone(work)]
+                for index, failed in enumerate(work.errors or [None] * len(work.parts)):
+                    if failed is None:
+                        work.fail_part(index, self._describe(error))
                 self.stats.failures += 1
-                return [(False, self._describe(error))]
+                return [(True, None)]
             self.log.info("a group of {count} store writes failed ({error}); retrying each alone",
                           count=len(works), error=error)
             return [self._run_group([work])[0] for work in works]
         self._journal.committed()
         stats = self.stats
         stats.commits += 1
-        stats.operations += len(works)
-        if len(works) > stats.largest_group:
-            stats.largest_group = len(works)
+        operations = sum(work.size() for work in works)
+        stats.operations += operations
+        if operations > stats.largest_group:
+            stats.largest_group = operations
         return [(True, result) for result in results]
+
+    def _run_parts_alone(self, work: _Work) -> Outcome:
+        """A merged operation that failed: each of its parts in a transaction of its own."""
+        assert work.parts is not None and work.each is not None
+        self.log.info("a merged store write of {count} parts failed; retrying each part alone", count=work.size())
+        for index, part in enumerate(work.parts):
+            if work.errors is not None and work.errors[index] is not None:
+                continue
+            alone = _Work(work.run, None, True, work.each[index], [part], [work.each[index]], [])
+            self._run_group([alone])
+            if alone.errors is not None and alone.errors[0] is not None:
+                work.fail_part(index, alone.errors[0])
+        return (True, None)
 
     def _rollback(self, connection: sqlite3.Connection) -> None:
         self._journal.rolled_back()
