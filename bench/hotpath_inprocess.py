@@ -310,8 +310,8 @@ def run_persistent(count: int, profiler: cProfile.Profile | None = None) -> tupl
     config = parse_config(__import__("tomllib").loads(default_config()))
     config.gateway.data_dir = workdir
     gateway = Gateway(config, clock)
-    started = gateway.start()
-    while not started.called:
+    starting = gateway.start()
+    while not starting.called:
         clock.turn(0.01)
     factory = gateway.factory
     producer, consumer = Client(factory, clock), Client(factory, clock)

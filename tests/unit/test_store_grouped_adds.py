@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from twisted.internet.task import Clock
@@ -206,7 +206,7 @@ def test_an_add_that_cannot_be_stored_fails_at_once_and_alone(reactor: PumpedRea
     store = open_store(reactor, path)
     outcomes = Outcomes()
     odd = TextMessage(destination="/queue/a", message_id="ID:odd", persistent=True, text="x",
-                      properties={"when": object()})
+                      properties=cast(Any, {"when": object()}))
     store.add_then([("/queue/a", message(0))], outcomes.done("ID:0"))
     store.add_then([("/queue/a", odd)], outcomes.done("ID:odd"))
     assert isinstance(outcomes.reported["ID:odd"], StoreError)
@@ -238,7 +238,7 @@ class ThreadedClock(Clock):
     def callFromThread(self, function: Any, *args: Any, **kwargs: Any) -> None:
         self.threaded.callFromThread(function, *args, **kwargs)
 
-    def pump(self) -> None:
+    def run_writer(self) -> None:
         assert self.threaded.run_thread_calls(timeout=10), "the store never reported"
         self.advance(0)
 
@@ -253,7 +253,7 @@ def test_the_persistent_sends_of_one_read_are_one_store_operation_and_answered_a
     broker = EmbeddedBroker(clock, BrokerSettings(), store)
     started = broker.start()
     while not started.called:
-        clock.pump()
+        clock.run_writer()
     peer = Peer(make_factory(clock, broker))
     connect(peer)
     gate = hold(store)
@@ -264,14 +264,14 @@ def test_the_persistent_sends_of_one_read_are_one_store_operation_and_answered_a
     assert peer.received() == [] and len(broker.queues["/queue/a"]) == 0  # (nothing visible before its commit)
     gate.set()
     while not (frames := peer.received()):
-        clock.pump()
+        clock.run_writer()
     assert [frame.command for frame in frames] == ["RECEIPT"]
     assert counting.inserts == 1
     queue = broker.queues["/queue/a"]
     assert [m.body for m in queue.messages()] == [f"m{i}".encode() for i in range(50)]  # type: ignore[attr-defined]
     stopped = broker.stop()
     while not stopped.called:
-        clock.pump()
+        clock.run_writer()
 
 
 def test_the_removals_of_an_auto_ack_subscriber_are_one_store_operation(
@@ -284,33 +284,33 @@ def test_the_removals_of_an_auto_ack_subscriber_are_one_store_operation(
     broker = EmbeddedBroker(clock, BrokerSettings(), store)
     started = broker.start()
     while not started.called:
-        clock.pump()
+        clock.run_writer()
     producer, consumer = connect_peer(clock, broker), connect_peer(clock, broker)
     for index in range(50):
         producer.send("SEND", {"destination": "/queue/a", "persistent": "true", "receipt": str(index)}, b"m")
     receipts = 0
     while receipts < 50:
-        clock.pump()
+        clock.run_writer()
         receipts += len(producer.received())
     gate = hold(store)
     consumer.send("SUBSCRIBE", {"destination": "/queue/a", "id": "s", "ack": "auto"})
     assert len([f for f in consumer.received() if f.command == "MESSAGE"]) == 50
     gate.set()
     while waiting_removals(broker):
-        clock.pump()
+        clock.run_writer()
     assert counting.deletes == 1
     stopped = broker.stop()
     while not stopped.called:
-        clock.pump()
+        clock.run_writer()
     again = SqliteStore(path, clock)
     recovered: list[Any] = []
     again.open().addCallback(recovered.append)
     while not recovered:
-        clock.pump()
+        clock.run_writer()
     assert recovered[0].messages == [] and not recovered[0].stored
     closed = again.close()
     while not closed.called:
-        clock.pump()
+        clock.run_writer()
 
 
 def waiting_removals(broker: EmbeddedBroker) -> int:
@@ -325,7 +325,7 @@ def test_a_persistent_send_the_store_refuses_gets_its_error_and_the_others_their
     broker = EmbeddedBroker(clock, BrokerSettings(), store)
     started = broker.start()
     while not started.called:
-        clock.pump()
+        clock.run_writer()
     small, large = connect_peer(clock, broker), connect_peer(clock, broker)
     gate = hold(store)
     small.send("SEND", {"destination": "/queue/a", "persistent": "true", "receipt": "s1"}, b"small")
@@ -334,7 +334,7 @@ def test_a_persistent_send_the_store_refuses_gets_its_error_and_the_others_their
     gate.set()
     answers: dict[str, list[Frame]] = {"small": [], "large": []}
     while len(answers["small"]) < 2 or not answers["large"]:
-        clock.pump()
+        clock.run_writer()
         answers["small"] += small.received()
         answers["large"] += large.received()
     assert [f.headers.get("receipt-id") for f in answers["small"]] == ["s1", "s2"]
@@ -343,7 +343,7 @@ def test_a_persistent_send_the_store_refuses_gets_its_error_and_the_others_their
     assert [m.body for m in broker.queues["/queue/a"].messages()] == [b"small", b"small too"]  # type: ignore[attr-defined]
     stopped = broker.stop()
     while not stopped.called:
-        clock.pump()
+        clock.run_writer()
 
 
 def connect_peer(clock: Clock, broker: EmbeddedBroker) -> Peer:
