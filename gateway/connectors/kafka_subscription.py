@@ -28,6 +28,11 @@ and the consumer is never touched by two threads.
   others' marks on assignment (:mod:`~gateway.connectors.kafka_delivered`).  A subscription
   starting at the latest offset commits that start on its first assignment, so
   a later assignment goes on from there instead of the end at that time.
+* Hand-overs of an ``exclusive`` subscription (a bridge's: Kafka has no exclusive consumer, so a
+  second gateway running the bridge shares the partitions): a mark is up to ``delivered_interval``
+  old when its member dies, so after each assignment (of a partition the group already consumed)
+  everything up to the partition's end, as its first fetch reports it, is flagged redelivered: the
+  last owner cannot have delivered beyond it (:meth:`KafkaSubscription._flag_to_end`).
 * Lag: every :data:`LAG_INTERVAL` seconds the thread reads each assigned
   partition's high watermark (the broker's, or the last fetch's when higher)
   and keeps ``high - committed`` (``high - low`` before the group committed
@@ -145,6 +150,8 @@ class KafkaSubscription:
         self._paused_by_client = False
         self._fetch_paused = False
         self._assignment: list[Any] = []
+        self._to_end: set[int] = set()
+        """Handed-over partitions of an ``exclusive`` subscription whose end is not read yet."""
         self._lag_read_at = 0.0
         self.lag: dict[int, int] = {}
         """Partition -> records after the group's committed offset (read by any thread: replaced whole)."""
@@ -349,6 +356,8 @@ class KafkaSubscription:
                     continue
                 if record.partition() not in self._tracker.partitions:
                     continue  # from a partition revoked meanwhile
+                if self._to_end:
+                    self._flag_to_end(kafka_consumer, record.partition())
                 self._backlog.append(record)
 
     def _blocked(self) -> bool:
@@ -498,12 +507,17 @@ class KafkaSubscription:
         resumed = [tp.partition for tp in partitions
                    if self._tracker.assign(tp.partition, starts.get(tp.partition), resume=known)]
         fresh = [tp.partition for tp in partitions if tp.partition not in resumed]
+        marks: dict[int, int] = {}
         if fresh and self._marks_channel is not None:
             # how far any member delivered them: what comes again up to there is flagged
             marks = self._marks_channel.read(self.group, self.topic)
             for partition in fresh:
                 if partition in marks:
                     self._tracker.delivered_before(partition, marks[partition])
+        if self.spec.exclusive:
+            # the last owner may have died up to delivered_interval after its last mark
+            self._to_end |= {tp.partition for tp in partitions
+                             if starts.get(tp.partition, -1) >= 0 or tp.partition in marks}
         if again:
             self.log.info("kafka group {group}: partitions {again} of {topic} assigned again after a rebalance; "
                           "deliveries resumed on {resumed}, the others come again as redeliveries",
@@ -511,6 +525,34 @@ class KafkaSubscription:
         else:
             self.log.debug("kafka group {group} assigned {partitions}", group=self.group, partitions=partitions)
         self.reactor.callFromThread(self._assigned_first)
+
+    def _flag_to_end(self, kafka_consumer: Any, partition: int) -> None:
+        """The first record of a handed-over partition came: flag everything up to the partition's
+        end as redelivered.  The end is the high watermark of the fetch that brought the record
+        (Tansu answers ListOffsets short of the end; a fetch reports it), read after the group gave
+        the partition away from its last owner, so that owner cannot have delivered beyond it."""
+        if partition not in self._to_end:
+            return
+        self._to_end.discard(partition)
+        from confluent_kafka import TopicPartition
+
+        tp = TopicPartition(self.topic, partition)
+        try:
+            end = kafka_consumer.get_watermark_offsets(tp, cached=True)[1]
+            if end < 0:
+                end = kafka_consumer.get_watermark_offsets(tp, timeout=LAG_TIMEOUT, cached=False)[1]
+        except ConsumerCrashed:
+            raise
+        except Exception as exc:
+            self.log.warn("group {group}: no end offset of {topic}[{partition}] ({error}); what its last owner "
+                          "delivered is flagged up to its delivered mark only", group=self.group, topic=self.topic,
+                          partition=partition, error=exc)
+            return
+        if end > 0:
+            self._tracker.delivered_before(partition, end - 1)
+            self.log.info("kafka group {group}: {topic}[{partition}] handed over; records up to offset {last} come "
+                          "flagged redelivered (its last owner may have delivered them)", group=self.group,
+                          topic=self.topic, partition=partition, last=end - 1)
 
     def _pin_latest(self, kafka_consumer: Any, committed: list[Any]) -> list[Any]:
         """Fix the start of partitions without a committed offset at their end *now*,
@@ -548,6 +590,7 @@ class KafkaSubscription:
     def _on_lost(self, kafka_consumer: Any, partitions: list[Any]) -> None:
         """Partitions revoked or lost: their deliveries stay with the client (see OffsetTracker)."""
         gone = {tp.partition for tp in partitions}
+        self._to_end -= gone
         for partition in gone:
             self._tracker.revoke(partition)
         self._backlog = deque(r for r in self._backlog if r.partition() not in gone)

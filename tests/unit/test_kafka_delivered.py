@@ -118,3 +118,67 @@ def test_a_revoked_partition_publishes_its_mark_and_waits_for_it() -> None:
     assert channel.published == [({0: 4}, MARKS_TIMEOUT)]
     sub._on_revoke(consumer, [TopicPartition("t", 0)])  # published already: nothing again
     assert channel.published[-1] == ({}, MARKS_TIMEOUT)
+
+
+class Ends(Committed):
+    """A consumer standing in that also answers the partitions' ends: ``cached`` as the last fetch
+    reported them, ``listed`` as ListOffsets does."""
+
+    def __init__(self, offsets: dict[int, int], cached: dict[int, int], listed: dict[int, int] | None = None) -> None:
+        super().__init__(offsets)
+        self.cached = cached
+        self.listed = listed or {}
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
+        return 0, (self.cached if cached else self.listed).get(tp.partition, -1001)
+
+
+def exclusive_subscription(channel: Channel) -> KafkaSubscription:
+    spec = SubscriptionSpec(destination="/queue/t", ack_mode="client-individual", exclusive=True)
+    return KafkaSubscription(Mock(), spec, Mock(), topic="t", group="g", consumer_factory=None, text_records=True,
+                             marks=channel)
+
+
+def test_a_bridge_flags_a_handed_over_partition_up_to_its_end_at_the_first_fetch() -> None:
+    """Issue 32: the last owner's mark may be ``delivered_interval`` old when it died, so an exclusive
+    (bridge) subscription flags everything up to the end the first fetch reports."""
+    sub = exclusive_subscription(Channel({0: 12}))
+    consumer = Ends({0: 10, 1: 5}, cached={0: 30, 1: 8})
+    sub._on_assign(consumer, [TopicPartition("t", 0), TopicPartition("t", 1)])
+    assert not sub._tracker.is_redelivery(0, 13)  # only the mark so far
+    sub._flag_to_end(consumer, 0)
+    sub._flag_to_end(consumer, 1)
+    assert [sub._tracker.is_redelivery(0, o) for o in (13, 29, 30)] == [True, True, False]
+    assert [sub._tracker.is_redelivery(1, o) for o in (5, 7, 8)] == [True, True, False]
+    consumer.cached = {0: 50}
+    sub._flag_to_end(consumer, 0)  # once per assignment
+    assert not sub._tracker.is_redelivery(0, 40)
+
+
+def test_the_end_is_listed_when_no_fetch_reported_it() -> None:
+    sub = exclusive_subscription(Channel({}))
+    consumer = Ends({0: 10}, cached={}, listed={0: 20})
+    sub._on_assign(consumer, [TopicPartition("t", 0)])
+    sub._flag_to_end(consumer, 0)
+    assert sub._tracker.is_redelivery(0, 19) and not sub._tracker.is_redelivery(0, 20)
+
+
+def test_a_partition_nobody_consumed_and_a_shared_subscription_are_not_flagged_to_the_end() -> None:
+    bridge = exclusive_subscription(Channel({}))
+    consumer = Ends({}, cached={0: 30})
+    bridge._on_assign(consumer, [TopicPartition("t", 0)])  # no committed offset, no mark: a new group
+    bridge._flag_to_end(consumer, 0)
+    assert not bridge._tracker.is_redelivery(0, 0)
+    shared = subscription(Channel({}))  # a STOMP client's: flagged up to the marks only
+    consumer = Ends({0: 10}, cached={0: 30})
+    shared._on_assign(consumer, [TopicPartition("t", 0)])
+    shared._flag_to_end(consumer, 0)
+    assert not shared._tracker.is_redelivery(0, 10)
+
+
+def test_a_revoked_partition_is_not_flagged_to_the_end_later() -> None:
+    sub = exclusive_subscription(Channel({}))
+    consumer = Ends({0: 10}, cached={0: 30})
+    sub._on_assign(consumer, [TopicPartition("t", 0)])
+    sub._on_lost(consumer, [TopicPartition("t", 0)])
+    assert not sub._to_end
