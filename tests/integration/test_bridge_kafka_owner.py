@@ -6,10 +6,17 @@ lose when one of them is SIGKILLed or its Kafka link stalls mid-stream.
   gets a partition; the first is SIGKILLed mid-stream (or its Kafka connections stall without RST,
   then are cut: :class:`OwnedLinks`), and its partition moves to the second.  Counted at the target
   by the ``seq`` in the bodies: 0 lost, 0 duplicates.
+* Kafka -> Kafka (the transactions engine): both gateways use the bridge's ``transactional.id``;
+  the second starts mid-stream (its ``init_transactions`` fences the first's producer, which
+  fences it back when it starts again: they take turns), then the first is SIGKILLed.  Counted
+  with a ``read_uncommitted`` reader (Tansu serves aborted records to ``read_committed`` ones too,
+  so that could neither hide a duplicate nor prove there is none): 0 lost, 0 duplicates, and both
+  gateways wrote copies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -22,19 +29,21 @@ from typing import Any
 import pytest
 
 from tests.integration.bridge_fault_run import drain_counting
-from tests.integration.test_bridge_kafka import bridge_toml, kafka_connector_toml
+from tests.integration.test_bridge_kafka import bridge_toml, header, kafka_connector_toml
 from tests.support.activemq import ActiveMQBroker, activemq
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import (
     TansuBroker,
     committed_offsets,
     create_topics,
+    kafka_bootstrap,
     proxied_kafka,
+    read_records,
 )
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
-__all__ = ["activemq", "proxied_kafka"]
+__all__ = ["activemq", "kafka_bootstrap", "proxied_kafka"]
 
 pytestmark = [pytest.mark.kafka, pytest.mark.activemq]
 
@@ -261,3 +270,52 @@ def test_two_gateways_kafka_to_activemq_first_kafka_link_stalls_then_is_cut(
     broker, proxy = proxied_kafka
     arrived, logs = two_gateways_run(tmp_path, broker.bootstrap, activemq, "stall", proxy)
     verdict(arrived, logs, "kafka -> activemq, two gateways, one's Kafka link stalled 5 s then cut 10 s")
+
+
+# ------------------------------------------------------------------ Kafka -> Kafka
+
+
+def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, kafka_bootstrap: str) -> None:
+    tag = uuid.uuid4().hex[:8]
+    source, target = f"kkown-src-{tag}", f"kkown-dst-{tag}"
+    create_topics(kafka_bootstrap, source, partitions=2)
+    create_topics(kafka_bootstrap, target)
+    config = kafka_connector_toml(kafka_bootstrap) + bridge_toml(
+        "k2k", ("kafka", f"/queue/{source}"), ("kafka", f"/topic/{target}"), qos="ONCE_AND_ONLY_ONCE",
+        max_batch_size=20, max_batch_time=50, failure_retry_interval=200)
+    first, second = GatewayProcess(tmp_path / "first", config), GatewayProcess(tmp_path / "second", config)
+    started = threading.Event()
+    producer = threading.Thread(target=stream, args=(kafka_bootstrap, source, TOTAL, started), daemon=True)
+    try:
+        first.start()
+        time.sleep(3.0)  # (the transactions engine logs nothing while it runs well)
+        producer.start()
+        started.wait(30)
+        time.sleep(1.0)
+        second.start()  # mid-stream: its producer's init_transactions meets the first's open transaction
+        time.sleep(1.0)
+        first.kill()
+        producer.join(120)
+        arrived: Counter[str] = Counter()
+        writers: Counter[str] = Counter()
+
+        def all_there() -> bool:
+            arrived.clear()
+            writers.clear()
+            for record in read_records(kafka_bootstrap, target, TOTAL, timeout=10, settle=0.5,
+                                       **{"isolation.level": "read_uncommitted"}):
+                arrived[header(record, "jms.seq") or "?"] += 1
+                writers[header(record, "jmsbridge.origin") or "?"] += 1
+            return len(arrived) >= TOTAL
+
+        with contextlib.suppress(AssertionError):
+            wait_until(all_there, 120, "every record at the target")
+        time.sleep(3.0)
+        all_there()
+        print(f"\ncopies per gateway: {dict(writers)}")
+        assert len(writers) == 2, f"both gateways copy: {dict(writers)}"
+        logs = f"FIRST:\n{first.log()[-4000:]}\nSECOND:\n{second.log()[-4000:]}"
+        verdict(arrived, logs, "kafka -> kafka, two gateways, SIGKILL of one (read_uncommitted)")
+    finally:
+        first.kill()
+        second.kill()
