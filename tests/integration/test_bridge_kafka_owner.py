@@ -52,8 +52,8 @@ TOTAL = 3000
 always on its way when the fault comes)."""
 
 
-def stream(bootstrap: str, topic: str, total: int, started: threading.Event) -> None:
-    """Produce ``total`` records (body ``body s-<i>``, header ``jms.seq``), 100 every 0.1 s."""
+def stream(bootstrap: str, topic: str, total: int, started: threading.Event, pause: float = 0.1) -> None:
+    """Produce ``total`` records (body ``body s-<i>``, header ``jms.seq``), 100 every ``pause`` s."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
@@ -63,7 +63,7 @@ def stream(bootstrap: str, topic: str, total: int, started: threading.Event) -> 
                              headers=[("jms.seq", f"s-{index}".encode())])
         producer.poll(0)
         started.set()
-        time.sleep(0.1)
+        time.sleep(pause)
     assert producer.flush(30) == 0, "records of the stream were not delivered"
 
 
@@ -222,7 +222,8 @@ def two_gateways_run(tmp_path: Path, bootstrap: str, activemq: ActiveMQBroker, f
         time.sleep(3.0)  # the group settles: one partition each
         producer.start()
         started.wait(30)
-        time.sleep(1.5)
+        # mid-stream: both bridges are moving records (the group committed some) when the fault comes
+        wait_until(lambda: all_committed(bootstrap, group, topic, TOTAL // 5), 60, "the bridges moving records")
         if fault == "kill":
             first.kill()
         else:
@@ -285,15 +286,20 @@ def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, 
         max_batch_size=20, max_batch_time=50, failure_retry_interval=200)
     first, second = GatewayProcess(tmp_path / "first", config), GatewayProcess(tmp_path / "second", config)
     started = threading.Event()
-    producer = threading.Thread(target=stream, args=(kafka_bootstrap, source, TOTAL, started), daemon=True)
+    producer = threading.Thread(target=stream, args=(kafka_bootstrap, source, TOTAL, started, 0.4), daemon=True)
+
+    def writers_now() -> set[str]:
+        return {header(record, "jmsbridge.origin") or "?" for record in read_records(
+            kafka_bootstrap, target, TOTAL, timeout=1.0, **{"isolation.level": "read_uncommitted"})}
+
     try:
         first.start()
         time.sleep(3.0)  # (the transactions engine logs nothing while it runs well)
-        producer.start()
+        producer.start()  # 3000 records in 12 s
         started.wait(30)
         time.sleep(1.0)
         second.start()  # mid-stream: its producer's init_transactions meets the first's open transaction
-        time.sleep(1.0)
+        wait_until(lambda: len(writers_now()) == 2, 60, "both gateways copying")
         first.kill()
         producer.join(120)
         arrived: Counter[str] = Counter()
