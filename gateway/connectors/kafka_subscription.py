@@ -32,7 +32,9 @@ and the consumer is never touched by two threads.
   second gateway running the bridge shares the partitions): a mark is up to ``delivered_interval``
   old when its member dies, so after each assignment (of a partition the group already consumed)
   everything up to the partition's end, as its first fetch reports it, is flagged redelivered: the
-  last owner cannot have delivered beyond it (:meth:`KafkaSubscription._flag_to_end`).
+  last owner cannot have delivered beyond it (:meth:`KafkaSubscription._flag_to_end`).  Giving a
+  partition up alive (a rebalance), it first lets its client acknowledge what it holds of it, for
+  up to :data:`HANDOVER_WAIT` seconds, and commits that.
 * Lag: every :data:`LAG_INTERVAL` seconds the thread reads each assigned
   partition's high watermark (the broker's, or the last fetch's when higher)
   and keeps ``high - committed`` (``high - low`` before the group committed
@@ -75,6 +77,10 @@ LAG_INTERVAL = 5.0
 
 MARKS_TIMEOUT = 5.0
 """Seconds a revocation waits for the partitions' delivered marks to be stored."""
+
+HANDOVER_WAIT = 5.0
+"""Seconds an ``exclusive`` (bridge) subscription's revocation waits for its client to acknowledge
+what it holds of the partitions given up (:meth:`KafkaSubscription._finish_before_revoke`)."""
 
 LAG_TIMEOUT = 1.0
 """Seconds one watermark reading may wait for the broker (the polling thread waits that long at most)."""
@@ -292,19 +298,7 @@ class KafkaSubscription:
                 except queue.Empty:
                     break
                 if command.kind == "ack":
-                    stale = ([tag for tag in command.tags if not self._tracker.current(tag)]
-                             if self.spec.strict_acks else [])
-                    if stale and command.done is not None:
-                        # delivered before a rebalance or seek: those records come again, so
-                        # nothing of this acknowledgement is applied and it fails
-                        self.reactor.callFromThread(self._fail, command.done, StaleDelivery(
-                            f"{len(stale)} of {len(command.tags)} deliveries of {self.topic} belong to a "
-                            f"previous assignment of group {self.group}; they are redelivered"))
-                        continue
-                    for tag in command.tags:
-                        self._tracker.ack(tag)
-                    if command.done is not None:
-                        waiting.append(command.done)
+                    self._take_ack(command, waiting)
                 elif command.kind == "nack":
                     self._rewind(kafka_consumer, command.tags)
                     waiting.append(command.done)
@@ -359,6 +353,47 @@ class KafkaSubscription:
                 if self._to_end:
                     self._flag_to_end(kafka_consumer, record.partition())
                 self._backlog.append(record)
+
+    def _take_ack(self, command: _Command, waiting: list[Deferred[Any] | None]) -> None:
+        """Apply an ``ack`` command; its Deferred goes to ``waiting`` (fired after the next commit)."""
+        stale = ([tag for tag in command.tags if not self._tracker.current(tag)]
+                 if self.spec.strict_acks else [])
+        if stale and command.done is not None:
+            # delivered before a rebalance or seek: those records come again, so
+            # nothing of this acknowledgement is applied and it fails
+            self.reactor.callFromThread(self._fail, command.done, StaleDelivery(
+                f"{len(stale)} of {len(command.tags)} deliveries of {self.topic} belong to a "
+                f"previous assignment of group {self.group}; they are redelivered"))
+            return
+        for tag in command.tags:
+            self._tracker.ack(tag)
+        if command.done is not None:
+            waiting.append(command.done)
+
+    def _finish_before_revoke(self, partitions: set[int]) -> list[Deferred[Any] | None]:
+        """An ``exclusive`` (bridge) subscription gives a partition up alive: let its client acknowledge
+        what it holds of it first (up to :data:`HANDOVER_WAIT` seconds), so those offsets are committed
+        before the group hands the partition on and the next owner does not get them again while
+        they are still on their way to the bridge's target.  Returns the acknowledgements taken (their
+        Deferreds fire after the revocation's commit); other commands wait for the loop."""
+        waiting: list[Deferred[Any] | None] = []
+        deadline = time.monotonic() + HANDOVER_WAIT
+
+        def held() -> bool:
+            return any(state.unacked for p, state in self._tracker.partitions.items() if p in partitions)
+
+        while held() and time.monotonic() < deadline:
+            try:
+                command = self._commands.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if command.kind == "ack":
+                self._take_ack(command, waiting)
+                continue
+            self._early.append(command)
+            if command.kind == "close":
+                break
+        return waiting
 
     def _blocked(self) -> bool:
         return self._paused_by_client or self._tracker.unacked >= max(1, self.spec.prefetch)
@@ -576,10 +611,19 @@ class KafkaSubscription:
         return list(committed)
 
     def _on_revoke(self, kafka_consumer: Any, partitions: list[Any]) -> None:
+        waiting: list[Deferred[Any] | None] = []
+        if self.spec.exclusive and not self._closed:
+            waiting = self._finish_before_revoke({tp.partition for tp in partitions})
         try:
             self._commit(kafka_consumer)
-        except Exception:
+        except Exception as exc:
             self.log.failure("commit on revoke of {group} failed", group=self.group)
+            failure = ConnectorError(f"committing offsets of group {self.group} failed: {exc}")
+            for done in waiting:
+                self.reactor.callFromThread(self._fail, done, failure)
+        else:
+            for done in waiting:
+                self.reactor.callFromThread(self._fire, done, None)
         if self._marks_channel is not None:
             # before the group hands them to another member, which reads the marks on assignment
             pending = self._marks.pending({tp.partition for tp in partitions})

@@ -182,3 +182,49 @@ def test_a_revoked_partition_is_not_flagged_to_the_end_later() -> None:
     sub._on_assign(consumer, [TopicPartition("t", 0)])
     sub._on_lost(consumer, [TopicPartition("t", 0)])
     assert not sub._to_end
+
+
+class Commits(Ends):
+    def __init__(self, offsets: dict[int, int]) -> None:
+        super().__init__(offsets, cached={})
+        self.commits: list[dict[int, int]] = []
+
+    def commit(self, offsets: list[Any], asynchronous: bool = True) -> None:  # type: ignore[override]
+        self.commits.append({tp.partition: tp.offset for tp in offsets})
+
+
+def test_a_bridge_giving_a_partition_up_alive_lets_its_client_acknowledge_first() -> None:
+    """Issue 32: a live hand-over (a gateway joining the group) waits for the bridge to acknowledge
+    what it holds of the partition and commits it, so the next owner does not get those records
+    while the bridge may still be sending them; the acknowledgement's Deferred fires after that
+    commit.  (Before: the revocation committed what was acknowledged then, nothing here.)"""
+    import threading
+
+    from gateway.connectors.kafka_subscription import _Command
+
+    sub = exclusive_subscription(Channel({}))
+    consumer = Commits({0: 10, 1: 3})
+    sub._on_assign(consumer, [TopicPartition("t", 0), TopicPartition("t", 1)])
+    tags = [sub._tracker.deliver(0, 10), sub._tracker.deliver(0, 11)]
+    other = sub._tracker.deliver(1, 3)  # of a partition it keeps: not waited for
+    done = Mock()
+    threading.Timer(0.1, lambda: sub._commands.put(_Command("ack", tags, done))).start()
+    sub._on_revoke(consumer, [TopicPartition("t", 0)])
+    assert consumer.commits == [{0: 12}]
+    assert sub.reactor.callFromThread.call_args_list[-1].args == (sub._fire, done, None)
+    assert sub._tracker.current(other)
+
+
+def test_the_wait_for_the_client_ends_and_other_commands_keep_their_turn(monkeypatch: Any) -> None:
+    from gateway.connectors import kafka_subscription
+    from gateway.connectors.kafka_subscription import _Command
+
+    monkeypatch.setattr(kafka_subscription, "HANDOVER_WAIT", 0.2)
+    sub = exclusive_subscription(Channel({}))
+    consumer = Commits({0: 10})
+    sub._on_assign(consumer, [TopicPartition("t", 0)])
+    sub._tracker.deliver(0, 10)  # never acknowledged (the bridge dropped it)
+    sub._commands.put(_Command("pause"))
+    sub._on_revoke(consumer, [TopicPartition("t", 0)])
+    assert consumer.commits == []
+    assert [command.kind for command in sub._early] == ["pause"]
