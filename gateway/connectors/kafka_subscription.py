@@ -28,6 +28,13 @@ and the consumer is never touched by two threads.
   others' marks on assignment (:mod:`~gateway.connectors.kafka_delivered`).  A subscription
   starting at the latest offset commits that start on its first assignment, so
   a later assignment goes on from there instead of the end at that time.
+* Hand-overs of an ``exclusive`` subscription (a bridge's: Kafka has no exclusive consumer, so a
+  second gateway running the bridge shares the partitions): a mark is up to ``delivered_interval``
+  old when its member dies, so after each assignment (of a partition the group already consumed)
+  everything up to the partition's end, as its first fetch reports it, is flagged redelivered: the
+  last owner cannot have delivered beyond it (:meth:`KafkaSubscription._flag_to_end`).  Giving a
+  partition up alive (a rebalance), it first lets its client acknowledge what it holds of it, for
+  up to :data:`HANDOVER_WAIT` seconds, and commits that.
 * Lag: every :data:`LAG_INTERVAL` seconds the thread reads each assigned
   partition's high watermark (the broker's, or the last fetch's when higher)
   and keeps ``high - committed`` (``high - low`` before the group committed
@@ -70,6 +77,10 @@ LAG_INTERVAL = 5.0
 
 MARKS_TIMEOUT = 5.0
 """Seconds a revocation waits for the partitions' delivered marks to be stored."""
+
+HANDOVER_WAIT = 5.0
+"""Seconds an ``exclusive`` (bridge) subscription's revocation waits for its client to acknowledge
+what it holds of the partitions given up (:meth:`KafkaSubscription._finish_before_revoke`)."""
 
 LAG_TIMEOUT = 1.0
 """Seconds one watermark reading may wait for the broker (the polling thread waits that long at most)."""
@@ -145,6 +156,8 @@ class KafkaSubscription:
         self._paused_by_client = False
         self._fetch_paused = False
         self._assignment: list[Any] = []
+        self._to_end: set[int] = set()
+        """Handed-over partitions of an ``exclusive`` subscription whose end is not read yet."""
         self._lag_read_at = 0.0
         self.lag: dict[int, int] = {}
         """Partition -> records after the group's committed offset (read by any thread: replaced whole)."""
@@ -285,19 +298,7 @@ class KafkaSubscription:
                 except queue.Empty:
                     break
                 if command.kind == "ack":
-                    stale = ([tag for tag in command.tags if not self._tracker.current(tag)]
-                             if self.spec.strict_acks else [])
-                    if stale and command.done is not None:
-                        # delivered before a rebalance or seek: those records come again, so
-                        # nothing of this acknowledgement is applied and it fails
-                        self.reactor.callFromThread(self._fail, command.done, StaleDelivery(
-                            f"{len(stale)} of {len(command.tags)} deliveries of {self.topic} belong to a "
-                            f"previous assignment of group {self.group}; they are redelivered"))
-                        continue
-                    for tag in command.tags:
-                        self._tracker.ack(tag)
-                    if command.done is not None:
-                        waiting.append(command.done)
+                    self._take_ack(command, waiting)
                 elif command.kind == "nack":
                     self._rewind(kafka_consumer, command.tags)
                     waiting.append(command.done)
@@ -349,7 +350,50 @@ class KafkaSubscription:
                     continue
                 if record.partition() not in self._tracker.partitions:
                     continue  # from a partition revoked meanwhile
+                if self._to_end:
+                    self._flag_to_end(kafka_consumer, record.partition())
                 self._backlog.append(record)
+
+    def _take_ack(self, command: _Command, waiting: list[Deferred[Any] | None]) -> None:
+        """Apply an ``ack`` command; its Deferred goes to ``waiting`` (fired after the next commit)."""
+        stale = ([tag for tag in command.tags if not self._tracker.current(tag)]
+                 if self.spec.strict_acks else [])
+        if stale and command.done is not None:
+            # delivered before a rebalance or seek: those records come again, so
+            # nothing of this acknowledgement is applied and it fails
+            self.reactor.callFromThread(self._fail, command.done, StaleDelivery(
+                f"{len(stale)} of {len(command.tags)} deliveries of {self.topic} belong to a "
+                f"previous assignment of group {self.group}; they are redelivered"))
+            return
+        for tag in command.tags:
+            self._tracker.ack(tag)
+        if command.done is not None:
+            waiting.append(command.done)
+
+    def _finish_before_revoke(self, partitions: set[int]) -> list[Deferred[Any] | None]:
+        """An ``exclusive`` (bridge) subscription gives a partition up alive: let its client acknowledge
+        what it holds of it first (up to :data:`HANDOVER_WAIT` seconds), so those offsets are committed
+        before the group hands the partition on and the next owner does not get them again while
+        they are still on their way to the bridge's target.  Returns the acknowledgements taken (their
+        Deferreds fire after the revocation's commit); other commands wait for the loop."""
+        waiting: list[Deferred[Any] | None] = []
+        deadline = time.monotonic() + HANDOVER_WAIT
+
+        def held() -> bool:
+            return any(state.unacked for p, state in self._tracker.partitions.items() if p in partitions)
+
+        while held() and time.monotonic() < deadline:
+            try:
+                command = self._commands.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if command.kind == "ack":
+                self._take_ack(command, waiting)
+                continue
+            self._early.append(command)
+            if command.kind == "close":
+                break
+        return waiting
 
     def _blocked(self) -> bool:
         return self._paused_by_client or self._tracker.unacked >= max(1, self.spec.prefetch)
@@ -498,12 +542,17 @@ class KafkaSubscription:
         resumed = [tp.partition for tp in partitions
                    if self._tracker.assign(tp.partition, starts.get(tp.partition), resume=known)]
         fresh = [tp.partition for tp in partitions if tp.partition not in resumed]
+        marks: dict[int, int] = {}
         if fresh and self._marks_channel is not None:
             # how far any member delivered them: what comes again up to there is flagged
             marks = self._marks_channel.read(self.group, self.topic)
             for partition in fresh:
                 if partition in marks:
                     self._tracker.delivered_before(partition, marks[partition])
+        if self.spec.exclusive:
+            # the last owner may have died up to delivered_interval after its last mark
+            self._to_end |= {tp.partition for tp in partitions
+                             if starts.get(tp.partition, -1) >= 0 or tp.partition in marks}
         if again:
             self.log.info("kafka group {group}: partitions {again} of {topic} assigned again after a rebalance; "
                           "deliveries resumed on {resumed}, the others come again as redeliveries",
@@ -511,6 +560,34 @@ class KafkaSubscription:
         else:
             self.log.debug("kafka group {group} assigned {partitions}", group=self.group, partitions=partitions)
         self.reactor.callFromThread(self._assigned_first)
+
+    def _flag_to_end(self, kafka_consumer: Any, partition: int) -> None:
+        """The first record of a handed-over partition came: flag everything up to the partition's
+        end as redelivered.  The end is the high watermark of the fetch that brought the record
+        (Tansu answers ListOffsets short of the end; a fetch reports it), read after the group gave
+        the partition away from its last owner, so that owner cannot have delivered beyond it."""
+        if partition not in self._to_end:
+            return
+        self._to_end.discard(partition)
+        from confluent_kafka import TopicPartition
+
+        tp = TopicPartition(self.topic, partition)
+        try:
+            end = kafka_consumer.get_watermark_offsets(tp, cached=True)[1]
+            if end < 0:
+                end = kafka_consumer.get_watermark_offsets(tp, timeout=LAG_TIMEOUT, cached=False)[1]
+        except ConsumerCrashed:
+            raise
+        except Exception as exc:
+            self.log.warn("group {group}: no end offset of {topic}[{partition}] ({error}); what its last owner "
+                          "delivered is flagged up to its delivered mark only", group=self.group, topic=self.topic,
+                          partition=partition, error=exc)
+            return
+        if end > 0:
+            self._tracker.delivered_before(partition, end - 1)
+            self.log.info("kafka group {group}: {topic}[{partition}] handed over; records up to offset {last} come "
+                          "flagged redelivered (its last owner may have delivered them)", group=self.group,
+                          topic=self.topic, partition=partition, last=end - 1)
 
     def _pin_latest(self, kafka_consumer: Any, committed: list[Any]) -> list[Any]:
         """Fix the start of partitions without a committed offset at their end *now*,
@@ -534,10 +611,19 @@ class KafkaSubscription:
         return list(committed)
 
     def _on_revoke(self, kafka_consumer: Any, partitions: list[Any]) -> None:
+        waiting: list[Deferred[Any] | None] = []
+        if self.spec.exclusive and not self._closed:
+            waiting = self._finish_before_revoke({tp.partition for tp in partitions})
         try:
             self._commit(kafka_consumer)
-        except Exception:
+        except Exception as exc:
             self.log.failure("commit on revoke of {group} failed", group=self.group)
+            failure = ConnectorError(f"committing offsets of group {self.group} failed: {exc}")
+            for done in waiting:
+                self.reactor.callFromThread(self._fail, done, failure)
+        else:
+            for done in waiting:
+                self.reactor.callFromThread(self._fire, done, None)
         if self._marks_channel is not None:
             # before the group hands them to another member, which reads the marks on assignment
             pending = self._marks.pending({tp.partition for tp in partitions})
@@ -548,6 +634,7 @@ class KafkaSubscription:
     def _on_lost(self, kafka_consumer: Any, partitions: list[Any]) -> None:
         """Partitions revoked or lost: their deliveries stay with the client (see OffsetTracker)."""
         gone = {tp.partition for tp in partitions}
+        self._to_end -= gone
         for partition in gone:
             self._tracker.revoke(partition)
         self._backlog = deque(r for r in self._backlog if r.partition() not in gone)

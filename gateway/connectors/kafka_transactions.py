@@ -98,13 +98,18 @@ class KafkaTransactionalCopy:
         config["transactional.id"] = f"jmsgateway-bridge-{self.bridge}"
         return config
 
+    def open_producer(self) -> None:
+        """A new transactional producer; its ``init_transactions`` fences the previous one of this
+        ``transactional.id`` and completes (a commit under way) or aborts what it left open."""
+        from confluent_kafka import Producer
+
+        producer = Producer(self.producer_config())
+        producer.init_transactions(30)
+        self._producer = producer
+
     def open(self) -> bool:
         if self._producer is None:
-            from confluent_kafka import Producer
-
-            producer = Producer(self.producer_config())
-            producer.init_transactions(30)  # fences and aborts what a crashed run left open
-            self._producer = producer
+            self.open_producer()
         if self._consumer is not None:
             return False
         # in a child process: librdkafka crashes on a deleted source topic (see
@@ -171,16 +176,24 @@ class KafkaTransactionalCopy:
                 fatal = True
         if fatal:
             self._producer = None  # a new producer fences the old one on init_transactions
+            if consumer is not None and self._batch_start:
+                # the outcome is unknown (a commit that timed out, a fence: Tansu may time a fenced
+                # commit out instead of answering PRODUCER_FENCED): the next producer's init_transactions
+                # completes or aborts it, so the committed offsets read below are its outcome
+                with contextlib.suppress(Exception):
+                    self.open_producer()
         if consumer is not None:
             try:
                 assignment = consumer.assignment()
                 if assignment:
                     for tp in consumer.committed(assignment, timeout=10):
                         first = self._batch_start.get(tp.partition)
-                        if first is not None:  # the failed batch's first record, committed offset or not
-                            consumer.seek(TopicPartition(tp.topic, tp.partition, first))
-                        elif tp.offset >= 0:
+                        if tp.offset >= 0:
+                            # the offsets commit with the copies: a transaction that committed after all
+                            # (its answer lost) moved them past its batch, one that did not left them there
                             consumer.seek(tp)
+                        elif first is not None:  # a new group: the failed batch's first record
+                            consumer.seek(TopicPartition(tp.topic, tp.partition, first))
                 self._batch_start.clear()
             except Exception:
                 with contextlib.suppress(Exception):

@@ -1,0 +1,327 @@
+"""One owner per bridge when the source is Kafka (issue 32): two real gateway processes run one
+ONCE_AND_ONLY_ONCE bridge from a Kafka topic (real Tansu, 2 partitions) and must not duplicate or
+lose when one of them is SIGKILLed or its Kafka link stalls mid-stream.
+
+* Kafka -> ActiveMQ (``stomp://``): the two gateways are members of the queue's consumer group, each
+  gets a partition; the first is SIGKILLed mid-stream (or its Kafka connections stall without RST,
+  then are cut: :class:`OwnedLinks`), and its partition moves to the second.  Counted at the target
+  by the ``seq`` in the bodies: 0 lost, 0 duplicates.
+* Kafka -> Kafka (the transactions engine): both gateways use the bridge's ``transactional.id``;
+  the second starts mid-stream (its ``init_transactions`` fences the first's producer, which
+  fences it back when it starts again: they take turns), then the first is SIGKILLed.  Counted
+  with a ``read_uncommitted`` reader (Tansu serves aborted records to ``read_committed`` ones too,
+  so that could neither hide a duplicate nor prove there is none): 0 lost, 0 duplicates, and both
+  gateways wrote copies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.bridge_fault_run import drain_counting
+from tests.integration.test_bridge_kafka import bridge_toml, header, kafka_connector_toml
+from tests.support.activemq import ActiveMQBroker, activemq
+from tests.support.gateway import GatewayProcess
+from tests.support.kafka import (
+    TansuBroker,
+    committed_offsets,
+    create_topics,
+    kafka_bootstrap,
+    proxied_kafka,
+    read_records,
+)
+from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
+
+__all__ = ["activemq", "kafka_bootstrap", "proxied_kafka"]
+
+pytestmark = [pytest.mark.kafka, pytest.mark.activemq]
+
+TOTAL = 3000
+"""Records of the steady stream (100 every 0.1 s: faster than one bridge moves them, so a batch is
+always on its way when the fault comes)."""
+
+
+def stream(bootstrap: str, topic: str, total: int, started: threading.Event, pause: float = 0.1) -> None:
+    """Produce ``total`` records (body ``body s-<i>``, header ``jms.seq``), 100 every ``pause`` s."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for start in range(0, total, 100):
+        for index in range(start, min(total, start + 100)):
+            producer.produce(topic, value=f"body s-{index}".encode(), key=str(index).encode(),
+                             headers=[("jms.seq", f"s-{index}".encode())])
+        producer.poll(0)
+        started.set()
+        time.sleep(pause)
+    assert producer.flush(30) == 0, "records of the stream were not delivered"
+
+
+def all_committed(bootstrap: str, group: str, topic: str, total: int, partitions: int = 2) -> bool:
+    """The group committed all ``total`` records (offsets of a plain idempotent produce have no gaps;
+    Tansu's ListOffsets answers short of the end, so the end is not asked): the bridge recorded and
+    acknowledged everything."""
+    return sum(max(0, o) for o in committed_offsets(bootstrap, group, topic, partitions)) >= total
+
+
+MARKS_EVERY = 2.0
+"""``delivered_interval`` of the runs: a dead owner's last delivered mark is up to that old, and the
+hand-over must not depend on it (at the default 0.2 s, one SIGKILL run in five duplicated 80 of 3000
+before the fix; at 2 s every run does)."""
+
+
+def k2a_config(bootstrap: str, amq_port: int, topic: str, target: str) -> str:
+    return (kafka_connector_toml(bootstrap) + f"delivered_interval = {MARKS_EVERY}\n"
+            + f'[connectors.amq]\nuri = "stomp://127.0.0.1:{amq_port}"\nfailure_retry_interval = 200\n'
+            + bridge_toml("k2a", ("kafka", f"/queue/{topic}"), ("amq", target), qos="ONCE_AND_ONLY_ONCE",
+                          max_batch_size=20, max_batch_time=50, failure_retry_interval=200))
+
+
+# ------------------------------------------------------------------ one gateway's Kafka links
+
+def _tree(root: int) -> set[int]:
+    """``root`` and its descendants (a gateway forks its Kafka consumers into child processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as file:
+                    parent = int(file.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _socket_inodes(pids: set[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    return inodes
+
+
+def _local_ports(inodes: set[str]) -> set[int]:
+    """Local ports of the IPv4 TCP sockets with these inodes."""
+    ports = set()
+    with open("/proc/net/tcp", encoding="ascii") as file:
+        for line in file.readlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[9] in inodes:
+                ports.add(int(fields[1].split(":")[1], 16))
+    return ports
+
+
+class OwnedLinks:
+    """Stalls (without RST), then cuts (RST), the connections of one process tree through a
+    :class:`TcpProxy` that every gateway's Kafka traffic passes (Tansu advertises the proxy), so
+    one gateway's Kafka link fails while the other's works.  The proxy's faults are for all its
+    connections; this picks one gateway's by the client's port (``/proc``)."""
+
+    def __init__(self, proxy: TcpProxy, root: int) -> None:
+        self.proxy = proxy
+        self.root = root
+        self.stalled: set[Any] = set()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _pairs(self) -> Iterator[Any]:
+        ports = _local_ports(_socket_inodes(_tree(self.root)))
+        with self.proxy._lock:
+            pairs = list(self.proxy._pairs)
+        for pair in pairs:
+            try:
+                if pair.client.getpeername()[1] in ports:
+                    yield pair
+            except OSError:
+                continue
+
+    def _hold(self) -> None:
+        for pair in self._pairs():
+            if pair not in self.stalled:
+                self.stalled.add(pair)
+                for lane in pair.lanes.values():
+                    lane._held = lambda: True  # this connection forwards nothing, without a RST
+
+    def stall(self) -> None:
+        """Hold every connection of the process tree, and the ones it opens meanwhile."""
+        self._hold()
+
+        def keep_holding() -> None:
+            while not self._done.wait(0.05):
+                self._hold()
+
+        self._thread = threading.Thread(target=keep_holding, daemon=True)
+        self._thread.start()
+
+    def cut(self, down: float = 0.0) -> int:
+        """Reset the held connections (RST) and, for ``down`` seconds, every new one of the process
+        tree (a link that is gone); then they flow again.  Returns how many were held."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        held = len(self.stalled)
+        for pair in self.stalled:
+            pair.end(reset=True)
+        until = time.monotonic() + down
+        while time.monotonic() < until:
+            for pair in self._pairs():
+                pair.end(reset=True)
+            time.sleep(0.05)
+        return held
+
+
+# ------------------------------------------------------------------ Kafka -> ActiveMQ
+
+def two_gateways_run(tmp_path: Path, bootstrap: str, activemq: ActiveMQBroker, fault: str,
+                     proxy: TcpProxy) -> tuple[Counter[str], str]:
+    """Two gateways run one Kafka -> ActiveMQ bridge; ``fault`` hits the first mid-stream
+    (``kill``: SIGKILL; ``stall``: its Kafka connections stall 5 s, then are cut and refused 10 s).
+    The Kafka link has 100 ms of latency each way (a WAN): a batch is at the target well before
+    its offsets are committed at the source, and a delivered mark is on its way as long.  Returns the
+    target's seq counts and the logs."""
+    tag = uuid.uuid4().hex[:8]
+    topic, target = f"kown-{tag}", f"/queue/kown-dst-{tag}"
+    create_topics(bootstrap, topic, partitions=2)
+    config = k2a_config(bootstrap, activemq.stomp_port, topic, target)
+    first, second = GatewayProcess(tmp_path / "first", config), GatewayProcess(tmp_path / "second", config)
+    group = f"jmsgateway.queue.{topic}"
+    started = threading.Event()
+    producer = threading.Thread(target=stream, args=(bootstrap, topic, TOTAL, started), daemon=True)
+    proxy.delay(0.1)
+    try:
+        first.start()
+        first.wait_for_log("bridge k2a consuming from", timeout=60)
+        second.start()
+        second.wait_for_log("bridge k2a consuming from", timeout=60)
+        time.sleep(3.0)  # the group settles: one partition each
+        producer.start()
+        started.wait(30)
+        # mid-stream: both bridges are moving records (the group committed some) when the fault comes
+        wait_until(lambda: all_committed(bootstrap, group, topic, TOTAL // 5), 60, "the bridges moving records")
+        if fault == "kill":
+            first.kill()
+        else:
+            assert first.process is not None
+            links = OwnedLinks(proxy, first.process.pid)
+            links.stall()
+            time.sleep(5.0)
+            print(f"held {len(links.stalled)} of {proxy.open_connections} connections")
+            assert links.cut(down=10.0) > 0, "the first gateway had no Kafka connection through the proxy"
+        producer.join(120)
+        wait_until(lambda: all_committed(bootstrap, group, topic, TOTAL), 120, "the group committed every record")
+        time.sleep(2.0)
+        first.stop()
+        second.stop()
+        address = ("127.0.0.1", activemq.stomp_port)
+        arrived = drain_counting(address, target, quiet=2.0, timeout=60)
+        logs = f"FIRST:\n{first.log()[-4000:]}\nSECOND:\n{second.log()[-4000:]}"
+        for line in (first.log() + second.log()).splitlines():
+            if "handed over" in line or "already holds" in line:
+                print(line[:300])
+        return arrived, logs
+    finally:
+        first.kill()
+        second.kill()
+
+
+def verdict(arrived: Counter[str], logs: str, what: str) -> None:
+    duplicated = {seq: n for seq, n in arrived.items() if n > 1}
+    lost = {f"s-{i}" for i in range(TOTAL)} - set(arrived)
+    print(f"\n{what}: {len(arrived)} distinct of {TOTAL}, {len(lost)} lost, {len(duplicated)} duplicated "
+          f"({sum(duplicated.values()) - len(duplicated)} extra copies)")
+    assert not lost, f"{len(lost)} lost: {sorted(lost)[:10]}\n{logs}"
+    assert not duplicated, f"{len(duplicated)} duplicated: {sorted(duplicated)[:10]}\n{logs}"
+
+
+def test_two_gateways_kafka_to_activemq_first_sigkilled_mid_stream(
+        tmp_path: Path, proxied_kafka: tuple[TansuBroker, TcpProxy], activemq: ActiveMQBroker) -> None:
+    broker, proxy = proxied_kafka
+    arrived, logs = two_gateways_run(tmp_path, broker.bootstrap, activemq, "kill", proxy)
+    verdict(arrived, logs, "kafka -> activemq, two gateways, SIGKILL of one")
+
+
+def test_two_gateways_kafka_to_activemq_first_kafka_link_stalls_then_is_cut(
+        tmp_path: Path, proxied_kafka: tuple[TansuBroker, TcpProxy], activemq: ActiveMQBroker) -> None:
+    broker, proxy = proxied_kafka
+    arrived, logs = two_gateways_run(tmp_path, broker.bootstrap, activemq, "stall", proxy)
+    verdict(arrived, logs, "kafka -> activemq, two gateways, one's Kafka link stalled 5 s then cut 10 s")
+
+
+# ------------------------------------------------------------------ Kafka -> Kafka
+
+
+def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, kafka_bootstrap: str) -> None:
+    tag = uuid.uuid4().hex[:8]
+    source, target = f"kkown-src-{tag}", f"kkown-dst-{tag}"
+    create_topics(kafka_bootstrap, source, partitions=2)
+    create_topics(kafka_bootstrap, target)
+    config = kafka_connector_toml(kafka_bootstrap) + bridge_toml(
+        "k2k", ("kafka", f"/queue/{source}"), ("kafka", f"/topic/{target}"), qos="ONCE_AND_ONLY_ONCE",
+        max_batch_size=20, max_batch_time=50, failure_retry_interval=200)
+    first, second = GatewayProcess(tmp_path / "first", config), GatewayProcess(tmp_path / "second", config)
+    started = threading.Event()
+    producer = threading.Thread(target=stream, args=(kafka_bootstrap, source, TOTAL, started, 0.4), daemon=True)
+
+    def writers_now() -> set[str]:
+        return {header(record, "jmsbridge.origin") or "?" for record in read_records(
+            kafka_bootstrap, target, TOTAL, timeout=1.0, **{"isolation.level": "read_uncommitted"})}
+
+    try:
+        first.start()
+        time.sleep(3.0)  # (the transactions engine logs nothing while it runs well)
+        producer.start()  # 3000 records in 12 s
+        started.wait(30)
+        time.sleep(1.0)
+        second.start()  # mid-stream: its producer's init_transactions meets the first's open transaction
+        wait_until(lambda: len(writers_now()) == 2, 60, "both gateways copying")
+        first.kill()
+        producer.join(120)
+        arrived: Counter[str] = Counter()
+        writers: Counter[str] = Counter()
+
+        def all_there() -> bool:
+            arrived.clear()
+            writers.clear()
+            for record in read_records(kafka_bootstrap, target, TOTAL, timeout=10, settle=0.5,
+                                       **{"isolation.level": "read_uncommitted"}):
+                arrived[header(record, "jms.seq") or "?"] += 1
+                writers[header(record, "jmsbridge.origin") or "?"] += 1
+            return len(arrived) >= TOTAL
+
+        with contextlib.suppress(AssertionError):
+            wait_until(all_there, 120, "every record at the target")
+        time.sleep(3.0)
+        all_there()
+        print(f"\ncopies per gateway: {dict(writers)}")
+        assert len(writers) == 2, f"both gateways copy: {dict(writers)}"
+        logs = f"FIRST:\n{first.log()[-4000:]}\nSECOND:\n{second.log()[-4000:]}"
+        verdict(arrived, logs, "kafka -> kafka, two gateways, SIGKILL of one (read_uncommitted)")
+    finally:
+        first.kill()
+        second.kill()
