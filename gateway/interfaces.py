@@ -52,7 +52,9 @@ class SubscriptionSpec:
         stays harmless.
     :ivar exclusive: a queue consumer that gets every message while it is the first exclusive
         one of the queue (ActiveMQ's ``activemq.exclusive``); the next takes over when it leaves.
-        Bridges ask for it (one owner per bridge); a connector without the notion ignores it.
+        Bridges ask for it (one owner per bridge); a connector without the notion ignores it,
+        and the Kafka connector, whose group shares partitions instead, flags a partition it is handed
+        as redelivered up to its end (docs/kafka.md).
     :ivar browser: browse the queue: a snapshot of its messages, none consumed, then an
         end-of-browse marker (ActiveMQ's ``browser:true``).
     """

@@ -288,9 +288,11 @@ def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, 
     started = threading.Event()
     producer = threading.Thread(target=stream, args=(kafka_bootstrap, source, TOTAL, started, 0.4), daemon=True)
 
+    UNCOMMITTED: dict[str, Any] = {"isolation.level": "read_uncommitted"}
+
     def writers_now() -> set[str]:
         return {header(record, "jmsbridge.origin") or "?" for record in read_records(
-            kafka_bootstrap, target, TOTAL, timeout=1.0, **{"isolation.level": "read_uncommitted"})}
+            kafka_bootstrap, target, TOTAL, timeout=1.0, **UNCOMMITTED)}
 
     try:
         first.start()
