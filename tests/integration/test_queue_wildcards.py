@@ -158,3 +158,31 @@ read = ["alice"]
     assert allowed.no_message(0.5)
     allowed.disconnect()
     root.disconnect()
+
+
+def wildcard_send(address: Address, root: str) -> list[Any]:
+    """A SEND to a wildcard queue name, as ActiveMQ does it: it goes to the queue of that literal
+    name (not to the queues the pattern matches), where a SUBSCRIBE to the same pattern finds it."""
+    sender = Client(address)
+    sender.send(f"{root}.a", "a", receipt=True)
+    plain = Client(address)
+    plain.subscribe(f"{root}.a", "a")
+    first = [f.body for f in received(plain, 0.5)]
+    sender.send(f"{root}.>", "to the pattern", receipt=True)
+    after = [f.body for f in received(plain, 0.5)]
+    plain.disconnect()
+    wild = Client(address)
+    wild.subscribe(f"{root}.>", "w")
+    got = [(f.body, f.headers["destination"].replace(root, "ROOT")) for f in received(wild)]
+    wild.disconnect()
+    sender.disconnect()
+    return [first, after, got]
+
+
+@pytest.mark.activemq
+def test_a_send_to_a_wildcard_queue_name_does_what_activemq_does(sqlite_gateway: GatewayProcess,
+                                                                activemq: ActiveMQBroker) -> None:  # noqa: F811
+    root = f"/queue/s{uuid.uuid4().hex[:8]}"
+    ours = wildcard_send(sqlite_gateway.address, root)
+    assert ours == [[b"a"], [], [(b"to the pattern", "ROOT.>")]]
+    assert ours == wildcard_send(("127.0.0.1", activemq.stomp_port), root)
