@@ -63,3 +63,19 @@ def test_a_wildcard_queue_message_shows_its_own_queue_and_is_acknowledged(clock:
         peer.send("ACK", {"id": frame.headers["ack"]})
     assert not [f for f in peer.received() if f.command == "ERROR"]
     assert not broker.queues["/queue/orders.eu"].messages() and not broker.queues["/queue/orders.us"].messages()
+
+
+def test_a_wildcard_message_has_the_headers_of_a_plain_one(clock: Clock, broker: EmbeddedBroker) -> None:
+    """Wildcard deliveries take the shared encoder (its destination line following each message):
+    the same frame as the plain subscriber's but for ``subscription``, topic after topic."""
+    peer = Peer(make_factory(clock, broker))
+    connect(peer)
+    peer.send("SUBSCRIBE", {"destination": "/topic/orders.>", "id": "w"})
+    for topic in ("/topic/orders.eu", "/topic/orders.us", "/topic/orders.eu"):
+        peer.send("SUBSCRIBE", {"destination": topic, "id": "p", "receipt": "r"})
+        peer.send("SEND", {"destination": topic, "colour": "blue", "correlation-id": "c"}, b"x")
+        peer.send("UNSUBSCRIBE", {"id": "p"})
+        frames = {f.headers["subscription"]: f for f in peer.received() if f.command == "MESSAGE"}
+        wild, plain = frames["w"], frames["p"]
+        assert wild.headers["destination"] == topic and wild.body == plain.body == b"x"
+        assert {**wild.headers, "subscription": "p"} == plain.headers
