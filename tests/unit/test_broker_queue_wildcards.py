@@ -160,3 +160,19 @@ def test_persistent_messages_recovered_after_a_restart_drain_and_are_acknowledge
     run.wait(subscription.ack([tag for _, tag in sink.got]))
     broker = run.restart()
     assert len(broker.destinations.queue("/queue/r.a")) == 0 and len(broker.queues["/queue/other"]) == 1
+
+
+def test_the_expiry_sweep_skips_backlogs_without_expirations_and_still_finds_later_ones(
+    broker: EmbeddedBroker, clock: Clock
+) -> None:
+    for i in range(3):
+        broker.send(text("/queue/x.a", f"keep{i}"))
+    assert broker.purge_expired() == 0
+    now = broker.now_ms()
+    broker.send(text("/queue/x.a", "short", expiration=now + 1000))
+    sink = Sink()
+    subscription = subscribe(broker, sink, destination="/queue/x.>", ack_mode="client-individual", prefetch=1)
+    subscription.nack([sink.got[0][1]])  # (a put-back message with an expiration counts too)
+    clock.advance(2)  # (the broker's sweep runs every second)
+    assert len(broker.queues["/queue/x.a"]) == 2 and broker.queues["/queue/x.a"].expired_count == 1  # (+1 in flight)
+    assert "short" not in sink.texts()
