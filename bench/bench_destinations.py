@@ -12,7 +12,7 @@ Both servers run at once, the runs alternate, each figure is the median of ``--r
 ratio is gateway / ActiveMQ (ActiveMQ 5.17 with KahaDB, full JIT, STOMP ``tcpNoDelay``; both
 warmed with 1 → 1 rounds first).  It asserts nothing.
 
-Run: ``.venv/bin/python -m bench.bench_destinations [--count N] [--repeat N] [--quick]``
+Run: ``.venv/bin/python -m bench.bench_destinations [--count N] [--repeat N] [--quick] [--only wildcard]``
 """
 
 from __future__ import annotations
@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=None, help="messages per 1→1 run (default 40000)")
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default=None,
+                        help="run only the workloads whose title contains this (e.g. 'wildcard')")
     args = parser.parse_args(argv)
     count = args.count or (2000 if args.quick else 40_000)
     repeat = args.repeat or (1 if args.quick else 3)
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warm-up {name}: " + ", ".join(f"{rate:.0f}" for rate in rates) + " msg/s", flush=True)
         print(f"\nmedian of {repeat}, per second (ratio = gateway / ActiveMQ)")
         print(f"  {'workload':<52} {'gateway':>10} {'activemq':>10} {'ratio':>7}")
-        for title, case, fan in CASES:
+        for title, case, fan in [c for c in CASES if args.only is None or args.only in c[0]]:
             n = max(count // fan, 50)
             for address in servers.values():
                 case(address, max(n // 4, 20))  # (one unmeasured round)

@@ -45,6 +45,7 @@ from gateway.broker.metrics import BrokerMetrics
 from gateway.broker.paging.page_file import PageFile
 from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, QueueSubscription
+from gateway.broker.queue_wildcards import WildcardQueueSubscription
 from gateway.broker.recovery import Recovery
 from gateway.broker.scheduler import MemorySchedule, Scheduler, ScheduleStore, is_scheduled
 from gateway.broker.settings import BrokerSettings
@@ -57,6 +58,7 @@ from gateway.broker.store.snapshot import (
 )
 from gateway.broker.stored_sends import StoredSends
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, record_key
+from gateway.broker.wildcards import is_queue_wildcard
 from gateway.deferreds import gather
 from gateway.errors import ConnectorError, DestinationError, GatewayError
 from gateway.flow import Congestion
@@ -520,6 +522,8 @@ class EmbeddedBroker:
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
         if spec.browser:
             return self._browse(spec, consumer)
+        if is_queue_wildcard(spec.destination):  # (gateway/broker/queue_wildcards.py)
+            return succeed(self._subscribe_wildcard_queue(spec, consumer))
         try:
             subscription, recorded = self._subscribe(spec, consumer)
         except GatewayError as error:
@@ -586,6 +590,11 @@ class EmbeddedBroker:
         if recorded is None:
             queue.add_consumer(subscription)
         return subscription, recorded
+
+    def _subscribe_wildcard_queue(self, spec: SubscriptionSpec, consumer: IConsumer) -> WildcardQueueSubscription:
+        """A SUBSCRIBE to ``/queue/orders.>``: consumes from every queue the pattern matches, now or later."""
+        queues = [queue for name, queue in self.queues.items() if name.startswith("/queue/")]
+        return self.destinations.queue_wildcards.subscribe(spec, consumer, compile_predicate(spec.selector), queues)
 
     def _browse(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
         """A ``browser:true`` subscription (:mod:`gateway.broker.browse`)."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from twisted.logger import Logger
 
 from gateway.broker.queue import MessageQueue, Predicate, QueueOwner
+from gateway.broker.queue_wildcards import QueueWildcards
 from gateway.broker.store.snapshot import durable_key
 from gateway.broker.virtual_topics import VirtualTopics
 from gateway.broker.wildcards import WildcardTopics, is_wildcard
@@ -66,6 +67,8 @@ class Destinations:
         """Topic name (or wildcard pattern) -> the queues of its subscribers, durable ones included."""
         self.wildcards = WildcardTopics()
         """Which names in :attr:`topics` are wildcard patterns."""
+        self.queue_wildcards = QueueWildcards()
+        """The live wildcard queue subscriptions (:mod:`gateway.broker.queue_wildcards`)."""
         self.durables: dict[str, MessageQueue] = {}
         self.durable_owners: dict[str, str | None] = {}
         """Durable subscription key -> the login that created it (None: created without a login)."""
@@ -82,6 +85,8 @@ class Destinations:
                 self.log.info("{queue} is a consumer queue of the virtual topic {topic}", queue=destination,
                               topic=topic)
                 self._on_consumer_queue(destination, topic)
+            if self.queue_wildcards:  # (a new queue joins the wildcard subscriptions that match it)
+                self.queue_wildcards.created(queue)
         return queue
 
     def stored_queue(self, key: str) -> MessageQueue | None:

@@ -134,6 +134,9 @@ class MessageQueue:
         its unacknowledged deliveries are not put back when it leaves."""
         self.selector_text: str | None = None
         self._heap: list[Entry] = []
+        self._expiring = False
+        """Whether a message in :attr:`_heap` may expire (else :meth:`purge_expired` skips the scan:
+        a fan-out's 100 subscriber backlogs without expirations scanned every second were ~8 % of its CPU)."""
         self._seq = itertools.count()
         self.consumers: list[QueueSubscription] = []
         self.detached = False
@@ -222,6 +225,8 @@ class MessageQueue:
 
     def _hold(self, entry: Entry) -> None:
         heapq.heappush(self._heap, entry)
+        if entry[2].expiration:
+            self._expiring = True
         self.memory += entry[3]
         self.usage.add(entry[3])
 
@@ -378,13 +383,16 @@ class MessageQueue:
         now = self.owner.now_ms()
         keep = []
         dropped = 0
-        for entry in self._heap:
+        expiring = False
+        for entry in self._heap if self._expiring else ():
             if entry[2].is_expired(now):
                 dropped += 1
                 self._released(entry)
                 self.owner.expired(self, entry[2])
             else:
                 keep.append(entry)
+                expiring = expiring or bool(entry[2].expiration)
+        self._expiring = expiring
         if dropped:
             heapq.heapify(keep)
             self._heap = keep

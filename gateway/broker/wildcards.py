@@ -1,4 +1,5 @@
-"""Wildcard topic subscriptions (ActiveMQ's syntax): ``/topic/orders.*.eu``, ``/topic/orders.>``.
+"""Wildcard subscriptions (ActiveMQ's syntax): ``/topic/orders.*.eu``, ``/topic/orders.>``, and on
+queues ``/queue/orders.>`` (:mod:`gateway.broker.queue_wildcards`).
 
 ``.`` separates segments, ``*`` is one segment, ``>`` (last) the rest: zero or more segments, as
 in ActiveMQ 5.17 (``orders.>`` matches ``orders`` too, checked against it by
@@ -13,23 +14,37 @@ published topic matches (cached per topic, bounded).  A ``*`` or ``>`` inside a 
 from __future__ import annotations
 
 TOPIC = "/topic/"
+QUEUE = "/queue/"
 CACHE_LIMIT = 10_000
 """Most published topics whose matching patterns are remembered (cleared past it)."""
 
 
+def _prefix(destination: str) -> str | None:
+    if destination.startswith(TOPIC):
+        return TOPIC
+    return QUEUE if destination.startswith(QUEUE) else None
+
+
 def is_wildcard(destination: str) -> bool:
-    """Whether ``destination`` is a wildcard topic pattern."""
-    if not destination.startswith(TOPIC):
+    """Whether ``destination`` is a wildcard topic or queue pattern."""
+    prefix = _prefix(destination)
+    if prefix is None:
         return False
-    return any(segment in ("*", ">") for segment in destination[len(TOPIC):].split("."))
+    return any(segment in ("*", ">") for segment in destination[len(prefix):].split("."))
+
+
+def is_queue_wildcard(destination: str) -> bool:
+    """Whether ``destination`` is a wildcard queue pattern (``/queue/orders.>``)."""
+    return destination.startswith(QUEUE) and is_wildcard(destination)
 
 
 def matches(pattern: str, destination: str) -> bool:
-    """Whether the topic ``destination`` matches the wildcard ``pattern``."""
-    if not destination.startswith(TOPIC) or not pattern.startswith(TOPIC):
+    """Whether ``destination`` matches the wildcard ``pattern`` (both topics, or both queues)."""
+    prefix = _prefix(pattern)
+    if prefix is None or not destination.startswith(prefix):
         return False
-    wanted = pattern[len(TOPIC):].split(".")
-    segments = destination[len(TOPIC):].split(".")
+    wanted = pattern[len(prefix):].split(".")
+    segments = destination[len(prefix):].split(".")
     for index, part in enumerate(wanted):
         if part == ">" and index == len(wanted) - 1:
             return len(segments) >= index  # (none too: ActiveMQ's orders.> matches orders)

@@ -76,7 +76,7 @@ def _name(text: str, escaped: bool) -> str | None:
 class MessageEncoder:
     """The MESSAGE frames of one subscription, for one STOMP version."""
 
-    __slots__ = ("_escaped", "_prefix", "_subscription", "version")
+    __slots__ = ("_escaped", "_prefix", "_subscription", "destination", "version")
 
     _last: ClassVar[tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None] = None
     """The last message encoded (any subscription): message, version, its redelivery marks and
@@ -85,6 +85,8 @@ class MessageEncoder:
 
     def __init__(self, subscription_id: str, destination: str, version: str) -> None:
         self.version = version
+        self.destination = destination
+        """What the ``destination`` line shows (a wildcard subscription's encoder: the last queue or topic)."""
         escaped = self._escaped = version != "1.0"
         shown = _escape(destination, escaped)
         sub_id = _escape(subscription_id, escaped)

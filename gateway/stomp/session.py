@@ -661,11 +661,13 @@ class StompSession:
         ack = self.acks.delivered(subscription, tag, message.message_id, self.version) \
             if subscription.ack_mode != "auto" else None
         encoder = subscription.encoder
-        if encoder is None or encoder.version != self.version:
-            encoder = subscription.encoder = MessageEncoder(subscription.id, subscription.destination, self.version)
-        data = encoder.encode(message, ack) if not subscription.wildcard else None
-        if data is None:  # (a header only the general encoder writes, or leaves out; a wildcard's topic)
-            shown = None if subscription.wildcard else subscription.destination
+        # (a wildcard subscription shows each message's own queue or topic: its encoder follows it,
+        # the header lines after ``destination`` shared with the other subscribers of the message)
+        shown = message.destination if subscription.wildcard else subscription.destination
+        if encoder is None or encoder.version != self.version or encoder.destination != shown:
+            encoder = subscription.encoder = MessageEncoder(subscription.id, shown, self.version)
+        data = encoder.encode(message, ack)
+        if data is None:  # (a header only the general encoder writes, or leaves out)
             self._write(message_to_frame(message, subscription.id, ack, shown))
         else:
             heartbeats = self.heartbeats

@@ -60,7 +60,7 @@ class StompSubscription:
         """The live subscription's :meth:`IImmediateAcks.acknowledge` when it has one."""
         self.closed = False
         self.wildcard = is_wildcard(destination)
-        """A wildcard topic subscription: each MESSAGE shows its own topic (as ActiveMQ's do)."""
+        """A wildcard topic or queue subscription: each MESSAGE shows its own destination (as ActiveMQ's do)."""
         self.encoder: MessageEncoder | None = None
         """Writes this subscription's MESSAGE frames (made at the first delivery, for the session's version)."""
 
@@ -167,11 +167,11 @@ def _flag(headers: dict[str, str], name: str) -> bool:
 
 
 def check_capabilities(connector: IConnector, request: SubscribeRequest) -> None:
-    """Refuse ``activemq.exclusive``, ``browser`` or a wildcard topic where the target cannot honour them."""
+    """Refuse ``activemq.exclusive``, ``browser`` or a wildcard topic or queue where the target cannot honour them."""
     for asked, capability, what in (
         (request.exclusive, Capability.EXCLUSIVE_CONSUMERS, "activemq.exclusive:true"),
         (request.browser, Capability.BROWSE, "browser:true"),
-        (is_wildcard(request.destination), Capability.WILDCARD_SUBSCRIPTIONS, "a wildcard topic"),
+        (is_wildcard(request.destination), Capability.WILDCARD_SUBSCRIPTIONS, "a wildcard destination"),
     ):
         if asked and capability not in connector.capabilities:
             raise StompError(f"{what} is not supported here",

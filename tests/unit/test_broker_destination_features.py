@@ -241,6 +241,9 @@ def test_composite_parts_are_stored_in_one_batch(clock: Clock) -> None:
     ("/topic/*", "/topic/a.b", False),
     ("/topic/a*", "/topic/ab", False),  # (a wildcard is a whole segment)
     ("/topic/orders.*.eu", "/queue/orders.a.eu", False),
+    ("/queue/orders.*.eu", "/queue/orders.a.eu", True),
+    ("/queue/orders.>", "/queue/orders.a.b", True),
+    ("/queue/orders.>", "/topic/orders.a", False),
 ])
 def test_wildcard_matching(pattern: str, topic: str, expected: bool) -> None:
     assert matches(pattern, topic) is expected
@@ -248,7 +251,9 @@ def test_wildcard_matching(pattern: str, topic: str, expected: bool) -> None:
 
 def test_is_wildcard() -> None:
     assert is_wildcard("/topic/a.*") and is_wildcard("/topic/>") and is_wildcard("/topic/*.b")
-    assert not is_wildcard("/topic/a*") and not is_wildcard("/queue/a.*") and not is_wildcard("/topic/a.b")
+    assert is_wildcard("/queue/a.*") and is_wildcard("/queue/a.>")  # (queues too, as ActiveMQ)
+    assert not is_wildcard("/topic/a*") and not is_wildcard("/queue/a.b") and not is_wildcard("/topic/a.b")
+    assert not is_wildcard("/temp-queue/a.*")
 
 
 def test_wildcard_subscribers_get_what_their_pattern_matches(broker: EmbeddedBroker) -> None:

@@ -14,7 +14,8 @@ from tests.unit.test_session import Peer, connect, make_factory
 @pytest.mark.parametrize(("command", "headers", "refused"), [
     ("SUBSCRIBE", {"destination": "/queue/a", "activemq.exclusive": "true"}, "activemq.exclusive:true"),
     ("SUBSCRIBE", {"destination": "/queue/a", "browser": "true"}, "browser:true"),
-    ("SUBSCRIBE", {"destination": "/topic/a.*"}, "a wildcard topic"),
+    ("SUBSCRIBE", {"destination": "/topic/a.*"}, "a wildcard destination"),
+    ("SUBSCRIBE", {"destination": "/queue/a.>"}, "a wildcard destination"),
     ("SEND", {"destination": "/queue/a,/topic/b"}, "composite destinations"),
 ])
 def test_a_target_without_the_capability_refuses_with_an_error(
@@ -48,3 +49,33 @@ def test_a_bad_composite_gets_an_error_naming_it(clock: Clock, broker: EmbeddedB
     (error,) = peer.received()
     assert error.command == "ERROR" and error.headers["message"] == "invalid composite destination"
     assert destination in error.body.decode()
+
+
+def test_a_wildcard_queue_message_shows_its_own_queue_and_is_acknowledged(clock: Clock, broker: EmbeddedBroker) -> None:
+    peer = Peer(make_factory(clock, broker))
+    connect(peer)
+    peer.send("SUBSCRIBE", {"destination": "/queue/orders.>", "id": "w", "ack": "client-individual"})
+    peer.send("SEND", {"destination": "/queue/orders.eu"}, b"x")
+    peer.send("SEND", {"destination": "/queue/orders.us"}, b"y")
+    frames = [f for f in peer.received() if f.command == "MESSAGE"]
+    assert sorted(f.headers["destination"] for f in frames) == ["/queue/orders.eu", "/queue/orders.us"]
+    for frame in frames:
+        peer.send("ACK", {"id": frame.headers["ack"]})
+    assert not [f for f in peer.received() if f.command == "ERROR"]
+    assert not broker.queues["/queue/orders.eu"].messages() and not broker.queues["/queue/orders.us"].messages()
+
+
+def test_a_wildcard_message_has_the_headers_of_a_plain_one(clock: Clock, broker: EmbeddedBroker) -> None:
+    """Wildcard deliveries take the shared encoder (its destination line following each message):
+    the same frame as the plain subscriber's but for ``subscription``, topic after topic."""
+    peer = Peer(make_factory(clock, broker))
+    connect(peer)
+    peer.send("SUBSCRIBE", {"destination": "/topic/orders.>", "id": "w"})
+    for topic in ("/topic/orders.eu", "/topic/orders.us", "/topic/orders.eu"):
+        peer.send("SUBSCRIBE", {"destination": topic, "id": "p", "receipt": "r"})
+        peer.send("SEND", {"destination": topic, "colour": "blue", "correlation-id": "c"}, b"x")
+        peer.send("UNSUBSCRIBE", {"id": "p"})
+        frames = {f.headers["subscription"]: f for f in peer.received() if f.command == "MESSAGE"}
+        wild, plain = frames["w"], frames["p"]
+        assert wild.headers["destination"] == topic and wild.body == plain.body == b"x"
+        assert {**wild.headers, "subscription": "p"} == plain.headers
