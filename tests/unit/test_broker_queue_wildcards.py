@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 from twisted.internet.task import Clock
@@ -120,7 +121,8 @@ def test_acks_held_by_a_transaction_free_credit_and_settle_at_commit(broker: Emb
     broker.send(text("/queue/t.a", "a"))
     broker.send(text("/queue/t.b", "b"))
     assert sink.texts() == ["a"]
-    subscription.hold([sink.got[0][1]])  # (ACK inside BEGIN ... COMMIT)
+    assert ITransactionalAcks.providedBy(subscription)
+    cast(ITransactionalAcks, subscription).hold([sink.got[0][1]])  # (ACK inside BEGIN ... COMMIT)
     assert sink.texts() == ["a", "b"]
     subscription.close()
     subscription.ack([sink.got[0][1]])  # (the COMMIT after the subscription closed)
