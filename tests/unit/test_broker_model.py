@@ -81,6 +81,9 @@ TRANSPORT_BOUND = 700  # bytes a transport takes before it asks the session to p
 SCHEDULES = st.sampled_from(((500, 0, 0), (1000, 0, 0), (2500, 0, 0), (500, 1000, 2), (1000, 500, 1)))
 """(AMQ_SCHEDULED_DELAY, _PERIOD, _REPEAT) of a scheduled SEND (ms, ms, occurrences after the first)."""
 MODEL_GRACE = 300
+SETTLE_ROUNDS = 2000
+"""Rounds of the reactor and the store a step may take to settle (a few, normally): past them the
+broker is caught in a loop, reported as such rather than left to the test run's timeout."""
 """The protocol's WRITE_GRACE while the model runs (192 KB would never be reached by its small messages)."""
 
 
@@ -243,7 +246,12 @@ class BrokerMachine(RuleBasedStateMachine):
         got: dict[int, list[Frame]] = {number: [] for number in self.peers}
         store: Any = self.broker.store
         quiet = 0
+        rounds = 0
         while quiet < 2:  # (two rounds in which only the barrier itself was written, and no frame)
+            rounds += 1
+            if rounds > SETTLE_ROUNDS:
+                raise Violation(f"the broker did not settle within {SETTLE_ROUNDS} rounds (a timer or a write "
+                                "that keeps coming back)")
             before = store.stats.operations + store.stats.failures
             self.clock.advance(0)
             self.clock.wait(store.add_batch([]))
