@@ -40,12 +40,24 @@ The rules it encodes:
   copied there under DROP (still receipted), taken under BLOCK (its sender
   is held).  A COMMIT counts its SENDs in order and is refused as a whole
   under FAIL.
+- Scheduling (``AMQ_SCHEDULED_DELAY``, ``_PERIOD``, ``_REPEAT``): a
+  scheduled SEND (receipted once its job is kept; in a transaction, at the
+  COMMIT) reaches its destination as an *occurrence* once due, never
+  before, ``1 + repeat`` times ``period`` apart, each carrying
+  ``scheduledJobId``; occurrences due together enter in due order (then the
+  order the jobs were made), after what waited there.  Jobs survive a
+  restart.
+- Groups and paging (``group_window``): where the broker's search of the page
+  for a message another consumer may take looks at one message a slice (the
+  sliced-search machine), a copy behind a waiting copy of a group another
+  subscription owns may wait for an ACK (docs/stomp.md, message groups: "one
+  deeper than a slice waits for an ACK, as behind ActiveMQ's page-in window").
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 DLQ_PREFIX = "/queue/DLQ."
 
@@ -65,6 +77,13 @@ class Sent:
     expiration: int  # ms; 0: never
     color: str
     group: str | None = None  # JMSXGroupID
+    delay: int = 0  # AMQ_SCHEDULED_DELAY (ms)
+    period: int = 0  # AMQ_SCHEDULED_PERIOD (ms)
+    repeat: int = 0  # AMQ_SCHEDULED_REPEAT (occurrences after the first)
+
+    @property
+    def scheduled(self) -> bool:
+        return bool(self.delay or self.period or self.repeat)
 
     def expired(self, now_ms: int) -> bool:
         return self.expiration > 0 and self.expiration <= now_ms
@@ -84,6 +103,21 @@ class Copy:
         if self.sent.priority != other.sent.priority:
             return self.sent.priority > other.sent.priority
         return self.seq < other.seq
+
+
+@dataclass(slots=True)
+class Job:
+    """A scheduled SEND waiting for its next occurrence."""
+
+    sent: Sent
+    due: int  # ms
+    seq: int  # (jobs due at the same ms are delivered in the order they were made)
+    repeats_left: int
+    occurrence: int = 0
+
+    def occurrence_sent(self) -> Sent:
+        """What reaches the destination now: the n-th repeat's body is known as ``<body>#<n>``."""
+        return replace(self.sent, body=f"{self.sent.body}#{self.occurrence}" if self.occurrence else self.sent.body)
 
 
 @dataclass(slots=True)
@@ -130,8 +164,11 @@ class Transaction:
 class Model:
     """The reference state; every method is one client-visible event."""
 
-    def __init__(self, max_redeliveries: int, limits: dict[str, str] | None = None, room: int = 0) -> None:
+    def __init__(self, max_redeliveries: int, limits: dict[str, str] | None = None, room: int = 0,
+                 group_window: bool = False) -> None:
         self.max_redeliveries = max_redeliveries
+        self.group_window = group_window
+        """Whether a copy may wait behind one of a group another subscription owns (see the module)."""
         self.limits = limits or {}
         """Destination -> ``FAIL``, ``DROP`` or ``BLOCK`` (``max_size`` with room for :attr:`room` messages)."""
         self.room = room
@@ -144,6 +181,9 @@ class Model:
         self.now_ms = 0
         self.step_start: dict[str, dict[str, Copy]] = {}
         self.step_deliveries: list[tuple[Subscription, Copy]] = []
+        self.jobs: list[Job] = []
+        """Scheduled SENDs not yet (or not wholly) delivered; they survive restarts (the schedule's file)."""
+        self._job_seq = itertools.count()
         self.group_owners: dict[tuple[str, str], tuple[int, str]] = {}
         """(queue backlog, JMSXGroupID) -> the subscription that owns the group (its first delivery)."""
 
@@ -166,6 +206,19 @@ class Model:
             return False
         holder = self.group_owners.get((sub.backlog, copy.sent.group))
         return holder is not None and holder != (sub.connection, sub.id) and holder in self.subscriptions
+
+    def behind_a_held_group(self, sub: Subscription, copy: Copy) -> bool:
+        """With :attr:`group_window`: whether a copy before ``copy`` in its backlog waits for
+        the owner of its group, another subscription (the page's search may stop there)."""
+        if not self.group_window or not sub.destination.startswith("/queue/"):
+            return False
+        for other in self.backlogs[sub.backlog].available.values():
+            if other is copy or other.sent.group is None or not other.better_than(copy):
+                continue
+            holder = self.group_owners.get((sub.backlog, other.sent.group))
+            if holder is not None and holder != (sub.connection, sub.id) and holder in self.subscriptions:
+                return True
+        return False
 
     # -- backlogs ------------------------------------------------------------
 
@@ -243,7 +296,14 @@ class Model:
         if transactional:
             self.transactions[connection].sends.append(sent)
             return True
+        if sent.scheduled:
+            self._schedule(sent)
+            return True
         return self._publish(sent)
+
+    def _schedule(self, sent: Sent) -> None:
+        """A scheduled SEND becomes a job: nothing reaches its destination before it is due."""
+        self.jobs.append(Job(sent, self.now_ms + sent.delay, next(self._job_seq), sent.repeat))
 
     def send_failing(self, connection: int) -> None:
         """A SEND in a transaction to a destination that does not exist."""
@@ -287,8 +347,11 @@ class Model:
         """Whether the COMMIT succeeds; a failed one rolls back (the connection then ends)."""
         transaction = self.transactions.pop(connection)
         batch: dict[int, int] = {}
-        plan = []
+        plan: list[tuple[Sent, list[Backlog]]] = []
         for sent in transaction.sends:
+            if sent.scheduled:  # (made a job at the COMMIT, once the others are in)
+                plan.append((sent, []))
+                continue
             targets = self._admitted(sent, batch)
             if targets is None:
                 transaction.fails = True
@@ -300,7 +363,11 @@ class Model:
             self._rollback(transaction)
             return False
         for sent, targets in plan:
-            self._publish(sent, targets)
+            if not sent.scheduled:
+                self._publish(sent, targets)
+        for sent, _ in plan:
+            if sent.scheduled:
+                self._schedule(sent)
         for what, sub, copies in transaction.settled:
             self._settle(what, sub, copies)
         return True
@@ -341,7 +408,22 @@ class Model:
                 self.unsubscribe(sub, delete=False)
 
     def advance(self, now_ms: int) -> None:
+        """Time passes: the jobs due by then deliver (in rounds, as the scheduler does: every job
+        due, the earliest first, one occurrence each, then again while some are still due), then
+        what expired goes."""
         self.now_ms = now_ms
+        while True:
+            due = sorted((job for job in self.jobs if job.due <= now_ms), key=lambda job: (job.due, job.seq))
+            if not due:
+                break
+            for job in due:
+                self._publish(job.occurrence_sent())
+                if job.repeats_left:
+                    job.due += job.sent.period
+                    job.repeats_left -= 1
+                    job.occurrence += 1
+                else:
+                    self.jobs.remove(job)
         for backlog in self.backlogs.values():
             for body in [b for b, c in backlog.available.items() if c.sent.expired(now_ms)]:
                 del backlog.available[body]
@@ -404,6 +486,9 @@ class Model:
             raise Violation(f"redelivered:{redelivered} but the message failed {copy.count} times: {where}")
         if headers.get("priority") != str(sent.priority) or (headers.get("persistent") == "true") != sent.persistent:
             raise Violation(f"priority or persistence changed: {where}: {headers}")
+        if sent.scheduled != ("scheduledJobId" in headers) or any(h.startswith("AMQ_SCHEDULED_") for h in headers):
+            raise Violation(f"a scheduled message's occurrence carries scheduledJobId (only it), and no "
+                            f"AMQ_SCHEDULED_*: {where}: {headers}")
         if copy.cause is not None and headers.get("dlqDeliveryFailureCause") != copy.cause:
             raise Violation(f"dead-letter cause {headers.get('dlqDeliveryFailureCause')!r}, "
                             f"expected {copy.cause!r}: {where}")
@@ -446,7 +531,8 @@ class Model:
             if sub.connection not in reading or (sub.ack != "auto" and pending >= sub.prefetch):
                 continue
             for copy in self.backlogs[sub.backlog].available.values():
-                if sub.matches(copy.sent) and not copy.sent.expired(self.now_ms) and not self.held_back(sub, copy):
+                if (sub.matches(copy.sent) and not copy.sent.expired(self.now_ms) and not self.held_back(sub, copy)
+                        and not self.behind_a_held_group(sub, copy)):
                     raise Violation(f"{copy.sent.body} waits in {sub.backlog} while subscription {sub.id} of "
                                     f"connection {sub.connection} has room for it (held in transactions: "
                                     f"{held.get((sub.connection, sub.id), 0)})")
