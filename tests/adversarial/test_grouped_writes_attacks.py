@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from gateway.errors import StompProtocolError
 from gateway.wire.frame import Frame
 from tests.adversarial.attack import PASSWORDS, auth_toml
@@ -399,3 +401,148 @@ def test_a_full_store_refuses_with_a_clear_error_and_keeps_everything_receipted(
             bodies = [b.split(":")[0] for b in drain(gateway, QUEUES[producer])]
             assert bodies == [f"p{producer}-{n}" for n in range(refused[producer])], (
                 f"producer {producer}: refused at {refused[producer]}, recovered {len(bodies)}: {bodies[-3:]}")
+
+
+BAD_FRAMES = {
+    "oversized": "SEND\ndestination:/queue/grouped.a\npersistent:true\n\n" + "y" * 70000 + "\x00",
+    "malformed header": "SEND\ndestination:/queue/grouped.a\nno colon here\n\nbad\x00",
+    "unknown command": "FROB\nreceipt:bad\n\n\x00",
+    "no destination": "SEND\npersistent:true\nreceipt:bad\n\nbad\x00",
+    "commit without begin": "COMMIT\ntransaction:nothing\nreceipt:bad\n\n\x00",
+}
+"""Frames that end a pipeline with an ERROR (``stomp.max_frame_size`` is 64 KiB in the test)."""
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_FRAMES))
+def test_an_error_after_pipelined_persistent_sends_covers_them(tmp_path: Path, bad: str) -> None:
+    """2,000 pipelined persistent SENDs without receipts, then a bad frame; SIGKILL the moment its ERROR arrives.
+    An ERROR goes out only after the answers of every earlier frame of the connection (docs/persistence.md, "A
+    RECEIPT covers every frame the same connection sent before it"), so all 2,000 must be there after the restart."""
+    gateway = GatewayProcess(tmp_path / "gw", args=["--set", "stomp.max_frame_size=65536"]).start()
+    with stopped_after(gateway):
+        sends = [Sent(0, n, QUEUES[n % 2], None) for n in range(2000)]
+        client = RawStomp(gateway.address, timeout=30)
+        client.connect()
+        client.send("".join(send_frame(s) for s in sends) + BAD_FRAMES[bad])
+        frame = client.frame(timeout=30)
+        if frame.command == "ERROR":
+            gateway.kill()
+        assert frame.command == "ERROR", frame
+        client.close()
+        gateway.start()
+        recovered = {queue: drain(gateway, queue) for queue in QUEUES[:2]}
+        check_recovered(recovered, sends, {0: 1999})
+
+
+def test_transactions_interleaved_with_pipelined_sends_keep_commit_order_across_a_kill(tmp_path: Path) -> None:
+    """One connection pipelines persistent SENDs to a queue and to a composite destination, with transactions
+    begun, filled, committed or aborted in between (COMMIT is a write of its own, not a merged add).  The queue
+    holds the plain SENDs where they were sent and a transaction's SENDs where it committed, as on ActiveMQ; SIGKILL
+    at the receipt of the last frame; after the restart each queue holds exactly that, in that order, and nothing of
+    an aborted transaction."""
+    gateway = GatewayProcess(tmp_path / "gw").start()
+    composite = f"{QUEUES[1]},{QUEUES[2]}"
+    with stopped_after(gateway):
+        rng = random.Random(2026)
+        frames: list[str] = []
+        expected: dict[str, list[str]] = {q: [] for q in QUEUES}
+        open_tx: dict[str, list[Sent]] = {}
+        n = 0
+        for step in range(1500):
+            roll = rng.random()
+            if roll < 0.03 and len(open_tx) < 3:
+                name = f"tx{step}"
+                open_tx[name] = []
+                frames.append(f"BEGIN\ntransaction:{name}\n\n\x00")
+            elif roll < 0.06 and open_tx:
+                name = rng.choice(sorted(open_tx))
+                if rng.random() < 0.7:
+                    frames.append(f"COMMIT\ntransaction:{name}\n\n\x00")
+                    for sent in open_tx.pop(name):
+                        for queue in sent.destination.split(","):
+                            expected[queue].append(sent.body)
+                else:
+                    frames.append(f"ABORT\ntransaction:{name}\n\n\x00")
+                    open_tx.pop(name)
+            else:
+                sent = Sent(0, n, rng.choice([QUEUES[0], QUEUES[0], composite]), None)
+                n += 1
+                if open_tx and rng.random() < 0.4:
+                    name = rng.choice(sorted(open_tx))
+                    open_tx[name].append(sent)
+                    frames.append(send_frame(sent, name))
+                else:
+                    frames.append(send_frame(sent))
+                    for queue in sent.destination.split(","):
+                        expected[queue].append(sent.body)
+        for name in sorted(open_tx):
+            frames.append(f"ABORT\ntransaction:{name}\n\n\x00")
+        frames.append("SEND\ndestination:/topic/nobody\npersistent:false\nreceipt:last\n\nlast\x00")
+        client = RawStomp(gateway.address, timeout=30)
+        client.connect()
+        client.send("".join(frames))
+        frame = client.frame(timeout=30)
+        if frame.command == "RECEIPT":
+            gateway.kill()
+        assert frame.command == "RECEIPT" and frame.headers["receipt-id"] == "last", frame
+        client.close()
+        gateway.start()
+        for queue in QUEUES:
+            recovered = drain(gateway, queue)
+            assert recovered == expected[queue], (
+                f"{queue}: {len(recovered)} recovered, {len(expected[queue])} expected; "
+                f"first difference at {first_difference(recovered, expected[queue])}")
+
+
+def first_difference(got: list[str], wanted: list[str]) -> int | None:
+    return next((i for i, (a, b) in enumerate(zip(got, wanted, strict=False)) if a != b), None)
+
+
+def durable_consumer(gateway: GatewayProcess, client_id: str) -> RawStomp:
+    client = RawStomp(gateway.address, timeout=30)
+    client.connect(extra=f"client-id:{client_id}\n")
+    client.send(f"SUBSCRIBE\nid:d\ndestination:{TOPIC}\nack:auto\nactivemq.subscriptionName:{DURABLE_NAME}\n"
+                "receipt:sub\n\n\x00")
+    frame = client.frame()
+    assert frame.command == "RECEIPT", frame
+    return client
+
+
+def test_shared_bodies_survive_merged_auto_ack_removals_of_two_online_durable_subscribers(tmp_path: Path) -> None:
+    """A topic with three durable subscriptions: two online with auto ack, one offline.  A producer pipelines 2,000
+    persistent messages (one shared body each, docs/persistence.md "Layout"); both online subscribers consume
+    them all, their removals are merged; each then sends a receipted SEND and the gateway gets SIGKILL at the
+    later receipt.  After the restart the offline subscription has every message, readable and in order (its
+    bodies were not deleted with the others' rows), and the online ones get none of what they consumed."""
+    gateway = GatewayProcess(tmp_path / "gw").start()
+    with stopped_after(gateway):
+        create_durable(gateway)
+        online = [durable_consumer(gateway, f"online-{i}") for i in range(2)]
+        sends = [Sent(0, n, TOPIC, "last" if n == 1999 else None) for n in range(2000)]
+        producer = RawStomp(gateway.address, timeout=30)
+        producer.connect()
+        producer_reader = Reader(producer)
+        producer_thread = producer_reader.start()
+        threading.Thread(target=_send_quietly, args=(producer, "".join(send_frame(s) for s in sends).encode()),
+                         daemon=True).start()
+        for consumer in online:
+            got = []
+            while len(got) < 2000:
+                frame = consumer.frame(timeout=30)
+                assert frame.command == "MESSAGE", frame
+                got.append(frame.body.decode())
+            assert got == [s.body for s in sends]
+        producer_thread.join(0)
+        for i, consumer in enumerate(online):
+            consumer.send(f"SEND\ndestination:{QUEUES[2]}\npersistent:true\nreceipt:barrier{i}\n\nb{i}\x00")
+            frame = consumer.frame(timeout=30)
+            assert frame.command == "RECEIPT", frame
+        gateway.kill()
+        assert producer_reader.receipts() in (["last"], []), producer_reader.items[-3:]
+        gateway.start()
+        assert drain(gateway, TOPIC, durable=True) == [s.body for s in sends]
+        for i in range(2):
+            client = durable_consumer(gateway, f"online-{i}")
+            item = client.item(timeout=3)
+            assert item is None, f"online-{i}: a consumed message came back: {item!r}"
+            client.close()
