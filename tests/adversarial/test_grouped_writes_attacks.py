@@ -526,7 +526,7 @@ def test_shared_bodies_survive_merged_auto_ack_removals_of_two_online_durable_su
         threading.Thread(target=_send_quietly, args=(producer, "".join(send_frame(s) for s in sends).encode()),
                          daemon=True).start()
         for consumer in online:
-            got = []
+            got: list[str] = []
             while len(got) < 2000:
                 frame = consumer.frame(timeout=30)
                 assert frame.command == "MESSAGE", frame
