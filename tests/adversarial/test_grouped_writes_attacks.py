@@ -546,3 +546,43 @@ def test_shared_bodies_survive_merged_auto_ack_removals_of_two_online_durable_su
             item = client.item(timeout=3)
             assert item is None, f"online-{i}: a consumed message came back: {item!r}"
             client.close()
+
+
+FULL_QUEUE = "/queue/grouped.full"
+
+
+def test_a_fail_destination_filled_by_two_pipelines_stores_exactly_what_was_receipted(tmp_path: Path) -> None:
+    """A FAIL destination of 200 KB, two connections pipelining 400 persistent 1 KiB SENDs into it at the same
+    time, each SEND with a receipt.  Each connection gets receipts for a prefix of its SENDs, then one ERROR
+    `destination full` naming the destination, then the close (docs/paging.md); SIGKILL once both closed;
+    after the restart the queue holds exactly the receipted messages, per producer in order."""
+    policy = f'\n[broker.destinations."{FULL_QUEUE}"]\nmax_size = "200KB"\nfull_policy = "FAIL"\n'
+    gateway = GatewayProcess(tmp_path / "gw", policy).start()
+    with stopped_after(gateway):
+        filler = "z" * 1024
+        clients = []
+        for _ in range(2):
+            client = RawStomp(gateway.address, timeout=30)
+            client.connect()
+            clients.append(client)
+        for producer, client in enumerate(clients):
+            threading.Thread(target=_send_quietly, daemon=True, args=(client, "".join(
+                f"SEND\ndestination:{FULL_QUEUE}\npersistent:true\nreceipt:r{producer}-{n}\n\n"
+                f"p{producer}-{n}:{filler}\x00" for n in range(400)).encode())).start()
+        receipted: set[str] = set()
+        for producer, client in enumerate(clients):
+            answers = [i for i in client.until_closed(timeout=30) if isinstance(i, Frame)]
+            assert answers and answers[-1].command == "ERROR", answers[-3:]
+            error = answers[-1]
+            assert "full" in error.headers.get("message", "") and FULL_QUEUE in error.body.decode(), error
+            ids = [a.headers["receipt-id"] for a in answers[:-1]]
+            refused = int(error.headers["receipt-id"].split("-")[1])
+            assert ids == [f"r{producer}-{n}" for n in range(refused)], (producer, ids[-3:], refused)
+            receipted |= {f"p{producer}-{n}" for n in range(refused)}
+        gateway.kill()
+        gateway.start()
+        recovered = [b.split(":")[0] for b in drain(gateway, FULL_QUEUE)]
+        assert sorted(recovered) == sorted(receipted), (
+            f"{len(recovered)} recovered, {len(receipted)} receipted; extra {sorted(set(recovered) - receipted)[:5]}, "
+            f"missing {sorted(receipted - set(recovered))[:5]}")
+        check_recovered({FULL_QUEUE: recovered}, [], {})
