@@ -56,7 +56,7 @@ from gateway.broker.store.snapshot import (
     Snapshot,
     durable_key,
 )
-from gateway.broker.stored_sends import StoredSends
+from gateway.broker.stored_sends import StoredSends, arrive
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics, record_key
 from gateway.broker.wildcards import is_queue_wildcard
 from gateway.deferreds import gather
@@ -492,19 +492,10 @@ class EmbeddedBroker:
         for queue in targets:
             queue.arriving += size
 
+        metrics, now_ms = self.metrics, self.now_ms
+
         def show(stored: bool) -> None:
-            admission.arriving -= size
-            for queue in targets:
-                queue.arriving -= size
-            if not stored:
-                return
-            if message.expiration and message.is_expired(self.now_ms()):
-                self.metrics.expired.inc()
-                return
-            self.metrics.enqueued.count += 1
-            for queue in targets:
-                if not queue.detached:  # (a subscriber that left, a subscription dropped meanwhile)
-                    queue.enqueue(message, size)
+            arrive(admission, metrics, now_ms, message, targets, size, stored)
 
         return show
 

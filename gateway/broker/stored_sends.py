@@ -88,19 +88,24 @@ class StoredSend(Publication):
         self.reply(None, None)
 
     def show(self, stored: bool) -> None:
-        size = self.size
-        targets = self.targets
         owner = self.owner
-        owner.admission.arriving -= size
-        for queue in targets:
-            queue.arriving -= size
-        if not stored:
-            return
-        message = self.message
-        if message.expiration and message.is_expired(owner.now_ms()):
-            owner.metrics.expired.inc()
-            return
-        owner.metrics.enqueued.count += 1
-        for queue in targets:
-            if not queue.detached:  # (a subscriber that left, a subscription dropped meanwhile)
-                queue.enqueue(message, size)
+        arrive(owner.admission, owner.metrics, owner.now_ms, self.message, self.targets, self.size, stored)
+
+
+def arrive(admission: Admission, metrics: BrokerMetrics, now_ms: Callable[[], int], message: Message,
+           targets: list[MessageQueue], size: int, stored: bool) -> None:
+    """``message``'s turn came: it stops counting as arriving, and once ``stored`` (and not expired
+    meanwhile) it is enqueued in every ``targets`` queue still attached (the broker's sends and
+    :class:`StoredSend` alike)."""
+    admission.arriving -= size
+    for queue in targets:
+        queue.arriving -= size
+    if not stored:
+        return
+    if message.expiration and message.is_expired(now_ms()):
+        metrics.expired.inc()
+        return
+    metrics.enqueued.count += 1
+    for queue in targets:
+        if not queue.detached:  # (a subscriber that left, a subscription dropped meanwhile)
+            queue.enqueue(message, size)
