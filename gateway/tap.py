@@ -41,6 +41,7 @@ from gateway.locations import choose_config
 from gateway.log_observer import FORMATS, GatewayLogObserver, build_observer, parse_level
 from gateway.reload import ConfigReloader
 from gateway.stomp.listeners import listen_backlog, listener_for, os_backlog_limit, with_backlog
+from gateway.wire.compiled import compiled_modules
 
 log = Logger()
 
@@ -324,11 +325,22 @@ def makeService(options: Options) -> GatewayService:
         raise SystemExit(f"jmsgateway: bad configuration: {error}") from None
     os.makedirs(config.data_dir, exist_ok=True)
     log.info("data directory {path}", path=os.path.abspath(config.data_dir))
+    log_hot_modules()
     reloader = None
     if twistd_options is not None:
         reloader = ConfigReloader(gateway, load, reactor, observer, level_fixed=options["log-level"] is not None)
     return GatewayService(gateway, reactor, twistd_options=twistd_options, observer=observer, reloader=reloader,
                           log_on_console=_logs_to_console(options))
+
+
+def log_hot_modules() -> None:
+    """Says at start-up whether the hot modules run compiled (mypyc, ``pip install .``) or as pure Python."""
+    compiled = compiled_modules()
+    if compiled:
+        log.info("hot modules compiled (mypyc): {modules}", modules=", ".join(compiled))
+    else:
+        log.info("hot modules run as pure Python (an editable install, a checkout on PYTHONPATH, "
+                 "JMSGATEWAY_MYPYC=0 or no C compiler at install: docs/performance.md)")
 
 
 def configuration_loader(path: str, options: Options) -> Callable[[], GatewayConfig]:

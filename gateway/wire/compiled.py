@@ -1,10 +1,11 @@
 """Which hot modules run compiled (mypyc), and the one mypyc marker their source needs.
 
-``setup.py`` compiles :data:`HOT_MODULES` with mypyc when asked to
-(``JMSGATEWAY_MYPYC=1`` and mypy installed in the build environment, not for
-editable installs: docs/performance.md); anywhere else they run as the pure
-Python they are written in.  :func:`compiled_modules` says which are compiled
-in this process.
+``setup.py`` compiles :data:`HOT_MODULES` with mypyc for ``pip install .``
+(unless ``JMSGATEWAY_MYPYC=0``; never for editable installs; the pure modules
+when there is no C compiler: docs/performance.md); from a checkout on
+``PYTHONPATH`` they run as the pure Python they are written in.
+:func:`compiled_modules` says which are compiled in this process (the gateway
+logs it at start-up).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The hot modules compiled with mypyc (``setup.py``, ``JMSGATEWAY_MYPYC=1``) pass the tests of the code
-they hold, as the pure-Python modules do in every other test run.
+"""The hot modules compiled with mypyc (``setup.py``: ``pip install .`` compiles them unless
+``JMSGATEWAY_MYPYC=0``) pass the tests of the code they hold, as the pure-Python modules do in every
+other test run; a wheel holds them compiled by default, and pure without a C compiler.
 
 The checkout is copied to a temporary directory, its ``gateway/wire/codec.py`` and
 ``gateway/stomp/delivery.py`` are built in place by ``setup.py build_ext`` (mypyc and the host's C
@@ -14,7 +15,10 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 from gateway.wire.compiled import HOT_MODULES, compiled_modules
 
@@ -37,7 +41,8 @@ def test_this_run_is_the_pure_python_variant() -> None:
     assert compiled_modules() == []
 
 
-def test_the_compiled_modules_pass_their_tests(tmp_path: Path) -> None:
+def copy_of_the_checkout(tmp_path: Path) -> Path:
+    """The files a build needs, copied (a build in the checkout would leave ``build/`` and ``.so`` files)."""
     copy = tmp_path / "tree"
     copy.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", ".hypothesis")
@@ -47,6 +52,38 @@ def test_the_compiled_modules_pass_their_tests(tmp_path: Path) -> None:
             shutil.copytree(source, copy / name, ignore=ignore)
         else:
             shutil.copy2(source, copy / name)
+    return copy
+
+
+def extension_modules_in_a_wheel(tmp_path: Path, **env: str) -> list[str]:
+    """Builds a wheel of a copy of the checkout (``pip wheel``, this venv's setuptools and mypy) and names
+    the hot modules it holds as extension modules."""
+    copy = copy_of_the_checkout(tmp_path)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path / "dist"), str(copy)],
+                           env={key: value for key, value in {**os.environ, **env}.items()
+                                if key != "JMSGATEWAY_MYPYC" or "JMSGATEWAY_MYPYC" in env},
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("jmsgateway-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert "gateway/wire/codec.py" in names and "gateway/stomp/delivery.py" in names  # (the fallback is there too)
+    return sorted(name.split(".")[0].replace("/", ".") for name in names
+                  if name.startswith("gateway/") and name.endswith(".so"))
+
+
+def test_a_wheel_compiles_the_hot_modules_by_default(tmp_path: Path) -> None:
+    assert extension_modules_in_a_wheel(tmp_path) == sorted(["gateway.wire.codec", "gateway.stomp.delivery"])
+
+
+@pytest.mark.parametrize("env", [{"JMSGATEWAY_MYPYC": "0"}, {"CC": "/bin/false"}], ids=["opted-out", "no-compiler"])
+def test_a_wheel_without_compiling_holds_the_pure_modules(tmp_path: Path, env: dict[str, str]) -> None:
+    assert extension_modules_in_a_wheel(tmp_path, **env) == []
+
+
+def test_the_compiled_modules_pass_their_tests(tmp_path: Path) -> None:
+    copy = copy_of_the_checkout(tmp_path)
     env = dict(os.environ, JMSGATEWAY_MYPYC="1", PYTHONPATH=str(copy))
     built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=copy, env=env,
                            capture_output=True, text=True, timeout=600)
