@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gateway.wire.compiled import HOT_MODULES, compiled_modules
+from tests.support.wheel import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 COPIED = ("gateway", "tests", "twisted", "plugins", "etc", "setup.py", "setup.cfg", "pyproject.toml")
@@ -56,17 +57,8 @@ def copy_of_the_checkout(tmp_path: Path) -> Path:
 
 
 def extension_modules_in_a_wheel(tmp_path: Path, **env: str) -> list[str]:
-    """Builds a wheel of a copy of the checkout (``pip wheel``, this venv's setuptools and mypy) and names
-    the hot modules it holds as extension modules."""
-    copy = copy_of_the_checkout(tmp_path)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(tmp_path / "dist"), str(copy)],
-                           env={key: value for key, value in {**os.environ, **env}.items()
-                                if key != "JMSGATEWAY_MYPYC" or "JMSGATEWAY_MYPYC" in env},
-                           capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = (tmp_path / "dist").glob("jmsgateway-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
+    """Names the hot modules a wheel of the checkout (built with ``env``) holds as extension modules."""
+    with zipfile.ZipFile(build_wheel(tmp_path, env)) as archive:
         names = archive.namelist()
     assert "gateway/wire/codec.py" in names and "gateway/stomp/delivery.py" in names  # (the fallback is there too)
     return sorted(name.split(".")[0].replace("/", ".") for name in names

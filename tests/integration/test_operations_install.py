@@ -98,3 +98,4 @@ def test_twistd_jmsgateway_runs_from_an_empty_directory(gateway: tuple[subproces
     text = log.read_text()
     assert "gateway/shipped/etc/jmsgateway.toml (the default shipped with the package)" in text
     assert f"data directory {empty_dir / 'var'}" in text
+    assert "hot modules compiled (mypyc): gateway.wire.codec, gateway.stomp.delivery" in text  # (pip install .)
