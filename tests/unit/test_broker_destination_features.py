@@ -28,21 +28,6 @@ from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
 from tests.unit.test_store_broker import text as stored_text
 
-
-@pytest.fixture
-def clock() -> Clock:
-    clock = Clock()
-    clock.advance(1_000_000)
-    return clock
-
-
-@pytest.fixture
-def broker(clock: Clock) -> EmbeddedBroker:
-    broker = EmbeddedBroker(clock, BrokerSettings(max_redeliveries=2))
-    broker.start()
-    return broker
-
-
 # -- exclusive consumers ---------------------------------------------------------
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-import pytest
 from twisted.internet.task import Clock
 from zope.interface.verify import verifyObject
 
@@ -17,20 +16,6 @@ from tests.unit.test_broker import Sink, subscribe, text
 from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
 from tests.unit.test_store_broker import text as stored_text
-
-
-@pytest.fixture
-def clock() -> Clock:
-    clock = Clock()
-    clock.advance(1_000_000)
-    return clock
-
-
-@pytest.fixture
-def broker(clock: Clock) -> EmbeddedBroker:
-    broker = EmbeddedBroker(clock, BrokerSettings(max_redeliveries=2))
-    broker.start()
-    return broker
 
 
 def shown(sink: Sink) -> list[tuple[str, str]]:
