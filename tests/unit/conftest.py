@@ -3,6 +3,8 @@ file of the store tests."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,3 +52,31 @@ def reactor() -> PumpedReactor:
 def path(tmp_path: Path) -> str:
     """Where a test's SQLite store file goes."""
     return str(tmp_path / "broker.sqlite")
+
+
+WRITER_THREAD_PREFIX = "store-writer:"
+"""How :class:`gateway.broker.store.sqlite_writer.GroupCommitWriter` names its thread (``SqliteStore``'s)."""
+
+WRITER_END_SECONDS = 5.0
+"""How long a writer thread a test started may take to end after the test: a closed store's thread ends
+at once (its last step), so only a store left open uses up this time, on a loaded host too."""
+
+
+def writer_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name.startswith(WRITER_THREAD_PREFIX)}
+
+
+@pytest.fixture(autouse=True)
+def no_store_writer_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails the test that leaves a SQLite store open: its writer thread would run on for the rest of the
+    worker's tests (and be counted by those that look for a store's thread)."""
+    before = writer_threads()
+    yield
+    started = writer_threads() - before
+    deadline = time.monotonic() + WRITER_END_SECONDS
+    for thread in started:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = sorted(thread.name for thread in started if thread.is_alive())
+    if alive:
+        pytest.fail(f"{request.node.nodeid} left {len(alive)} SQLite store writer thread(s) running "
+                    f"({', '.join(alive)}): close every store the test opens", pytrace=False)

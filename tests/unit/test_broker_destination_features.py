@@ -357,5 +357,4 @@ def test_a_browse_after_a_restart_includes_the_stored_messages(tmp_path: Path) -
         run.subscribe(consumer, destination="/queue/s")
         assert consumer.texts() == [f"m{i:02}" for i in range(30)]
     finally:
-        if run.broker is not None:
-            run.wait(run.broker.stop())
+        run.close()

@@ -36,8 +36,7 @@ def make_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     yield make_one
     for run in runs:
-        if run.broker is not None:
-            run.wait(run.broker.stop())
+        run.close()
 
 
 def make(clock: Clock, **settings: Any) -> EmbeddedBroker:
