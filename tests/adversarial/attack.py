@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.security.passwords import hash_password
+from tests.support.authorization import grant
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port, wait_for_port
 
@@ -77,11 +78,7 @@ def auth_toml(*, max_failed_logins: int = 0, lockout_ms: int = 30000, extra: str
 
 
 def grants_toml() -> str:
-    blocks = []
-    for pattern, grant in GRANTS:
-        lines = [f'destination = "{pattern}"'] + [f"{key} = {json.dumps(value)}" for key, value in grant.items()]
-        blocks.append("[[authorization]]\n" + "\n".join(lines) + "\n")
-    return "\n".join(blocks)
+    return "".join(grant(pattern, **permissions) for pattern, permissions in GRANTS)
 
 
 def write_config(process: GatewayProcess, text: str) -> GatewayProcess:

@@ -39,6 +39,7 @@ from tests.adversarial.attack import (
     write_config,
 )
 from tests.adversarial.conftest import Secured
+from tests.support.authorization import KAFKA_GRANTS, ROOT_GRANT
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import create_topics, kafka_bootstrap, read_records, unique_topic  # noqa: F401
 from tests.support.stomp_clients import Client
@@ -398,23 +399,7 @@ connector = "kafka"
 [[destinations]]
 pattern = "/queue/kafka.*"
 connector = "kafka"
-
-[[authorization]]
-destination = "/*"
-read = ["root"]
-write = ["root"]
-admin = ["root"]
-
-[[authorization]]
-destination = "/queue/kafka.*"
-read = ["alice"]
-write = ["alice"]
-
-[[authorization]]
-destination = "/topic/kafka.*"
-read = ["alice", "eve"]
-write = ["alice"]
-"""
+{ROOT_GRANT}{KAFKA_GRANTS}"""
     ws_port = new_port()
     process = gateway_from_toml(tmp_path / "kafka", config, ws_port=ws_port)
     started.append(process)

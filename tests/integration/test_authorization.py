@@ -32,6 +32,7 @@ import websocket
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.security.passwords import hash_password
+from tests.support.authorization import ROOT_GRANT, grant
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client
@@ -57,28 +58,8 @@ uri = "stomp://127.0.0.1:{remote_port}"
 [[destinations]]
 pattern = "/queue/remote.*"
 connector = "remote"
-
-[[authorization]]
-destination = "/*"
-read = ["root"]
-write = ["root"]
-admin = ["root"]
-
-[[authorization]]
-destination = "/queue/orders.*"
-read = ["group:ops", "group:audit"]
-write = ["group:ops"]
-
-[[authorization]]
-destination = "/topic/prices.*"
-read = ["*"]
-write = ["user:carol"]
-
-[[authorization]]
-destination = "/queue/remote.*"
-read = ["group:ops"]
-write = ["bob"]
-"""
+""" + ROOT_GRANT + grant("/queue/orders.*", read=["group:ops", "group:audit"], write=["group:ops"]) + grant(
+    "/topic/prices.*", read=["*"], write=["user:carol"]) + grant("/queue/remote.*", read=["group:ops"], write=["bob"])
 
 
 WEAK = "--set=auth.allow_weak_passwords=true"

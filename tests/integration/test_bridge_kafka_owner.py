@@ -40,6 +40,7 @@ from tests.support.kafka import (
     proxied_kafka,
     read_records,
 )
+from tests.support.ports import socket_inodes
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -109,23 +110,6 @@ def _tree(root: int) -> set[int]:
     return found
 
 
-def _socket_inodes(pids: set[int]) -> set[str]:
-    inodes = set()
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes.add(link[8:-1])
-    return inodes
-
-
 def _local_ports(inodes: set[str]) -> set[int]:
     """Local ports of the IPv4 TCP sockets with these inodes."""
     ports = set()
@@ -151,7 +135,7 @@ class OwnedLinks:
         self._thread: threading.Thread | None = None
 
     def _pairs(self) -> Iterator[Any]:
-        ports = _local_ports(_socket_inodes(_tree(self.root)))
+        ports = _local_ports(socket_inodes(_tree(self.root)))
         with self.proxy._lock:
             pairs = list(self.proxy._pairs)
         for pair in pairs:

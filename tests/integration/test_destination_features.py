@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401 - the broker fixture
+from tests.support.authorization import ROOT_AND_ALICE, ROOT_GRANT, grant
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import Client, StompClients
 
@@ -257,18 +258,7 @@ def test_bad_flags_and_browsing_a_topic_get_an_error(sqlite_gateway: GatewayProc
 
 
 def test_a_composite_send_needs_write_on_every_part(make_gateway: Callable[..., GatewayProcess]) -> None:
-    process = make_gateway("""
-[[authorization]]
-destination = "/*"
-read = ["root"]
-write = ["root"]
-admin = ["root"]
-
-[[authorization]]
-destination = "/queue/open.*"
-read = ["alice"]
-write = ["alice"]
-""", args=["--set", 'auth.users={ root = "r00t!x", alice = "alice-pw" }', "--set", "auth.allow_weak_passwords=true"])
+    process = make_gateway(ROOT_GRANT + grant("/queue/open.*", read=["alice"], write=["alice"]), args=ROOT_AND_ALICE)
     alice = Client(process.address, login="alice", passcode="alice-pw")
     receipt = "r-" + uuid.uuid4().hex
     alice.connection.send("/queue/open.a,/queue/closed.b", "x", headers={"receipt": receipt})
@@ -284,17 +274,7 @@ write = ["alice"]
 def test_a_wildcard_subscriber_needs_read_on_the_pattern(make_gateway: Callable[..., GatewayProcess]) -> None:
     """As ActiveMQ: read is checked on the wildcard itself; a grant on part of what it reaches
     does not open it."""
-    process = make_gateway("""
-[[authorization]]
-destination = "/*"
-read = ["root"]
-write = ["root"]
-admin = ["root"]
-
-[[authorization]]
-destination = "/topic/orders.eu.*"
-read = ["alice"]
-""", args=["--set", 'auth.users={ root = "r00t!x", alice = "alice-pw" }', "--set", "auth.allow_weak_passwords=true"])
+    process = make_gateway(ROOT_GRANT + grant("/topic/orders.eu.*", read=["alice"]), args=ROOT_AND_ALICE)
     alice = Client(process.address, login="alice", passcode="alice-pw")
     alice.subscribe("/topic/orders.>", "all", receipt=False)
     error = alice.error()

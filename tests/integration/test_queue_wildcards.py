@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.test_destination_features import received
 from tests.support.activemq import ActiveMQBroker, activemq  # noqa: F401 - the broker fixture
+from tests.support.authorization import ROOT_AND_ALICE, ROOT_GRANT, grant
 from tests.support.gateway import GatewayProcess
 from tests.support.stomp_clients import Client
 
@@ -134,17 +135,7 @@ def test_the_stomp_connector_passes_queue_wildcards_to_activemq(routed_gateway: 
 def test_a_wildcard_queue_subscriber_needs_read_on_the_pattern(make_gateway: Callable[..., GatewayProcess]) -> None:
     """As on topics (and in ActiveMQ): read is checked on the wildcard itself; a grant on one
     queue it reaches does not open it, a grant covering the pattern does."""
-    process = make_gateway("""
-[[authorization]]
-destination = "/*"
-read = ["root"]
-write = ["root"]
-admin = ["root"]
-
-[[authorization]]
-destination = "/queue/orders.eu.*"
-read = ["alice"]
-""", args=["--set", 'auth.users={ root = "r00t!x", alice = "alice-pw" }', "--set", "auth.allow_weak_passwords=true"])
+    process = make_gateway(ROOT_GRANT + grant("/queue/orders.eu.*", read=["alice"]), args=ROOT_AND_ALICE)
     alice = Client(process.address, login="alice", passcode="alice-pw")
     alice.subscribe("/queue/orders.>", "all", receipt=False)
     error = alice.error()

@@ -20,31 +20,15 @@ import pytest
 import websocket
 
 from gateway.security.passwords import hash_password
+from tests.support.authorization import KAFKA_GRANTS, ROOT_GRANT, grant
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import create_topics, group_settings, kafka_bootstrap, unique_topic
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client
 
 PASSWORDS = {"alice": "alice-pw", "carol": "carol-pw", "eve": "eve-pw", "root": "r00t!"}
-ENTRIES = """
-[[authorization]]
-destination = "/*"
-read = ["root"]
-write = ["root"]
-admin = ["root"]
-
-[[authorization]]
-destination = "/topic/alerts.*"
-read = ["alice"]
-write = ["alice"]
-admin = ["alice"]
-
-[[authorization]]
-destination = "/topic/carol.*"
-read = ["carol"]
-write = ["carol"]
-admin = ["carol"]
-"""
+ENTRIES = ROOT_GRANT + grant("/topic/alerts.*", read=["alice"], write=["alice"], admin=["alice"]) + grant(
+    "/topic/carol.*", read=["carol"], write=["carol"], admin=["carol"])
 TRANSPORTS = pytest.mark.parametrize("transport", ["tcp", "ws"])
 __all__ = ["kafka_bootstrap"]
 
@@ -214,17 +198,7 @@ connector = "kafka"
 [[destinations]]
 pattern = "/topic/kafka.*"
 connector = "kafka"
-
-[[authorization]]
-destination = "/queue/kafka.*"
-read = ["alice"]
-write = ["alice"]
-
-[[authorization]]
-destination = "/topic/kafka.*"
-read = ["alice", "eve"]
-write = ["alice"]
-"""
+""" + KAFKA_GRANTS
 
 
 @pytest.mark.kafka

@@ -2,7 +2,8 @@
 
 :class:`GatewayProcess` writes a config file (the default one plus TOML
 the test adds), starts twistd on a free port with its own data directory,
-waits until the port accepts, and can stop (SIGTERM), kill (SIGKILL) and
+waits until the gateway process itself listens on that port (something else that took the port
+accepts connections too), and can stop (SIGTERM), kill (SIGKILL) and
 start again on the same data.  Benchmarks use it too.
 """
 
@@ -17,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.ports import free_port, wait_for_port
+from tests.support.ports import free_port, listening_ports, wait_for_port
 from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,13 +61,13 @@ class GatewayProcess:
             if self.process.poll() is not None:
                 output = self.process.stdout.read().decode(errors="replace") if self.process.stdout else ""
                 raise RuntimeError(f"gateway exited with {self.process.returncode}:\n{output}\n{self.log()}")
-            try:
-                wait_for_port(self.port, timeout=0.2)
+            if self.port in listening_ports(self.process.pid):  # (the gateway, not whoever took the port)
+                wait_for_port(self.port, timeout=max(1.0, deadline - time.monotonic()))
                 return self
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(f"gateway did not listen on {self.port}:\n{self.log()}") from None
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"gateway did not listen on {self.port}:\n{self.log()}")
+            time.sleep(0.1)
 
     def start_fails(self, timeout: float = 30.0) -> str:
         """Start a gateway that must refuse to start; its output and log (AssertionError if it runs on).

@@ -44,17 +44,9 @@ def subscribe(broker: EmbeddedBroker, sink: Sink, **spec: Any) -> ISubscription:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    clock = Clock()
-    clock.advance(1_000_000)
-    return clock
-
-
-@pytest.fixture
-def broker(clock: Clock) -> EmbeddedBroker:
-    broker = EmbeddedBroker(clock, BrokerSettings(max_redeliveries=2))
-    broker.start()
-    return broker
+def broker_settings() -> BrokerSettings:
+    """The broker of these tests redelivers a message twice before its DLQ."""
+    return BrokerSettings(max_redeliveries=2)
 
 
 def test_unknown_destination_kind(broker: EmbeddedBroker) -> None:

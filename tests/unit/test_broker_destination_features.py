@@ -28,21 +28,6 @@ from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
 from tests.unit.test_store_broker import text as stored_text
 
-
-@pytest.fixture
-def clock() -> Clock:
-    clock = Clock()
-    clock.advance(1_000_000)
-    return clock
-
-
-@pytest.fixture
-def broker(clock: Clock) -> EmbeddedBroker:
-    broker = EmbeddedBroker(clock, BrokerSettings(max_redeliveries=2))
-    broker.start()
-    return broker
-
-
 # -- exclusive consumers ---------------------------------------------------------
 
 
@@ -372,5 +357,4 @@ def test_a_browse_after_a_restart_includes_the_stored_messages(tmp_path: Path) -
         run.subscribe(consumer, destination="/queue/s")
         assert consumer.texts() == [f"m{i:02}" for i in range(30)]
     finally:
-        if run.broker is not None:
-            run.wait(run.broker.stop())
+        run.close()

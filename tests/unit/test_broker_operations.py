@@ -25,8 +25,7 @@ def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Run]:
     run = Run(tmp_path, BrokerSettings(max_redeliveries=request.param, persistence="sqlite"))
     run.start()
     yield run
-    if run.broker is not None:
-        run.wait(run.broker.stop())
+    run.close()
 
 
 def operations(run: Run) -> QueueOperations:

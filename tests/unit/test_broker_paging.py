@@ -55,8 +55,7 @@ def run(tmp_path: Path) -> Iterator[Run]:
     run = Run(tmp_path, settings(), lazy_recovery=True)
     run.start()
     yield run
-    if run.broker is not None:
-        run.wait(run.broker.stop())
+    run.close()
 
 
 def bodies(count: int, prefix: str = "m") -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-import pytest
 from twisted.internet.task import Clock
 from zope.interface.verify import verifyObject
 
@@ -17,20 +16,6 @@ from tests.unit.test_broker import Sink, subscribe, text
 from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
 from tests.unit.test_store_broker import text as stored_text
-
-
-@pytest.fixture
-def clock() -> Clock:
-    clock = Clock()
-    clock.advance(1_000_000)
-    return clock
-
-
-@pytest.fixture
-def broker(clock: Clock) -> EmbeddedBroker:
-    broker = EmbeddedBroker(clock, BrokerSettings(max_redeliveries=2))
-    broker.start()
-    return broker
 
 
 def shown(sink: Sink) -> list[tuple[str, str]]:
@@ -154,14 +139,17 @@ def test_a_deleted_queue_leaves_the_wildcard_working(broker: EmbeddedBroker) -> 
 def test_persistent_messages_recovered_after_a_restart_drain_and_are_acknowledged(tmp_path: Path) -> None:
     run = Run(tmp_path, BrokerSettings())
     run.start()
-    run.send(*(stored_text(f"/queue/{name}", name) for name in ("r.a", "r.b", "other")))
-    run.restart()
-    sink = StoredSink()
-    subscription = run.subscribe(sink, destination="/queue/r.>", ack_mode="client-individual")
-    assert sorted(sink.texts()) == ["r.a", "r.b"]
-    run.wait(subscription.ack([tag for _, tag in sink.got]))
-    broker = run.restart()
-    assert len(broker.destinations.queue("/queue/r.a")) == 0 and len(broker.queues["/queue/other"]) == 1
+    try:
+        run.send(*(stored_text(f"/queue/{name}", name) for name in ("r.a", "r.b", "other")))
+        run.restart()
+        sink = StoredSink()
+        subscription = run.subscribe(sink, destination="/queue/r.>", ack_mode="client-individual")
+        assert sorted(sink.texts()) == ["r.a", "r.b"]
+        run.wait(subscription.ack([tag for _, tag in sink.got]))
+        broker = run.restart()
+        assert len(broker.destinations.queue("/queue/r.a")) == 0 and len(broker.queues["/queue/other"]) == 1
+    finally:
+        run.close()
 
 
 def test_the_expiry_sweep_skips_backlogs_without_expirations_and_still_finds_later_ones(

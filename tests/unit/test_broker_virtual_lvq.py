@@ -26,13 +26,6 @@ VT = "/topic/VirtualTopic.orders"
 
 
 @pytest.fixture
-def clock() -> Clock:
-    clock = Clock()
-    clock.advance(1_000_000)
-    return clock
-
-
-@pytest.fixture
 def make_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     """Brokers on one SQLite store, one after another; the last is stopped at the end (its writer thread)."""
     runs: list[Run] = []
@@ -43,8 +36,7 @@ def make_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     yield make_one
     for run in runs:
-        if run.broker is not None:
-            run.wait(run.broker.stop())
+        run.close()
 
 
 def make(clock: Clock, **settings: Any) -> EmbeddedBroker:

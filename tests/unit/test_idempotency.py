@@ -196,8 +196,7 @@ def run(tmp_path: Path) -> Any:
     run = Run(tmp_path, BrokerSettings(persistence="sqlite"))
     run.start()
     yield run
-    if run.broker is not None:
-        run.wait(run.broker.stop())
+    run.close()
 
 
 def test_a_resend_after_a_restart_is_acknowledged_and_not_stored_again(run: Run) -> None:

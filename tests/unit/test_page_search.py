@@ -66,8 +66,7 @@ def sliced(directory: Path, limit: int = 8 * ONE) -> Iterator[Run]:
         try:
             yield run
         finally:
-            if run.broker is not None:
-                run.wait(run.broker.stop())
+            run.close()
 
 
 @pytest.fixture

@@ -127,10 +127,6 @@ def same_message(left: Message, right: Message) -> bool:
 class StoreContract:
     """What every IMessageStore must do.  Subclasses implement :meth:`new_store` and :meth:`reopen`."""
 
-    @pytest.fixture
-    def reactor(self) -> PumpedReactor:
-        return PumpedReactor()
-
     def new_store(self, reactor: PumpedReactor, tmp_path: Path) -> Any:
         raise NotImplementedError
 

@@ -258,8 +258,7 @@ def run(tmp_path: Path) -> Any:
     run = Run(tmp_path, BrokerSettings(max_redeliveries=2, persistence="sqlite"), lazy_recovery=True)
     run.start()
     yield run
-    if run.broker is not None:
-        run.wait(run.broker.stop())
+    run.close()
 
 
 def subscribe_all(run: Run, **spec: Any) -> list[tuple[Sink, Any]]:

@@ -58,16 +58,6 @@ def counting() -> type[CountingConnection]:
     return Counting
 
 
-@pytest.fixture
-def reactor() -> PumpedReactor:
-    return PumpedReactor()
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> str:
-    return str(tmp_path / "broker.sqlite")
-
-
 def hold(store: SqliteStore) -> threading.Event:
     """Keep the writer busy until the returned event is set (what is handed over meanwhile waits)."""
     gate, busy = threading.Event(), threading.Event()

@@ -52,16 +52,6 @@ def gated() -> type[GatedConnection]:
     return Gated
 
 
-@pytest.fixture
-def reactor() -> PumpedReactor:
-    return PumpedReactor()
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> str:
-    return str(tmp_path / "broker.sqlite")
-
-
 def open_store(reactor: PumpedReactor, path: str, **options: Any) -> SqliteStore:
     store = SqliteStore(path, reactor, **options)
     reactor.wait(store.open())
