@@ -36,7 +36,7 @@ from gateway.broker.admission import Admission
 from gateway.broker.browse import QueueBrowser
 from gateway.broker.composite import expand
 from gateway.broker.destinations import TEMP_PREFIXES, TOPIC_PREFIXES, Destinations, compile_predicate, destination_kind
-from gateway.broker.idempotency import IdempotentSends, has_send_id
+from gateway.broker.idempotency import ARTEMIS_HEADER, DEDUP_HEADER, IdempotentSends, has_send_id
 from gateway.broker.limits import (
     DestinationPolicy,
     message_size,
@@ -47,7 +47,7 @@ from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, QueueSubscription
 from gateway.broker.queue_wildcards import WildcardQueueSubscription
 from gateway.broker.recovery import Recovery
-from gateway.broker.scheduler import MemorySchedule, Scheduler, ScheduleStore, is_scheduled
+from gateway.broker.scheduler import SCHEDULING, MemorySchedule, Scheduler, ScheduleStore, is_scheduled
 from gateway.broker.settings import BrokerSettings
 from gateway.broker.status import broker_gauges, broker_status
 from gateway.broker.store.memory_store import MemoryStore
@@ -79,6 +79,10 @@ from gateway.message.model import Message
 
 Settled = Callable[[Exception | None, Any], None]
 """How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
+
+_SPECIAL_PROPERTIES = frozenset((DEDUP_HEADER, ARTEMIS_HEADER, *SCHEDULING))
+"""The properties that take a SEND off the plain path (an idempotency key, a schedule): a message
+with none of them is not asked :func:`has_send_id` or :func:`is_scheduled`."""
 
 _POSTED: Deferred[None] = Deferred()
 """What :meth:`EmbeddedBroker._send` returns for a send it answers through its ``settled`` (never fired)."""
@@ -348,7 +352,8 @@ class EmbeddedBroker:
         a Deferred when it waits for the store or is refused; :data:`_POSTED` when it was handed
         to the store to be answered through ``settled`` (a post's persistent message)."""
         destination = message.destination
-        if message.properties:  # (issue 39: both checks read a property; most messages have none)
+        properties = message.properties
+        if properties and not _SPECIAL_PROPERTIES.isdisjoint(properties):  # (issue 39: one C-level test)
             if deduplicate and has_send_id(message):  # (issue 35: a resend with a stored x-dedup-id is settled)
                 return self.idempotency.send([message], lambda fresh: self._send(fresh[0], False))
             if is_scheduled(message):  # (AMQ_SCHEDULED_*: held until due, gateway/broker/scheduler.py)

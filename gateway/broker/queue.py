@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.broker.exclusive import exclusive_owner
-from gateway.broker.groups import MessageGroups, closes_group, flagged, group_of
+from gateway.broker.groups import GROUP_ID, MessageGroups, closes_group, flagged, group_of
 from gateway.broker.last_value import LastValues
 from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
 from gateway.broker.paging.page_file import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
@@ -318,7 +318,7 @@ class MessageQueue:
         message = entry[2]
         if self._dispatching or message.expiration or (page is not None and page.head is not None):
             return False
-        if self.groups is not None and group_of(message) is not None:
+        if self.groups is not None and GROUP_ID in message.properties and group_of(message) is not None:
             return False  # (the dispatch loop assigns its group)
         target = self.consumers[0]
         if not (target.auto and not target.paused and not target.closed) and not target.has_credit():

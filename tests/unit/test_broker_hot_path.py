@@ -12,6 +12,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from gateway.broker import broker as broker_module
+from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.queue import MessageQueue, QueueSubscription
 from gateway.broker.settings import BrokerSettings
@@ -34,10 +35,11 @@ def _settled(outcomes: list[Any]) -> Any:
     return lambda error, ack: outcomes.append(error)
 
 
-def test_a_message_without_properties_asks_no_property_check(broker: EmbeddedBroker,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """has_send_id and is_scheduled read properties: a message without any skips both calls;
-    one with an idempotency key still meets them (and a resend of it is still dropped)."""
+def test_a_message_without_special_properties_asks_no_property_check(
+        broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """has_send_id and is_scheduled read properties: a message with none of theirs (none at all,
+    or a ``content-type`` as issue 39's client sends) skips both calls; one with an idempotency
+    key still meets them (and a resend of it is still dropped)."""
     asked: list[str] = []
     real_send_id, real_scheduled = broker_module.has_send_id, broker_module.is_scheduled
     monkeypatch.setattr(broker_module, "has_send_id", lambda m: asked.append("id") or real_send_id(m))
@@ -46,7 +48,8 @@ def test_a_message_without_properties_asks_no_property_check(broker: EmbeddedBro
     subscribe(broker, sink, destination="/queue/q")
     outcomes: list[Any] = []
     for n in range(40):
-        broker.post(text("/queue/q", f"m{n}"), _settled(outcomes), False)
+        properties = {"content-type": "text/plain"} if n % 2 else {}
+        broker.post(text("/queue/q", f"m{n}", properties=properties), _settled(outcomes), False)
     assert asked == [] and outcomes == [None] * 40 and len(sink.got) == 40
     for body in ("k1", "k1 again"):
         keyed = text("/queue/q", body, properties={"x-dedup-id": "k1"})
@@ -103,6 +106,23 @@ def test_the_hand_over_still_refuses_what_does_not_fit() -> None:
     message = text("/queue/q", "x")
     assert queue.full(20_000) and not queue._hand_over((0, 1, message, 20_000))
     assert not queue.full(100) and queue._hand_over((0, 2, message, 100)) and sink.texts() == ["x"]
+
+
+def test_a_message_without_a_group_asks_no_group_of(broker: EmbeddedBroker,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hand-over asks group_of only of a message carrying JMSXGroupID; a grouped one still
+    goes to the dispatch loop (which assigns its group)."""
+    asked: list[Message] = []
+    real = queue_module.group_of
+    monkeypatch.setattr(queue_module, "group_of", lambda m: asked.append(m) or real(m))
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/q")
+    assert broker.destinations.queues["/queue/q"].groups is not None
+    for n in range(40):
+        broker.post(text("/queue/q", f"m{n}", properties={"content-type": "text/plain"}), _settled([]), False)
+    assert asked == [] and len(sink.got) == 40
+    broker.post(text("/queue/q", "g", properties={"JMSXGroupID": "a"}), _settled([]), False)
+    assert asked and sink.texts()[-1] == "g" and sink.got[-1][0].properties["JMSXGroupID"] == "a"
 
 
 class _Chains:
