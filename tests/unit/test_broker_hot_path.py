@@ -6,15 +6,17 @@ takes the full path (so the shortcut changes no outcome)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from twisted.internet.task import Clock
 
-from gateway.broker import broker as broker_module
-from gateway.broker import queue as queue_module
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.groups import group_of
+from gateway.broker.idempotency import has_send_id
 from gateway.broker.queue import MessageQueue, QueueSubscription
+from gateway.broker.scheduler import is_scheduled
 from gateway.broker.settings import BrokerSettings
 from gateway.message.model import Message, TextMessage
 from gateway.stomp.transforms import SessionTransforms
@@ -35,15 +37,22 @@ def _settled(outcomes: list[Any]) -> Any:
     return lambda error, ack: outcomes.append(error)
 
 
+def _counted(asked: list[Any], label: Any, real: Callable[..., Any]) -> Callable[..., Any]:
+    """``real``, noting ``label`` in ``asked`` at each call."""
+    def call(*args: Any) -> Any:
+        asked.append(label)
+        return real(*args)
+    return call
+
+
 def test_a_message_without_special_properties_asks_no_property_check(
         broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch) -> None:
     """has_send_id and is_scheduled read properties: a message with none of theirs (none at all,
     or a ``content-type`` as issue 39's client sends) skips both calls; one with an idempotency
     key still meets them (and a resend of it is still dropped)."""
     asked: list[str] = []
-    real_send_id, real_scheduled = broker_module.has_send_id, broker_module.is_scheduled
-    monkeypatch.setattr(broker_module, "has_send_id", lambda m: asked.append("id") or real_send_id(m))
-    monkeypatch.setattr(broker_module, "is_scheduled", lambda m: asked.append("when") or real_scheduled(m))
+    monkeypatch.setattr("gateway.broker.broker.has_send_id", _counted(asked, "id", has_send_id))
+    monkeypatch.setattr("gateway.broker.broker.is_scheduled", _counted(asked, "when", is_scheduled))
     sink = Sink()
     subscribe(broker, sink, destination="/queue/q")
     outcomes: list[Any] = []
@@ -84,9 +93,8 @@ def test_the_hand_over_reads_credit_and_room_without_calls(broker: EmbeddedBroke
     """An auto-ack consumer's credit and the memory room are read in place: 40 posts to one
     queue make no has_credit() or full() call, and each message is delivered at once."""
     asked: list[str] = []
-    real_credit, real_full = QueueSubscription.has_credit, MessageQueue.full
-    monkeypatch.setattr(QueueSubscription, "has_credit", lambda s: asked.append("credit") or real_credit(s))
-    monkeypatch.setattr(MessageQueue, "full", lambda q, size=0: asked.append("full") or real_full(q, size))
+    monkeypatch.setattr(QueueSubscription, "has_credit", _counted(asked, "credit", QueueSubscription.has_credit))
+    monkeypatch.setattr(MessageQueue, "full", _counted(asked, "full", MessageQueue.full))
     sink = Sink()
     subscribe(broker, sink, destination="/queue/q")
     for n in range(40):
@@ -112,9 +120,8 @@ def test_a_message_without_a_group_asks_no_group_of(broker: EmbeddedBroker,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The hand-over asks group_of only of a message carrying JMSXGroupID; a grouped one still
     goes to the dispatch loop (which assigns its group)."""
-    asked: list[Message] = []
-    real = queue_module.group_of
-    monkeypatch.setattr(queue_module, "group_of", lambda m: asked.append(m) or real(m))
+    asked: list[str] = []
+    monkeypatch.setattr("gateway.broker.queue.group_of", _counted(asked, "group", group_of))
     sink = Sink()
     subscribe(broker, sink, destination="/queue/q")
     assert broker.destinations.queues["/queue/q"].groups is not None
