@@ -34,9 +34,9 @@ from zope.interface import implementer
 
 from gateway.broker.admission import Admission
 from gateway.broker.browse import QueueBrowser
-from gateway.broker.composite import expand, is_composite
+from gateway.broker.composite import expand
 from gateway.broker.destinations import TEMP_PREFIXES, TOPIC_PREFIXES, Destinations, compile_predicate, destination_kind
-from gateway.broker.idempotency import IdempotentSends, has_send_id
+from gateway.broker.idempotency import ARTEMIS_HEADER, DEDUP_HEADER, IdempotentSends, has_send_id
 from gateway.broker.limits import (
     DestinationPolicy,
     message_size,
@@ -47,7 +47,7 @@ from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, QueueSubscription
 from gateway.broker.queue_wildcards import WildcardQueueSubscription
 from gateway.broker.recovery import Recovery
-from gateway.broker.scheduler import MemorySchedule, Scheduler, ScheduleStore, is_scheduled
+from gateway.broker.scheduler import SCHEDULING, MemorySchedule, Scheduler, ScheduleStore, is_scheduled
 from gateway.broker.settings import BrokerSettings
 from gateway.broker.status import broker_gauges, broker_status
 from gateway.broker.store.memory_store import MemoryStore
@@ -79,6 +79,10 @@ from gateway.message.model import Message
 
 Settled = Callable[[Exception | None, Any], None]
 """How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
+
+_SPECIAL_PROPERTIES = frozenset((DEDUP_HEADER, ARTEMIS_HEADER, *SCHEDULING))
+"""The properties that take a SEND off the plain path (an idempotency key, a schedule): a message
+with none of them is not asked :func:`has_send_id` or :func:`is_scheduled`."""
 
 _POSTED: Deferred[None] = Deferred()
 """What :meth:`EmbeddedBroker._send` returns for a send it answers through its ``settled`` (never fired)."""
@@ -225,8 +229,11 @@ class EmbeddedBroker:
         """QueueOwner: ``message`` was delivered to an auto-ack subscriber; its removal from the store
         is not waited for (a failure is logged: the message comes back after a restart).  A store
         that groups writes removes the auto-acknowledged messages of a turn in one operation."""
+        if not message.persistent:  # (issue 39: the usual case, nothing to remove; as consumed())
+            self.metrics.consumed.count += 1
+            return
         remove_then = self._remove_then
-        if remove_then is None or not (message.persistent and self._stored(queue)):
+        if remove_then is None or not self._stored(queue):
             removed = self.consumed(queue, message)
             if removed is not None:
                 removed.addErrback(lambda failure: self._auto_removed(failure.value, False))
@@ -344,21 +351,25 @@ class EmbeddedBroker:
         """Take ``message``: None when it is settled already (enqueued, expired, dropped);
         a Deferred when it waits for the store or is refused; :data:`_POSTED` when it was handed
         to the store to be answered through ``settled`` (a post's persistent message)."""
-        if deduplicate and has_send_id(message):  # (issue 35: a resend with a stored x-dedup-id is settled)
-            return self.idempotency.send([message], lambda fresh: self._send(fresh[0], False))
-        if is_scheduled(message):  # (AMQ_SCHEDULED_*: held until due, gateway/broker/scheduler.py)
-            return self.scheduler.schedule(message)
-        if is_composite(message.destination):  # (one copy per part, stored as one batch: one receipt)
+        destination = message.destination
+        properties = message.properties
+        if properties and not _SPECIAL_PROPERTIES.isdisjoint(properties):  # (issue 39: one C-level test)
+            if deduplicate and has_send_id(message):  # (issue 35: a resend with a stored x-dedup-id is settled)
+                return self.idempotency.send([message], lambda fresh: self._send(fresh[0], False))
+            if is_scheduled(message):  # (AMQ_SCHEDULED_*: held until due, gateway/broker/scheduler.py)
+                return self.scheduler.schedule(message)
+        if "," in destination:  # (is_composite: one copy per part, stored as one batch: one receipt)
             return self.send_batch([message], deduplicate=False)
         try:
             targets = self.destinations.targets(message)
         except GatewayError as error:
             return fail(error)
-        if targets and (self.policies or self.memory.full):
+        memory = self.memory
+        if targets and (self.policies.rules or memory.used >= memory.limit):  # (policies or memory.full)
             refusal = self.admission.admit(message, targets)
             if refusal is not None:
                 return refusal
-        if (message.persistent and self._persist_all) or self._publishing.busy(message.destination):
+        if (message.persistent and self._persist_all) or destination in self._publishing.lines:  # (busy)
             stored_sends = self._stored_sends
             if settled is not None and stored_sends is not None and message.persistent:
                 entries = [(queue.key, message) for queue in targets if self._stored(queue)]

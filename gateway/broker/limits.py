@@ -92,7 +92,7 @@ def message_size(message: Message) -> int:
     """The bytes ``message`` is counted for while it is held in memory (an estimate)."""
     size = MESSAGE_OVERHEAD + message.body_size() + len(message.destination) + len(message.message_id)
     for key, value in message.properties.items():
-        size += 64 + len(key) + (len(value) if isinstance(value, str | bytes) else 8)
+        size += 64 + len(key) + (len(value) if isinstance(value, (str, bytes)) else 8)  # (a tuple: faster)
     return size
 
 

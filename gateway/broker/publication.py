@@ -52,11 +52,13 @@ class PublicationOrder:
     """Lines of messages, one line per destination, shown strictly in order."""
 
     def __init__(self) -> None:
-        self._lines: dict[str, deque[Publication]] = {}
+        self.lines: dict[str, deque[Publication]] = {}
+        """The lines by destination (a destination without one is not :meth:`busy`: the broker's hot
+        path asks ``destination in lines``)."""
 
     def busy(self, destination: str) -> bool:
         """Whether earlier messages to ``destination`` still wait (a new one must queue behind them)."""
-        return destination in self._lines
+        return destination in self.lines
 
     def wait(self, destination: str, show: Callable[[bool], None]) -> Publication:
         """Queue ``show`` behind what waits for ``destination``; it runs once :meth:`settle` said so
@@ -66,9 +68,9 @@ class PublicationOrder:
     def enter(self, destination: str, publication: Publication) -> Publication:
         """Queue ``publication`` behind what waits for ``destination``; it is shown once :meth:`settle`
         said so and every earlier one settled."""
-        line = self._lines.get(destination)
+        line = self.lines.get(destination)
         if line is None:
-            line = self._lines[destination] = deque()
+            line = self.lines[destination] = deque()
         line.append(publication)
         return publication
 
@@ -76,7 +78,7 @@ class PublicationOrder:
         """The message's write is done (``stored``) or failed (it is never shown)."""
         publication.settled = True
         publication.stored = stored
-        line = self._lines.get(destination)
+        line = self.lines.get(destination)
         while line and line[0].settled:
             ready = line.popleft()
             ready.show(ready.stored)
@@ -85,4 +87,4 @@ class PublicationOrder:
                 if ready.then is not None:
                     ready.then()
         if line is not None and not line:
-            del self._lines[destination]
+            del self.lines[destination]

@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from gateway.broker.exclusive import exclusive_owner
-from gateway.broker.groups import MessageGroups, closes_group, flagged, group_of
+from gateway.broker.groups import GROUP_ID, MessageGroups, closes_group, flagged, group_of
 from gateway.broker.last_value import LastValues
 from gateway.broker.limits import DestinationPolicy, MemoryUsage, message_size
 from gateway.broker.paging.page_file import RETRY_SECONDS, SEARCH_SLICE, Entry, Key, PageFile, QueuePage, StoredTail
@@ -318,14 +318,19 @@ class MessageQueue:
         message = entry[2]
         if self._dispatching or message.expiration or (page is not None and page.head is not None):
             return False
-        if self.groups is not None and group_of(message) is not None:
+        if self.groups is not None and GROUP_ID in message.properties and group_of(message) is not None:
             return False  # (the dispatch loop assigns its group)
         target = self.consumers[0]
-        if not target.has_credit() or (target.selector is not None and not target.selector(message)):
+        if not (target.auto and not target.paused and not target.closed) and not target.has_credit():
+            return False  # (issue 39: an auto-ack consumer's credit read without a call)
+        if target.selector is not None and not target.selector(message):
             return False
         usage = self.usage
-        if usage.waiting or usage.reported or self.full(entry[3]):
+        if usage.waiting or usage.reported:
             return False
+        size = entry[3]
+        if usage.used + size > usage.limit or (self.max_size and self.memory + size > self.max_size):
+            return False  # (self.full(size), read here without a call)
         self._rr = 1  # (as _pick with one consumer)
         self._dispatching = True
         try:

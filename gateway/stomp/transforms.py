@@ -30,6 +30,8 @@ class SessionTransforms:
         self.chains = chains
         self._outbound_idle = chains.passes_through("outbound", None)
         """No chain entry applies to outbound messages (the chains do not change once made)."""
+        self._inbound_idle = chains.passes_through("inbound", None)
+        """No chain entry applies to inbound messages of a SEND that names no transformation."""
 
     def check_transformation(self, name: str | None) -> None:
         """Raise TransformError if a SUBSCRIBE names an unknown transformer."""
@@ -41,6 +43,8 @@ class SessionTransforms:
 
     def inbound(self, message: Message, session: StompSession, frame: Frame) -> Message | Deferred[Any] | None:
         transformation = frame.headers.get("transformation")
+        if transformation is None and self._inbound_idle:
+            return message  # (the usual case, decided without a call; issue 39)
         if self.chains.passes_through("inbound", transformation):
             return message
         context = TransformContext(
