@@ -225,8 +225,11 @@ class EmbeddedBroker:
         """QueueOwner: ``message`` was delivered to an auto-ack subscriber; its removal from the store
         is not waited for (a failure is logged: the message comes back after a restart).  A store
         that groups writes removes the auto-acknowledged messages of a turn in one operation."""
+        if not message.persistent:  # (nothing stored: counted, as :meth:`consumed` would, without its call)
+            self.metrics.consumed.count += 1
+            return
         remove_then = self._remove_then
-        if remove_then is None or not (message.persistent and self._stored(queue)):
+        if remove_then is None or not self._stored(queue):
             removed = self.consumed(queue, message)
             if removed is not None:
                 removed.addErrback(lambda failure: self._auto_removed(failure.value, False))

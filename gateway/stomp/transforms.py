@@ -28,7 +28,7 @@ class SessionTransforms:
 
     def __init__(self, chains: TransformChains) -> None:
         self.chains = chains
-        self._outbound_idle = chains.passes_through("outbound", None)
+        self.outbound_idle = chains.passes_through("outbound", None)
         """No chain entry applies to outbound messages (the chains do not change once made)."""
 
     def check_transformation(self, name: str | None) -> None:
@@ -68,7 +68,7 @@ class SessionTransforms:
         # A map sent with jms-map-xml / jms-map-json goes to a subscriber that asked for no
         # transformation in the form it was sent, labelled (ActiveMQ does the same); any other
         # map still meets the GlassFish rule in the session.
-        if self._outbound_idle and subscription.transformation is None and not isinstance(message, MapMessage):
+        if self.outbound_idle and subscription.transformation is None and not isinstance(message, MapMessage):
             return message  # (the usual case, decided without a call)
         transformation = subscription.transformation or sent_form(message)
         if self.chains.passes_through("outbound", transformation):  # (the usual case: nothing to build or run)
