@@ -225,7 +225,7 @@ class EmbeddedBroker:
         """QueueOwner: ``message`` was delivered to an auto-ack subscriber; its removal from the store
         is not waited for (a failure is logged: the message comes back after a restart).  A store
         that groups writes removes the auto-acknowledged messages of a turn in one operation."""
-        if not message.persistent:  # (nothing stored: counted, as :meth:`consumed` would, without its call)
+        if not message.persistent:  # (issue 39: the usual case, nothing to remove; as consumed())
             self.metrics.consumed.count += 1
             return
         remove_then = self._remove_then

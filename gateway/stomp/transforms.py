@@ -28,7 +28,7 @@ class SessionTransforms:
 
     def __init__(self, chains: TransformChains) -> None:
         self.chains = chains
-        self.outbound_idle = chains.passes_through("outbound", None)
+        self._outbound_idle = chains.passes_through("outbound", None)
         """No chain entry applies to outbound messages (the chains do not change once made)."""
 
     def check_transformation(self, name: str | None) -> None:
@@ -68,7 +68,7 @@ class SessionTransforms:
         # A map sent with jms-map-xml / jms-map-json goes to a subscriber that asked for no
         # transformation in the form it was sent, labelled (ActiveMQ does the same); any other
         # map still meets the GlassFish rule in the session.
-        if self.outbound_idle and subscription.transformation is None and not isinstance(message, MapMessage):
+        if self._outbound_idle and subscription.transformation is None and not isinstance(message, MapMessage):
             return message  # (the usual case, decided without a call)
         transformation = subscription.transformation or sent_form(message)
         if self.chains.passes_through("outbound", transformation):  # (the usual case: nothing to build or run)
@@ -81,6 +81,12 @@ class SessionTransforms:
         if isinstance(outcome, Deferred):
             return outcome.addCallback(self._outbound_outcome, session)
         return self._outbound_outcome(outcome, session)
+
+    @property
+    def outbound_idle(self) -> bool:
+        """No chain entry applies to outbound messages: :meth:`outbound` passes on every Text or Bytes
+        message of a subscription without a ``transformation`` (the session then skips the call)."""
+        return self._outbound_idle
 
     def _outbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | Deferred[Any] | None:
         if isinstance(outcome, Deliver):
