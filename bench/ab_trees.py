@@ -15,7 +15,9 @@ with ``JMSGATEWAY_MYPYC=1``; docs/performance.md, "Compiled hot modules").
 Workloads: ``app`` (issue 39's client application shape, :mod:`bench.app_client`),
 ``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack), ``persistent`` (the same with
 persistent SENDs and a receipt every 100, :mod:`bench.bench_throughput`'s persistent workload; the SQLite
-store with ``synchronous = FULL``).
+store with ``synchronous = FULL``), ``topic`` (1 producer → 10 subscribers, :func:`bench.stomp_load.run_group`;
+``--count`` deliveries, the rate and the CPU per delivery) and ``4x4`` (4 producers → 4 queues → 4
+consumers; ``--count`` messages over the four).
 
 Run: ``.venv/bin/python -m bench.ab_trees (--base REV | --compiled) [--workload W] [--count N] [--rounds N]``
 """
@@ -37,7 +39,7 @@ from pathlib import Path
 import tests.support.gateway as support
 from bench.app_client import run_app
 from bench.common import cpu_seconds, host_state
-from bench.stomp_load import Workload, run_pair
+from bench.stomp_load import Workload, run_group, run_pair
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -72,7 +74,7 @@ def compiled_tree(target: Path) -> None:
 
 
 def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple[float, float]:
-    """(messages/s, gateway CPU µs per message) of one run."""
+    """(messages/s, gateway CPU µs per message) of one run (a topic: deliveries)."""
     assert process.process is not None
     work = Workload(f"/queue/ab.{uuid.uuid4().hex}", count=count)
     before = cpu_seconds(process.process.pid)
@@ -80,6 +82,11 @@ def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple
         body = 1024 if workload == "app-1k" else 100
         rate = run_app(process.address, Workload(work.destination, count=count, body_size=body, batch=500,
                                                  prefetch=0)).rate
+    elif workload == "topic":
+        rate = run_group(process.address, Workload(f"/topic/ab.{uuid.uuid4().hex}", count=count // 10),
+                         subscribers=10)[0]
+    elif workload == "4x4":
+        rate = run_group(process.address, Workload(work.destination, count=count // 4), destinations=4)[0]
     elif workload == "persistent":
         rate = run_pair(process.address, Workload(work.destination, count=count, persistent=True, receipt_every=100))
     else:
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     choice = parser.add_mutually_exclusive_group(required=True)
     choice.add_argument("--base", help="the git revision to compare this tree with")
     choice.add_argument("--compiled", action="store_true", help="this tree against a mypyc-compiled copy of it")
-    parser.add_argument("--workload", choices=("app", "app-1k", "pair", "persistent"), default="app")
+    parser.add_argument("--workload", choices=("app", "app-1k", "pair", "persistent", "topic", "4x4"), default="app")
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)

@@ -69,6 +69,8 @@ SERVER_NAME = f"jmsgateway/{__version__}"
 _session_ids = itertools.count(1)
 _STOMP_MESSAGES = (TextMessage, BytesMessage)
 """The message types a STOMP client can receive (the GlassFish rule)."""
+_STOMP_MESSAGE_TYPES = frozenset(_STOMP_MESSAGES)
+"""The same, for an exact type test (a subclass takes the general path)."""
 
 
 class SessionState(enum.StrEnum):
@@ -165,6 +167,9 @@ class StompSession:
         self.default_persistent = (broker_settings or BrokerSettings()).default_persistent
         self.portal = portal
         self.transformer = transformer
+        self._outbound_idle: bool = transformer is None or getattr(transformer, "outbound_idle", False) is True
+        """No outbound transformer applies to a subscription without a ``transformation``: a Text or Bytes
+        message is written as it is (a transformer says so with an ``outbound_idle`` of True)."""
         self.peer = peer
         self.authorizer = authorizer
         """Asked before every SEND and SUBSCRIBE (None: everything allowed)."""
@@ -627,6 +632,13 @@ class StompSession:
             # transport: the rest waits in the broker (the live subscription,
             # known in a moment, is paused then).
             return False
+        if self._outbound_idle and subscription.transformation is None and type(message) in _STOMP_MESSAGE_TYPES:
+            # (the usual delivery, a topic's fan-out above all: nothing to transform, a type a STOMP client
+            # takes; written here without the calls of the general path below)
+            if subscription.closed:
+                return False
+            self._write_delivery(message, subscription, tag)
+            return True
         if self.transformer is not None:
             try:
                 transformed = self.transformer.outbound(message, self, subscription)
@@ -657,6 +669,11 @@ class StompSession:
                 f"the outbound transformers; only TextMessage and BytesMessage can be sent over STOMP{hint}",
             ))
             return False
+        self._write_delivery(message, subscription, tag)
+        return True
+
+    def _write_delivery(self, message: Message, subscription: StompSubscription, tag: Any) -> None:
+        """Write the MESSAGE frame of a Text or Bytes ``message`` for ``subscription``."""
         # (no ``ack`` header on an auto delivery: there is nothing to acknowledge)
         ack = self.acks.delivered(subscription, tag, message.message_id, self.version) \
             if subscription.ack_mode != "auto" else None
@@ -674,7 +691,6 @@ class StompSession:
             if heartbeats.out_interval:  # (read only by the outgoing heart-beat's timer: no clock read without one)
                 heartbeats.last_sent = self.clock.seconds()
             self.sink.send_message(data)
-        return True
 
     def _outbound_failed(self, failure: Failure, subscription: StompSubscription, message: Message) -> None:
         self.log.failure("outbound transform failed for message {id}", failure, id=message.message_id)

@@ -86,6 +86,12 @@ class SessionTransforms:
             return outcome.addCallback(self._outbound_outcome, session)
         return self._outbound_outcome(outcome, session)
 
+    @property
+    def outbound_idle(self) -> bool:
+        """No chain entry applies to outbound messages: :meth:`outbound` passes on every Text or Bytes
+        message of a subscription without a ``transformation`` (the session then skips the call)."""
+        return self._outbound_idle
+
     def _outbound_outcome(self, outcome: Outcome, session: StompSession) -> Message | Deferred[Any] | None:
         if isinstance(outcome, Deliver):
             return outcome.message
