@@ -1,15 +1,18 @@
-"""How often the store's writer asks how much room the disk has left (issue 39).
+"""The store writer's per-commit costs besides the fsync (issue 39): how often it asks how much room
+the disk has left, and how it is woken.
 
 A SEND that waits for its RECEIPT is one commit; asking the disk for its free space
 (``os.statvfs``) and the file for its free pages before each such commit cost ~9 µs of a
 ~430 µs round trip. While the last answer left far more room than any group takes
 (``room_slack``), :class:`GroupCommitWriter` charges the next groups against it for
 ``room_every`` seconds; near the limit it asks before every growing group, as before.
+The writer waits for work on a token queue, not a condition (see the last test).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from typing import Any
 
 from gateway.broker.store.sqlite_writer import GroupCommitWriter, NoRoom
@@ -91,4 +94,30 @@ def test_a_disk_that_filled_up_since_is_seen_once_the_answer_is_old() -> None:
         assert error.needed == 1000 and error.available == 10
     else:
         raise AssertionError("the write was stored although the disk had no room")
+    reactor.wait(store.stop())
+
+
+def test_the_writer_wakes_for_work_without_piling_up_wake_ups() -> None:
+    """The writer waits for a token with no lock held (a condition's waiter, once woken, also waits
+    for the lock the reactor thread still holds); only a waiting writer gets a token, so a burst
+    handed over while it is busy leaves none behind."""
+    reactor, disk = PumpedReactor(), Disk(room=100 << 30)
+    store = writer(reactor, disk)
+    blocked, release = threading.Event(), threading.Event()
+
+    def busy(connection: sqlite3.Connection) -> None:
+        blocked.set()
+        release.wait(10)
+
+    first = store.submit(busy)
+    assert blocked.wait(10)
+    burst = [store.submit(insert, grows=100) for _ in range(50)]
+    assert store._wakeup.qsize() == 0  # (the writer is busy: nobody to wake)
+    release.set()
+    for d in [first, *burst]:
+        reactor.wait(d)
+    assert store.stats.commits == 2
+    for _ in range(5):  # idle between writes: one wake-up each, none left over
+        reactor.wait(store.submit(insert, grows=100))
+        assert store._wakeup.qsize() == 0
     reactor.wait(store.stop())
