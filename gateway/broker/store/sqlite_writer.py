@@ -25,7 +25,6 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,12 +148,6 @@ class GroupCommitWriter:
         fail with :class:`NoRoom` while the others go on.  None: no limit.
     :param journal: told when the operations it saw were committed or
         rolled back (state the operations keep beside the database).
-    :param room_slack: while ``room`` last said more than this many bytes,
-        it is not asked again for ``room_every`` seconds: the groups in
-        between are charged against that answer (an ``os.statvfs`` and a
-        page count cost ~9 µs a group, 2 % of a SEND that waits for its
-        receipt).  Below it, every growing group asks.
-    :param room_every: how old (seconds) an answer above ``room_slack`` may be.
     """
 
     log = Logger()
@@ -169,8 +162,6 @@ class GroupCommitWriter:
         max_group: int = 2000,
         room: Callable[[sqlite3.Connection], int] | None = None,
         journal: TransactionJournal | None = None,
-        room_slack: int = 1 << 30,
-        room_every: float = 0.5,
     ) -> None:
         self.reactor = reactor
         self._connect = connect
@@ -179,12 +170,6 @@ class GroupCommitWriter:
         self.max_group = max(1, max_group)
         self._room = room
         self._journal = journal or TransactionJournal()
-        self.room_slack = room_slack
-        self.room_every = room_every
-        self._room_left = 0
-        """What the last answer of ``room`` leaves after the groups charged to it since."""
-        self._room_until = 0.0
-        """Until when (``time.monotonic()``) ``_room_left`` may stand for a new answer."""
         self.stats = WriterStats()
         self._pending: deque[_Work] = deque()
         self._lock = threading.Lock()
@@ -384,15 +369,10 @@ class GroupCommitWriter:
             return self._run_group(works)
         assert self._connection is not None
         failure: BaseException | None = None
-        now = time.monotonic()
-        if now < self._room_until and self._room_left > self.room_slack:
-            budget = self._room_left
-        else:
-            try:
-                budget = self._room(self._connection)
-            except Exception as error:  # the check itself failed: report it on the growing writes
-                budget, failure = 0, self._describe(error)
-            self._room_until = now + self.room_every
+        try:
+            budget = self._room(self._connection)
+        except Exception as error:  # the check itself failed: report it on the growing writes
+            budget, failure = 0, self._describe(error)
         refused: dict[int, Outcome] = {}
         for index, work in enumerate(works):
             if not work.grows:
@@ -410,7 +390,6 @@ class GroupCommitWriter:
                     refused[index] = (True, None)  # (its parts report their own errors)
             else:
                 refused[index] = (False, failure or self._describe(NoRoom(work.grows, budget)))
-        self._room_left = budget
         if not refused:
             return self._run_group(works)
         self.stats.failures += sum(1 for index in refused if works[index].parts is None)
