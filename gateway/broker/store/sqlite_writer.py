@@ -22,7 +22,6 @@ SQLite on the reactor thread.
 
 from __future__ import annotations
 
-import queue
 import sqlite3
 import threading
 from collections import deque
@@ -172,15 +171,7 @@ class GroupCommitWriter:
         self._journal = journal or TransactionJournal()
         self.stats = WriterStats()
         self._pending: deque[_Work] = deque()
-        self._lock = threading.Lock()
-        """Guards ``_pending`` and ``_accepting``; never held while waiting."""
-        self._wakeup: queue.SimpleQueue[None] = queue.SimpleQueue()
-        """A token put when work arrives for an idle writer (or it is told to stop): the writer blocks
-        on it with no lock held, so a woken writer does not then wait for the lock the reactor
-        thread still holds (a condition's wake-up does: a second sleep and wake-up per SEND)."""
-        self._idle = False
-        """Whether the writer is about to wait for a token (set by it, cleared by whoever puts the
-        token, both under ``_lock``): at most one token is ever outstanding."""
+        self._wakeup = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._stopped: Deferred[None] | None = None
@@ -225,7 +216,7 @@ class GroupCommitWriter:
         (``grows`` bytes) is refused alone.  ``run`` must be the same object for every part of one
         kind (a bound method kept by the caller).  Called for a closed writer, ``done`` gets the
         error at once."""
-        with self._lock:
+        with self._wakeup:
             if self._accepting:
                 pending = self._pending
                 last = pending[-1] if pending else None
@@ -237,13 +228,9 @@ class GroupCommitWriter:
                     last.grows += grows
                     return
                 pending.append(_Work(run, None, True, grows, [part], [grows], [done]))
-                idle, self._idle = self._idle, False
-            else:
-                idle = None
-        if idle:
-            self._wakeup.put(None)
-        if idle is not None:
-            return
+                if len(pending) == 1:
+                    self._wakeup.notify()
+                return
         done(StoreError(f"{self.name}: the message store is closed"))
 
     def call(self, run: Operation) -> Deferred[Any]:
@@ -256,22 +243,19 @@ class GroupCommitWriter:
             return succeed(None)
         if self._stopped is None:
             self._stopped = Deferred()
-            with self._lock:
+            with self._wakeup:
                 self._accepting = False
-                idle, self._idle = self._idle, False
-            if idle:
-                self._wakeup.put(None)
+                self._wakeup.notify()
         return self._stopped
 
     def _enqueue(self, run: Operation, transactional: bool, grows: int = 0) -> Deferred[Any]:
         d: Deferred[Any] = Deferred()
-        with self._lock:
+        with self._wakeup:
             if not self._accepting:
                 return fail(StoreError(f"{self.name}: the message store is closed"))
             self._pending.append(_Work(run, d, transactional, grows))
-            idle, self._idle = self._idle, False
-        if idle:
-            self._wakeup.put(None)
+            if len(self._pending) == 1:
+                self._wakeup.notify()
         return d
 
     def _fire(self, works: list[_Work], outcomes: list[Outcome]) -> None:
@@ -305,7 +289,7 @@ class GroupCommitWriter:
         try:
             self._connection = self._connect()
         except Exception as error:  # reported to the caller of start()
-            with self._lock:
+            with self._wakeup:
                 self._accepting = False
                 abandoned = list(self._pending)
                 self._pending.clear()
@@ -332,24 +316,22 @@ class GroupCommitWriter:
 
     def _take(self) -> list[_Work]:
         """The next group: queued transactional operations, or one call; [] to end."""
-        pending = self._pending
-        while True:
-            with self._lock:
-                if pending:
-                    first = pending.popleft()
-                    works = [first]
-                    if first.transactional:
-                        limit = self.max_group
-                        taken = first.size()
-                        while pending and taken < limit and pending[0].transactional:
-                            work = pending.popleft()
-                            works.append(work)
-                            taken += work.size()
-                    return works
-                if not self._accepting:
-                    return []
-                self._idle = True
-            self._wakeup.get()
+        with self._wakeup:
+            while not self._pending and self._accepting:
+                self._wakeup.wait()
+            pending = self._pending
+            if not pending:
+                return []
+            first = pending.popleft()
+            works = [first]
+            if first.transactional:
+                limit = self.max_group
+                taken = first.size()
+                while pending and taken < limit and pending[0].transactional:
+                    work = pending.popleft()
+                    works.append(work)
+                    taken += work.size()
+            return works
 
     def _run_alone(self, work: _Work) -> Outcome:
         connection = self._connection
