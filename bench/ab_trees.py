@@ -15,9 +15,10 @@ with ``JMSGATEWAY_MYPYC=1``; docs/performance.md, "Compiled hot modules").
 Workloads: ``app`` (issue 39's client application shape, :mod:`bench.app_client`),
 ``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack), ``persistent`` (the same with
 persistent SENDs and a receipt every 100, :mod:`bench.bench_throughput`'s persistent workload; the SQLite
-store with ``synchronous = FULL``), ``topic`` (1 producer → 10 subscribers, :func:`bench.stomp_load.run_group`;
-``--count`` deliveries, the rate and the CPU per delivery) and ``4x4`` (4 producers → 4 queues → 4
-consumers; ``--count`` messages over the four).
+store with ``synchronous = FULL``), ``persistent-each`` (persistent SENDs with no consumer, each waiting for its
+RECEIPT: one commit, one fsync a message, :mod:`bench.bench_persistence`'s "receipt per SEND"), ``topic``
+(1 producer → 10 subscribers, :func:`bench.stomp_load.run_group`; ``--count`` deliveries, the rate and the
+CPU per delivery) and ``4x4`` (4 producers → 4 queues → 4 consumers; ``--count`` messages over the four).
 
 Run: ``.venv/bin/python -m bench.ab_trees (--base REV | --compiled) [--workload W] [--count N] [--rounds N]``
 """
@@ -39,7 +40,7 @@ from pathlib import Path
 import tests.support.gateway as support
 from bench.app_client import run_app
 from bench.common import cpu_seconds, host_state
-from bench.stomp_load import Workload, run_group, run_pair
+from bench.stomp_load import Workload, run_group, run_pair, send_rate
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -89,6 +90,8 @@ def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple
         rate = run_group(process.address, Workload(work.destination, count=count // 4), destinations=4)[0]
     elif workload == "persistent":
         rate = run_pair(process.address, Workload(work.destination, count=count, persistent=True, receipt_every=100))
+    elif workload == "persistent-each":
+        rate = send_rate(process.address, Workload(work.destination, count=count, persistent=True, receipt_every=1))
     else:
         rate = run_pair(process.address, work)
     used = cpu_seconds(process.process.pid) - before
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     choice = parser.add_mutually_exclusive_group(required=True)
     choice.add_argument("--base", help="the git revision to compare this tree with")
     choice.add_argument("--compiled", action="store_true", help="this tree against a mypyc-compiled copy of it")
-    parser.add_argument("--workload", choices=("app", "app-1k", "pair", "persistent", "topic", "4x4"), default="app")
+    parser.add_argument("--workload", default="app",
+                        choices=("app", "app-1k", "pair", "persistent", "persistent-each", "topic", "4x4"))
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
