@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ import tests.support.gateway as support
 from bench.app_client import run_app
 from bench.common import cpu_seconds, host_state
 from bench.stomp_load import Workload, run_group, run_pair, send_rate
+from tests.support.checkout import copy_checkout
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -63,13 +63,8 @@ def gateway_from(tree: Path) -> Iterator[support.GatewayProcess]:
 
 def compiled_tree(target: Path) -> None:
     """A copy of this tree in ``target`` with its hot modules compiled in place (mypyc)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", ".*")
-    for name in ("gateway", "tests", "twisted", "plugins", "etc", "bench", "setup.py", "setup.cfg", "pyproject.toml"):
-        source = HERE / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, ignore=ignore)
-        else:
-            shutil.copy2(source, target / name)
+    copy_checkout(target, ("gateway", "tests", "twisted", "plugins", "etc", "bench", "setup.py", "setup.cfg",
+                           "pyproject.toml"))
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=target, check=True,
                    capture_output=True, env=dict(os.environ, JMSGATEWAY_MYPYC="1"))
 

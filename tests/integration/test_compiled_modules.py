@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gateway.wire.compiled import HOT_MODULES, compiled_modules
+from tests.support.checkout import copy_checkout
 from tests.support.wheel import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,20 +42,6 @@ def test_this_run_is_the_pure_python_variant() -> None:
     assert compiled_modules() == []
 
 
-def copy_of_the_checkout(tmp_path: Path) -> Path:
-    """The files a build needs, copied (a build in the checkout would leave ``build/`` and ``.so`` files)."""
-    copy = tmp_path / "tree"
-    copy.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", ".hypothesis")
-    for name in COPIED:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, copy / name, ignore=ignore)
-        else:
-            shutil.copy2(source, copy / name)
-    return copy
-
-
 def extension_modules_in_a_wheel(tmp_path: Path, **env: str) -> list[str]:
     """Names the hot modules a wheel of the checkout (built with ``env``) holds as extension modules."""
     with zipfile.ZipFile(build_wheel(tmp_path, env)) as archive:
@@ -75,7 +61,7 @@ def test_a_wheel_without_compiling_holds_the_pure_modules(tmp_path: Path, env: d
 
 
 def test_the_compiled_modules_pass_their_tests(tmp_path: Path) -> None:
-    copy = copy_of_the_checkout(tmp_path)
+    copy = copy_checkout(tmp_path / "tree", COPIED)
     env = dict(os.environ, JMSGATEWAY_MYPYC="1", PYTHONPATH=str(copy))
     built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=copy, env=env,
                            capture_output=True, text=True, timeout=600)

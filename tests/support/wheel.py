@@ -1,19 +1,14 @@
-"""A wheel of the checkout, built from a copy of its sources.
-
-Building in the checkout itself writes ``build/`` and ``*.egg-info`` there, and two test workers
-building at once would share them; a copy of what setup.py packages avoids both.
-"""
+"""A wheel of the checkout, built from a copy of what setup.py packages (:mod:`tests.support.checkout`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.support.gateway import REPO
+from tests.support.checkout import copy_checkout
 
 SOURCES = ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "gateway", "twisted", "plugins", "etc")
 
@@ -21,15 +16,7 @@ SOURCES = ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "gateway", "t
 def build_wheel(workdir: Path, env: Mapping[str, str] | None = None) -> Path:
     """A wheel of the checkout (no dependencies) built under ``workdir`` with this venv's setuptools and
     mypy (its hot modules compiled unless ``env`` says ``JMSGATEWAY_MYPYC=0``); its path."""
-    source = workdir / "source"
-    source.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in SOURCES:
-        path = REPO / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=ignore)
-        else:
-            shutil.copy2(path, source / name)
+    source = copy_checkout(workdir / "source", SOURCES)
     wheels = workdir / "wheels"
     environment = {key: value for key, value in os.environ.items() if key != "JMSGATEWAY_MYPYC"}
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
