@@ -38,9 +38,12 @@ def test_quick_run_prints_a_ratio_for_every_workload_and_latencies() -> None:
     for name in WORKLOADS:
         line = next((line for line in done.stdout.splitlines() if name in line), None)
         assert line is not None, f"no line for {name!r}:\n{output}"
-        assert re.search(rf"{number}\s+{number}\s+{number}\s*$", line), line  # gateway, ActiveMQ, ratio
-    assert "warm-up activemq" in done.stdout and "full JIT" in done.stdout, output
+        # gateway, ActiveMQ with tcpNoDelay, ActiveMQ as shipped, the ratio against the better of the two
+        assert re.search(rf"{number}\s+{number}\s+{number}\s+{number}\s*$", line), line
+    assert "warm-up activemq" in done.stdout and "warm-up amq-shipped" in done.stdout, output
+    assert "full JIT" in done.stdout and "consumers count the frames" in done.stdout, output
+    assert done.stdout.count("x the better ActiveMQ is") == len(WORKLOADS), output
     assert done.stdout.count("MESSAGEs per client read: gateway") == 2, output  # (the app shape's reads)
     latency_rows = [line for line in done.stdout.splitlines()
-                    if re.match(rf"\s+(gateway|activemq)\s+{number}\s+{number}\s+{number}\s*$", line)]
-    assert len(latency_rows) == 4, output  # both servers at half and at a tenth of the peak
+                    if re.match(rf"\s+(gateway|activemq|amq-shipped)\s+{number}\s+{number}\s+{number}\s*$", line)]
+    assert len(latency_rows) == 6, output  # the three servers at half and at a tenth of the peak
