@@ -105,27 +105,50 @@ class FrameCounter:
 
     ACK = re.compile(rb"\nack:([^\n]*)\n")
 
-    def __init__(self, client: StompSocket) -> None:
+    def __init__(self, client: StompSocket, size: int = 1 << 20) -> None:
         self.client = client
-        self.buffer = bytearray()  # what was read after the last complete frame
+        self.buffer = bytearray(size)  # read into in place; an incomplete frame is moved to its start
+        self.view = memoryview(self.buffer)
+        self.filled = 0
 
     def read(self, acks: bool) -> tuple[int, list[bytes]]:
         """Read once: (MESSAGE frames completed, their ``ack`` ids if ``acks``)."""
-        data = self.client.sock.recv(262144)
-        if not data:
+        buffer, filled = self.buffer, self.filled
+        if filled == len(buffer):  # (a frame larger than the buffer)
+            self.view.release()
+            buffer.extend(bytes(len(buffer)))
+            self.view = memoryview(buffer)
+        read = self.client.sock.recv_into(self.view[filled:])
+        if not read:
             raise ConnectionError("server closed the connection")
-        buffer = self.buffer
-        buffer += data
-        end = buffer.rfind(b"\x00")
+        filled += read
+        end = buffer.rfind(b"\x00", 0, filled)
         if end < 0:
+            self.filled = filled
             return 0, []
         if buffer.find(b"ERROR\n", 0, end) >= 0:
-            for item in FrameDecoder(version="1.2").feed(bytes(buffer[buffer.index(b"ERROR\n"):])):
+            for item in FrameDecoder(version="1.2").feed(bytes(buffer[buffer.index(b"ERROR\n"):filled])):
                 raise RuntimeError(f"ERROR from server: {item!r}")
         count = buffer.count(b"MESSAGE\n", 0, end)
         ids = self.ACK.findall(buffer, 0, end) if acks else []
-        del buffer[:end + 1]
+        self.filled = filled - end - 1
+        if self.filled:
+            self.view[:self.filled] = self.view[end + 1:filled]
         return count, ids
+
+
+def send_parts(sock: socket.socket, parts: list[bytes]) -> None:
+    """Write ``parts`` as one stream with ``sendmsg`` (the kernel gathers them: no joined copy of a
+    batch of 64 KB frames in the producer), however much each call takes."""
+    views = [memoryview(part) for part in parts]
+    first = 0
+    while first < len(views):
+        sent = sock.sendmsg(views[first:first + 1024])  # (IOV_MAX)
+        while first < len(views) and sent >= len(views[first]):
+            sent -= len(views[first])
+            first += 1
+        if sent:
+            views[first] = views[first][sent:]
 
 
 def produce(address: tuple[str, int], work: Workload) -> float:
@@ -147,7 +170,7 @@ def produce(address: tuple[str, int], work: Workload) -> float:
         else:
             chunk.append(plain)
         if len(chunk) >= work.batch or wants_receipt:
-            client.sock.sendall(b"".join(chunk))
+            send_parts(client.sock, chunk)
             chunk = []
         if wants_receipt and (work.receipt_every == 1 or index == work.count or awaited >= 10):
             while awaited:
