@@ -224,13 +224,6 @@ every SEND) reads its next :data:`_BLOCKS_SKIPPED` frames without the look-up (a
 key's copy and an entry, ~0.5 µs), then tries again."""
 
 
-CHUNKED_BODY = 8192
-"""A frame whose ``content-length`` body still lacks this many bytes or more when its header block is read
-keeps the reads that bring the rest as they are, not appended to the buffer, and joins its body from them
-once (:meth:`FrameDecoder._chunked_body`): each byte of a large body is copied once between the read and
-the frame instead of three or four times (appended, moved as the buffer grows or shrinks, copied out)."""
-
-
 def _body(buf: bytearray, start: int, end: int) -> bytes:
     """``buf[start:end]`` as bytes: a large body copied once (through a view), not twice."""
     if end - start < _VIEW_COPY:
@@ -275,8 +268,6 @@ class FrameDecoder:
         "_blocks_skipped",
         "_body_start",
         "_buf",
-        "_chunked",
-        "_chunks",
         "_command",
         "_content_length",
         "_failed",
@@ -297,8 +288,6 @@ class FrameDecoder:
         self._failed = False
         self._blocks_missed = 0  # (header blocks not in _HEADER_BLOCKS in a row)
         self._blocks_skipped = 0  # (frames still to read without looking their block up)
-        self._chunks: list[bytes] = []  # (reads of a large body kept as they came: CHUNKED_BODY)
-        self._chunked = -1  # (their bytes; -1: the body phase, if any, reads from the buffer)
         self._reset_frame()
 
     def _reset_frame(self) -> None:
@@ -312,39 +301,21 @@ class FrameDecoder:
         self._headers: dict[str, str] = {}
         self._body_start = -1
         self._content_length = -1
-        if self._chunked >= 0:
-            self._chunks = []
-            self._chunked = -1
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete frame."""
-        chunked = self._chunked
-        return len(self._buf) - self._pos + (chunked if chunked > 0 else 0)
-
-    def _add(self, data: bytes) -> None:
-        """Buffer ``data``: a large body's read is kept as it is (:data:`CHUNKED_BODY`)."""
-        if self._chunked >= 0:
-            if type(data) is not bytes:  # (kept: must not change under us)
-                data = bytes(data)
-            self._chunks.append(data)
-            self._chunked += len(data)
-        else:
-            self._buf += data
+        return len(self._buf) - self._pos
 
     def push(self, data: bytes) -> None:
         """Buffer ``data`` without reading frames from it (the next :meth:`frames` call does)."""
         if not self._failed:
-            self._add(data)
+            self._buf += data
 
     def may_hold_frame(self) -> bool:
         """Whether the bytes after the frames read so far may make a whole frame (a NUL is among
         them); false means the next :meth:`frames` call would yield nothing without more input."""
-        if self._failed:
-            return False
-        if self._chunked >= 0:
-            return self._chunked > self._body_start + self._content_length - len(self._buf)
-        return self._buf.find(b"\x00", self._pos) >= 0
+        return not self._failed and self._buf.find(b"\x00", self._pos) >= 0
 
     def feed(self, data: bytes) -> list[Frame | StompProtocolError]:
         """Add ``data`` and return the frames it completed (and an error last, if any).
@@ -367,8 +338,7 @@ class FrameDecoder:
         if self._failed:
             return
         self._compact()
-        if data:
-            self._add(data)
+        self._buf += data
         try:
             while True:
                 frame = self._whole_frame() if self._body_start < 0 and self._resume == self._pos else None
@@ -533,14 +503,6 @@ class FrameDecoder:
         self._body_start = body_start
         self._content_length = length
         self._scan = len(self._buf)
-        if length >= 0:
-            self._chunk_if_large()
-
-    def _chunk_if_large(self) -> None:
-        """Keep the reads that bring the rest of this frame's body apart if it still lacks
-        :data:`CHUNKED_BODY` bytes or more."""
-        if self._body_start + self._content_length + 1 - len(self._buf) >= CHUNKED_BODY:
-            self._chunked = 0
 
     def _next_frame(self) -> Frame | None:
         buf = self._buf
@@ -631,7 +593,6 @@ class FrameDecoder:
         length = headers.get("content-length")
         if length is not None:
             self._content_length = self._parse_length(length, body_start - pos)
-            self._chunk_if_large()
         return True
 
     def _check_partial_headers(self) -> None:
@@ -726,8 +687,6 @@ class FrameDecoder:
         return length
 
     def _read_body(self) -> Frame | None:
-        if self._chunked >= 0:
-            return self._chunked_body()
         buf = self._buf
         start = self._body_start
         if self._content_length >= 0:
@@ -751,44 +710,5 @@ class FrameDecoder:
         assert command is not None
         frame = Frame(command, self._headers, _body(buf, start, terminator))
         self._pos = terminator + 1
-        self._reset_frame()
-        return frame
-
-    def _chunked_body(self) -> Frame | None:
-        """The frame whose body's first bytes are at the buffer's end and the rest in the reads kept
-        apart (:data:`CHUNKED_BODY`), once they hold it and its NUL: the body joined from them in one
-        copy; what follows the NUL becomes the buffer."""
-        buf = self._buf
-        start = self._body_start
-        length = self._content_length
-        wanted = start + length - len(buf)  # (the body's bytes in the chunks; the NUL follows them)
-        if self._chunked <= wanted:
-            return None
-        chunks = self._chunks
-        index = 0
-        for chunk in chunks:
-            if len(chunk) > wanted:
-                break
-            wanted -= len(chunk)
-            index += 1
-        last = chunks[index]
-        if last[wanted] != 0:
-            detail = f"frame {self._command} has no NUL after its content-length of {length} bytes"
-            raise MalformedFrame("frame not terminated", detail)
-        command = self._command
-        assert command is not None
-        with memoryview(buf) as view, memoryview(last) as last_view:
-            parts: list[memoryview | bytes] = [view[start:]]
-            parts.extend(chunks[:index])
-            parts.append(last_view[:wanted])
-            body = b"".join(parts)
-            parts.clear()  # (the views' hold on the buffer goes with them)
-        buf.clear()
-        with memoryview(last) as last_view:
-            buf += last_view[wanted + 1:]
-        for chunk in chunks[index + 1:]:
-            buf += chunk
-        frame = Frame(command, self._headers, body)
-        self._pos = 0
         self._reset_frame()
         return frame
