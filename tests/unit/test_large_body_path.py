@@ -24,6 +24,7 @@ from tests.unit.test_session import Peer, connect, make_factory
 READ = 65536
 """What Twisted's TCP transport reads at a time."""
 LARGE = 3 * 8192
+"""The largest body of the property test: a few reads' worth when they are cut small."""
 
 
 def send(body: bytes, index: int = 0) -> bytes:
