@@ -11,16 +11,21 @@ steadier figure on a shared host.
 With ``--compiled`` the two are this tree as it is (pure Python) and a copy of
 it whose hot modules are compiled with mypyc (``setup.py build_ext --inplace``
 with ``JMSGATEWAY_MYPYC=1``; docs/performance.md, "Compiled hot modules").
+With ``--base REV --both-compiled`` both trees (the base and a copy of this
+one) are compiled so: a change to the hot modules measured as installed.
 
 Workloads: ``app`` (issue 39's client application shape, :mod:`bench.app_client`),
-``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack), ``persistent`` (the same with
+``app-1k``, ``pair`` (:func:`bench.stomp_load.run_pair`, 100 B, auto ack), ``1k`` and ``64k`` (the same
+with 1 KB bodies, and with 64 KB bodies 8 SENDs a write: :mod:`bench.bench_throughput`'s large-body
+workloads), ``persistent`` (the same with
 persistent SENDs and a receipt every 100, :mod:`bench.bench_throughput`'s persistent workload; the SQLite
 store with ``synchronous = FULL``), ``persistent-each`` (persistent SENDs with no consumer, each waiting for its
 RECEIPT: one commit, one fsync a message, :mod:`bench.bench_persistence`'s "receipt per SEND"), ``topic``
 (1 producer → 10 subscribers, :func:`bench.stomp_load.run_group`; ``--count`` deliveries, the rate and the
 CPU per delivery) and ``4x4`` (4 producers → 4 queues → 4 consumers; ``--count`` messages over the four).
 
-Run: ``.venv/bin/python -m bench.ab_trees (--base REV | --compiled) [--workload W] [--count N] [--rounds N]``
+Run: ``.venv/bin/python -m bench.ab_trees (--base REV [--both-compiled] | --compiled) [--workload W] [--count N]
+[--rounds N]``
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from bench.stomp_load import Workload, run_group, run_pair, send_rate
 from tests.support.checkout import copy_checkout
 
 HERE = Path(__file__).resolve().parents[1]
+LARGE = {"1k": (1024, 200), "64k": (65536, 8)}
+"""The large-body workloads: body size and SENDs a write (as :mod:`bench.bench_throughput`'s)."""
 
 
 @contextlib.contextmanager
@@ -65,6 +72,11 @@ def compiled_tree(target: Path) -> None:
     """A copy of this tree in ``target`` with its hot modules compiled in place (mypyc)."""
     copy_checkout(target, ("gateway", "tests", "twisted", "plugins", "etc", "bench", "setup.py", "setup.cfg",
                            "pyproject.toml"))
+    compile_in_place(target)
+
+
+def compile_in_place(target: Path) -> None:
+    """Compile the hot modules of the tree in ``target`` where they are (mypyc)."""
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=target, check=True,
                    capture_output=True, env=dict(os.environ, JMSGATEWAY_MYPYC="1"))
 
@@ -81,6 +93,9 @@ def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple
     elif workload == "topic":
         rate = run_group(process.address, Workload(f"/topic/ab.{uuid.uuid4().hex}", count=count // 10),
                          subscribers=10)[0]
+    elif workload in LARGE:
+        body, batch = LARGE[workload]
+        rate = run_pair(process.address, Workload(work.destination, count=count, body_size=body, batch=batch))
     elif workload == "4x4":
         rate = run_group(process.address, Workload(work.destination, count=count // 4), destinations=4)[0]
     elif workload == "persistent":
@@ -99,12 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     choice.add_argument("--base", help="the git revision to compare this tree with")
     choice.add_argument("--compiled", action="store_true", help="this tree against a mypyc-compiled copy of it")
     parser.add_argument("--workload", default="app",
-                        choices=("app", "app-1k", "pair", "persistent", "persistent-each", "topic", "4x4"))
+                        choices=("app", "app-1k", "pair", "1k", "64k", "persistent", "persistent-each", "topic",
+                                 "4x4"))
+    parser.add_argument("--both-compiled", action="store_true",
+                        help="with --base: both trees with their hot modules compiled (mypyc)")
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     print(f"host: {host_state()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench-ab-base-") as base_dir:
+    if args.both_compiled and not args.base:
+        parser.error("--both-compiled needs --base")
+    with tempfile.TemporaryDirectory(prefix="bench-ab-base-") as base_dir, \
+            tempfile.TemporaryDirectory(prefix="bench-ab-this-") as this_dir:
         if args.compiled:
             compiled_tree(Path(base_dir))
             trees = {"this tree, pure Python": HERE, "compiled (mypyc)": Path(base_dir)}
@@ -112,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             archive = subprocess.run(["git", "archive", args.base], cwd=HERE, check=True, capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", base_dir], input=archive, check=True)
             trees = {f"base {args.base}": Path(base_dir), "this tree": HERE}
+            if args.both_compiled:
+                compile_in_place(Path(base_dir))
+                compiled_tree(Path(this_dir))
+                trees = {f"base {args.base}, compiled": Path(base_dir), "this tree, compiled": Path(this_dir)}
         with contextlib.ExitStack() as stack:
             processes = {name: stack.enter_context(gateway_from(tree)) for name, tree in trees.items()}
             for process in processes.values():

@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 COPIED = ("gateway", "tests", "twisted", "plugins", "etc", "setup.py", "setup.cfg", "pyproject.toml")
 TESTS = ("tests/unit/test_codec.py", "tests/unit/test_codec_properties.py", "tests/unit/test_delivery_encoder.py",
          "tests/unit/test_protocol_input.py", "tests/unit/test_protocol_output.py", "tests/unit/test_session.py",
-         "tests/unit/test_websocket.py", "tests/unit/test_stomp_fuzz.py", "tests/unit/test_stomp_client.py")
+         "tests/unit/test_websocket.py", "tests/unit/test_stomp_fuzz.py", "tests/unit/test_stomp_client.py",
+         "tests/unit/test_large_body_path.py")
 
 
 def test_setup_compiles_the_modules_the_gateway_names() -> None:
