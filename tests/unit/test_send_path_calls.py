@@ -9,17 +9,26 @@ full treatment, so the shortcut changes no outcome."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from types import FrameType
 from typing import Any
 
 import pytest
+from twisted.cred.portal import Portal
+from twisted.internet.task import Clock
 
+from gateway.broker.broker import EmbeddedBroker
 from gateway.message.convert import frame_to_message
 from gateway.message.model import BytesMessage, Message, TextMessage
+from gateway.routing.destination_map import DestinationMap
+from gateway.security.auth import build_portal
+from gateway.security.settings import AuthSettings
+from gateway.stomp.protocol import StompServerFactory
+from gateway.stomp.session import StompSession
 from gateway.wire.frame import Frame
+from tests.unit.test_session import Peer, connect
 
 
 @contextmanager
@@ -98,7 +107,94 @@ def test_message_ids_stay_unique_across_both_makers() -> None:
     assert len(set(ids)) == 100
 
 
-def _calls(make: Callable[[], object]) -> list[str]:
+def _session(clock: Clock, broker: EmbeddedBroker, portal: Portal | None = None) -> tuple[Peer, StompSession]:
+    factory = StompServerFactory(clock, DestinationMap({"embedded": broker}), portal=portal)
+    peer = Peer(factory)
+    assert connect(peer, login="alice", passcode="secret").command == "CONNECTED"
+    session = peer.protocol.session
+    assert session is not None
+    return peer, session
+
+
+def _queued(broker: EmbeddedBroker, destination: str) -> list[Message]:
+    """What a consumer of ``destination`` gets (the queue's messages, in order)."""
+    got: list[Message] = []
+    peer_clock = Clock()
+    factory = StompServerFactory(peer_clock, DestinationMap({"embedded": broker}))
+    consumer = Peer(factory)
+    connect(consumer)
+    consumer.send("SUBSCRIBE", {"destination": destination, "id": "s", "ack": "auto"})
+    for frame in consumer.received():
+        assert frame.command == "MESSAGE"
+        got.append(frame_to_message(Frame("SEND", frame.headers, frame.body)))
+    return got
+
+
+SESSION_SIDE = ("gateway.stomp.session", "gateway.stomp.sending", "gateway.stomp.sender_identity",
+                "gateway.stomp.receipts", "gateway.routing.destination_map", "gateway.message.convert")
+"""The modules of the SEND's way before the broker (the broker's own calls are pinned by
+tests/unit/test_broker_hot_path.py)."""
+
+
+def _send_side(called: list[str]) -> list[str]:
+    return [name for name in called if name.startswith(SESSION_SIDE)]
+
+
+def test_a_plain_send_makes_only_the_calls_it_needs(clock: Clock, broker: EmbeddedBroker) -> None:
+    """No SEND handler look-up (``_on_send``), no ``stamp_sender`` (no portal, no identity header),
+    no ``verified_login``, no second ``resolve`` of the same destination, no ``pending``/``_post``."""
+    _peer, session = _session(clock, broker)
+    session.frame_received(_send({"content-type": "text/plain", "content-length": "5"}))
     with python_calls() as called:
-        make()
-    return called
+        session.frame_received(_send({"content-type": "text/plain", "content-length": "5"}))
+    assert _send_side(called) == [
+        "gateway.stomp.session:frame_received",
+        "gateway.stomp.sending:send",
+        "gateway.message.convert:frame_to_message",
+        "gateway.stomp.receipts:__init__",  # (the Answer the broker settles)
+        "gateway.stomp.receipts:settled",
+        "gateway.stomp.receipts:place",
+    ]
+    assert [m.body_size() for m in _queued(broker, "/queue/a")] == [5, 5]
+
+
+def test_identity_headers_are_still_removed_or_stamped(clock: Clock, broker: EmbeddedBroker) -> None:
+    """Without a portal, a SEND's identity and credential headers are removed (stamp_sender runs for
+    it); with one, every SEND is stamped with the verified login."""
+    _peer, session = _session(clock, broker)
+    with python_calls() as called:
+        session.frame_received(_send({"JMSXUserID": "mallory", "user-id": "mallory", "passcode": "p", "x": "1"}))
+    assert "gateway.stomp.sender_identity:stamp_sender" in called
+    portal = build_portal(AuthSettings(users={"alice": "secret"}, allow_weak_passwords=True))
+    _peer, verified = _session(clock, broker, portal)
+    verified.frame_received(_send({"x": "2"}))
+    verified.frame_received(_send({"JMSXUserID": "mallory", "login": "mallory", "x": "3"}))
+    got = _queued(broker, "/queue/a")
+    assert [m.properties for m in got] == [
+        {"x": "1"},
+        {"x": "2", "JMSXUserID": "alice", "user-id": "alice"},
+        {"x": "3", "JMSXUserID": "alice", "user-id": "alice"},
+    ]
+
+
+def test_each_destination_is_resolved_as_before(clock: Clock, broker: EmbeddedBroker) -> None:
+    """The sender remembers the last destination's answer only: SENDs alternating between two
+    queues (and a temporary one) each reach their own."""
+    _peer, session = _session(clock, broker)
+    for n in range(6):
+        session.frame_received(Frame("SEND", {"destination": f"/queue/d{n % 2}", "n": str(n)}, b"b"))
+    assert [m.properties["n"] for m in _queued(broker, "/queue/d0")] == ["0", "2", "4"]
+    assert [m.properties["n"] for m in _queued(broker, "/queue/d1")] == ["1", "3", "5"]
+
+
+def test_a_send_before_connect_or_unknown_is_still_an_error(clock: Clock, broker: EmbeddedBroker) -> None:
+    """The SEND shortcut in frame_received applies to a connected session only."""
+    factory = StompServerFactory(clock, DestinationMap({"embedded": broker}))
+    peer = Peer(factory)
+    peer.send("SEND", {"destination": "/queue/a"}, b"x")
+    error = peer.received()[-1]
+    assert error.command == "ERROR" and error.headers["message"] == "not connected"
+    connected, _connected_session = _session(clock, broker)
+    connected.send("SNED", {"destination": "/queue/a"}, b"x")
+    error = connected.received()[-1]
+    assert error.command == "ERROR" and error.headers["message"] == "unknown command"
