@@ -39,12 +39,14 @@ it, the connectors' in-doubt probes read it back."""
 
 MESSAGE_ID_PREFIX = f"ID:jmsgw-{os.getpid()}-{int(time.time() * 1000):x}-"
 """What every message id the gateway makes starts with (a decimal count follows)."""
-_id_counter = itertools.count(1)
+MESSAGE_COUNT = itertools.count(1)
+"""The count a message id's number is the next of: :func:`new_message_id` and the SEND conversion
+(:func:`gateway.message.convert.frame_to_message`, which makes the id in place) share it."""
 
 
 def new_message_id() -> str:
     """A process-unique JMS message id (``ID:`` prefix as JMS requires)."""
-    return f"{MESSAGE_ID_PREFIX}{next(_id_counter)}"
+    return f"{MESSAGE_ID_PREFIX}{next(MESSAGE_COUNT)}"
 
 
 def now_millis() -> int:

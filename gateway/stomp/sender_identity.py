@@ -26,6 +26,10 @@ CREDENTIAL_HEADERS = ("login", "passcode")
 
 _CLAIMS = (USER_ID_PROPERTY, USER_ID_HEADER, *CREDENTIAL_HEADERS)
 
+IDENTITY_HEADERS = frozenset(_CLAIMS)
+"""Every header :func:`stamp_sender` sets or removes: without a verified login, a SEND with none of
+them has nothing to stamp (the sender asks this once, a C-level test, before calling it)."""
+
 
 def stamp_sender(headers: dict[str, str], verified_login: str | None) -> None:
     """Set (``verified_login`` given) or remove (None) the identity headers of a SEND,

@@ -31,8 +31,8 @@ from gateway.message.convert import frame_to_message
 from gateway.message.model import Message
 from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.stomp.errors import StompError, required
-from gateway.stomp.receipts import ReceiptLine
-from gateway.stomp.sender_identity import stamp_sender
+from gateway.stomp.receipts import Answer, ReceiptLine
+from gateway.stomp.sender_identity import IDENTITY_HEADERS, stamp_sender
 from gateway.stomp.temporaries import CLIENT_PREFIXES, TemporaryDestinations
 from gateway.stomp.transactions import Transaction, Transactions
 from gateway.wire.frame import Frame
@@ -71,7 +71,7 @@ class Sender:
 
     def __init__(self, owner: SendingOwner, destinations: DestinationMap, answers: ReceiptLine,
                  transactions: Transactions, temporaries: TemporaryDestinations, *,
-                 default_persistent: bool, authorizing: bool, transforming: bool) -> None:
+                 default_persistent: bool, authorizing: bool, transforming: bool, identifying: bool = False) -> None:
         self.owner = owner
         self.destinations = destinations
         self.answers = answers
@@ -82,6 +82,13 @@ class Sender:
         """Whether each SEND is checked for the ``write`` permission."""
         self.transforming = transforming
         """Whether inbound transformers see each message."""
+        self.identifying = identifying
+        """Whether logins are verified (each SEND is stamped with its sender's); else a SEND's identity
+        headers are only removed, and a SEND without any is left as it is."""
+        self._last_name = ""
+        self._last_resolved: Resolved | None = None
+        """The last destination resolved here and its answer (a producer sends to one destination
+        again and again: no call then; :meth:`DestinationMap.resolve` always answers the same)."""
 
     def send(self, frame: Frame) -> None:
         """Handle a SEND; its answer (RECEIPT or ERROR) goes out in frame order."""
@@ -94,12 +101,15 @@ class Sender:
             self._check_composite(destination)
         if self.authorizing and not owner.authorized(frame, destination, "write"):
             return
-        stamp_sender(headers, owner.verified_login)
+        if self.identifying or not IDENTITY_HEADERS.isdisjoint(headers):  # (else nothing to stamp: no call)
+            stamp_sender(headers, owner.verified_login)
         transaction = self.transactions.named(frame) if "transaction" in headers else None
         resolved: Resolved | None = None
         temporary = destination.startswith("/temp-")
         if transaction is None and "receipt" not in headers and not temporary:
-            resolved = self.destinations.resolve(destination)  # (cached; only a forwarding target pays more)
+            resolved = self._last_resolved
+            if resolved is None or destination != self._last_name:
+                resolved = self._resolve(destination)
             if (
                 resolved.forward is not None
                 and not headers.get("reply-to", "").startswith("/temp-")
@@ -110,8 +120,8 @@ class Sender:
                     owner.hold_for(resolved.congestion)
                 return
         message = frame_to_message(frame, default_persistent=self.default_persistent)
-        message.destination = self.temporaries.server_destination(destination, create=True) \
-            if temporary else destination
+        if temporary:  # (else frame_to_message set it: the destination header)
+            message.destination = self.temporaries.server_destination(destination, create=True)
         if message.reply_to is not None and message.reply_to.startswith(CLIENT_PREFIXES):
             message.reply_to = self.temporaries.server_destination(message.reply_to, create=True)
         sending: Message | None = message
@@ -127,14 +137,32 @@ class Sender:
             self.answers.track(self._send_later(sending, transaction), frame)
             return
         if resolved is None or sending.destination is not destination:  # (a transformer may have moved it)
-            resolved = self.destinations.resolve(sending.destination)
+            resolved = self._resolve(sending.destination)
         sending.destination = resolved.destination
-        if resolved.post is not None:
-            self._post(resolved.post, sending, frame)
+        post = resolved.post
+        if post is not None:
+            # Hand it to a posting connector (no Deferred): RECEIPT or ERROR once it settles, in frame
+            # order; without a receipt only its command is read to answer an error (the frame is not kept).
+            confirm = "receipt" in headers
+            answers = self.answers
+            answer = Answer(answers, frame if confirm else _UNRECEIPTED_SEND)  # (ReceiptLine.pending)
+            try:
+                post(sending, answer.settled, confirm)
+            except BaseException:  # (an unexpected error before it settled: it never will; ERROR follows)
+                answer.settle(None)
+                raise
+            finally:
+                answers.place(answer)
         else:
             self.answers.track(resolved.connector.send(sending), frame)
         if resolved.congestion is not None and resolved.congestion.congested:
             owner.hold_for(resolved.congestion)
+
+    def _resolve(self, destination: str) -> Resolved:
+        """:meth:`DestinationMap.resolve`, remembered as the last one."""
+        resolved = self._last_resolved = self.destinations.resolve(destination)
+        self._last_name = destination
+        return resolved
 
     def _forward(self, forward: Callable[..., bool], destination: str, frame: Frame) -> bool:
         """Offer the SEND to a connector that takes frames as they are (no message
@@ -148,20 +176,6 @@ class Sender:
         if not taken:
             answer.settle(None)  # (answered by the message path)
         return taken
-
-    def _post(self, post: Callable[..., None], message: Message, frame: Frame) -> None:
-        """Hand ``message`` to a posting connector (no Deferred); RECEIPT or ERROR once it settles,
-        in frame order."""
-        confirm = "receipt" in frame.headers
-        # (without a receipt only its command is read to answer an error: the frame is not kept)
-        answer = self.answers.pending(frame if confirm else _UNRECEIPTED_SEND)
-        try:
-            post(message, answer.settled, confirm)
-        except BaseException:  # (an unexpected error before it settled: it never will; ERROR follows)
-            answer.settle(None)
-            raise
-        finally:
-            self.answers.place(answer)
 
     def _send_later(self, message: Message | None, transaction: Transaction | None) -> Deferred[None]:
         """The deferred path (and a transaction's SEND, or one a transformer consumed): the

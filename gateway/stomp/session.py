@@ -196,7 +196,7 @@ class StompSession:
         """RECEIPTs and ERRORs, written in the order of the frames they answer (:mod:`gateway.stomp.receipts`)."""
         self.sending = Sender(self, destinations, self._answers, self.transactions, self.temporaries,
                               default_persistent=self.default_persistent, authorizing=authorizer is not None,
-                              transforming=transformer is not None)
+                              transforming=transformer is not None, identifying=portal is not None)
         self._paused = False
         self._held_by: set[Congestion] = set()
         """Congested targets this session stopped reading for (:mod:`gateway.flow`)."""
@@ -233,17 +233,22 @@ class StompSession:
                 self._backlog.append(frame)
                 return
         try:
-            handler = self._handlers.get(frame.command)
-            if handler is None:
-                raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")
-            if state is SessionState.NEW and frame.command not in ("CONNECT", "STOMP"):
-                raise StompError("not connected", f"expected CONNECT or STOMP, got {frame.command}")
+            handler: Callable[[StompSession, Frame], None] | None = None
+            if state is not _CONNECTED or frame.command != "SEND":  # (a SEND: no look-up, issue 39)
+                handler = self._handlers.get(frame.command)
+                if handler is None:
+                    raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")
+                if state is SessionState.NEW and frame.command not in ("CONNECT", "STOMP"):
+                    raise StompError("not connected", f"expected CONNECT or STOMP, got {frame.command}")
             receipt = frame.headers.get("receipt")
             if receipt is not None and unrepresentable("receipt-id", receipt, self.version):
                 frame.headers.pop("receipt")  # (the ERROR cannot carry it either)
                 raise StompError("invalid receipt header",
                                  f"receipt {receipt!r} cannot be sent back in a STOMP {self.version} RECEIPT")
-            handler(self, frame)
+            if handler is None:
+                self.sending.send(frame)  # (what _on_send does, without its call)
+            else:
+                handler(self, frame)
         except (StompError, StompProtocolError) as error:
             self.fail(error, frame)
         except GatewayError as error:
