@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,12 +127,14 @@ class WriterStats:
     :ivar operations: operations that succeeded inside those transactions.
     :ivar failures: operations that failed (each after a retry on its own).
     :ivar largest_group: most operations one commit covered.
+    :ivar lingers: groups the writer held back for more work (:class:`GroupCommitWriter`'s ``linger``).
     """
 
     commits: int = 0
     operations: int = 0
     failures: int = 0
     largest_group: int = 0
+    lingers: int = 0
 
 
 class GroupCommitWriter:
@@ -147,7 +150,16 @@ class GroupCommitWriter:
         fail with :class:`NoRoom` while the others go on.  None: no limit.
     :param journal: told when the operations it saw were committed or
         rolled back (state the operations keep beside the database).
+    :param linger: seconds the writer may hold a group back for more work
+        (0: never).  It does so only when the group is smaller than the
+        largest of the last :attr:`HISTORY` groups, so a lone producer that
+        waits for each commit is never held back; it commits as soon as that
+        many operations are queued (PostgreSQL's ``commit_delay`` with
+        ``commit_siblings``).
     """
+
+    HISTORY = 8
+    """How many recent groups' sizes say how many operations to expect."""
 
     log = Logger()
 
@@ -161,6 +173,7 @@ class GroupCommitWriter:
         max_group: int = 2000,
         room: Callable[[sqlite3.Connection], int] | None = None,
         journal: TransactionJournal | None = None,
+        linger: float = 0.0,
     ) -> None:
         self.reactor = reactor
         self._connect = connect
@@ -170,6 +183,13 @@ class GroupCommitWriter:
         self._room = room
         self._journal = journal or TransactionJournal()
         self.stats = WriterStats()
+        self.linger = max(0.0, linger)
+        self._recent: deque[int] = deque(maxlen=self.HISTORY)
+        """(the sizes of the last groups committed: the writer thread's own)"""
+        self._queued = 0
+        """Operations (parts) waiting in ``_pending``."""
+        self._lingering = False
+        """Whether the writer waits for more work (then each arrival wakes it)."""
         self._pending: deque[_Work] = deque()
         self._wakeup = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
@@ -226,9 +246,13 @@ class GroupCommitWriter:
                     last.each.append(grows)  # type: ignore[union-attr]
                     last.done.append(done)  # type: ignore[union-attr]
                     last.grows += grows
+                    self._queued += 1
+                    if self._lingering:
+                        self._wakeup.notify()
                     return
                 pending.append(_Work(run, None, True, grows, [part], [grows], [done]))
-                if len(pending) == 1:
+                self._queued += 1
+                if len(pending) == 1 or self._lingering:
                     self._wakeup.notify()
                 return
         done(StoreError(f"{self.name}: the message store is closed"))
@@ -254,7 +278,8 @@ class GroupCommitWriter:
             if not self._accepting:
                 return fail(StoreError(f"{self.name}: the message store is closed"))
             self._pending.append(_Work(run, d, transactional, grows))
-            if len(self._pending) == 1:
+            self._queued += 1
+            if len(self._pending) == 1 or self._lingering:
                 self._wakeup.notify()
         return d
 
@@ -304,7 +329,11 @@ class GroupCommitWriter:
                 works = self._take()
                 if not works:
                     break
-                outcomes = self._run_checked(works) if works[0].transactional else [self._run_alone(works[0])]
+                if works[0].transactional:
+                    outcomes = self._run_checked(works)
+                    self._recent.append(sum(work.size() for work in works))
+                else:
+                    outcomes = [self._run_alone(works[0])]
                 self.reactor.callFromThread(self._fire, works, outcomes)
         finally:
             try:
@@ -317,21 +346,41 @@ class GroupCommitWriter:
     def _take(self) -> list[_Work]:
         """The next group: queued transactional operations, or one call; [] to end."""
         with self._wakeup:
-            while not self._pending and self._accepting:
-                self._wakeup.wait()
             pending = self._pending
+            while not pending and self._accepting:
+                self._wakeup.wait()
             if not pending:
                 return []
+            if self.linger and pending[0].transactional:
+                self._linger()
             first = pending.popleft()
             works = [first]
+            taken = first.size()
             if first.transactional:
                 limit = self.max_group
-                taken = first.size()
                 while pending and taken < limit and pending[0].transactional:
                     work = pending.popleft()
                     works.append(work)
                     taken += work.size()
+            self._queued -= sum(len(work.parts) if work.parts is not None else 1 for work in works)
             return works
+
+    def _linger(self) -> None:
+        """Hold the group back (lock held) while fewer operations are queued than the recent groups
+        had, at most :attr:`linger` seconds: producers that each wait for their commit then share it."""
+        expected = min(max(self._recent, default=1), self.max_group)
+        if self._queued >= expected or not self._accepting:
+            return
+        self.stats.lingers += 1
+        deadline = time.monotonic() + self.linger
+        self._lingering = True
+        try:
+            while self._queued < expected and self._accepting:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._wakeup.wait(left):
+                    break
+        finally:
+            self._lingering = False
 
     def _run_alone(self, work: _Work) -> Outcome:
         connection = self._connection
