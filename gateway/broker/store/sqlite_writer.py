@@ -155,11 +155,17 @@ class GroupCommitWriter:
         largest of the last :attr:`HISTORY` groups, so a lone producer that
         waits for each commit is never held back; it commits as soon as that
         many operations are queued (PostgreSQL's ``commit_delay`` with
-        ``commit_siblings``).
+        ``commit_siblings``), and only while it expects at most
+        :attr:`SIBLINGS` of them.
     """
 
     HISTORY = 8
     """How many recent groups' sizes say how many operations to expect."""
+
+    SIBLINGS = 64
+    """The writer holds a group back only while it expects at most this many operations: producers that
+    each wait for their own commit.  Larger groups come from producers that pipeline their writes (they
+    fill the next group while the commit is on disk, and waiting would only add to their latency)."""
 
     log = Logger()
 
@@ -188,8 +194,12 @@ class GroupCommitWriter:
         """(the sizes of the last groups committed: the writer thread's own)"""
         self._queued = 0
         """Operations (parts) waiting in ``_pending``."""
-        self._lingering = False
-        """Whether the writer waits for more work (then each arrival wakes it)."""
+        self._lingering = 0
+        """While the writer holds a group back: how many queued operations wake it (0: not waiting)."""
+        self._skip = 0
+        """Groups the writer commits at once after a wait to which nothing came (its own)."""
+        self._backoff = 1
+        """How many groups the next wait to which nothing comes makes it skip (doubles each time)."""
         self._pending: deque[_Work] = deque()
         self._wakeup = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
@@ -247,12 +257,12 @@ class GroupCommitWriter:
                     last.done.append(done)  # type: ignore[union-attr]
                     last.grows += grows
                     self._queued += 1
-                    if self._lingering:
+                    if self._lingering and self._queued >= self._lingering:
                         self._wakeup.notify()
                     return
                 pending.append(_Work(run, None, True, grows, [part], [grows], [done]))
                 self._queued += 1
-                if len(pending) == 1 or self._lingering:
+                if len(pending) == 1 or (self._lingering and self._queued >= self._lingering):
                     self._wakeup.notify()
                 return
         done(StoreError(f"{self.name}: the message store is closed"))
@@ -279,7 +289,7 @@ class GroupCommitWriter:
                 return fail(StoreError(f"{self.name}: the message store is closed"))
             self._pending.append(_Work(run, d, transactional, grows))
             self._queued += 1
-            if len(self._pending) == 1 or self._lingering:
+            if len(self._pending) == 1 or (self._lingering and self._queued >= self._lingering):
                 self._wakeup.notify()
         return d
 
@@ -367,20 +377,32 @@ class GroupCommitWriter:
 
     def _linger(self) -> None:
         """Hold the group back (lock held) while fewer operations are queued than the recent groups
-        had, at most :attr:`linger` seconds: producers that each wait for their commit then share it."""
-        expected = min(max(self._recent, default=1), self.max_group)
-        if self._queued >= expected or not self._accepting:
+        had, at most :attr:`linger` seconds: producers that each wait for their commit then share it.
+        The reactor wakes the writer only once that many are queued (not for each: the GIL).  A wait
+        to which nothing came (one producer that pipelines and now waits for its receipt) makes the
+        writer commit the next groups at once: 1, 2, 4, ... up to 1024 of them, again 1 after a wait
+        that paid."""
+        expected = max(self._recent, default=1)
+        queued = self._queued
+        if queued >= expected or expected > self.SIBLINGS or not self._accepting:
+            return
+        if self._skip:
+            self._skip -= 1
             return
         self.stats.lingers += 1
         deadline = time.monotonic() + self.linger
-        self._lingering = True
+        self._lingering = expected
         try:
             while self._queued < expected and self._accepting:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._wakeup.wait(left):
                     break
         finally:
-            self._lingering = False
+            self._lingering = 0
+        if self._queued == queued:
+            self._skip, self._backoff = self._backoff, min(2 * self._backoff, 1024)
+        else:
+            self._backoff = 1
 
     def _run_alone(self, work: _Work) -> Outcome:
         connection = self._connection
