@@ -200,3 +200,33 @@ def test_the_store_lingers_by_default() -> None:
     store = SqliteStore(":memory:", PumpedReactor())
     assert store.writer.linger == COMMIT_LINGER > 0
     assert SqliteStore(":memory:", PumpedReactor(), commit_linger=0).writer.linger == 0
+
+
+def test_after_pipelined_groups_the_writer_does_not_wait(
+        open_writer: Callable[[float], GroupCommitWriter], reactor: ThreadReactor) -> None:
+    """Groups larger than :attr:`GroupCommitWriter.SIBLINGS` come from producers that pipeline their SENDs
+    (a receipt every 100): a smaller group after them is their last one before their receipt, and waiting
+    would only delay it."""
+    writer = open_writer(60.0)
+    reports = Reports()
+    shared_group(writer, reactor, reports, GroupCommitWriter.SIBLINGS + 1)
+    writer.append(insert, "last", 0, reports.of("last"))
+    reactor.pump_until(reached(reports, GroupCommitWriter.SIBLINGS + 2))
+    assert writer.stats.lingers == 0
+
+
+def test_a_wait_that_paid_keeps_the_writer_lingering(
+        open_writer: Callable[[float], GroupCommitWriter], reactor: ThreadReactor) -> None:
+    """Producers that keep sharing commits are held back every time (the back-off is only for waits to
+    which nothing came)."""
+    writer = open_writer(WAIT)
+    reports = Reports()
+    shared_group(writer, reactor, reports, 2)
+    for turn in range(5):
+        writer.append(insert, f"a-{turn}", 0, reports.of(f"a-{turn}"))
+        while not writer._lingering:
+            threading.Event().wait(0.001)
+        writer.append(insert, f"b-{turn}", 0, reports.of(f"b-{turn}"))
+        reactor.pump_until(reached(reports, 4 + 2 * turn))
+    assert writer.stats.lingers == 5
+    assert writer.stats.commits == 6
