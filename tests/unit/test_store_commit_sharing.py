@@ -13,13 +13,16 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from twisted.internet.defer import Deferred
 
+from gateway.app import build_store
 from gateway.broker.store.sqlite_store import COMMIT_LINGER, SqliteStore
 from gateway.broker.store.sqlite_writer import GroupCommitWriter
+from gateway.config import parse_config
 from tests.unit.test_store_contract import PumpedReactor
 
 WAIT = 10.0
@@ -230,3 +233,15 @@ def test_a_wait_that_paid_keeps_the_writer_lingering(
         reactor.pump_until(reached(reports, 4 + 2 * turn))
     assert writer.stats.lingers == 5
     assert writer.stats.commits == 6
+
+
+def test_broker_commit_linger_us_sets_the_stores_linger(tmp_path: Path) -> None:
+    def linger(broker: dict[str, Any]) -> float:
+        config = parse_config({"gateway": {"data_dir": str(tmp_path)}, "broker": broker})
+        store = build_store(config, PumpedReactor())
+        assert isinstance(store, SqliteStore)
+        return store.writer.linger
+
+    assert linger({}) == pytest.approx(COMMIT_LINGER)
+    assert linger({"commit_linger_us": 500}) == pytest.approx(0.0005)
+    assert linger({"commit_linger_us": 0}) == 0
