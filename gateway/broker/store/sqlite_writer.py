@@ -15,6 +15,10 @@ operation, one call, one result for all of them, and each part still reports on 
 own (``done(None)`` after the commit, ``done(error)`` when it failed: a merged
 operation that fails is retried part by part, so one bad part fails alone).
 
+Producers that each wait for their commit (a RECEIPT per SEND) arrive spread out, so the
+writer lingers (``linger``, issue 39): when it wakes with fewer operations queued than its
+recent groups held, it waits a bounded time for the rest, never for a lone producer.
+
 The writer knows transactions, threads and Deferreds; what the operations
 write is :mod:`gateway.broker.store.sqlite_store`'s business.  Nothing here runs
 SQLite on the reactor thread.
