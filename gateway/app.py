@@ -73,6 +73,7 @@ def build_store(config: GatewayConfig, reactor: Any) -> IMessageStore:
     store: IMessageStore = SqliteStore(
         config.data_path(settings.database), reactor,
         synchronous=settings.synchronous.upper(), max_size=settings.max_size, min_free=settings.min_free,
+        commit_linger=settings.commit_linger_us / 1e6,
         lazy_recovery=True, send_ids=SendIdTable(settings.dedup_window, settings.dedup_window_seconds),
     )
     return store

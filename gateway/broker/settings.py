@@ -63,6 +63,9 @@ class BrokerSettings(Section):
     """Largest store in bytes (0: no limit)."""
     min_free: NotNegative = 16 * 1024 * 1024
     """Free disk bytes the store and the page file keep (0: no check)."""
+    commit_linger_us: NotNegative = 200
+    """Microseconds the SQLite store may hold a commit back for the SENDs of other producers that recently
+    shared commits (each waiting for its RECEIPT); never for a lone producer (docs/persistence.md); 0: never."""
     memory_limit: Size | None = None
     """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
     Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md); 0: no limit (nothing is paged for memory)."""

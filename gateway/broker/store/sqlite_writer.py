@@ -15,6 +15,10 @@ operation, one call, one result for all of them, and each part still reports on 
 own (``done(None)`` after the commit, ``done(error)`` when it failed: a merged
 operation that fails is retried part by part, so one bad part fails alone).
 
+Producers that each wait for their commit (a RECEIPT per SEND) arrive spread out, so the
+writer lingers (``linger``, issue 39): when it wakes with fewer operations queued than its
+recent groups held, it waits a bounded time for the rest, never for a lone producer.
+
 The writer knows transactions, threads and Deferreds; what the operations
 write is :mod:`gateway.broker.store.sqlite_store`'s business.  Nothing here runs
 SQLite on the reactor thread.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,12 +131,14 @@ class WriterStats:
     :ivar operations: operations that succeeded inside those transactions.
     :ivar failures: operations that failed (each after a retry on its own).
     :ivar largest_group: most operations one commit covered.
+    :ivar lingers: groups the writer held back for more work (:class:`GroupCommitWriter`'s ``linger``).
     """
 
     commits: int = 0
     operations: int = 0
     failures: int = 0
     largest_group: int = 0
+    lingers: int = 0
 
 
 class GroupCommitWriter:
@@ -147,7 +154,22 @@ class GroupCommitWriter:
         fail with :class:`NoRoom` while the others go on.  None: no limit.
     :param journal: told when the operations it saw were committed or
         rolled back (state the operations keep beside the database).
+    :param linger: seconds the writer may hold a group back for more work
+        (0: never).  It does so only when the group is smaller than the
+        largest of the last :attr:`HISTORY` groups, so a lone producer that
+        waits for each commit is never held back; it commits as soon as that
+        many operations are queued (PostgreSQL's ``commit_delay`` with
+        ``commit_siblings``), and only while it expects at most
+        :attr:`SIBLINGS` of them.
     """
+
+    HISTORY = 8
+    """How many recent groups' sizes say how many operations to expect."""
+
+    SIBLINGS = 64
+    """The writer holds a group back only while it expects at most this many operations: producers that
+    each wait for their own commit.  Larger groups come from producers that pipeline their writes (they
+    fill the next group while the commit is on disk, and waiting would only add to their latency)."""
 
     log = Logger()
 
@@ -161,6 +183,7 @@ class GroupCommitWriter:
         max_group: int = 2000,
         room: Callable[[sqlite3.Connection], int] | None = None,
         journal: TransactionJournal | None = None,
+        linger: float = 0.0,
     ) -> None:
         self.reactor = reactor
         self._connect = connect
@@ -170,6 +193,17 @@ class GroupCommitWriter:
         self._room = room
         self._journal = journal or TransactionJournal()
         self.stats = WriterStats()
+        self.linger = max(0.0, linger)
+        self._recent: deque[int] = deque(maxlen=self.HISTORY)
+        """(the sizes of the last groups committed: the writer thread's own)"""
+        self._queued = 0
+        """Operations (parts) waiting in ``_pending``."""
+        self._lingering = 0
+        """While the writer holds a group back: how many queued operations wake it (0: not waiting)."""
+        self._skip = 0
+        """Groups the writer commits at once after a wait to which nothing came (its own)."""
+        self._backoff = 1
+        """How many groups the next wait to which nothing comes makes it skip (doubles each time)."""
         self._pending: deque[_Work] = deque()
         self._wakeup = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
@@ -226,9 +260,13 @@ class GroupCommitWriter:
                     last.each.append(grows)  # type: ignore[union-attr]
                     last.done.append(done)  # type: ignore[union-attr]
                     last.grows += grows
+                    self._queued += 1
+                    if self._lingering and self._queued >= self._lingering:
+                        self._wakeup.notify()
                     return
                 pending.append(_Work(run, None, True, grows, [part], [grows], [done]))
-                if len(pending) == 1:
+                self._queued += 1
+                if len(pending) == 1 or (self._lingering and self._queued >= self._lingering):
                     self._wakeup.notify()
                 return
         done(StoreError(f"{self.name}: the message store is closed"))
@@ -254,7 +292,8 @@ class GroupCommitWriter:
             if not self._accepting:
                 return fail(StoreError(f"{self.name}: the message store is closed"))
             self._pending.append(_Work(run, d, transactional, grows))
-            if len(self._pending) == 1:
+            self._queued += 1
+            if len(self._pending) == 1 or (self._lingering and self._queued >= self._lingering):
                 self._wakeup.notify()
         return d
 
@@ -304,7 +343,11 @@ class GroupCommitWriter:
                 works = self._take()
                 if not works:
                     break
-                outcomes = self._run_checked(works) if works[0].transactional else [self._run_alone(works[0])]
+                if works[0].transactional:
+                    outcomes = self._run_checked(works)
+                    self._recent.append(sum(work.size() for work in works))
+                else:
+                    outcomes = [self._run_alone(works[0])]
                 self.reactor.callFromThread(self._fire, works, outcomes)
         finally:
             try:
@@ -317,21 +360,53 @@ class GroupCommitWriter:
     def _take(self) -> list[_Work]:
         """The next group: queued transactional operations, or one call; [] to end."""
         with self._wakeup:
-            while not self._pending and self._accepting:
-                self._wakeup.wait()
             pending = self._pending
+            while not pending and self._accepting:
+                self._wakeup.wait()
             if not pending:
                 return []
+            if self.linger and pending[0].transactional:
+                self._linger()
             first = pending.popleft()
             works = [first]
+            taken = first.size()
             if first.transactional:
                 limit = self.max_group
-                taken = first.size()
                 while pending and taken < limit and pending[0].transactional:
                     work = pending.popleft()
                     works.append(work)
                     taken += work.size()
+            self._queued -= sum(len(work.parts) if work.parts is not None else 1 for work in works)
             return works
+
+    def _linger(self) -> None:
+        """Hold the group back (lock held) while fewer operations are queued than the recent groups
+        had, at most :attr:`linger` seconds: producers that each wait for their commit then share it.
+        The reactor wakes the writer only once that many are queued (not for each: the GIL).  A wait
+        to which nothing came (one producer that pipelines and now waits for its receipt) makes the
+        writer commit the next groups at once: 1, 2, 4, ... up to 1024 of them, again 1 after a wait
+        that paid."""
+        expected = max(self._recent, default=1)
+        queued = self._queued
+        if queued >= expected or expected > self.SIBLINGS or not self._accepting:
+            return
+        if self._skip:
+            self._skip -= 1
+            return
+        self.stats.lingers += 1
+        deadline = time.monotonic() + self.linger
+        self._lingering = expected
+        try:
+            while self._queued < expected and self._accepting:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._wakeup.wait(left):
+                    break
+        finally:
+            self._lingering = 0
+        if self._queued == queued:
+            self._skip, self._backoff = self._backoff, min(2 * self._backoff, 1024)
+        else:
+            self._backoff = 1
 
     def _run_alone(self, work: _Work) -> Outcome:
         connection = self._connection
