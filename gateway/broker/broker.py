@@ -44,7 +44,7 @@ from gateway.broker.limits import (
 from gateway.broker.metrics import BrokerMetrics
 from gateway.broker.paging.page_file import PageFile
 from gateway.broker.publication import Publication, PublicationOrder
-from gateway.broker.queue import MessageQueue, QueueSubscription
+from gateway.broker.queue import MessageQueue, QueueSubscription, fan_out
 from gateway.broker.queue_wildcards import WildcardQueueSubscription
 from gateway.broker.recovery import Recovery
 from gateway.broker.scheduler import SCHEDULING, MemorySchedule, Scheduler, ScheduleStore, is_scheduled
@@ -383,10 +383,8 @@ class EmbeddedBroker:
         self.metrics.enqueued.count += 1
         if len(targets) == 1:
             targets[0].enqueue(message)
-        elif targets:
-            size = message_size(message)
-            for queue in targets:
-                queue.enqueue(message, size)
+        elif targets:  # (a topic's subscribers: gateway/broker/queue.py's fan_out)
+            fan_out(targets, message, message_size(message))
         return None
 
     def send_batch(self, messages: list[Message], deduplicate: bool = True) -> Deferred[None]:
@@ -517,9 +515,10 @@ class EmbeddedBroker:
                 self.metrics.expired.inc()
                 continue
             self.metrics.enqueued.inc()
-            size = message_size(message)
-            for queue in targets:
-                queue.enqueue(message, size)
+            if len(targets) > 1:
+                fan_out(targets, message, message_size(message))
+            elif targets:
+                targets[0].enqueue(message)
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
         if spec.browser:
