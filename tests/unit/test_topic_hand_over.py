@@ -81,6 +81,21 @@ def test_plain_subscribers_get_a_message_without_the_queue_calls(broker: Embedde
     assert broker.memory.used == 0
 
 
+def test_a_batch_to_a_topic_is_fanned_out_the_same_way(clock: Clock, broker: EmbeddedBroker,
+                                                       calls: list[str]) -> None:
+    """A batch (a transaction's COMMIT, a composite destination) reaches the subscribers through
+    the broker's _enqueue: the same one pass, an expired message left out and counted, the
+    broker's enqueued count per message."""
+    sinks = [Sink() for _ in range(3)]
+    for sink in sinks:
+        subscribe(broker, sink, destination=TOPIC)
+    now = broker.now_ms()
+    batch = [text(TOPIC, "a"), text(TOPIC, "late", expiration=now - 1), text(TOPIC, "b")]
+    broker.send_batch(batch)
+    assert calls == [] and all(sink.texts() == ["a", "b"] for sink in sinks)
+    assert broker.metrics.enqueued.count == 2 and broker.metrics.expired.count == 1
+
+
 def test_a_topic_subscriber_selector_still_filters(broker: EmbeddedBroker, calls: list[str]) -> None:
     """A topic subscriber's selector is its queue's filter (applied when the targets are chosen):
     the subscribers whose selector matches get the message on the plain path, the others nothing."""
