@@ -96,6 +96,20 @@ def test_a_batch_to_a_topic_is_fanned_out_the_same_way(clock: Clock, broker: Emb
     assert broker.metrics.enqueued.count == 2 and broker.metrics.expired.count == 1
 
 
+def test_the_targets_read_each_subscriber_filter_in_place(broker: EmbeddedBroker,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Choosing a topic message's subscriber queues asks no accepts() call per queue (its test read
+    in place); a subscriber's selector still decides."""
+    asked: list[str] = []
+    monkeypatch.setattr(MessageQueue, "accepts", _counted(asked, "accepts", MessageQueue.accepts))
+    every, even = Sink(), Sink()
+    subscribe(broker, every, destination=TOPIC)
+    subscribe(broker, even, destination=TOPIC, selector="even = TRUE")
+    for n in range(4):
+        broker.send(text(TOPIC, f"m{n}", properties={"even": n % 2 == 0}))
+    assert asked == [] and every.texts() == bodies(4) and even.texts() == ["m0", "m2"]
+
+
 def test_a_topic_subscriber_selector_still_filters(broker: EmbeddedBroker, calls: list[str]) -> None:
     """A topic subscriber's selector is its queue's filter (applied when the targets are chosen):
     the subscribers whose selector matches get the message on the plain path, the others nothing."""
