@@ -242,6 +242,10 @@ class EmbeddedBroker:
         self._removal_started()
         remove_then(queue.key, message.message_id, self._auto_removed)
 
+    def auto_consumed_copies(self, count: int) -> None:
+        """QueueOwner: ``count`` auto-ack subscribers took a non-persistent message (a topic's fan-out)."""
+        self.metrics.consumed.count += count
+
     def _auto_removed(self, error: BaseException | None, counted: bool = True) -> None:
         if counted:
             self._removed(None)

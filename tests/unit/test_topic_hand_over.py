@@ -96,6 +96,24 @@ def test_a_batch_to_a_topic_is_fanned_out_the_same_way(clock: Clock, broker: Emb
     assert broker.metrics.enqueued.count == 2 and broker.metrics.expired.count == 1
 
 
+def test_auto_acknowledged_copies_are_counted_in_one_call(broker: EmbeddedBroker,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The auto-ack copies of a non-persistent message are counted once per message
+    (auto_consumed_copies), not with an auto_consumed call per subscriber; a persistent message's
+    copies still meet auto_consumed each (its store removal); the consumed count is the same."""
+    asked: list[str] = []
+    monkeypatch.setattr(broker, "auto_consumed", _counted(asked, "one", broker.auto_consumed))
+    monkeypatch.setattr(broker, "auto_consumed_copies", _counted(asked, "copies", broker.auto_consumed_copies))
+    for _ in range(5):
+        subscribe(broker, Sink(), destination=TOPIC)
+    before = broker.metrics.consumed.count
+    send_all(broker, bodies(3))
+    assert asked == ["copies"] * 3 and broker.metrics.consumed.count == before + 15
+    asked.clear()
+    send_all(broker, ["p"], persistent=True)
+    assert asked == ["one"] * 5 and broker.metrics.consumed.count == before + 20
+
+
 def test_the_targets_read_each_subscriber_filter_in_place(broker: EmbeddedBroker,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Choosing a topic message's subscriber queues asks no accepts() call per queue (its test read
