@@ -44,7 +44,7 @@ from gateway.broker.limits import (
 from gateway.broker.metrics import BrokerMetrics
 from gateway.broker.paging.page_file import PageFile
 from gateway.broker.publication import Publication, PublicationOrder
-from gateway.broker.queue import MessageQueue, QueueSubscription
+from gateway.broker.queue import MessageQueue, QueueSubscription, fan_out
 from gateway.broker.queue_wildcards import WildcardQueueSubscription
 from gateway.broker.recovery import Recovery
 from gateway.broker.scheduler import SCHEDULING, MemorySchedule, Scheduler, ScheduleStore, is_scheduled
@@ -242,6 +242,10 @@ class EmbeddedBroker:
         self._removal_started()
         remove_then(queue.key, message.message_id, self._auto_removed)
 
+    def auto_consumed_copies(self, count: int) -> None:
+        """QueueOwner: ``count`` auto-ack subscribers took a non-persistent message (a topic's fan-out)."""
+        self.metrics.consumed.count += count
+
     def _auto_removed(self, error: BaseException | None, counted: bool = True) -> None:
         if counted:
             self._removed(None)
@@ -383,10 +387,8 @@ class EmbeddedBroker:
         self.metrics.enqueued.count += 1
         if len(targets) == 1:
             targets[0].enqueue(message)
-        elif targets:
-            size = message_size(message)
-            for queue in targets:
-                queue.enqueue(message, size)
+        elif targets:  # (a topic's subscribers: gateway/broker/queue.py's fan_out)
+            fan_out(targets, message, message_size(message))
         return None
 
     def send_batch(self, messages: list[Message], deduplicate: bool = True) -> Deferred[None]:
@@ -517,9 +519,10 @@ class EmbeddedBroker:
                 self.metrics.expired.inc()
                 continue
             self.metrics.enqueued.inc()
-            size = message_size(message)
-            for queue in targets:
-                queue.enqueue(message, size)
+            if len(targets) > 1:
+                fan_out(targets, message, message_size(message))
+            elif targets:
+                targets[0].enqueue(message)
 
     def subscribe(self, spec: SubscriptionSpec, consumer: IConsumer) -> Deferred[ISubscription]:
         if spec.browser:

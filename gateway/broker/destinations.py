@@ -119,7 +119,7 @@ class Destinations:
             consumer_queues = self.virtual.queues_of(destination)
             if consumer_queues:
                 subscribers = [*subscribers, *(self.queues[name] for name in consumer_queues if name in self.queues)]
-        return [queue for queue in subscribers if queue.accepts(message)]
+        return [queue for queue in subscribers if queue.filter is None or queue.filter(message)]  # (accepts, in place)
 
     def of_destination(self, destination: str) -> list[MessageQueue]:
         """The queue named ``destination`` and every subscriber queue of the topic so named."""

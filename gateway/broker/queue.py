@@ -71,6 +71,10 @@ class QueueOwner(Protocol):
     def auto_consumed(self, queue: MessageQueue, message: Message) -> None:
         """``message`` left ``queue`` for an auto-ack subscriber: like :meth:`consumed`, not waited for."""
 
+    def auto_consumed_copies(self, count: int) -> None:
+        """:func:`fan_out` handed a non-persistent message to ``count`` auto-ack subscribers:
+        :meth:`auto_consumed` for each of them at once."""
+
     def replaced(self, queue: MessageQueue, message: Message) -> None:
         """A last-value queue took the waiting ``message`` out: a newer one with its key came."""
 
@@ -692,6 +696,73 @@ class MessageQueue:
                 self._rr = start + offset + 1
                 return consumer
         return None
+
+
+def fan_out(queues: list[MessageQueue], message: Message, size: int) -> None:
+    """Issue 39: ``message`` (``size``: its :func:`message_size`) enters each of ``queues`` (a
+    topic's subscriber queues, of one owner), in their order, as :meth:`MessageQueue.enqueue` would
+    put it into each, with the conditions that are the message's or the owner's read once.
+
+    A message with an expiration or a group takes ``enqueue`` everywhere; so does one the owner's
+    memory has no room for (or while a sender waits for room, or the limit's report is out).
+    Otherwise each queue in the plain state of :meth:`MessageQueue._hand_over` (one consumer with
+    credit and no selector, nothing pending in memory or paged, not inside a dispatch, not a
+    last-value queue, room under its ``max_size``) is handed the message here: the sequence number
+    and the ``enqueued``/``dequeued`` counts ``enqueue`` and ``take`` make, an auto-ack delivery
+    consumed at once (:meth:`QueueOwner.auto_consumed`; a non-persistent message's copies are
+    counted in one :meth:`QueueOwner.auto_consumed_copies` at the end), a client-ack one through
+    :meth:`QueueSubscription.take`, a refused one put back (the GlassFish rule).  Any other queue
+    takes ``enqueue``.  The memory is read again after anything that may have held a message (an
+    ``enqueue``, a refusal, a dispatch); a hand-over holds nothing, so a stale "room" never takes
+    memory past its limit."""
+    if message.expiration or GROUP_ID in message.properties:
+        for queue in queues:
+            queue.enqueue(message, size)
+        return
+    usage = queues[0].usage
+    persistent = message.persistent
+    copies = 0
+    room = not usage.waiting and not usage.reported and usage.used + size <= usage.limit
+    try:
+        for queue in queues:
+            consumers = queue.consumers
+            if (room and len(consumers) == 1 and not queue._heap and not queue._dispatching
+                    and queue.last_values is None):
+                target = consumers[0]
+                page = queue.page
+                if (
+                    not target.paused and not target.closed and target.selector is None
+                    and (target.auto or len(target.unacked) < target.prefetch)
+                    and (page is None or page.head is None)
+                    and not (queue.max_size and queue.memory + size > queue.max_size)
+                ):
+                    seq = next(queue._seq)
+                    queue.enqueued += 1
+                    queue._rr = 1
+                    queue._dispatching = True
+                    try:
+                        if not target.auto:
+                            target.take(seq, message)
+                        elif target.consumer.deliver(message, seq) is False:
+                            target._refused(seq, message)
+                        else:
+                            queue.dequeued += 1
+                            if persistent:
+                                queue.owner.auto_consumed(queue, message)
+                            else:
+                                copies += 1
+                    finally:
+                        queue._dispatching = False
+                    page = queue.page
+                    if queue._heap or queue._again or (page is not None and page.head is not None):
+                        queue.dispatch()  # (what _hand_over does after a take; a refused message is back in)
+                        room = not usage.waiting and not usage.reported and usage.used + size <= usage.limit
+                    continue
+            queue.enqueue(message, size)
+            room = not usage.waiting and not usage.reported and usage.used + size <= usage.limit
+    finally:  # (the copies handed over so far are counted even when a consumer raised)
+        if copies:
+            queues[0].owner.auto_consumed_copies(copies)
 
 
 @implementer(IImmediateAcks, ITransactionalAcks)
