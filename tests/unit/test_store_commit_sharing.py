@@ -172,14 +172,19 @@ def test_the_wait_ends_at_the_window_with_fewer_writes_than_expected(
     assert [error for _, error in reports.done] == [None] * len(reports.done)
 
 
+def held_back(writer: GroupCommitWriter, reactor: ThreadReactor, reports: Reports, shared: int, name: str) -> None:
+    """After a shared group of `shared` writes, append `name` and wait until the writer holds it back."""
+    shared_group(writer, reactor, reports, shared)
+    writer.append(insert, name, 0, reports.of(name))
+    while not writer._lingering:
+        threading.Event().wait(0.001)
+
+
 def test_stop_ends_a_held_back_group_and_commits_it(
         open_writer: Callable[[float], GroupCommitWriter], reactor: ThreadReactor) -> None:
     writer = open_writer(60.0)
     reports = Reports()
-    shared_group(writer, reactor, reports, 4)
-    writer.append(insert, "last", 0, reports.of("last"))
-    while not writer._lingering:  # (the writer holds the group back now)
-        threading.Event().wait(0.001)
+    held_back(writer, reactor, reports, 4, "last")
     reactor.pump_until(fired(writer.stop()))
     assert reports.done[-1] == ("last", None)
 
@@ -189,10 +194,7 @@ def test_other_work_queued_meanwhile_ends_the_wait_when_enough_is_queued(
     """Any operation counts (a submit as well as a merged part), each its own outcome."""
     writer = open_writer(60.0)
     reports = Reports()
-    shared_group(writer, reactor, reports, 2)
-    writer.append(insert, "part", 0, reports.of("part"))
-    while not writer._lingering:
-        threading.Event().wait(0.001)
+    held_back(writer, reactor, reports, 2, "part")
     submitted = writer.submit(lambda db: db.execute("SELECT count(*) FROM parts").fetchone()[0])
     reactor.pump_until(lambda: submitted.called and len(reports.done) == 3)
     assert writer.stats.commits == 2

@@ -244,15 +244,21 @@ def test_an_expiring_message_takes_the_general_path(clock: Clock, broker: Embedd
     assert broker.topics[TOPIC][1].expired_count == 1
 
 
-def test_a_grouped_message_takes_the_general_path(clock: Clock, calls: list[str]) -> None:
-    """A message with a JMSXGroupID goes through enqueue everywhere: a virtual topic's consumer
-    queue assigns the group to one of its consumers (JMSXGroupFirstForConsumer on the first)."""
+def virtual_topic_with_two_consumers(clock: Clock) -> tuple[EmbeddedBroker, str, tuple[Sink, Sink, Sink]]:
+    """A virtual topic with a plain subscriber and one consumer queue that two consumers share."""
     broker = make(clock)
     plain, a1, a2 = Sink(), Sink(), Sink()
     vt = "/topic/VirtualTopic.prices"
     subscribe(broker, plain, destination=vt)
     subscribe(broker, a1, destination="/queue/Consumer.A.VirtualTopic.prices")
     subscribe(broker, a2, destination="/queue/Consumer.A.VirtualTopic.prices")
+    return broker, vt, (plain, a1, a2)
+
+
+def test_a_grouped_message_takes_the_general_path(clock: Clock, calls: list[str]) -> None:
+    """A message with a JMSXGroupID goes through enqueue everywhere: a virtual topic's consumer
+    queue assigns the group to one of its consumers (JMSXGroupFirstForConsumer on the first)."""
+    broker, vt, (plain, a1, a2) = virtual_topic_with_two_consumers(clock)
     for n in range(4):
         broker.send(text(vt, f"g{n}", properties={"JMSXGroupID": "G"}))
     assert calls.count("enqueue") == 8
@@ -265,12 +271,7 @@ def test_a_grouped_message_takes_the_general_path(clock: Clock, calls: list[str]
 def test_a_shared_queue_of_a_virtual_topic_takes_the_general_path(clock: Clock, calls: list[str]) -> None:
     """A virtual topic's consumer queue with two consumers shares its copies in turn (enqueue);
     the topic's own subscriber beside it is served on the plain path."""
-    broker = make(clock)
-    plain, a1, a2 = Sink(), Sink(), Sink()
-    vt = "/topic/VirtualTopic.prices"
-    subscribe(broker, plain, destination=vt)
-    subscribe(broker, a1, destination="/queue/Consumer.A.VirtualTopic.prices")
-    subscribe(broker, a2, destination="/queue/Consumer.A.VirtualTopic.prices")
+    broker, vt, (plain, a1, a2) = virtual_topic_with_two_consumers(clock)
     for n in range(4):
         broker.send(text(vt, f"m{n}"))
     assert calls.count("enqueue") == 4, "the shared queue's only"
@@ -301,6 +302,19 @@ def run(tmp_path: Path) -> Iterator[Run]:
     run.close()
 
 
+def durable_backlog(run: Run, durable_spec: dict[str, str], restart: bool) -> tuple[EmbeddedBroker, Sink, Sink]:
+    """A durable subscription left with three stored persistent messages (the broker restarted
+    or not) and a plain subscriber on the topic; returns the broker, the plain sink and the sink
+    for the durable's return."""
+    run.subscribe(Sink(), **durable_spec).close()  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
+    run.send(*[text(TOPIC, name, persistent=True) for name in bodies(3, "old")])
+    broker = run.restart() if restart else run.broker
+    assert broker is not None
+    plain, back = Sink(), Sink()
+    run.subscribe(plain, destination=TOPIC)  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
+    return broker, plain, back
+
+
 @pytest.mark.parametrize("restart", [False, True], ids=["held", "paged-after-restart"])
 def test_a_durable_subscriber_with_a_backlog_takes_the_general_path(run: Run, calls: list[str],
                                                                     restart: bool) -> None:
@@ -309,12 +323,7 @@ def test_a_durable_subscriber_with_a_backlog_takes_the_general_path(run: Run, ca
     wait behind it (enqueue, one per message), it gets them all in order; the non-durable
     subscriber beside it is served on the plain path."""
     durable_spec = {"destination": TOPIC, "durable_name": "d", "client_id": "c"}
-    run.subscribe(Sink(), **durable_spec).close()  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
-    run.send(*[text(TOPIC, name, persistent=True) for name in bodies(3, "old")])
-    broker = run.restart() if restart else run.broker
-    assert broker is not None
-    plain, back = Sink(), Sink()
-    run.subscribe(plain, destination=TOPIC)  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
+    broker, plain, back = durable_backlog(run, durable_spec, restart)
     sub = run.subscribe(back, **durable_spec, ack_mode="client-individual", prefetch=1)  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
     assert back.texts() == ["old0"]
     calls.clear()
@@ -334,12 +343,7 @@ def test_a_subscriber_whose_backlog_waits_for_the_store_keeps_its_order(run: Run
     not handed over ahead of that backlog but queued behind it, and comes after it once the store
     caught up."""
     durable_spec = {"destination": TOPIC, "durable_name": "d", "client_id": "c"}
-    run.subscribe(Sink(), **durable_spec).close()  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
-    run.send(*[text(TOPIC, name, persistent=True) for name in bodies(3, "old")])
-    broker = run.restart() if restart else run.broker
-    assert broker is not None
-    plain, back = Sink(), Sink()
-    run.subscribe(plain, destination=TOPIC)  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
+    broker, plain, back = durable_backlog(run, durable_spec, restart)
     broker.removals_held = True
     run.subscribe(back, **durable_spec)  # type: ignore[arg-type]  # (test_broker's Sink: the same shape)
     assert back.texts() == []
