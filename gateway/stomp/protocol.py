@@ -55,6 +55,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
+from twisted.internet import tcp
 from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime, ISSLTransport
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
@@ -260,12 +261,37 @@ class StompServerProtocol(Protocol):
                 self.factory.traffic.sent += 1
             dropped = self._dropped
             data = encode_frame(frame, self.version, dropped=dropped)
-            self.transport.write(data)  # type: ignore[union-attr]
+            if self.factory.gathering or not self._write_now(data):
+                self.transport.write(data)  # type: ignore[union-attr]
             if self._over is not None:
                 self._count_over(len(data))
             if dropped:
                 self.factory.headers_dropped(frame, self.version, dropped)
                 dropped.clear()
+
+    _sends_at_write_now = -1
+    """(``messages_in`` at the last :meth:`_write_now`: one write-now per SEND read at most)"""
+
+    def _write_now(self, data: bytes) -> bool:
+        """Send ``data`` on the socket now when the TCP transport holds nothing, instead of Twisted's
+        buffered write, which waits for the next poll (``EPOLLOUT`` registered, then written in ``doWrite``:
+        two ``epoll_ctl`` and a pass through the reactor): a RECEIPT written from a store commit's report
+        leaves in that turn (issue 39).  At most once per SEND read (``messages_in``): a pipelining
+        producer's receipts of one commit still go out in one buffered write.  Whatever the socket does
+        not take now is buffered behind.  False: not done (TLS, WebSocket, something held, the same SENDs
+        answered already, the connection closing): the caller writes it the usual way."""
+        transport = self.transport
+        if type(transport) is not tcp.Server or self.messages_in == self._sends_at_write_now \
+                or transport.dataBuffer or transport._tempDataLen or not transport.connected \
+                or transport.disconnecting:
+            return False
+        sent = transport.writeSomeData(data)
+        if not isinstance(sent, int) or sent <= 0:  # (a lost connection: the buffered write lets Twisted see it)
+            return False
+        self._sends_at_write_now = self.messages_in
+        if sent < len(data):
+            transport.write(data[sent:])
+        return True
 
     def send_message(self, data: bytes) -> None:
         if not self._closing:
