@@ -22,6 +22,7 @@ from gateway.broker.queue import MessageQueue, QueueSubscription
 from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.interfaces import ISubscription
 from gateway.message.model import Message
+from gateway.stomp.delivery import MessageEncoder
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
 
 QUEUE = "/queue/work"
@@ -310,3 +311,22 @@ def test_seeded_runs_match_the_enqueue_before(seed: int, monkeypatch: pytest.Mon
         before.do(step)
     assert one_step.outcome() == before.outcome()
     assert sum(len(sink.got) for sink in one_step.sinks) > 200, "the run delivers"
+
+
+# -- the MESSAGE side ---------------------------------------------------------------------------
+
+
+def test_encoding_leaves_the_encoder_class_unchanged() -> None:
+    """The last message's encoded parts are kept outside MessageEncoder's class: a class attribute
+    assigned once a delivery made CPython drop its cached look-ups of the encoders' attributes
+    (the session reads ``encoder.version``, ``encoder.destination``, ``encoder.encode`` each
+    delivery).  The parts are still used again for the same message (a topic's fan-out)."""
+    before = dict(vars(MessageEncoder))
+    first, second = MessageEncoder("s1", QUEUE, "1.2"), MessageEncoder("s2", QUEUE, "1.2")
+    message = text(QUEUE, "hello")
+    one = first.encode(message, None)
+    two = second.encode(message, None)
+    assert dict(vars(MessageEncoder)) == before
+    assert one is not None and two is not None
+    assert one.replace(b"subscription:s1", b"subscription:s2") == two
+    assert one.endswith(b"\n\nhello\x00") and one.startswith(b"MESSAGE\ndestination:/queue/work\n")
