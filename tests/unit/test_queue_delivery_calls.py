@@ -23,7 +23,9 @@ from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.interfaces import ISubscription
 from gateway.message.model import Message
 from gateway.stomp.delivery import MessageEncoder
+from gateway.stomp.session import StompSession
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
+from tests.unit.test_session import Peer, connect, make_factory
 
 QUEUE = "/queue/work"
 
@@ -330,3 +332,82 @@ def test_encoding_leaves_the_encoder_class_unchanged() -> None:
     assert one is not None and two is not None
     assert one.replace(b"subscription:s1", b"subscription:s2") == two
     assert one.endswith(b"\n\nhello\x00") and one.startswith(b"MESSAGE\ndestination:/queue/work\n")
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The session's general MESSAGE writer's calls (``StompSession._write_delivery``)."""
+    noted: list[str] = []
+    monkeypatch.setattr(StompSession, "_write_delivery",
+                        _counted(noted, "write", StompSession._write_delivery))
+    return noted
+
+
+def _session_pair(clock: Clock, broker: EmbeddedBroker, **subscribe_headers: str) -> tuple[Peer, Peer]:
+    factory = make_factory(clock, broker)
+    consumer, producer = Peer(factory), Peer(factory)
+    connect(consumer, **{"heart-beat": "0,0"})
+    connect(producer)
+    consumer.send("SUBSCRIBE", {"destination": QUEUE, "id": "s1", **subscribe_headers})
+    return consumer, producer
+
+
+def test_an_auto_delivery_is_written_without_the_general_writer(clock: Clock, broker: EmbeddedBroker,
+                                                                writes: list[str]) -> None:
+    """An auto subscription's MESSAGEs after its first (which makes its encoder) are written by
+    StompSession.deliver itself: no _write_delivery call; the frames are as before."""
+    consumer, producer = _session_pair(clock, broker)
+    for body in (b"one", b"two", b"three"):
+        producer.send("SEND", {"destination": QUEUE}, body)
+    frames = consumer.received()
+    assert [(f.command, f.headers["subscription"], f.headers["destination"], f.body) for f in frames] == [
+        ("MESSAGE", "s1", QUEUE, body) for body in (b"one", b"two", b"three")]
+    assert all("ack" not in f.headers for f in frames)
+    assert writes == ["write"], "the first delivery only"
+
+
+def test_client_ack_and_wildcard_deliveries_keep_the_general_writer(clock: Clock, broker: EmbeddedBroker,
+                                                                    writes: list[str]) -> None:
+    """A client-ack delivery (its ack header) and a wildcard subscription's (each message's own
+    destination) are written by _write_delivery, as before."""
+    consumer, producer = _session_pair(clock, broker, ack="client-individual")
+    for body in (b"a", b"b"):
+        producer.send("SEND", {"destination": QUEUE}, body)
+    assert [f.body for f in consumer.received() if "ack" in f.headers] == [b"a", b"b"]
+    assert writes == ["write", "write"]
+    writes.clear()
+    watcher = Peer(make_factory(clock, broker))
+    connect(watcher)
+    watcher.send("SUBSCRIBE", {"destination": "/topic/prices.>", "id": "w"})
+    producer.send("SEND", {"destination": "/topic/prices.eu"}, b"x")
+    producer.send("SEND", {"destination": "/topic/prices.us"}, b"y")
+    assert [f.headers["destination"] for f in watcher.received()] == ["/topic/prices.eu", "/topic/prices.us"]
+    assert writes == ["write", "write"]
+
+
+def test_an_auto_delivery_still_marks_the_outgoing_heart_beat(clock: Clock, broker: EmbeddedBroker) -> None:
+    """With outgoing heart-beats, each MESSAGE written (the direct write too) counts as traffic."""
+    factory = make_factory(clock, broker)
+    consumer, producer = Peer(factory), Peer(factory)
+    connect(consumer, **{"heart-beat": "0,1000"})
+    connect(producer)
+    consumer.send("SUBSCRIBE", {"destination": QUEUE, "id": "s1"})
+    session = consumer.protocol.session
+    assert session is not None and session.heartbeats.out_interval
+    producer.send("SEND", {"destination": QUEUE}, b"first")
+    clock.advance(0.5)
+    producer.send("SEND", {"destination": QUEUE}, b"second")
+    assert session.heartbeats.last_sent == clock.seconds()
+    assert [f.body for f in consumer.received() if f.command == "MESSAGE"] == [b"first", b"second"]
+
+
+def test_a_message_only_the_general_encoder_writes_takes_the_general_path(clock: Clock,
+                                                                         broker: EmbeddedBroker) -> None:
+    """A property the fast encoder leaves to the general one (a name like a MESSAGE header) still
+    reaches the client through message_to_frame."""
+    consumer, producer = _session_pair(clock, broker)
+    producer.send("SEND", {"destination": QUEUE}, b"plain")
+    broker.send(text(QUEUE, "odd", properties={"subscription": "x"}))
+    frames = consumer.received()
+    assert [f.body for f in frames] == [b"plain", b"odd"]
+    assert frames[1].headers["subscription"] == "s1"
