@@ -184,6 +184,26 @@ def test_a_message_over_max_size_is_not_handed_over(clock: Clock, calls: list[st
     assert "hand_over" in calls and sink.texts() == ["x" * 200]
 
 
+
+def test_a_send_to_an_existing_queue_asks_no_targets_call(broker: EmbeddedBroker,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker finds an existing queue itself (Destinations.targets' first case); a new queue,
+    a topic and an unknown destination still ask targets (which makes the queue, finds the
+    subscribers, refuses a destination it does not know)."""
+    asked: list[str] = []
+    destinations = broker.destinations
+    monkeypatch.setattr(destinations, "targets", _counted(asked, "targets", destinations.targets))
+    sink = Sink()
+    subscribe(broker, sink, destination=QUEUE)
+    send_all(broker, bodies(3))
+    assert asked == [] and sink.texts() == bodies(3)
+    send_all(broker, ["new"], destination="/queue/new")
+    send_all(broker, ["t"], destination="/topic/t")
+    refused: list[Any] = []
+    broker.send(text("/temp-queue/gone", "x")).addErrback(refused.append)
+    assert asked == ["targets"] * 3 and len(broker.queues["/queue/new"]) == 1
+    assert len(refused) == 1, "refused, as before"
+
 # -- the same outcomes as the enqueue before, on seeded random runs ---------------------------
 
 
