@@ -364,10 +364,14 @@ class EmbeddedBroker:
                 return self.scheduler.schedule(message)
         if "," in destination:  # (is_composite: one copy per part, stored as one batch: one receipt)
             return self.send_batch([message], deduplicate=False)
-        try:
-            targets = self.destinations.targets(message)
-        except GatewayError as error:
-            return fail(error)
+        queue = self.queues.get(destination)
+        if queue is not None and destination.startswith("/queue/"):  # (an existing queue: targets' first case)
+            targets = [queue]
+        else:
+            try:
+                targets = self.destinations.targets(message)
+            except GatewayError as error:
+                return fail(error)
         memory = self.memory
         if targets and (self.policies.rules or memory.used >= memory.limit):  # (policies or memory.full)
             refusal = self.admission.admit(message, targets)

@@ -297,15 +297,52 @@ class MessageQueue:
 
     def enqueue(self, message: Message, size: int = 0) -> None:
         """Add a message (paged out when memory is full) and try to dispatch it; ``size`` is its
-        :func:`message_size` when the caller knows it (a topic's message enters many queues)."""
+        :func:`message_size` when the caller knows it (a topic's message enters many queues).
+
+        Issue 39: the queue's only consumer, an auto-ack one with credit and no selector, gets the
+        message here, without :meth:`_hand_over` and :meth:`QueueSubscription.take`, when their
+        conditions hold (nothing pending, not inside a dispatch, no expiration, no group, room in
+        memory and under ``max_size``): the same sequence number, counts, refusal and dispatch."""
         if self.last_values is not None:
             replaced = self.last_values.replace(message)
             if replaced is not None:
                 for old in self.remove_pending({replaced}):
                     self.owner.replaced(self, old)
+        consumers = self.consumers
+        if len(consumers) == 1 and not self._heap:
+            target = consumers[0]
+            page = self.page
+            if (
+                target.auto and not target.paused and not target.closed and target.selector is None
+                and not self._dispatching and not message.expiration and (page is None or page.head is None)
+                and GROUP_ID not in message.properties
+            ):
+                # (issue 39: the usual 1 -> 1 delivery: _hand_over and take in one step, as fan_out does)
+                size = size or message_size(message)
+                usage = self.usage
+                if (
+                    not usage.waiting and not usage.reported and usage.used + size <= usage.limit
+                    and not (self.max_size and self.memory + size > self.max_size)
+                ):
+                    seq = next(self._seq)
+                    self.enqueued += 1
+                    self._rr = 1  # (as _pick with one consumer)
+                    self._dispatching = True
+                    try:
+                        if target.consumer.deliver(message, seq) is False:
+                            target._refused(seq, message)
+                        else:
+                            self.dequeued += 1
+                            self.owner.auto_consumed(self, message)
+                    finally:
+                        self._dispatching = False
+                    page = self.page
+                    if self._heap or self._again or (page is not None and page.head is not None):
+                        self.dispatch()  # (what the dispatch loop does after a take; a refused message is back in)
+                    return
         entry = (-message.priority, next(self._seq), message, size or message_size(message))
         self.enqueued += 1
-        if len(self.consumers) == 1 and not self._heap and self._hand_over(entry):
+        if len(consumers) == 1 and not self._heap and self._hand_over(entry):
             return
         self._add(entry)
         if self.consumers:

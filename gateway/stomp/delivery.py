@@ -21,8 +21,6 @@ everything else is changed on a copy, :class:`~gateway.message.model.Message`).
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from gateway.message.convert import property_to_header
 from gateway.message.model import MESSAGE_ID_PREFIX, BytesMessage, Message, PropertyValue, TextMessage
 
@@ -73,15 +71,18 @@ def _name(text: str, escaped: bool) -> str | None:
     return _escape(text, escaped)
 
 
+_last: tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None = None
+"""The last message encoded (any subscription): message, version, its redelivery marks and
+property count, then the header lines between ``destination`` and ``subscription``, the
+``content-length`` line and the body.  A module global, not a class attribute: assigning a class
+attribute (once a delivery) makes CPython drop the cached look-ups of every attribute of the class's
+instances (``encoder.version``, ``encoder.encode``) in the interpreted code that reads them."""
+
+
 class MessageEncoder:
     """The MESSAGE frames of one subscription, for one STOMP version."""
 
     __slots__ = ("_escaped", "_prefix", "_subscription", "destination", "version")
-
-    _last: ClassVar[tuple[Message, str, bool, int, int, bytes, bytes, bytes] | None] = None
-    """The last message encoded (any subscription): message, version, its redelivery marks and
-    property count, then the header lines between ``destination`` and ``subscription``, the
-    ``content-length`` line and the body."""
 
     def __init__(self, subscription_id: str, destination: str, version: str) -> None:
         self.version = version
@@ -104,7 +105,8 @@ class MessageEncoder:
         prefix = self._prefix
         if prefix is None:
             return None
-        last = MessageEncoder._last
+        global _last
+        last = _last
         if (
             last is not None
             and last[0] is message
@@ -119,8 +121,8 @@ class MessageEncoder:
             if parts is None:
                 return None
             middle, length, body = parts
-            MessageEncoder._last = (message, self.version, message.redelivered, message.redelivery_count,
-                                    len(message.properties), middle, length, body)
+            _last = (message, self.version, message.redelivered, message.redelivery_count,
+                     len(message.properties), middle, length, body)
         if ack is None:
             return b"".join((prefix, middle, self._subscription, length, body, b"\x00"))
         ack_line: str | None = ack

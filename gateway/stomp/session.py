@@ -642,6 +642,20 @@ class StompSession:
             # takes; written here without the calls of the general path below)
             if subscription.closed:
                 return False
+            encoder = subscription.encoder
+            if (
+                encoder is not None and subscription.ack_mode == "auto" and not subscription.wildcard
+                and encoder.version == self.version
+            ):
+                # (issue 39: an auto delivery with the subscription's encoder made: _write_delivery's
+                # steps without its call)
+                data = encoder.encode(message, None)
+                if data is not None:
+                    heartbeats = self.heartbeats
+                    if heartbeats.out_interval:
+                        heartbeats.last_sent = self.clock.seconds()
+                    self.sink.send_message(data)
+                    return True
             self._write_delivery(message, subscription, tag)
             return True
         if self.transformer is not None:
