@@ -10,7 +10,7 @@ delivery, count and byte of memory.  The real embedded broker, in-memory consume
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,22 +19,16 @@ from twisted.internet.task import Clock
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import message_size
 from gateway.broker.queue import MessageQueue, QueueSubscription
-from gateway.broker.settings import BrokerSettings, DestinationLimits
+from gateway.broker.settings import DestinationLimits
 from gateway.interfaces import ISubscription
 from gateway.message.model import Message
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.session import StompSession
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
 from tests.unit.test_session import Peer, connect, make_factory
+from tests.unit.test_topic_hand_over import _counted, bodies, make
 
 QUEUE = "/queue/work"
-
-
-def _counted(calls: list[str], label: str, real: Callable[..., Any]) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        calls.append(label)
-        return real(*args, **kwargs)
-    return call
 
 
 @pytest.fixture
@@ -45,16 +39,6 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(QueueSubscription, "take", _counted(noted, "take", QueueSubscription.take))
     monkeypatch.setattr(MessageQueue, "dispatch", _counted(noted, "dispatch", MessageQueue.dispatch))
     return noted
-
-
-def make(clock: Clock, **settings: Any) -> EmbeddedBroker:
-    broker = EmbeddedBroker(clock, BrokerSettings(**settings))
-    broker.start()
-    return broker
-
-
-def bodies(count: int, prefix: str = "m") -> list[str]:
-    return [f"{prefix}{n}" for n in range(count)]
 
 
 def send_all(broker: EmbeddedBroker, names: list[str], destination: str = QUEUE, **fields: Any) -> None:
