@@ -76,6 +76,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.endpoints import TCP4ClientEndpoint, wrapClientTLS
 from twisted.internet.interfaces import IProtocolFactory, IReactorTime, IStreamClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -120,6 +121,12 @@ PROBE_DESTINATION = "/temp-topic/jmsgateway.transformation-probe"
 takes it (a temporary topic: nothing is created that outlives the connection, nothing arrives)."""
 
 EMPTY_TEXTS = "Map and Object messages cannot be told from empty texts"
+
+CLIENT_ID_WAITS = (0.1, 0.2, 0.4, 0.8, 1.6)
+"""Seconds waited, one after the other, before CONNECTing again when the broker answers that the
+connector's client id is still connected. ActiveMQ forgets a connection it closed (the transformation
+probe) a moment after the close, so a new connection made at once can meet its own predecessor. After
+these ~3 s the refusal is a failed attempt (another process holds the id) and is logged in full."""
 """What a connector that subscribes without a transformation says of Map/Object messages."""
 
 
@@ -166,8 +173,7 @@ class _BrokerSessionEndpoint:
                 if accepted or not protocol.closed:
                     return restore(protocol)
                 # the broker closed this connection at the probe: a new one, without the transformation
-                again: Deferred[Any] = self.transport.connect(connector._factory)
-                return again.addCallback(handshake)
+                return connect_and_handshake()
 
             return connector.probe_transformation(protocol).addCallback(answered)
 
@@ -197,8 +203,27 @@ class _BrokerSessionEndpoint:
                 protocol.abort_connection()
             return failure
 
-        attempt: Deferred[Any] = self.transport.connect(connector._factory)
-        return attempt.addCallback(handshake).addErrback(failed)
+        waits = list(CLIENT_ID_WAITS)  # shared by the attempt's connections (the probe's second one too)
+
+        def connect_and_handshake() -> Deferred[Any]:
+            attempt: Deferred[Any] = self.transport.connect(connector._factory)
+            return attempt.addCallback(handshake).addErrback(client_id_held)
+
+        def client_id_held(failure: Failure) -> Deferred[Any] | Failure:
+            if not waits or not _client_id_in_use(failure):
+                return failure
+            for protocol in made:
+                protocol.abort_connection()
+            made.clear()
+            delay = waits.pop(0)
+            connector.log.info(
+                "connector {name}: {uri} still has a connection with client id {client_id} (the one it just "
+                "closed, as a rule); connecting again in {delay}s",
+                name=connector.name, uri=settings.uri, client_id=settings.client_id, delay=delay,
+            )
+            return deferLater(connector.clock, delay, connect_and_handshake)
+
+        return connect_and_handshake().addErrback(failed)
 
 
 @implementer(IFrameForwarder, IFlowControlled, IStatusReporting, ICredentialed, IHeldMessages)
@@ -907,6 +932,15 @@ class StompBrokerConnector:
     def forget(self, subscription: BrokerSubscription) -> None:
         """:class:`~gateway.connectors.stomp_subscription.SubscriptionOwner`: ``subscription`` is closed."""
         self._subscriptions.pop(subscription.id, None)
+
+
+def _client_id_in_use(failure: Failure) -> bool:
+    """Whether ``failure`` is the broker refusing a CONNECT because its client id is connected
+    already (ActiveMQ's InvalidClientIDException, Artemis's AMQ229026)."""
+    if not failure.check(BrokerError):
+        return False
+    message = failure.getErrorMessage()
+    return "InvalidClientID" in message or "AMQ229026" in message or "already connected" in message
 
 
 def _closed_without_error(protocol: StompClientProtocol, failure: Failure) -> bool:

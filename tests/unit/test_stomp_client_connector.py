@@ -15,7 +15,13 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from gateway.connectors.stomp_broker import EMPTY_TEXTS, PROBE_DESTINATION, StompBrokerConnector, StompBrokerSettings
+from gateway.connectors.stomp_broker import (
+    CLIENT_ID_WAITS,
+    EMPTY_TEXTS,
+    PROBE_DESTINATION,
+    StompBrokerConnector,
+    StompBrokerSettings,
+)
 from gateway.connectors.stomp_client import StompClientProtocol
 from gateway.errors import ConfigError, ConnectorUnavailable, StaleDelivery
 from gateway.interfaces import IConnector, IConsumer, SubscriptionSpec
@@ -83,6 +89,15 @@ class FakeBroker:
         assert unsubscribe.command == "UNSUBSCRIBE" and unsubscribe.headers["id"] == subscribe.headers["id"]
         self.answer("RECEIPT", {"receipt-id": unsubscribe.headers["receipt"]})
         return subscribe
+
+    def refuse_client_id(self) -> None:
+        """Answer the pending CONNECT as ActiveMQ does while a connection with its client id is open."""
+        (connect,) = [frame for frame in self.frames() if frame.command == "CONNECT"]
+        client_id = connect.headers["client-id"]
+        self.answer("ERROR", {"message": f"Broker: amq - Client: {client_id} already connected from "
+                                         "tcp://127.0.0.1:53268"},
+                    b"javax.jms.InvalidClientIDException: Broker: amq - Client: already connected")
+        self.drop()
 
     def drop(self) -> None:
         assert self.protocol is not None and self.transport is not None
@@ -483,6 +498,36 @@ def test_a_broker_closing_at_the_probe_is_left_at_once_and_subscribed_without_th
     health = connector.health()
     assert health.up and EMPTY_TEXTS in health.detail and "XStream" in health.detail
     assert connector.status()["transformation"] == ""
+
+
+def test_the_probes_second_connection_waits_out_its_own_client_id(broker: FakeBroker, clock: Clock) -> None:
+    """ActiveMQ forgets the connection it closed at the probe a moment later: the next CONNECT, made at
+    once, can be refused for the client id. It is tried again shortly, within the same attempt."""
+    connector = make(broker, clock, failure_retry_interval=5000, max_retries=0)
+    starting = connector.start()
+    broker.accept()
+    broker.probe(accept=False)
+    broker.refuse_client_id()
+    assert broker.attempts == 2 and connector.state != "failed"
+    clock.advance(0.1)
+    assert broker.attempts == 3
+    broker.accept()
+    clock.advance(0)
+    result_of(starting)
+    assert connector.health().up
+
+
+def test_a_client_id_held_longer_is_a_failed_attempt_that_names_it(broker: FakeBroker, clock: Clock) -> None:
+    connector = make(broker, clock, failure_retry_interval=5000, max_retries=0)
+    starting = connector.start()
+    for _ in range(len(CLIENT_ID_WAITS) + 1):
+        broker.refuse_client_id()
+        clock.advance(max(CLIENT_ID_WAITS))
+    assert broker.attempts == len(CLIENT_ID_WAITS) + 1
+    with pytest.raises(ConnectorUnavailable, match="already connected"):
+        result_of(starting)
+    clock.advance(60)
+    assert broker.attempts == len(CLIENT_ID_WAITS) + 1  # max_retries 0: no more
 
 
 @pytest.mark.parametrize("options", [{"transformation": ""}, {"amq_msg_type": False}], ids=["none", "not-activemq"])
