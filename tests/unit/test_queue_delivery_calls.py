@@ -20,13 +20,12 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.limits import message_size
 from gateway.broker.queue import MessageQueue, QueueSubscription
 from gateway.broker.settings import DestinationLimits
-from gateway.interfaces import ISubscription
 from gateway.message.model import Message
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.session import StompSession
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
 from tests.unit.test_session import Peer, connect, make_factory
-from tests.unit.test_topic_hand_over import _counted, bodies, make
+from tests.unit.test_topic_hand_over import BrokerReplay, _counted, bodies, make
 
 QUEUE = "/queue/work"
 
@@ -212,53 +211,17 @@ IDLE = "/queue/idle"
 """A queue no one consumes: its messages hold the broker's memory."""
 
 
-class Replay:
-    """One broker driven by the operations of a seeded run."""
+class Replay(BrokerReplay):
+    """A queue broker; without ``one_step``, with the ``enqueue`` before."""
 
     def __init__(self, one_step: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.clock = Clock()
-        self.clock.advance(1_000_000)
-        self.broker = make(self.clock, memory_limit=12 * message_size(text(QUEUE, "m000")),
-                           destinations={"/queue/small": DestinationLimits(max_size=300),
-                                         "/queue/last": DestinationLimits(last_value=True)})
-        self.one_step = one_step
-        self.monkeypatch = monkeypatch
-        self.sinks: list[Refusing] = []
-        self.subscriptions: list[ISubscription] = []
-
-    def do(self, step: tuple[Any, ...]) -> None:
-        if not self.one_step:
-            self.monkeypatch.setattr(MessageQueue, "enqueue", _enqueue_before)
-        try:
-            self._do(step)
-        finally:
-            self.monkeypatch.undo()
-
-    def _do(self, step: tuple[Any, ...]) -> None:
-        kind = step[0]
-        if kind == "subscribe":
-            _, destination, spec = step
-            sink = Refusing()
-            self.sinks.append(sink)
-            self.subscriptions.append(subscribe(self.broker, sink, destination=destination, **spec))
-        elif kind == "send":
-            _, destination, name, fields = step
-            self.broker.send(text(destination, name, **fields))
-        elif kind == "full":
-            _, index, full = step
-            self.sinks[index].full = full
-            if not full:
-                self.subscriptions[index].resume()
-        elif kind == "ack":
-            _, index = step
-            subscription = self.subscriptions[index]
-            unacked = getattr(subscription, "unacked", {})
-            if unacked:
-                subscription.ack([next(iter(unacked))])
-        elif kind == "close":
-            self.subscriptions[step[1]].close()
-        elif kind == "time":
-            self.clock.advance(step[1])
+        clock = Clock()
+        clock.advance(1_000_000)
+        broker = make(clock, memory_limit=12 * message_size(text(QUEUE, "m000")),
+                      destinations={"/queue/small": DestinationLimits(max_size=300),
+                                    "/queue/last": DestinationLimits(last_value=True)})
+        super().__init__(clock, broker, monkeypatch,
+                         None if one_step else lambda patch: patch.setattr(MessageQueue, "enqueue", _enqueue_before))
 
     def outcome(self) -> Any:
         deliveries = [[(m.message_id, tag, m.redelivered, dict(m.properties)) for m, tag in s.got] for s in self.sinks]

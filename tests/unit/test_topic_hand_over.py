@@ -363,22 +363,23 @@ def _per_queue(queues: list[MessageQueue], message: Message, size: int) -> None:
         queue.enqueue(message, size)
 
 
-class Replay:
-    """One broker driven by the operations of a seeded run."""
+class BrokerReplay:
+    """One broker driven by the operations of a seeded run (``_steps``): subscribe, send, a consumer
+    full or not, ack the oldest unacked, close, time passes. ``patch``, when given, is applied around
+    each step (the code before a change, to compare with)."""
 
-    def __init__(self, fan_out: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.clock = Clock()
-        self.clock.advance(1_000_000)
-        self.broker = make(self.clock, memory_limit=12 * message_size(text(TOPIC, "m000")),
-                           destinations={"/topic/small": DestinationLimits(max_size=300)})
-        self.fan_out = fan_out
+    def __init__(self, clock: Clock, broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch,
+                 patch: Callable[[pytest.MonkeyPatch], None] | None) -> None:
+        self.clock = clock
+        self.broker = broker
         self.monkeypatch = monkeypatch
+        self.patch = patch
         self.sinks: list[Refusing] = []
         self.subscriptions: list[ISubscription] = []
 
     def do(self, step: tuple[Any, ...]) -> None:
-        if not self.fan_out:
-            self.monkeypatch.setattr("gateway.broker.broker.fan_out", _per_queue)
+        if self.patch is not None:
+            self.patch(self.monkeypatch)
         try:
             self._do(step)
         finally:
@@ -387,28 +388,38 @@ class Replay:
     def _do(self, step: tuple[Any, ...]) -> None:
         kind = step[0]
         if kind == "subscribe":
-            _, topic, spec = step
+            _, destination, spec = step
             sink = Refusing()
             self.sinks.append(sink)
-            self.subscriptions.append(subscribe(self.broker, sink, destination=topic, **spec))
+            self.subscriptions.append(subscribe(self.broker, sink, destination=destination, **spec))
         elif kind == "send":
-            _, topic, name, fields = step
-            self.broker.send(text(topic, name, **fields))
+            _, destination, name, fields = step
+            self.broker.send(text(destination, name, **fields))
         elif kind == "full":
             _, index, full = step
             self.sinks[index].full = full
             if not full:
                 self.subscriptions[index].resume()
         elif kind == "ack":
-            _, index = step
-            sink, subscription = self.sinks[index], self.subscriptions[index]
-            unacked = getattr(subscription, "unacked", {})
+            unacked = getattr(self.subscriptions[step[1]], "unacked", {})
             if unacked:
-                subscription.ack([next(iter(unacked))])
+                self.subscriptions[step[1]].ack([next(iter(unacked))])
         elif kind == "close":
             self.subscriptions[step[1]].close()
         elif kind == "time":
             self.clock.advance(step[1])
+
+
+class Replay(BrokerReplay):
+    """A topic broker; without ``fan_out``, with the per-queue loop."""
+
+    def __init__(self, fan_out: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        clock = Clock()
+        clock.advance(1_000_000)
+        broker = make(clock, memory_limit=12 * message_size(text(TOPIC, "m000")),
+                      destinations={"/topic/small": DestinationLimits(max_size=300)})
+        super().__init__(clock, broker, monkeypatch,
+                         None if fan_out else lambda patch: patch.setattr("gateway.broker.broker.fan_out", _per_queue))
 
     def outcome(self) -> Any:
         deliveries = [[(m.message_id, tag, m.redelivered, dict(m.properties)) for m, tag in s.got] for s in self.sinks]
