@@ -25,7 +25,7 @@ from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.session import StompSession
 from tests.unit.test_broker import Refusing, Sink, subscribe, text
 from tests.unit.test_session import Peer, connect, make_factory
-from tests.unit.test_topic_hand_over import BrokerReplay, _counted, bodies, make
+from tests.unit.test_topic_hand_over import BrokerReplay, _counted, bodies, counted_calls, make
 
 QUEUE = "/queue/work"
 
@@ -33,11 +33,8 @@ QUEUE = "/queue/work"
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The general path's calls: ``_hand_over``, ``take`` and ``dispatch``."""
-    noted: list[str] = []
-    monkeypatch.setattr(MessageQueue, "_hand_over", _counted(noted, "hand_over", MessageQueue._hand_over))
-    monkeypatch.setattr(QueueSubscription, "take", _counted(noted, "take", QueueSubscription.take))
-    monkeypatch.setattr(MessageQueue, "dispatch", _counted(noted, "dispatch", MessageQueue.dispatch))
-    return noted
+    return counted_calls(monkeypatch, hand_over=(MessageQueue, "_hand_over"), take=(QueueSubscription, "take"),
+                         dispatch=(MessageQueue, "dispatch"))
 
 
 def send_all(broker: EmbeddedBroker, names: list[str], destination: str = QUEUE, **fields: Any) -> None:

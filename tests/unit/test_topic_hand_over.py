@@ -40,10 +40,15 @@ def _counted(calls: list[str], label: str, real: Callable[..., Any]) -> Callable
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The general path's calls: ``enqueue`` (per queue), ``_hand_over`` and ``take``."""
+    return counted_calls(monkeypatch, enqueue=(MessageQueue, "enqueue"), hand_over=(MessageQueue, "_hand_over"),
+                         take=(QueueSubscription, "take"))
+
+
+def counted_calls(monkeypatch: pytest.MonkeyPatch, **targets: tuple[Any, str]) -> list[str]:
+    """The labels of the calls to each ``(owner, attribute)`` named, in order (for the test's life)."""
     noted: list[str] = []
-    monkeypatch.setattr(MessageQueue, "enqueue", _counted(noted, "enqueue", MessageQueue.enqueue))
-    monkeypatch.setattr(MessageQueue, "_hand_over", _counted(noted, "hand_over", MessageQueue._hand_over))
-    monkeypatch.setattr(QueueSubscription, "take", _counted(noted, "take", QueueSubscription.take))
+    for label, (owner, attribute) in targets.items():
+        monkeypatch.setattr(owner, attribute, _counted(noted, label, getattr(owner, attribute)))
     return noted
 
 
