@@ -10,7 +10,7 @@ connector tags a frame settles; applying them to the connector is :func:`apply_a
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, succeed
@@ -60,6 +60,12 @@ class Acking(Protocol):
     @property
     def acks(self) -> PendingAcks: ...
 
+    @property
+    def acknowledge_one(self) -> Callable[[Any], Deferred[Any] | None] | None: ...
+
+    @property
+    def subscription(self) -> ISubscription | None: ...
+
 
 S = TypeVar("S", bound=Acking)
 
@@ -102,6 +108,25 @@ class AckLedger(Generic[S]):
             del self._by_key[key]
             return subscription, [unacked.pop(key)]
         return None
+
+    def ack_key(self, key: str) -> Deferred[Any] | bool | None:
+        """:meth:`settle_key` and the acknowledgement at the live subscription in one call, for an
+        ACK with its ``id`` alone (issue 39): False (nothing changed) when ``key`` is not for the
+        quick path; None when the acknowledgement is complete; otherwise the Deferred to answer
+        the frame by (a store removal, or a connector without :class:`IImmediateAcks`)."""
+        subscription = self._by_key.get(key)
+        if subscription is None:
+            return False
+        unacked = subscription.acks.unacked
+        if subscription.ack_mode != "client-individual" and next(iter(unacked)) != key:
+            return False  # (a cumulative ACK past the oldest: the general path)
+        del self._by_key[key]
+        tag = unacked.pop(key)  # (every key of _by_key is its subscription's: delivered() and settle())
+        acknowledge_one = subscription.acknowledge_one
+        if acknowledge_one is not None:
+            done: Deferred[Any] | None = acknowledge_one(tag)
+            return done
+        return apply_acks(subscription.subscription, [tag], "ack")
 
     def settle(self, frame: Frame, version: str, subscriptions: Mapping[str, S]) -> tuple[S, list[Any]]:
         """The subscription and connector tags an ACK or NACK ``frame`` settles (taken off the
