@@ -895,7 +895,8 @@ class QueueSubscription:
         if message is not None:
             queue.dequeued += 1
             removed = queue.owner.consumed(queue, message)
-        queue.dispatch()
+        if queue._dispatching or queue._heap or (queue.page is not None and queue.page.head is not None):
+            queue.dispatch()  # (what dispatch() itself would check first: no call when nothing is pending)
         return removed
 
     def nack(self, tags: list[Any]) -> Deferred[Any]:

@@ -235,6 +235,10 @@ class StompSession:
         try:
             handler: Callable[[StompSession, Frame], None] | None = None
             if state is not _CONNECTED or frame.command != "SEND":  # (a SEND: no look-up, issue 39)
+                if state is _CONNECTED and frame.command == "ACK" and len(frame.headers) == 1 \
+                        and "id" in frame.headers:
+                    self._on_ack(frame)  # (an id-only ACK, the usual one: no look-up, no receipt; issue 39)
+                    return
                 handler = self._handlers.get(frame.command)
                 if handler is None:
                     raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")

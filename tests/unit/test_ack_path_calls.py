@@ -34,10 +34,10 @@ QUICK = [
     "gateway.stomp.ack_ledger:ack_key",
     "gateway.broker.queue:acknowledge_one",
     "gateway.broker.broker:consumed",
-    "gateway.broker.queue:dispatch",
 ]
 """An id-only ACK of a non-persistent message that frees credit nobody waits for: no ``settle``,
-``settle_key``, ``apply_acks``, list ``acknowledge``, ``gather`` or ``succeed``."""
+``settle_key``, ``apply_acks``, list ``acknowledge``, ``gather`` or ``succeed``, and no
+``dispatch`` of a queue with nothing pending."""
 
 
 def _ack_side(called: list[str]) -> list[str]:
@@ -56,6 +56,47 @@ def test_an_id_only_ack_makes_only_the_calls_it_needs(clock: Clock, broker: Embe
     assert _ack_side(called) == QUICK
     assert consumer.received() == []
     assert left_over(broker, clock, consumer) == [(b"m2", "true")]
+
+
+@pytest.mark.parametrize("mode", ["client", "client-individual"])
+def test_the_credit_an_id_only_ack_frees_is_used_at_once(clock: Clock, broker: EmbeddedBroker, mode: str) -> None:
+    """With a message pending (prefetch 1), the ACK dispatches it."""
+    consumer = subscribed(broker, clock, mode, prefetch=1)
+    send(broker, clock, "m1", "m2")
+    [first] = consumer.received()
+    session = consumer.protocol.session
+    assert session is not None
+    with python_calls() as called:
+        session.frame_received(type(first)("ACK", {"id": first.headers["ack"]}))
+    assert "gateway.broker.queue:dispatch" in called
+    assert [frame.body for frame in consumer.received()] == [b"m2"]
+
+
+@pytest.mark.parametrize(("headers", "message"), [
+    ({"receipt": "r"}, "missing id header"),  # (no id: the general path's error, its receipt id shown)
+    ({"id": "nothing"}, "unknown ack id"),
+    ({"id": "nothing", "receipt": "r"}, "unknown ack id"),
+])
+def test_an_ack_naming_nothing_is_an_error(clock: Clock, broker: EmbeddedBroker, headers: dict[str, str],
+                                           message: str) -> None:
+    consumer = subscribed(broker, clock, "client")
+    consumer.send("ACK", headers)
+    [error] = consumer.received()
+    assert error.command == "ERROR" and error.headers["message"].startswith(message)
+    assert error.headers.get("receipt-id") == headers.get("receipt")
+
+
+def test_an_ack_before_connect_is_refused() -> None:
+    clock = Clock()
+    broker = EmbeddedBroker(clock)
+    broker.start()
+    try:
+        peer = Peer(make_factory(clock, broker))
+        peer.send("ACK", {"id": "x"})
+        [error] = peer.received()
+        assert error.command == "ERROR" and error.headers["message"] == "not connected"
+    finally:
+        broker.stop()
 
 
 @pytest.mark.parametrize(("mode", "which", "expected"), [
