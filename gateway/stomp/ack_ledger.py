@@ -96,24 +96,13 @@ class AckLedger(Generic[S]):
         pending.by_message_id.setdefault(message_id, []).append(key)
         return None
 
-    def settle_key(self, key: str) -> tuple[S, list[Any]] | None:
-        """The quick path of a STOMP 1.2 ACK: the delivery ``key`` of a ``client-individual``
-        subscription, or the oldest of a ``client`` one, settled alone; None (nothing changed)
-        when ``key`` is anything else (the general :meth:`settle` answers it)."""
-        subscription = self._by_key.get(key)
-        if subscription is None:
-            return None
-        unacked = subscription.acks.unacked
-        if key in unacked and (subscription.ack_mode == "client-individual" or next(iter(unacked)) == key):
-            del self._by_key[key]
-            return subscription, [unacked.pop(key)]
-        return None
-
     def ack_key(self, key: str) -> Deferred[Any] | bool | None:
-        """:meth:`settle_key` and the acknowledgement at the live subscription in one call, for an
-        ACK with its ``id`` alone (issue 39): False (nothing changed) when ``key`` is not for the
-        quick path; None when the acknowledgement is complete; otherwise the Deferred to answer
-        the frame by (a store removal, or a connector without :class:`IImmediateAcks`)."""
+        """The quick path of a STOMP 1.2 ACK with its ``id`` alone (issue 39): the delivery ``key``
+        of a ``client-individual`` subscription, or the oldest of a ``client`` one, settled and
+        acknowledged at the live subscription in one call.  False (nothing changed) when ``key``
+        is anything else (the general :meth:`settle` answers it); None when the acknowledgement
+        is complete; otherwise the Deferred to answer the frame by (a store removal, or a
+        connector without :class:`IImmediateAcks`)."""
         subscription = self._by_key.get(key)
         if subscription is None:
             return False

@@ -235,10 +235,19 @@ class StompSession:
         try:
             handler: Callable[[StompSession, Frame], None] | None = None
             if state is not _CONNECTED or frame.command != "SEND":  # (a SEND: no look-up, issue 39)
-                if state is _CONNECTED and frame.command == "ACK" and len(frame.headers) == 1 \
-                        and "id" in frame.headers:
-                    self._on_ack(frame)  # (an id-only ACK, the usual one: no look-up, no receipt; issue 39)
-                    return
+                headers = frame.headers
+                if state is _CONNECTED and frame.command == "ACK" and len(headers) == 1 and self.version == "1.2":
+                    # Most ACKs: an id alone (no transaction, no receipt) naming a delivery of a
+                    # client-individual subscription, or the oldest of a client one: settled and
+                    # acknowledged in one call of the ledger, with no handler look-up, no list of
+                    # keys and, when the subscription can do without, no Deferred (issue 39).
+                    key = headers.get("id")
+                    if key is not None:
+                        done = self.acks.ack_key(key)
+                        if done is not False:
+                            if done is not None:
+                                self._track(done, frame)  # type: ignore[arg-type]
+                            return
                 handler = self._handlers.get(frame.command)
                 if handler is None:
                     raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")
@@ -721,17 +730,7 @@ class StompSession:
     # -- ACK / NACK ----------------------------------------------------------
 
     def _on_ack(self, frame: Frame) -> None:
-        headers = frame.headers
-        if len(headers) == 1 and self.version == "1.2":
-            # Most ACKs: an id alone (no transaction, no receipt) naming a delivery of a
-            # client-individual subscription, or the oldest of a client one: settled and
-            # acknowledged in one call, with no list of keys and, when the subscription can do
-            # without, no Deferred.
-            done = self.acks.ack_key(headers.get("id", ""))
-            if done is not False:
-                if done is not None:
-                    self._track(done, frame)  # type: ignore[arg-type]
-                return
+        # (an id-only ACK that names a delivery the quick path settles never comes here: frame_received)
         self._settle(frame, "ack")
 
     def _on_nack(self, frame: Frame) -> None:

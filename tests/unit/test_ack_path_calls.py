@@ -30,12 +30,12 @@ ACK_SIDE = ("gateway.stomp.", "gateway.broker.", "gateway.deferreds")
 
 QUICK = [
     "gateway.stomp.session:frame_received",
-    "gateway.stomp.session:_on_ack",
     "gateway.stomp.ack_ledger:ack_key",
     "gateway.broker.queue:acknowledge_one",
     "gateway.broker.broker:consumed",
 ]
-"""An id-only ACK of a non-persistent message that frees credit nobody waits for: no ``settle``,
+"""An id-only ACK of a non-persistent message that frees credit nobody waits for: no ``_on_ack``
+handler, no ``settle``,
 ``settle_key``, ``apply_acks``, list ``acknowledge``, ``gather`` or ``succeed``, and no
 ``dispatch`` of a queue with nothing pending."""
 
