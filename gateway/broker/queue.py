@@ -884,6 +884,21 @@ class QueueSubscription:
         queue.dispatch()
         return gather(writes) if writes is not None else None
 
+    def acknowledge_one(self, tag: Any) -> Deferred[None] | None:
+        """:meth:`acknowledge` of one delivery, the STOMP session's ACK (issue 39: no list): None,
+        or the Deferred of its store removal."""
+        message = self.unacked.pop(tag, None)
+        if message is None:
+            message = self.held.pop(tag, None)
+        queue = self.queue
+        removed = None
+        if message is not None:
+            queue.dequeued += 1
+            removed = queue.owner.consumed(queue, message)
+        if queue._dispatching or queue._heap or (queue.page is not None and queue.page.head is not None):
+            queue.dispatch()  # (what dispatch() itself would check first: no call when nothing is pending)
+        return removed
+
     def nack(self, tags: list[Any]) -> Deferred[Any]:
         for tag in tags:
             message = self.unacked.pop(tag, None) or self.held.pop(tag, None)

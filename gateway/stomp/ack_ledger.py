@@ -10,7 +10,7 @@ connector tags a frame settles; applying them to the connector is :func:`apply_a
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, succeed
@@ -60,6 +60,12 @@ class Acking(Protocol):
     @property
     def acks(self) -> PendingAcks: ...
 
+    @property
+    def acknowledge_one(self) -> Callable[[Any], Deferred[Any] | None] | None: ...
+
+    @property
+    def subscription(self) -> ISubscription | None: ...
+
 
 S = TypeVar("S", bound=Acking)
 
@@ -90,18 +96,26 @@ class AckLedger(Generic[S]):
         pending.by_message_id.setdefault(message_id, []).append(key)
         return None
 
-    def settle_key(self, key: str) -> tuple[S, list[Any]] | None:
-        """The quick path of a STOMP 1.2 ACK: the delivery ``key`` of a ``client-individual``
-        subscription, or the oldest of a ``client`` one, settled alone; None (nothing changed)
-        when ``key`` is anything else (the general :meth:`settle` answers it)."""
+    def ack_key(self, key: str) -> Deferred[Any] | bool | None:
+        """The quick path of a STOMP 1.2 ACK with its ``id`` alone (issue 39): the delivery ``key``
+        of a ``client-individual`` subscription, or the oldest of a ``client`` one, settled and
+        acknowledged at the live subscription in one call.  False (nothing changed) when ``key``
+        is anything else (the general :meth:`settle` answers it); None when the acknowledgement
+        is complete; otherwise the Deferred to answer the frame by (a store removal, or a
+        connector without :class:`IImmediateAcks`)."""
         subscription = self._by_key.get(key)
         if subscription is None:
-            return None
+            return False
         unacked = subscription.acks.unacked
-        if key in unacked and (subscription.ack_mode == "client-individual" or next(iter(unacked)) == key):
-            del self._by_key[key]
-            return subscription, [unacked.pop(key)]
-        return None
+        if subscription.ack_mode != "client-individual" and next(iter(unacked)) != key:
+            return False  # (a cumulative ACK past the oldest: the general path)
+        del self._by_key[key]
+        tag = unacked.pop(key)  # (every key of _by_key is its subscription's: delivered() and settle())
+        acknowledge_one = subscription.acknowledge_one
+        if acknowledge_one is not None:
+            done: Deferred[Any] | None = acknowledge_one(tag)
+            return done
+        return apply_acks(subscription.subscription, [tag], "ack")
 
     def settle(self, frame: Frame, version: str, subscriptions: Mapping[str, S]) -> tuple[S, list[Any]]:
         """The subscription and connector tags an ACK or NACK ``frame`` settles (taken off the

@@ -42,7 +42,7 @@ from gateway.broker.composite import composite_parts
 from gateway.broker.settings import BrokerSettings
 from gateway.errors import GatewayError, StompProtocolError
 from gateway.flow import Congestion
-from gateway.interfaces import IAuthorizer, IImmediateAcks, IStompUser, ISubscription, Permission, SubscriptionSpec
+from gateway.interfaces import IAuthorizer, IStompUser, ISubscription, Permission, SubscriptionSpec
 from gateway.message.convert import message_to_frame
 from gateway.message.model import BytesMessage, MapMessage, Message, TextMessage
 from gateway.routing.destination_map import DestinationMap
@@ -235,6 +235,19 @@ class StompSession:
         try:
             handler: Callable[[StompSession, Frame], None] | None = None
             if state is not _CONNECTED or frame.command != "SEND":  # (a SEND: no look-up, issue 39)
+                headers = frame.headers
+                if state is _CONNECTED and frame.command == "ACK" and len(headers) == 1 and self.version == "1.2":
+                    # Most ACKs: an id alone (no transaction, no receipt) naming a delivery of a
+                    # client-individual subscription, or the oldest of a client one: settled and
+                    # acknowledged in one call of the ledger, with no handler look-up, no list of
+                    # keys and, when the subscription can do without, no Deferred (issue 39).
+                    key = headers.get("id")
+                    if key is not None:
+                        done = self.acks.ack_key(key)
+                        if done is not False:
+                            if done is not None:
+                                self._track(done, frame)  # type: ignore[arg-type]
+                            return
                 handler = self._handlers.get(frame.command)
                 if handler is None:
                     raise StompError("unknown command", f"{frame.command!r} is not a STOMP client command")
@@ -573,9 +586,7 @@ class StompSession:
             if subscription.closed:
                 live.close()
                 return
-            subscription.subscription = live
-            if IImmediateAcks.providedBy(live):
-                subscription.acknowledge = live.acknowledge
+            subscription.attach(live)
             if self._paused:
                 live.pause()
 
@@ -719,23 +730,7 @@ class StompSession:
     # -- ACK / NACK ----------------------------------------------------------
 
     def _on_ack(self, frame: Frame) -> None:
-        headers = frame.headers
-        if len(headers) == 1 and self.version == "1.2":
-            # Most ACKs: an id alone (no transaction, no receipt) naming a delivery of a
-            # client-individual subscription, or the oldest of a client one: no list of keys to
-            # walk, and no Deferred when the subscription can do without.
-            key = headers.get("id")
-            settled = self.acks.settle_key(key) if key else None
-            if settled is not None:
-                subscription, tags = settled
-                acknowledge = subscription.acknowledge
-                if acknowledge is None:
-                    self._track(apply_acks(subscription.subscription, tags, "ack"), frame)
-                else:
-                    done = acknowledge(tags)
-                    if done is not None:
-                        self._track(done, frame)
-                return
+        # (an id-only ACK that names a delivery the quick path settles never comes here: frame_received)
         self._settle(frame, "ack")
 
     def _on_nack(self, frame: Frame) -> None:

@@ -16,7 +16,7 @@ from zope.interface import implementer
 
 from gateway.broker.wildcards import is_wildcard
 from gateway.errors import SelectorError
-from gateway.interfaces import ACK_MODES, Capability, IConnector, IConsumer, ISubscription
+from gateway.interfaces import ACK_MODES, Capability, IConnector, IConsumer, IImmediateAcks, ISubscription
 from gateway.message.model import Message
 from gateway.selector import compile_selector
 from gateway.stomp.ack_ledger import PendingAcks
@@ -56,13 +56,27 @@ class StompSubscription:
         self.durable_name: str | None = None
         self.acks = PendingAcks()
         """Its deliveries waiting for an ACK or NACK (kept by the session's ack ledger)."""
-        self.acknowledge: Any = None
-        """The live subscription's :meth:`IImmediateAcks.acknowledge` when it has one."""
+        self.acknowledge_one: Callable[[Any], Deferred[Any] | None] | None = None
+        """Acknowledges one delivery tag at the live subscription without a Deferred when nothing
+        is to be waited for (see :meth:`attach`); None for a connector without :class:`IImmediateAcks`."""
         self.closed = False
         self.wildcard = is_wildcard(destination)
         """A wildcard topic or queue subscription: each MESSAGE shows its own destination (as ActiveMQ's do)."""
         self.encoder: MessageEncoder | None = None
         """Writes this subscription's MESSAGE frames (made at the first delivery, for the session's version)."""
+
+    def attach(self, live: ISubscription) -> None:
+        """The connector made the subscription: ``live`` takes its acknowledgements from now on."""
+        self.subscription = live
+        if IImmediateAcks.providedBy(live):
+            one = getattr(live, "acknowledge_one", None)  # (the embedded broker's queues: no list)
+            if one is None:
+                acknowledge = live.acknowledge
+
+                def one(tag: Any) -> Deferred[Any] | None:
+                    result: Deferred[Any] | None = acknowledge([tag])
+                    return result
+            self.acknowledge_one = one
 
     @property
     def unacked(self) -> dict[str, Any]:

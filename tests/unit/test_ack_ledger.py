@@ -16,6 +16,11 @@ class Sub:
     def __init__(self, ack_mode: str) -> None:
         self.ack_mode = ack_mode
         self.acks = PendingAcks()
+        self.subscription = None
+        self.acked: list[object] = []
+
+    def acknowledge_one(self, tag: object) -> None:
+        self.acked.append(tag)
 
 
 def ack(**headers: str) -> Frame:
@@ -45,10 +50,11 @@ def test_the_quick_path_takes_only_what_needs_no_walk() -> None:
     sub = Sub("client")
     for tag in (1, 2):
         ledger.delivered(sub, tag, f"m{tag}", "1.2")
-    assert ledger.settle_key("s1-2") is None  # (not the oldest of a client subscription: nothing changed)
-    assert list(sub.acks.unacked) == ["s1-1", "s1-2"] and len(ledger) == 2
-    assert ledger.settle_key("s1-1") == (sub, [1])
-    assert ledger.settle_key("nothing") is None
+    assert ledger.ack_key("s1-2") is False  # (not the oldest of a client subscription: nothing changed)
+    assert list(sub.acks.unacked) == ["s1-1", "s1-2"] and len(ledger) == 2 and sub.acked == []
+    assert ledger.ack_key("s1-1") is None
+    assert sub.acked == [1] and list(sub.acks.unacked) == ["s1-2"] and len(ledger) == 1
+    assert ledger.ack_key("nothing") is False
 
 
 def test_an_unknown_id_is_refused_and_names_it() -> None:
