@@ -24,8 +24,12 @@ RECEIPT: one commit, one fsync a message, :mod:`bench.bench_persistence`'s "rece
 (1 producer → 10 subscribers, :func:`bench.stomp_load.run_group`; ``--count`` deliveries, the rate and the
 CPU per delivery) and ``4x4`` (4 producers → 4 queues → 4 consumers; ``--count`` messages over the four).
 
+Each run's CPU is also split: the part spent in the kernel (system time) is printed beside it.  With
+``--strace`` each gateway does one more run under ``strace -c -f -p`` and its system calls a message are
+printed (that run's CPU and rate are not counted: strace slows it).
+
 Run: ``.venv/bin/python -m bench.ab_trees (--base REV [--both-compiled] | --compiled) [--workload W] [--count N]
-[--rounds N]``
+[--rounds N] [--strace]``
 """
 
 from __future__ import annotations
@@ -33,17 +37,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import tests.support.gateway as support
 from bench.app_client import run_app
-from bench.common import cpu_seconds, host_state
+from bench.common import cpu_times, host_state
 from bench.stomp_load import Workload, run_group, run_pair, send_rate
 from tests.support.checkout import copy_checkout
 
@@ -81,11 +87,11 @@ def compile_in_place(target: Path) -> None:
                    capture_output=True, env=dict(os.environ, JMSGATEWAY_MYPYC="1"))
 
 
-def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple[float, float]:
-    """(messages/s, gateway CPU µs per message) of one run (a topic: deliveries)."""
+def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple[float, float, float]:
+    """(messages/s, gateway CPU µs per message, of which in the kernel) of one run (a topic: deliveries)."""
     assert process.process is not None
     work = Workload(f"/queue/ab.{uuid.uuid4().hex}", count=count)
-    before = cpu_seconds(process.process.pid)
+    user, kernel = cpu_times(process.process.pid)
     if workload.startswith("app"):
         body = 1024 if workload == "app-1k" else 100
         rate = run_app(process.address, Workload(work.destination, count=count, body_size=body, batch=500,
@@ -104,8 +110,34 @@ def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple
         rate = send_rate(process.address, Workload(work.destination, count=count, persistent=True, receipt_every=1))
     else:
         rate = run_pair(process.address, work)
-    used = cpu_seconds(process.process.pid) - before
-    return rate, used / count * 1e6
+    user_after, kernel_after = cpu_times(process.process.pid)
+    return rate, (user_after - user + kernel_after - kernel) / count * 1e6, (kernel_after - kernel) / count * 1e6
+
+
+def system_calls(process: support.GatewayProcess, workload: str, count: int) -> dict[str, float]:
+    """The gateway's system calls a message over one run, counted by ``strace -c -f -p`` (which slows
+    the gateway: the counts, not the rate or CPU of that run, are what it is for)."""
+    assert process.process is not None
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
+        tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out.name, "-p", str(process.process.pid)],
+                                  stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(1.0)  # (attached to every thread)
+            one_run(process, workload, count)
+        finally:
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(timeout=30)
+        return calls_per_message(out.read(), count)
+
+
+def calls_per_message(summary: str, count: int) -> dict[str, float]:
+    """Each system call's count in ``strace -c``'s ``summary``, divided by ``count`` messages."""
+    calls: dict[str, float] = {}
+    for line in summary.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+            calls[fields[-1]] = int(fields[3]) / count
+    return calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --base: both trees with their hot modules compiled (mypyc)")
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--strace", action="store_true",
+                        help="after the rounds, one more run of each under strace -c: system calls a message")
     args = parser.parse_args(argv)
     print(f"host: {host_state()}", flush=True)
     if args.both_compiled and not args.base:
@@ -142,16 +176,23 @@ def main(argv: list[str] | None = None) -> int:
             for process in processes.values():
                 for _ in range(2):
                     one_run(process, args.workload, min(args.count, 20_000))
-            results: dict[str, list[tuple[float, float]]] = {name: [] for name in processes}
+            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in processes}
             for _ in range(args.rounds):
                 for name, process in processes.items():
                     results[name].append(one_run(process, args.workload, args.count))
+            traced = {name: system_calls(process, args.workload, args.count)
+                      for name, process in processes.items()} if args.strace else {}
     print(f"{args.workload}, {args.count} messages a run, {args.rounds} runs each, alternating")
     for name, runs in results.items():
-        rates = [rate for rate, _ in runs]
-        cpus = [cpu for _, cpu in runs]
+        rates = [rate for rate, _, _ in runs]
+        cpus = [cpu for _, cpu, _ in runs]
+        kernel = [system for _, _, system in runs]
         print(f"  {name:<24} {statistics.median(rates):>9.0f} msg/s ({min(rates):.0f} to {max(rates):.0f})   "
-              f"gateway CPU {statistics.median(cpus):5.2f} µs/msg ({min(cpus):.2f} to {max(cpus):.2f})")
+              f"gateway CPU {statistics.median(cpus):5.2f} µs/msg ({min(cpus):.2f} to {max(cpus):.2f}), "
+              f"kernel {statistics.median(kernel):4.2f}")
+    for name, calls in traced.items():
+        common = sorted(calls.items(), key=lambda item: -item[1])[:8]
+        print(f"  {name:<24} system calls a message: " + ", ".join(f"{call} {each:.3f}" for call, each in common))
     print(f"host at the end: {host_state()}")
     return 0
 

@@ -33,10 +33,14 @@ MESSAGE frames delivered while a client's input is handled (the deliveries a
 SEND or an ACK causes, on any connection) are gathered per connection and
 handed to its transport in one write when that input slice is
 done, or sooner past :data:`OUTPUT_BATCH` bytes: one call into the transport
-(and the reactor's writer registration) a turn instead of one per frame.  The
-transport writes a turn's frames in one ``send()`` either way, so nothing
-waits longer than before; a RECEIPT, an ERROR or a heart-beat to a connection
-first writes what it has gathered (frames keep their order).  A WebSocket
+a slice instead of one per frame.  At the end of the slice a TCP connection
+whose transport holds nothing gets them on its socket at once, one ``send()``
+(:meth:`StompServerProtocol._send_now`): no writer registration and
+unregistration (two ``epoll_ctl``) and no wait for the reactor's next poll,
+which before wrote them after the next slice of the same read; behind what
+the transport holds they are buffered as before.  A RECEIPT, an ERROR or a
+heart-beat to a connection first writes what it has gathered (frames keep
+their order).  A WebSocket
 transport, whose every write is one WebSocket message, gets its frames one
 write each as before.  Deliveries outside an input slice (a timer's, a store
 commit's) are written at once.
@@ -86,10 +90,13 @@ INPUT_SLICE = 65536
 last: a large frame takes a turn of its own)."""
 
 
-OUTPUT_BATCH = 16384
+OUTPUT_BATCH = 65536
 """Bytes of MESSAGE frames a connection gathers during an input slice before handing them to its
 transport: the transport's buffer (and so its back-pressure, :data:`WRITE_GRACE`) learns of them at most
-this late."""
+this late.  As large as the transport's buffer, so a slice of :data:`INPUT_FRAMES` 1 KB MESSAGEs (~48 KB)
+reaches the socket in one ``send()`` at the slice's end (:meth:`StompServerProtocol._send_now`) instead of
+waiting in the transport, where the next slice's took it past 64 KB and paused the consumer's deliveries
+(16 KB before, issue 39)."""
 
 WRITE_GRACE = 192 * 1024
 """Bytes a connection is written from the write that filled its transport's buffer (past its 64 KB) on
@@ -280,15 +287,22 @@ class StompServerProtocol(Protocol):
         producer's receipts of one commit still go out in one buffered write.  Whatever the socket does
         not take now is buffered behind.  False: not done (TLS, WebSocket, something held, the same SENDs
         answered already, the connection closing): the caller writes it the usual way."""
+        if self.messages_in == self._sends_at_write_now or not self._send_now(data):
+            return False
+        self._sends_at_write_now = self.messages_in
+        return True
+
+    def _send_now(self, data: bytes) -> bool:
+        """Send ``data`` on the socket now if the TCP transport holds nothing (no writer registration, no
+        pass through the reactor: :meth:`_write_now`, :meth:`flush_output`); what the socket does not take is
+        buffered behind.  False: not done (TLS, WebSocket, something held, the connection closing)."""
         transport = self.transport
-        if type(transport) is not tcp.Server or self.messages_in == self._sends_at_write_now \
-                or transport.dataBuffer or transport._tempDataLen or not transport.connected \
-                or transport.disconnecting:
+        if type(transport) is not tcp.Server or transport.dataBuffer or transport._tempDataLen \
+                or not transport.connected or transport.disconnecting:
             return False
         sent = transport.writeSomeData(data)
         if not isinstance(sent, int) or sent <= 0:  # (a lost connection: the buffered write lets Twisted see it)
             return False
-        self._sends_at_write_now = self.messages_in
         if sent < len(data):
             transport.write(data[sent:])
         return True
@@ -311,8 +325,9 @@ class StompServerProtocol(Protocol):
             if self._over is not None:
                 self._count_over(len(data))
 
-    def flush_output(self) -> None:
-        """Hand the MESSAGE frames gathered so far to the transport, in one write."""
+    def flush_output(self, *, now: bool = False) -> None:
+        """Hand the MESSAGE frames gathered so far to the transport, in one write; ``now`` (the end of an
+        input slice): sent on the socket at once if the transport holds nothing (:meth:`_send_now`)."""
         out = self._out
         if not out:
             return
@@ -320,7 +335,9 @@ class StompServerProtocol(Protocol):
         self._out = []
         self._out_bytes = 0
         # (one joined write: Twisted's writeSequence checks and measures each part in Python)
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))  # type: ignore[union-attr]
+        data = out[0] if len(out) == 1 else b"".join(out)
+        if not now or not self._send_now(data):
+            self.transport.write(data)  # type: ignore[union-attr]
         if self._over is not None:
             self._count_over(size, len(out))
 
@@ -469,7 +486,7 @@ class StompServerFactory(Factory):
         unflushed = self.unflushed
         self.unflushed = []
         for protocol in unflushed:
-            protocol.flush_output()
+            protocol.flush_output(now=True)
 
     def buildProtocol(self, addr: Any) -> StompServerProtocol:
         return StompServerProtocol(self)
