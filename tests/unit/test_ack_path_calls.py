@@ -15,10 +15,8 @@ from typing import Any
 import pytest
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
-from zope.interface import implementer
 
 from gateway.broker.broker import EmbeddedBroker
-from gateway.interfaces import ISubscription
 from gateway.stomp.ack_ledger import AckLedger
 from gateway.stomp.subscriptions import StompSubscription
 from tests.unit.test_send_path_calls import python_calls
@@ -145,9 +143,8 @@ def test_a_wildcard_subscription_acknowledges_through_its_list_method(clock: Clo
     assert [frame.body for frame in after.received()] == [first.body]
 
 
-@implementer(ISubscription)
 class Plain:
-    """A connector's subscription without IImmediateAcks (what ActiveMQ's and Kafka's are)."""
+    """A connector's subscription without IImmediateAcks (what ActiveMQ's and Kafka's are): ack and nack only."""
 
     def __init__(self) -> None:
         self.acked: list[list[Any]] = []

@@ -93,8 +93,17 @@ def test_a_read_of_1k_sends_does_not_pause_the_consumers_deliveries(clock: Clock
     assert session is not None
     changes: list[str] = []
     pause, resume = session.pause_deliveries, session.resume_deliveries
-    session.pause_deliveries = lambda: (changes.append("pause"), pause())[1]  # type: ignore[method-assign]
-    session.resume_deliveries = lambda: (changes.append("resume"), resume())[1]  # type: ignore[method-assign]
+
+    def pausing() -> None:
+        changes.append("pause")
+        pause()
+
+    def resuming() -> None:
+        changes.append("resume")
+        resume()
+
+    session.pause_deliveries = pausing  # type: ignore[method-assign]
+    session.resume_deliveries = resuming  # type: ignore[method-assign]
     data = b"".join(send(index, b"k" * 1024) for index in range(58))
     assert len(data) <= 65536  # (one read)
     producer.protocol.dataReceived(data)
