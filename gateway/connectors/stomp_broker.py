@@ -121,13 +121,13 @@ PROBE_DESTINATION = "/temp-topic/jmsgateway.transformation-probe"
 takes it (a temporary topic: nothing is created that outlives the connection, nothing arrives)."""
 
 EMPTY_TEXTS = "Map and Object messages cannot be told from empty texts"
+"""What a connector that subscribes without a transformation says of Map/Object messages."""
 
 CLIENT_ID_WAITS = (0.1, 0.2, 0.4, 0.8, 1.6)
 """Seconds waited, one after the other, before CONNECTing again when the broker answers that the
 connector's client id is still connected. ActiveMQ forgets a connection it closed (the transformation
 probe) a moment after the close, so a new connection made at once can meet its own predecessor. After
 these ~3 s the refusal is a failed attempt (another process holds the id) and is logged in full."""
-"""What a connector that subscribes without a transformation says of Map/Object messages."""
 
 
 class _SessionHandle(Protocol):
