@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, succeed
 
@@ -96,7 +96,7 @@ class AckLedger(Generic[S]):
         pending.by_message_id.setdefault(message_id, []).append(key)
         return None
 
-    def ack_key(self, key: str) -> Deferred[Any] | bool | None:
+    def ack_key(self, key: str) -> Deferred[Any] | Literal[False] | None:
         """The quick path of a STOMP 1.2 ACK with its ``id`` alone (issue 39): the delivery ``key``
         of a ``client-individual`` subscription, or the oldest of a ``client`` one, settled and
         acknowledged at the live subscription in one call.  False (nothing changed) when ``key``

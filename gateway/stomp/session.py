@@ -246,7 +246,7 @@ class StompSession:
                         done = self.acks.ack_key(key)
                         if done is not False:
                             if done is not None:
-                                self._track(done, frame)  # type: ignore[arg-type]
+                                self._track(done, frame)
                             return
                 handler = self._handlers.get(frame.command)
                 if handler is None:
