@@ -127,7 +127,9 @@ CLIENT_ID_WAITS = (0.1, 0.2, 0.4, 0.8, 1.6)
 """Seconds waited, one after the other, before CONNECTing again when the broker answers that the
 connector's client id is still connected. ActiveMQ forgets a connection it closed (the transformation
 probe) a moment after the close, so a new connection made at once can meet its own predecessor. After
-these ~3 s the refusal is a failed attempt (another process holds the id) and is logged in full."""
+these ~3 s the refusal is a failed attempt (another process holds the id), logged in full, and the
+attempts after it go without these retries until one connects (``client_id_taken``): one CONNECT per
+``failure_retry_interval``, not six."""
 
 
 class _SessionHandle(Protocol):
@@ -210,7 +212,17 @@ class _BrokerSessionEndpoint:
             return attempt.addCallback(handshake).addErrback(client_id_held)
 
         def client_id_held(failure: Failure) -> Deferred[Any] | Failure:
-            if not waits or not _client_id_in_use(failure):
+            if connector.client_id_taken or not _client_id_in_use(failure):
+                return failure
+            if not waits:
+                connector.client_id_taken = True
+                connector.log.warn(
+                    "connector {name}: another connection holds client id {client_id} on {uri} (still there "
+                    "after {waited:g}s of retries: another gateway or client with the same client_id?); "
+                    "trying again every {interval:g}s without the quick retries until connected",
+                    name=connector.name, client_id=settings.client_id, uri=settings.uri,
+                    waited=sum(CLIENT_ID_WAITS), interval=settings.failure_retry_interval / 1000.0,
+                )
                 return failure
             for protocol in made:
                 protocol.abort_connection()
@@ -260,6 +272,9 @@ class StompBrokerConnector:
         self.state = "stopped"
         self.last_error = ""
         self.failed_attempts = 0
+        self.client_id_taken = False
+        """The broker refused the client id past :data:`CLIENT_ID_WAITS` (another process holds it): later
+        attempts go without the quick retries until a connection succeeds."""
         self.generation = 0
         self._endpoint = endpoint or self._default_endpoint()
         # The broker's RECEIPTs are timed by one periodic sweep per connection, not a timer per SEND.
@@ -581,6 +596,7 @@ class StompBrokerConnector:
             protocol.transport.registerProducer(self.congestion, True)  # type: ignore[attr-defined]
         self.state = "connected"
         self.failed_attempts = 0
+        self.client_id_taken = False
         self.last_error = ""
         self.metrics.up.labels(self.name).set(1)
         self.metrics.connects.labels(self.name).inc()

@@ -530,6 +530,28 @@ def test_a_client_id_held_longer_is_a_failed_attempt_that_names_it(broker: FakeB
     assert broker.attempts == len(CLIENT_ID_WAITS) + 1  # max_retries 0: no more
 
 
+def test_after_a_client_id_held_past_the_quick_retries_attempts_go_without_them(broker: FakeBroker,
+                                                                                  clock: Clock) -> None:
+    """Another process holds the client id: once the quick retries of one attempt are spent, each later
+    attempt is one CONNECT per ``failure_retry_interval``; a connection that succeeds brings them back."""
+    connector = make(broker, clock, failure_retry_interval=5000, transformation="")
+    connector.start()
+    for _ in range(len(CLIENT_ID_WAITS) + 1):
+        broker.refuse_client_id()
+        clock.advance(max(CLIENT_ID_WAITS))
+    assert broker.attempts == len(CLIENT_ID_WAITS) + 1 and connector.client_id_taken
+    for attempt in range(3):  # (the interval, then a single CONNECT refused)
+        clock.advance(5)
+        assert broker.attempts == len(CLIENT_ID_WAITS) + 2 + attempt
+        broker.refuse_client_id()
+        clock.advance(max(CLIENT_ID_WAITS))
+        assert broker.attempts == len(CLIENT_ID_WAITS) + 2 + attempt
+    clock.advance(5)
+    broker.accept()
+    clock.advance(0)
+    assert connector.health().up and not connector.client_id_taken
+
+
 @pytest.mark.parametrize("options", [{"transformation": ""}, {"amq_msg_type": False}], ids=["none", "not-activemq"])
 def test_no_probe_without_a_transformation_to_ask_for(broker: FakeBroker, clock: Clock,
                                                       options: dict[str, Any]) -> None:
