@@ -20,11 +20,13 @@ with 1 KB bodies, and with 64 KB bodies 8 SENDs a write: :mod:`bench.bench_throu
 workloads), ``persistent`` (the same with
 persistent SENDs and a receipt every 100, :mod:`bench.bench_throughput`'s persistent workload; the SQLite
 store with ``synchronous = FULL``), ``persistent-each`` (persistent SENDs with no consumer, each waiting for its
-RECEIPT: one commit, one fsync a message, :mod:`bench.bench_persistence`'s "receipt per SEND"), ``topic``
+RECEIPT: one commit, one fsync a message, :mod:`bench.bench_persistence`'s "receipt per SEND"), ``receipt-each``
+(the same client with non-persistent SENDs: a reactor turn a round trip without the store), ``topic``
 (1 producer → 10 subscribers, :func:`bench.stomp_load.run_group`; ``--count`` deliveries, the rate and the
 CPU per delivery) and ``4x4`` (4 producers → 4 queues → 4 consumers; ``--count`` messages over the four).
 
-Each run's CPU is also split: the part spent in the kernel (system time) is printed beside it.  With
+Each run's CPU is also split: the part spent in the kernel (system time) and the part spent on the reactor
+thread (the process's main thread: user + system) are printed beside it.  With
 ``--strace`` each gateway does one more run under ``strace -c -f -p`` and its system calls a message are
 printed (that run's CPU and rate are not counted: strace slows it).
 
@@ -87,11 +89,19 @@ def compile_in_place(target: Path) -> None:
                    capture_output=True, env=dict(os.environ, JMSGATEWAY_MYPYC="1"))
 
 
-def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple[float, float, float]:
-    """(messages/s, gateway CPU µs per message, of which in the kernel) of one run (a topic: deliveries)."""
+def reactor_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``'s main thread (the gateway's reactor; Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple[float, float, float, float]:
+    """(messages/s, gateway CPU µs per message, of which in the kernel, of which on the reactor thread) of one
+    run (a topic: deliveries)."""
     assert process.process is not None
     work = Workload(f"/queue/ab.{uuid.uuid4().hex}", count=count)
     user, kernel = cpu_times(process.process.pid)
+    reactor = reactor_cpu(process.process.pid)
     if workload.startswith("app"):
         body = 1024 if workload == "app-1k" else 100
         rate = run_app(process.address, Workload(work.destination, count=count, body_size=body, batch=500,
@@ -108,10 +118,14 @@ def one_run(process: support.GatewayProcess, workload: str, count: int) -> tuple
         rate = run_pair(process.address, Workload(work.destination, count=count, persistent=True, receipt_every=100))
     elif workload == "persistent-each":
         rate = send_rate(process.address, Workload(work.destination, count=count, persistent=True, receipt_every=1))
+    elif workload == "receipt-each":
+        rate = send_rate(process.address, Workload(work.destination, count=count, receipt_every=1))
     else:
         rate = run_pair(process.address, work)
     user_after, kernel_after = cpu_times(process.process.pid)
-    return rate, (user_after - user + kernel_after - kernel) / count * 1e6, (kernel_after - kernel) / count * 1e6
+    reactor_after = reactor_cpu(process.process.pid)
+    return (rate, (user_after - user + kernel_after - kernel) / count * 1e6, (kernel_after - kernel) / count * 1e6,
+            (reactor_after - reactor) / count * 1e6)
 
 
 def system_calls(process: support.GatewayProcess, workload: str, count: int) -> dict[str, float]:
@@ -146,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     choice.add_argument("--base", help="the git revision to compare this tree with")
     choice.add_argument("--compiled", action="store_true", help="this tree against a mypyc-compiled copy of it")
     parser.add_argument("--workload", default="app",
-                        choices=("app", "app-1k", "pair", "1k", "64k", "persistent", "persistent-each", "topic",
-                                 "4x4"))
+                        choices=("app", "app-1k", "pair", "1k", "64k", "persistent", "persistent-each",
+                                 "receipt-each", "topic", "4x4"))
     parser.add_argument("--both-compiled", action="store_true",
                         help="with --base: both trees with their hot modules compiled (mypyc)")
     parser.add_argument("--count", type=int, default=100_000)
@@ -176,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             for process in processes.values():
                 for _ in range(2):
                     one_run(process, args.workload, min(args.count, 20_000))
-            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in processes}
+            results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in processes}
             for _ in range(args.rounds):
                 for name, process in processes.items():
                     results[name].append(one_run(process, args.workload, args.count))
@@ -184,12 +198,13 @@ def main(argv: list[str] | None = None) -> int:
                       for name, process in processes.items()} if args.strace else {}
     print(f"{args.workload}, {args.count} messages a run, {args.rounds} runs each, alternating")
     for name, runs in results.items():
-        rates = [rate for rate, _, _ in runs]
-        cpus = [cpu for _, cpu, _ in runs]
-        kernel = [system for _, _, system in runs]
+        rates = [run[0] for run in runs]
+        cpus = [run[1] for run in runs]
+        kernel = [run[2] for run in runs]
+        reactor = [run[3] for run in runs]
         print(f"  {name:<24} {statistics.median(rates):>9.0f} msg/s ({min(rates):.0f} to {max(rates):.0f})   "
               f"gateway CPU {statistics.median(cpus):5.2f} µs/msg ({min(cpus):.2f} to {max(cpus):.2f}), "
-              f"kernel {statistics.median(kernel):4.2f}")
+              f"kernel {statistics.median(kernel):4.2f}, reactor thread {statistics.median(reactor):5.2f}")
     for name, calls in traced.items():
         common = sorted(calls.items(), key=lambda item: -item[1])[:8]
         print(f"  {name:<24} system calls a message: " + ", ".join(f"{call} {each:.3f}" for call, each in common))

@@ -260,18 +260,27 @@ class StompServerProtocol(Protocol):
     # -- FrameSink ---------------------------------------------------------
 
     def send_frame(self, frame: Frame) -> None:
+        """Write ``frame``.  Inside an input slice (a RECEIPT for a SEND just read, an ERROR) it is gathered
+        behind the slice's MESSAGE frames and sent with them at the slice's end, on the socket at once when
+        the transport holds nothing (:meth:`flush_output`): no ``EPOLLOUT`` round for a client that waits for
+        each RECEIPT (issue 39).  Outside a slice, written now (:meth:`_write_now`)."""
         if not self._closing:
-            if self._out:
+            factory = self.factory
+            gather = factory.gathering and self._coalesce
+            if self._out and not gather:
                 self.flush_output()
             if frame.command == "MESSAGE":
                 self.messages_out += 1
-                self.factory.traffic.sent += 1
+                factory.traffic.sent += 1
             dropped = self._dropped
             data = encode_frame(frame, self.version, dropped=dropped)
-            if self.factory.gathering or not self._write_now(data):
-                self.transport.write(data)  # type: ignore[union-attr]
-            if self._over is not None:
-                self._count_over(len(data))
+            if gather:
+                self._gather(data)  # (counted against the write buffer when flushed)
+            else:
+                if factory.gathering or not self._write_now(data):
+                    self.transport.write(data)  # type: ignore[union-attr]
+                if self._over is not None:
+                    self._count_over(len(data))
             if dropped:
                 self.factory.headers_dropped(frame, self.version, dropped)
                 dropped.clear()
@@ -313,17 +322,22 @@ class StompServerProtocol(Protocol):
             factory = self.factory
             factory.traffic.sent += 1
             if factory.gathering and self._coalesce:  # (an input slice is being handled: OUTPUT_BATCH)
-                out = self._out
-                if not out:
-                    factory.unflushed.append(self)
-                out.append(data)
-                self._out_bytes += len(data)
-                if self._out_bytes >= OUTPUT_BATCH:
-                    self.flush_output()
+                self._gather(data)
                 return
             self.transport.write(data)  # type: ignore[union-attr]
             if self._over is not None:
                 self._count_over(len(data))
+
+    def _gather(self, data: bytes) -> None:
+        """Add ``data`` to what this input slice writes at its end (in one write; earlier past
+        :data:`OUTPUT_BATCH` bytes, so back-pressure learns of it at most that late)."""
+        out = self._out
+        if not out:
+            self.factory.unflushed.append(self)
+        out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes >= OUTPUT_BATCH:
+            self.flush_output()
 
     def flush_output(self, *, now: bool = False) -> None:
         """Hand the MESSAGE frames gathered so far to the transport, in one write; ``now`` (the end of an

@@ -1,5 +1,7 @@
 """A frame written outside an input slice (a RECEIPT from a store commit's report) goes to the socket in
-that turn when the TCP transport holds nothing (:meth:`StompServerProtocol._write_now`, issue 39).
+that turn when the TCP transport holds nothing (:meth:`StompServerProtocol._write_now`, issue 39); one
+answered inside an input slice (a non-persistent SEND's RECEIPT) is gathered with the slice's MESSAGEs and
+goes at the slice's end, the same way (helper turn).
 
 A real TCP connection on 127.0.0.1 whose server end is Twisted's own ``tcp.Server`` on a
 ``MemoryReactor``: the test sees what the reactor would be asked to do (a writer registered: the
@@ -112,19 +114,65 @@ def test_the_receipts_of_one_report_are_one_write_after_the_first(wired: Wired) 
     assert [frame.headers["receipt-id"] for frame in frames if isinstance(frame, Frame)] == ["0", "1", "2"]
 
 
-def test_inside_an_input_slice_the_write_is_buffered(wired: Wired) -> None:
-    """Frames answered while a client's input is handled are written on the poll, a turn's in one write."""
-    factory = wired.protocol.factory
-    wired.protocol.dataReceived(SEND)
-    factory.gathering += 1
-    try:
-        wired.protocol.send_frame(receipt("1"))
-    finally:
-        factory.gathering -= 1
-    assert wired.waiting_to_write()
-    assert wired.received() == []
-    wired.poll()
+def with_receipt(name: str) -> bytes:
+    return encode_frame(Frame("SEND", {"destination": "/queue/w", "content-type": "text/plain",
+                                       "receipt": name}, b"m"), "1.2")
+
+
+class CountedWrites:
+    """Counts the transport's socket writes (``writeSomeData``) and its buffered writes (``write``)."""
+
+    def __init__(self, wired: Wired, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sends = self.buffered = 0
+        transport = wired.transport
+        write_some, write = transport.writeSomeData, transport.write
+
+        def counted_send(data: bytes) -> object:
+            self.sends += 1
+            return write_some(data)
+
+        def counted_write(data: bytes) -> None:
+            self.buffered += 1
+            write(data)
+
+        monkeypatch.setattr(transport, "writeSomeData", counted_send)
+        monkeypatch.setattr(transport, "write", counted_write)
+
+
+def test_a_receipt_answered_while_the_send_is_read_is_on_the_socket_at_the_slices_end(
+        wired: Wired, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails before the change: a non-persistent SEND's RECEIPT, answered inside the input slice, was a
+    buffered write (a writer registered, sent on the next poll: two ``epoll_ctl`` and a turn a round trip)."""
+    writes = CountedWrites(wired, monkeypatch)
+    wired.protocol.dataReceived(with_receipt("1"))
+    assert not wired.waiting_to_write()
     assert wired.received() == ["RECEIPT"]
+    assert (writes.sends, writes.buffered) == (1, 0)
+
+
+def test_the_receipts_of_one_slice_are_one_write_in_order(wired: Wired, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pipelining producer's SENDs read at once: their RECEIPTs leave in one write at the slice's end."""
+    writes = CountedWrites(wired, monkeypatch)
+    wired.protocol.dataReceived(b"".join(with_receipt(str(index)) for index in range(3)))
+    assert not wired.waiting_to_write()
+    frames = list(wired.decoder.feed(wired.client.recv(65536)))
+    assert [frame.headers["receipt-id"] for frame in frames if isinstance(frame, Frame)] == ["0", "1", "2"]
+    assert (writes.sends, writes.buffered) == (1, 0)
+
+
+def test_a_receipt_and_the_messages_of_one_slice_keep_their_order(wired: Wired) -> None:
+    """A RECEIPT gathered with the slice's MESSAGEs: written in the order they were answered."""
+    subscribe = encode_frame(Frame("SUBSCRIBE", {"destination": "/queue/w", "id": "s", "ack": "auto"}), "1.2")
+    wired.protocol.dataReceived(subscribe + SEND + with_receipt("r") + SEND)
+    assert not wired.waiting_to_write()
+    assert wired.received() == ["MESSAGE", "MESSAGE", "RECEIPT", "MESSAGE"]  # (the receipted SEND: delivered, answered)
+
+
+def test_an_error_in_a_slice_is_written_before_the_close(wired: Wired) -> None:
+    """A frame gathered in the slice and a close in the same slice: the ERROR still reaches the client."""
+    wired.protocol.dataReceived(b"NOT-A-COMMAND\n\n\x00")
+    wired.poll()
+    assert wired.received()[:1] == ["ERROR"]
 
 
 def test_behind_what_the_transport_holds_the_frame_waits_its_turn(wired: Wired) -> None:
