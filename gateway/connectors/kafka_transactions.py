@@ -39,6 +39,12 @@ from gateway.message.model import Message
 PlacedRecord = tuple[str, Any, Any, Any]
 """(topic, key, value, headers): one record of a transaction."""
 
+ATTEMPT_HEADER = "jmsbridge.txn"
+"""The header naming the transaction that wrote a copy (``<producer>-<n>``: a random id of the
+producer instance and the transaction's number in it).  A failed one is logged with its copies
+(:meth:`KafkaTransactionalCopy.recover`), so a reader that sees an aborted transaction's records
+(Tansu serves them to ``read_committed`` readers too) can tell them from duplicates."""
+
 NO_RETRY_CODES = REFUSED_CODES | {"TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
 """Kafka errors about the batch itself (a record too large, not authorised): no retry helps."""
 
@@ -58,6 +64,15 @@ class KafkaTransactionalCopy:
         or an exception no retry helps (``[routing]``'s route policies; called on the copy's
         thread); None: every copy goes to ``target_topic``.
     """
+
+    attempt: str | None = None
+    """The transaction under way (its :data:`ATTEMPT_HEADER`), None between transactions."""
+    attempt_copies = 0
+    """The copies the transaction under way produced."""
+    _committing = False
+    """Whether ``commit_transaction`` was called for :attr:`attempt` (before it, it cannot commit)."""
+    _producer_tag = ""
+    _serial = 0
 
     def __init__(self, source: Any, target: Any, *, bridge: str, source_destination: str, source_topic: str,
                  target_topic: str, key_header: str | None, group: str, from_earliest: bool,
@@ -106,6 +121,7 @@ class KafkaTransactionalCopy:
         producer = Producer(self.producer_config())
         producer.init_transactions(30)
         self._producer = producer
+        self._producer_tag, self._serial = uuid.uuid4().hex[:8], 0
 
     def open(self) -> bool:
         if self._producer is None:
@@ -145,11 +161,17 @@ class KafkaTransactionalCopy:
         outgoing = self._records(messages)
         offsets = [TopicPartition(self.source_topic, p, o) for p, o in self._positions.items()]
         producer = self._producer
+        self._serial += 1
+        self.attempt, self.attempt_copies, self._committing = f"{self._producer_tag}-{self._serial}", 0, False
+        tag = (ATTEMPT_HEADER, self.attempt.encode("ascii"))
         producer.begin_transaction()
         for topic, key, value, headers in outgoing:
-            producer.produce(topic, value=value, key=key, headers=headers)
+            producer.produce(topic, value=value, key=key, headers=[*(headers or ()), tag])
+            self.attempt_copies += 1
         producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+        self._committing = True
         producer.commit_transaction(30)
+        self.attempt = None
         self._batch_start.clear()
         self._positions.clear()
 
@@ -160,11 +182,12 @@ class KafkaTransactionalCopy:
                     for message in messages]
         return [record for record in map(self.place, messages) if record is not None]
 
-    def recover(self, error: Exception) -> None:
+    def recover(self, error: Exception) -> str | None:
         from confluent_kafka import KafkaException, TopicPartition
 
         self._positions.clear()
         fatal = False
+        aborted = not self._committing  # never asked to commit: it cannot have committed
         producer, consumer = self._producer, self._consumer
         if producer is not None:
             kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
@@ -172,8 +195,14 @@ class KafkaTransactionalCopy:
             try:
                 if not fatal:
                     producer.abort_transaction(10)
+                    aborted = True
             except Exception:
                 fatal = True
+        settled = None
+        if self.attempt is not None:
+            settled = (f"transaction {self.attempt} ({self.attempt_copies} copies) "
+                       + ("aborted" if aborted else "in doubt (the committed offsets settle it)"))
+        self.attempt, self._committing = None, False
         if fatal:
             self._producer = None  # a new producer fences the old one on init_transactions
             if consumer is not None and self._batch_start:
@@ -199,6 +228,7 @@ class KafkaTransactionalCopy:
                 with contextlib.suppress(Exception):
                     consumer.close()
                 self._consumer = None
+        return settled
 
     def permanent(self, error: Exception) -> bool:
         from confluent_kafka import KafkaException
