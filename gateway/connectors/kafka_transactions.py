@@ -13,7 +13,10 @@ topic is one failed attempt, not the gateway's end) and a transactional ``Produc
 A crash leaves an open transaction that the next :meth:`~KafkaTransactionalCopy.open`
 fences and aborts (``init_transactions``); the consumer then resumes at the committed
 offsets.  :meth:`~KafkaTransactionalCopy.recover` aborts a failed transaction and rewinds
-the consumer to the batch's first offset.
+the consumer to the group's committed offsets.  Each copy names its transaction
+(:data:`ATTEMPT_HEADER`) and ``recover`` says what became of a failed one (its copies, aborted or
+in doubt) for the bridge's log: a reader that sees aborted records (Tansu serves them to every
+reader) tells them from duplicates by that.
 
 :func:`held_record_ids` reads the ``jms.MessageId`` headers of a topic's newest committed
 records (the in-doubt probe, :class:`~gateway.interfaces.IHeldMessages`).  Everything here
