@@ -188,7 +188,7 @@ class KafkaTransactionalCopy:
     def recover(self, error: Exception) -> str | None:
         from confluent_kafka import KafkaException, TopicPartition
 
-        self._positions.clear()
+        ends, self._positions = self._positions, {}
         fatal = False
         aborted = not self._committing  # never asked to commit: it cannot have committed
         producer, consumer = self._producer, self._consumer
@@ -201,11 +201,7 @@ class KafkaTransactionalCopy:
                     aborted = True
             except Exception:
                 fatal = True
-        settled = None
-        if self.attempt is not None:
-            settled = (f"transaction {self.attempt} ({self.attempt_copies} copies) "
-                       + ("aborted" if aborted else "in doubt (the committed offsets settle it)"))
-        self.attempt, self._committing = None, False
+        settled_by_init = False
         if fatal:
             self._producer = None  # a new producer fences the old one on init_transactions
             if consumer is not None and self._batch_start:
@@ -214,11 +210,14 @@ class KafkaTransactionalCopy:
                 # completes or aborts it, so the committed offsets read below are its outcome
                 with contextlib.suppress(Exception):
                     self.open_producer()
+                    settled_by_init = True
+        committed: dict[int, int] = {}
         if consumer is not None:
             try:
                 assignment = consumer.assignment()
                 if assignment:
                     for tp in consumer.committed(assignment, timeout=10):
+                        committed[tp.partition] = tp.offset
                         first = self._batch_start.get(tp.partition)
                         if tp.offset >= 0:
                             # the offsets commit with the copies: a transaction that committed after all
@@ -226,12 +225,36 @@ class KafkaTransactionalCopy:
                             consumer.seek(tp)
                         elif first is not None:  # a new group: the failed batch's first record
                             consumer.seek(TopicPartition(tp.topic, tp.partition, first))
+                settled = self._settled(aborted, committed if settled_by_init else {}, ends)
                 self._batch_start.clear()
+                return settled
             except Exception:
                 with contextlib.suppress(Exception):
                     consumer.close()
                 self._consumer = None
-        return settled
+        return self._settled(aborted, committed if settled_by_init else {}, ends)
+
+    def _settled(self, aborted: bool, committed: dict[int, int], ends: dict[int, int]) -> str | None:
+        """For the log: the failed transaction, its copies and its outcome (None: none under way)."""
+        attempt, self.attempt, self._committing = self.attempt, None, False
+        if attempt is None:
+            return None
+        return f"transaction {attempt} ({self.attempt_copies} copies) " + (
+            "aborted" if aborted else self._in_doubt(committed, ends))
+
+    def _in_doubt(self, committed: dict[int, int], ends: dict[int, int]) -> str:
+        """What the group's offsets, read after the next producer's init_transactions settled a
+        transaction in doubt, say of it: they commit with its copies, so offsets still at the batch's
+        start on every partition of it mean aborted (offsets never go back); past its end, committed
+        (by it, or by another member that took the partition over: counted as committed)."""
+        batch = sorted(self._batch_start)
+        where = ", ".join(f"partition {p}: {committed.get(p, '?')} for {self._batch_start[p]}..{ends.get(p, '?')}"
+                          for p in batch)
+        if batch and all(0 <= committed.get(p, -1) <= self._batch_start[p] for p in batch):
+            return f"aborted (in doubt; the group's offsets stayed at its start: {where})"
+        if batch and all(committed.get(p, -1) >= ends.get(p, 0) > 0 for p in batch):
+            return f"committed after all (the group's offsets moved past it: {where})"
+        return f"in doubt (the group's offsets: {where or 'not read'})"
 
     def permanent(self, error: Exception) -> bool:
         from confluent_kafka import KafkaException

@@ -146,13 +146,27 @@ def test_each_copy_names_the_transaction_that_wrote_it() -> None:
 @pytest.mark.parametrize(("fail_at", "abort_fails", "settled"), [
     ("offsets", True, "transaction p1-1 (2 copies) aborted"),  # fenced before it asked to commit
     ("commit", False, "transaction p1-1 (2 copies) aborted"),  # its abort succeeded
-    ("commit", True, "transaction p1-1 (2 copies) in doubt (the committed offsets settle it)"),
+    # its abort failed: the group's offsets, read once the next producer settled it, say which
+    ("commit", True, "transaction p1-1 (2 copies) aborted (in doubt; the group's offsets stayed at its start: "
+                     "partition 0: 3 for 3..5)"),
+    ("commit-committed", True, "transaction p1-1 (2 copies) committed after all (the group's offsets moved past "
+                               "it: partition 0: 5 for 3..5)"),
+    ("commit-unsettled", True, "transaction p1-1 (2 copies) in doubt (the group's offsets: partition 0: ? for 3..5)"),
 ])
 def test_a_failed_transaction_is_reported_with_its_copies_and_outcome(fail_at: str, abort_fails: bool,
                                                                       settled: str) -> None:
+    fail_at, _, then = fail_at.partition("-")
     producer = TransactionalProducer(fail_at, abort_fails)
     copy = placed_copy(producer)
-    copy.open_producer = lambda: None  # type: ignore[method-assign]
+    group = copy._consumer.group
+
+    def open_producer() -> None:  # settles it: committed after all, or not; or fails
+        if then == "unsettled":
+            raise RuntimeError("init_transactions timed out")
+        if then == "committed":
+            group.committed[0] = 5
+
+    copy.open_producer = open_producer  # type: ignore[method-assign]
     with pytest.raises(RuntimeError) as failure:
         copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
     assert copy.recover(failure.value) == settled
