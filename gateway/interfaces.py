@@ -397,9 +397,11 @@ class ITransactionalCopy(Interface):
         """In one transaction: send ``messages`` (their destinations ignored: the target is
         fixed) and commit the positions of everything consumed since the last commit."""
 
-    def recover(error: Exception) -> None:
+    def recover(error: Exception) -> str | None:
         """After a failed :meth:`consume` / :meth:`commit`: abort the transaction and rewind to
-        the first message not committed (what must be replaced is rebuilt by :meth:`open`)."""
+        the first message not committed (what must be replaced is rebuilt by :meth:`open`).
+        Returns what became of the failed transaction (which one, how many copies it wrote,
+        aborted or in doubt) for the log, None when none was under way."""
 
     def permanent(error: Exception) -> bool:
         """Whether ``error`` is about the batch itself (a record too large, not authorised):

@@ -213,8 +213,8 @@ class TransactionalCopyBridge:
                             call(self._forwarded, moved[0], moved[1])
                 except Exception as exc:
                     failures += 1
-                    reason = f"kafka transaction failed: {exc}"
-                    copy.recover(exc)
+                    settled = copy.recover(exc)
+                    reason = f"kafka transaction failed: {exc}" + (f"; {settled}" if settled else "")
                     if (isinstance(exc, ConnectorError) and exc.permanent) or copy.permanent(exc):
                         # the same batch would fail the same way: nothing is committed
                         call(self._gave_up, f"{reason} (a record no retry can deliver, or a route policy "

@@ -13,7 +13,10 @@ topic is one failed attempt, not the gateway's end) and a transactional ``Produc
 A crash leaves an open transaction that the next :meth:`~KafkaTransactionalCopy.open`
 fences and aborts (``init_transactions``); the consumer then resumes at the committed
 offsets.  :meth:`~KafkaTransactionalCopy.recover` aborts a failed transaction and rewinds
-the consumer to the batch's first offset.
+the consumer to the group's committed offsets.  Each copy names its transaction
+(:data:`ATTEMPT_HEADER`) and ``recover`` says what became of a failed one (its copies, aborted or
+in doubt) for the bridge's log: a reader that sees aborted records (Tansu serves them to every
+reader) tells them from duplicates by that.
 
 :func:`held_record_ids` reads the ``jms.MessageId`` headers of a topic's newest committed
 records (the in-doubt probe, :class:`~gateway.interfaces.IHeldMessages`).  Everything here
@@ -39,6 +42,12 @@ from gateway.message.model import Message
 PlacedRecord = tuple[str, Any, Any, Any]
 """(topic, key, value, headers): one record of a transaction."""
 
+ATTEMPT_HEADER = "jmsbridge.txn"
+"""The header naming the transaction that wrote a copy (``<producer>-<n>``: a random id of the
+producer instance and the transaction's number in it).  A failed one is logged with its copies
+(:meth:`KafkaTransactionalCopy.recover`), so a reader that sees an aborted transaction's records
+(Tansu serves them to ``read_committed`` readers too) can tell them from duplicates."""
+
 NO_RETRY_CODES = REFUSED_CODES | {"TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
 """Kafka errors about the batch itself (a record too large, not authorised): no retry helps."""
 
@@ -58,6 +67,15 @@ class KafkaTransactionalCopy:
         or an exception no retry helps (``[routing]``'s route policies; called on the copy's
         thread); None: every copy goes to ``target_topic``.
     """
+
+    attempt: str | None = None
+    """The transaction under way (its :data:`ATTEMPT_HEADER`), None between transactions."""
+    attempt_copies = 0
+    """The copies the transaction under way produced."""
+    _committing = False
+    """Whether ``commit_transaction`` was called for :attr:`attempt` (before it, it cannot commit)."""
+    _producer_tag = ""
+    _serial = 0
 
     def __init__(self, source: Any, target: Any, *, bridge: str, source_destination: str, source_topic: str,
                  target_topic: str, key_header: str | None, group: str, from_earliest: bool,
@@ -106,6 +124,7 @@ class KafkaTransactionalCopy:
         producer = Producer(self.producer_config())
         producer.init_transactions(30)
         self._producer = producer
+        self._producer_tag, self._serial = uuid.uuid4().hex[:8], 0
 
     def open(self) -> bool:
         if self._producer is None:
@@ -145,11 +164,17 @@ class KafkaTransactionalCopy:
         outgoing = self._records(messages)
         offsets = [TopicPartition(self.source_topic, p, o) for p, o in self._positions.items()]
         producer = self._producer
+        self._serial += 1
+        self.attempt, self.attempt_copies, self._committing = f"{self._producer_tag}-{self._serial}", 0, False
+        tag = (ATTEMPT_HEADER, self.attempt.encode("ascii"))
         producer.begin_transaction()
         for topic, key, value, headers in outgoing:
-            producer.produce(topic, value=value, key=key, headers=headers)
+            producer.produce(topic, value=value, key=key, headers=[*(headers or ()), tag])
+            self.attempt_copies += 1
         producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+        self._committing = True
         producer.commit_transaction(30)
+        self.attempt = None
         self._batch_start.clear()
         self._positions.clear()
 
@@ -160,11 +185,12 @@ class KafkaTransactionalCopy:
                     for message in messages]
         return [record for record in map(self.place, messages) if record is not None]
 
-    def recover(self, error: Exception) -> None:
+    def recover(self, error: Exception) -> str | None:
         from confluent_kafka import KafkaException, TopicPartition
 
-        self._positions.clear()
+        ends, self._positions = self._positions, {}
         fatal = False
+        aborted = not self._committing  # never asked to commit: it cannot have committed
         producer, consumer = self._producer, self._consumer
         if producer is not None:
             kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
@@ -172,8 +198,10 @@ class KafkaTransactionalCopy:
             try:
                 if not fatal:
                     producer.abort_transaction(10)
+                    aborted = True
             except Exception:
                 fatal = True
+        settled_by_init = False
         if fatal:
             self._producer = None  # a new producer fences the old one on init_transactions
             if consumer is not None and self._batch_start:
@@ -182,11 +210,14 @@ class KafkaTransactionalCopy:
                 # completes or aborts it, so the committed offsets read below are its outcome
                 with contextlib.suppress(Exception):
                     self.open_producer()
+                    settled_by_init = True
+        committed: dict[int, int] = {}
         if consumer is not None:
             try:
                 assignment = consumer.assignment()
                 if assignment:
                     for tp in consumer.committed(assignment, timeout=10):
+                        committed[tp.partition] = tp.offset
                         first = self._batch_start.get(tp.partition)
                         if tp.offset >= 0:
                             # the offsets commit with the copies: a transaction that committed after all
@@ -194,11 +225,36 @@ class KafkaTransactionalCopy:
                             consumer.seek(tp)
                         elif first is not None:  # a new group: the failed batch's first record
                             consumer.seek(TopicPartition(tp.topic, tp.partition, first))
+                settled = self._settled(aborted, committed if settled_by_init else {}, ends)
                 self._batch_start.clear()
+                return settled
             except Exception:
                 with contextlib.suppress(Exception):
                     consumer.close()
                 self._consumer = None
+        return self._settled(aborted, committed if settled_by_init else {}, ends)
+
+    def _settled(self, aborted: bool, committed: dict[int, int], ends: dict[int, int]) -> str | None:
+        """For the log: the failed transaction, its copies and its outcome (None: none under way)."""
+        attempt, self.attempt, self._committing = self.attempt, None, False
+        if attempt is None:
+            return None
+        return f"transaction {attempt} ({self.attempt_copies} copies) " + (
+            "aborted" if aborted else self._in_doubt(committed, ends))
+
+    def _in_doubt(self, committed: dict[int, int], ends: dict[int, int]) -> str:
+        """What the group's offsets, read after the next producer's init_transactions settled a
+        transaction in doubt, say of it: they commit with its copies, so offsets still at the batch's
+        start on every partition of it mean aborted (offsets never go back); past its end, committed
+        (by it, or by another member that took the partition over: counted as committed)."""
+        batch = sorted(self._batch_start)
+        where = ", ".join(f"partition {p}: {committed.get(p, '?')} for {self._batch_start[p]}..{ends.get(p, '?')}"
+                          for p in batch)
+        if batch and all(0 <= committed.get(p, -1) <= self._batch_start[p] for p in batch):
+            return f"aborted (in doubt; the group's offsets stayed at its start: {where})"
+        if batch and all(committed.get(p, -1) >= ends.get(p, 0) > 0 for p in batch):
+            return f"committed after all (the group's offsets moved past it: {where})"
+        return f"in doubt (the group's offsets: {where or 'not read'})"
 
     def permanent(self, error: Exception) -> bool:
         from confluent_kafka import KafkaException

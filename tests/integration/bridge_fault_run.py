@@ -28,7 +28,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -588,6 +588,54 @@ class FaultRun:
                         self._tally.receipted.add(seq)
         finally:
             client.disconnect()
+
+
+ABORTED_TRANSACTION = re.compile(r"transaction (\S+) \((\d+) copies\) aborted")
+"""How the transactions engine logs a failed transaction it aborted (a ``kafka transaction failed``
+line, gateway.connectors.kafka_transactions.KafkaTransactionalCopy.recover)."""
+
+
+@dataclass
+class TransactionCount:
+    """What a ``read_uncommitted`` reader saw of a Kafka-transactions bridge's target, told apart by
+    the transaction that wrote each copy (its ``jmsbridge.txn`` header): see :func:`count_transactions`."""
+
+    delivered: Counter[str]
+    """Copies per seq written by transactions that committed (not logged aborted)."""
+    aborted: dict[str, int]
+    """Copies at the target per transaction the bridge logged as aborted (or the killed gateway's
+    transaction in flight, when every record of it was copied by a committed one too)."""
+    problems: list[str]
+    """What the log does not explain (an aborted transaction with more copies than it logged, a
+    killed gateway's transaction in flight partly copied again)."""
+
+
+def count_transactions(copies: Sequence[tuple[str, str | None]], log: str, in_flight: str | None = None
+                       ) -> TransactionCount:
+    """Count ``copies`` ((seq, transaction) in the target's order) by transaction.
+
+    A copy counts as delivered unless its transaction is logged as aborted with at least as many
+    copies as the target holds of it (``transaction <id> (<n> copies) aborted``; a transaction is
+    logged aborted only when it never asked to commit or its abort succeeded).  ``in_flight`` is
+    the transaction a SIGKILLed gateway wrote last: its outcome is logged nowhere, so it counts as
+    aborted when every one of its records was also copied by a transaction that committed, as
+    committed when none was, and a mix is a problem (a transaction commits or aborts whole).
+    Never are two copies from committed transactions both accepted: they are a duplicate."""
+    logged = {txn: int(n) for txn, n in ABORTED_TRANSACTION.findall(log)}
+    seen: Counter[str | None] = Counter(txn for _, txn in copies)
+    problems = [f"transaction {txn} logged aborted with {logged[txn]} copies, {seen[txn]} at the target"
+                for txn in logged if seen[txn] > logged[txn]]
+    aborted = {txn for txn in logged if seen[txn] and seen[txn] <= logged[txn]}
+    if in_flight is not None and in_flight not in aborted:
+        others = {seq for seq, txn in copies if txn != in_flight and txn not in aborted}
+        own = [seq in others for seq, txn in copies if txn == in_flight]
+        if own and all(own):
+            aborted.add(in_flight)
+        elif any(own):
+            problems.append(f"the killed gateway's last transaction {in_flight}: {sum(own)} of its {len(own)} "
+                            "records copied again (a transaction commits or aborts whole)")
+    delivered: Counter[str] = Counter(seq for seq, txn in copies if txn not in aborted)
+    return TransactionCount(delivered, {txn: seen[txn] for txn in sorted(aborted)}, problems)
 
 
 def recorded_ids(data_dir: Path, bridge: str) -> int | None:

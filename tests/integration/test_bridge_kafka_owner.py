@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.bridge_fault_run import drain_counting
+from tests.integration.bridge_fault_run import count_transactions, drain_counting
 from tests.integration.test_bridge_kafka import bridge_toml, header, kafka_connector_toml
 from tests.support.activemq import ActiveMQBroker, activemq
 from tests.support.gateway import GatewayProcess
@@ -288,26 +288,35 @@ def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, 
         wait_until(lambda: len(writers_now()) == 2, 60, "both gateways copying")
         first.kill()
         producer.join(120)
-        arrived: Counter[str] = Counter()
-        writers: Counter[str] = Counter()
+        copies: list[tuple[str, str | None, str | None]] = []
 
         def all_there() -> bool:
-            arrived.clear()
-            writers.clear()
-            for record in read_records(kafka_bootstrap, target, TOTAL, timeout=10, settle=0.5,
-                                       **{"isolation.level": "read_uncommitted"}):
-                arrived[header(record, "jms.seq") or "?"] += 1
-                writers[header(record, "jmsbridge.origin") or "?"] += 1
-            return len(arrived) >= TOTAL
+            copies.clear()
+            for record in read_records(kafka_bootstrap, target, TOTAL, timeout=10, settle=0.5, **UNCOMMITTED):
+                copies.append((header(record, "jms.seq") or "?", header(record, "jmsbridge.txn"),
+                               header(record, "jmsbridge.origin")))
+            return len({seq for seq, _, _ in copies}) >= TOTAL
 
         with contextlib.suppress(AssertionError):
             wait_until(all_there, 120, "every record at the target")
         time.sleep(3.0)
         all_there()
+        writers = Counter(origin or "?" for _, _, origin in copies)
         print(f"\ncopies per gateway: {dict(writers)}")
         assert len(writers) == 2, f"both gateways copy: {dict(writers)}"
+        killed = (first.data_dir / "gateway.id").read_text().strip()
+        in_flight = next((txn for _, txn, origin in reversed(copies) if origin == killed), None)
         logs = f"FIRST:\n{first.log()[-4000:]}\nSECOND:\n{second.log()[-4000:]}"
-        verdict(arrived, logs, "kafka -> kafka, two gateways, SIGKILL of one (read_uncommitted)")
+        count = count_transactions([(seq, txn) for seq, txn, _ in copies], first.log() + second.log(), in_flight)
+        raw = Counter(seq for seq, _, _ in copies)
+        print(f"copies of aborted transactions (the killed gateway's last one: {in_flight}): {count.aborted}; "
+              f"seqs at the target more than once, aborted copies included: {sum(n > 1 for n in raw.values())}")
+        for line in (first.log() + second.log()).splitlines():
+            if "kafka transaction failed" in line:
+                print(line[-200:])
+        assert not count.problems, f"{count.problems}\n{logs}"
+        verdict(count.delivered, logs, "kafka -> kafka, two gateways, SIGKILL of one (read_uncommitted, "
+                "less the copies of aborted transactions)")
     finally:
         first.kill()
         second.kill()

@@ -22,6 +22,7 @@ from tests.integration.bridge_fault_run import (
     Outcome,
     applies,
     check,
+    count_transactions,
     message_id_of,
     recorded_ids,
     struck_side,
@@ -100,3 +101,51 @@ def test_the_duplicate_store_is_read_per_bridge(tmp_path: Path) -> None:
         db.executemany("INSERT INTO bridge_delivered VALUES (?, ?, 0)",
                        [("fm", "ID:1"), ("fm", "ID:2"), ("other", "ID:3")])
     assert recorded_ids(tmp_path, "fm") == 2
+
+
+# -- the two-gateway Kafka -> Kafka test: copies told apart by the transaction that wrote them
+
+FENCED = ("bridge k2k: kafka transaction failed: KafkaError{code=_FENCED}; transaction a1-7 (2 copies) aborted; "
+          "retry 1 in 0.2s")
+
+
+def test_the_copies_of_a_transaction_logged_aborted_are_not_duplicates() -> None:
+    copies = [("s-0", "a1-6"), ("s-1", "a1-7"), ("s-2", "a1-7"), ("s-1", "b1-3"), ("s-2", "b1-3"), ("s-3", "b1-4")]
+    count = count_transactions(copies, FENCED)
+    assert count.delivered == Counter({"s-0": 1, "s-1": 1, "s-2": 1, "s-3": 1})
+    assert count.aborted == {"a1-7": 2} and count.problems == []
+
+
+@pytest.mark.parametrize(("copies", "log"), [
+    # the same records committed by two transactions, neither logged aborted
+    ([("s-1", "a1-7"), ("s-2", "a1-7"), ("s-1", "b1-3"), ("s-2", "b1-3")], ""),
+    # logged in doubt, not aborted (its commit was asked for, its abort failed)
+    ([("s-1", "a1-7"), ("s-2", "a1-7"), ("s-1", "b1-3"), ("s-2", "b1-3")],
+     "kafka transaction failed: timed out; transaction a1-7 (2 copies) in doubt (the committed offsets settle it)"),
+    # another transaction than the one logged aborted
+    ([("s-1", "a1-6"), ("s-2", "a1-6"), ("s-1", "b1-3"), ("s-2", "b1-3")], FENCED),
+])
+def test_two_copies_from_transactions_not_logged_aborted_are_a_duplicate(copies: list[tuple[str, str | None]],
+                                                                          log: str) -> None:
+    count = count_transactions(copies, log)
+    assert count.delivered == Counter({"s-1": 2, "s-2": 2}) and count.aborted == {}
+
+
+def test_an_aborted_transaction_with_more_copies_than_it_logged_is_not_explained() -> None:
+    copies = [("s-1", "a1-7"), ("s-2", "a1-7"), ("s-3", "a1-7"), ("s-1", "b1-3"), ("s-2", "b1-3"), ("s-3", "b1-3")]
+    count = count_transactions(copies, FENCED)
+    assert count.problems and count.delivered == Counter({"s-1": 2, "s-2": 2, "s-3": 2})
+
+
+def test_the_killed_gateways_transaction_in_flight_counts_whole() -> None:
+    recopied = [("s-0", "a1-6"), ("s-1", "a1-7"), ("s-2", "a1-7"), ("s-1", "b1-3"), ("s-2", "b1-3")]
+    count = count_transactions(recopied, "", in_flight="a1-7")
+    assert count.aborted == {"a1-7": 2} and count.delivered == Counter({"s-0": 1, "s-1": 1, "s-2": 1})
+    committed = [("s-0", "a1-6"), ("s-1", "a1-7"), ("s-2", "a1-7"), ("s-3", "b1-3")]
+    count = count_transactions(committed, "", in_flight="a1-7")
+    assert count.aborted == {} and count.delivered == Counter({"s-0": 1, "s-1": 1, "s-2": 1, "s-3": 1})
+    half = [("s-1", "a1-7"), ("s-2", "a1-7"), ("s-1", "b1-3")]
+    count = count_transactions(half, "", in_flight="a1-7")
+    assert count.problems and count.delivered == Counter({"s-1": 2, "s-2": 1})
+    only_one = [("s-1", "a1-6"), ("s-1", "a1-7"), ("s-1", "b1-3")]  # one transaction in flight, not two
+    assert count_transactions(only_one, "", in_flight="a1-7").delivered == Counter({"s-1": 2})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gateway.connectors.kafka_transactions import KafkaTransactionalCopy
 
 
@@ -79,3 +81,142 @@ def test_a_transaction_in_doubt_that_was_aborted_is_copied_again() -> None:
     assert opened == ["init_transactions"]
     assert consumer.seeks == [(0, 3), (1, 40)]
     assert copy._batch_start == {} and copy._positions == {}
+
+
+# -- which transaction wrote a copy, and what became of a failed one (the log tells its copies apart)
+
+class TransactionalProducer:
+    """Records what the copy asks; ``fail_at`` names the call that raises."""
+
+    def __init__(self, fail_at: str = "", abort_fails: bool = False) -> None:
+        self.fail_at, self.abort_fails = fail_at, abort_fails
+        self.produced: list[tuple[str, Any]] = []
+
+    def _step(self, name: str) -> None:
+        if name == self.fail_at:
+            raise RuntimeError(f"KafkaError{{code=_FENCED}}: {name}")
+
+    def begin_transaction(self) -> None:
+        self._step("begin")
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, headers: Any = None) -> None:
+        self._step("produce")
+        self.produced.append((topic, headers))
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self._step("offsets")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._step("commit")
+
+    def abort_transaction(self, timeout: float) -> None:
+        if self.abort_fails:
+            raise RuntimeError("abort failed")
+
+
+class GroupConsumer(Consumer):
+    def consumer_group_metadata(self) -> object:
+        return object()
+
+
+def placed_copy(producer: TransactionalProducer) -> KafkaTransactionalCopy:
+    copy = KafkaTransactionalCopy.__new__(KafkaTransactionalCopy)
+    copy.source_topic = "src"
+    copy.place = lambda message: ("dst", b"k", b"v", [("jms.seq", message.encode())])  # type: ignore[attr-defined]
+    copy._batch_start, copy._positions = {0: 3}, {0: 5}
+    copy._consumer, copy._producer = GroupConsumer(Group({0: 3}, {})), producer
+    copy._producer_tag, copy._serial = "p1", 0
+    return copy
+
+
+def attempts(producer: TransactionalProducer) -> list[str]:
+    return [dict(headers)["jmsbridge.txn"].decode() for _, headers in producer.produced]
+
+
+def test_each_copy_names_the_transaction_that_wrote_it() -> None:
+    producer = TransactionalProducer()
+    copy = placed_copy(producer)
+    copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
+    copy.commit(["s-3"])  # type: ignore[list-item]
+    assert attempts(producer) == ["p1-1", "p1-1", "p1-2"]
+    assert [dict(headers)["jms.seq"] for _, headers in producer.produced] == [b"s-1", b"s-2", b"s-3"]
+    assert copy.attempt is None, "none under way between transactions"
+
+
+@pytest.mark.parametrize(("fail_at", "abort_fails", "settled"), [
+    ("offsets", True, "transaction p1-1 (2 copies) aborted"),  # fenced before it asked to commit
+    ("commit", False, "transaction p1-1 (2 copies) aborted"),  # its abort succeeded
+    # its abort failed: the group's offsets, read once the next producer settled it, say which
+    ("commit", True, "transaction p1-1 (2 copies) aborted (in doubt; the group's offsets stayed at its start: "
+                     "partition 0: 3 for 3..5)"),
+    ("commit-committed", True, "transaction p1-1 (2 copies) committed after all (the group's offsets moved past "
+                               "it: partition 0: 5 for 3..5)"),
+    ("commit-unsettled", True, "transaction p1-1 (2 copies) in doubt (the group's offsets: partition 0: ? for 3..5)"),
+])
+def test_a_failed_transaction_is_reported_with_its_copies_and_outcome(fail_at: str, abort_fails: bool,
+                                                                      settled: str) -> None:
+    fail_at, _, then = fail_at.partition("-")
+    producer = TransactionalProducer(fail_at, abort_fails)
+    copy = placed_copy(producer)
+    group = copy._consumer.group
+
+    def open_producer() -> None:  # settles it: committed after all, or not; or fails
+        if then == "unsettled":
+            raise RuntimeError("init_transactions timed out")
+        if then == "committed":
+            group.committed[0] = 5
+
+    copy.open_producer = open_producer  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError) as failure:
+        copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
+    assert copy.recover(failure.value) == settled
+    assert copy.recover(RuntimeError("a consume failed")) is None, "no transaction under way"
+
+
+
+def test_the_bridge_logs_what_became_of_the_failed_transaction() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.bridges.config import parse_bridge
+    from gateway.bridges.metrics import BridgeMetrics
+    from gateway.bridges.transactional_copy import TransactionalCopyBridge
+    from gateway.message.model import TextMessage
+
+    class Reactor:
+        def callFromThread(self, f: Any, *args: Any) -> None:
+            f(*args)
+
+    class FailingCopy:
+        """One batch whose transaction fails; its recover says what became of it."""
+
+        def __init__(self) -> None:
+            self.batches = 1
+
+        def open(self) -> bool:
+            return False
+
+        def consume(self, max_count: int, timeout: float) -> list[Any]:
+            self.batches -= 1
+            return [TextMessage(text="s-1", message_id="ID:1", destination="/queue/src")] if self.batches >= 0 else []
+
+        def commit(self, messages: list[Any]) -> None:
+            raise RuntimeError("KafkaError{code=_FENCED}: fenced")
+
+        def recover(self, error: Exception) -> str | None:
+            bridge._halt.set()
+            return "transaction p1-1 (1 copies) aborted"
+
+        def permanent(self, error: Exception) -> bool:
+            return False
+
+        def close(self) -> None:
+            pass
+
+    config = parse_bridge({"name": "k2k", "qos": "ONCE_AND_ONLY_ONCE", "failure_retry_interval": 1,
+                           "source": {"connector": "embedded", "destination": "/queue/src"},
+                           "target": {"connector": "embedded", "destination": "/queue/dst"}}, 0, "t.toml", {"embedded"})
+    bridge = TransactionalCopyBridge(config, FailingCopy(), clock=Reactor(),  # type: ignore[arg-type]
+                                     metrics=BridgeMetrics(CollectorRegistry()))
+    bridge._run()
+    assert bridge.last_error == ("kafka transaction failed: KafkaError{code=_FENCED}: fenced; "
+                                 "transaction p1-1 (1 copies) aborted")
