@@ -52,9 +52,10 @@ test: setup system-deps check
 	$(PYTEST) tests
 
 # The property tests with new random examples (the suite's own runs are derandomized: tests/conftest.py);
-# JMSGATEWAY_MODEL_EXAMPLES=3000 makes the broker model's runs longer.
+# JMSGATEWAY_MODEL_EXAMPLES=3000 makes the broker model's runs longer (each test may take an hour
+# then, not the suite's 300 s).
 test-random: setup system-deps
-	$(PYTEST) -m hypothesis --hypothesis-profile=random tests/unit tests/integration/test_selector_differential.py
+	$(PYTEST) --timeout=3600 -m hypothesis --hypothesis-profile=random tests/unit tests/integration/test_selector_differential.py
 
 bench: setup system-deps
 	$(PY) -m bench
