@@ -107,6 +107,15 @@ WRITE_GRACE_FRAMES = 4
 buffer alone); 192 KB of small MESSAGE frames held for a consumer that falls behind would be
 ~1,300 messages of latency (tens of milliseconds at full rate)."""
 
+ANSWER_GRACE = WRITE_GRACE
+"""Bytes of answers to the client's own frames (RECEIPT, ERROR) written past the full write buffer before
+reading from that client stops until the transport wrote everything out.  Deliveries pause by themselves
+(:data:`WRITE_GRACE`), but the answers are written whatever the client reads: a client that pipelines
+receipted SENDs (or SENDs refused by ``[[authorization]]``, whose ERROR leaves it open) and never reads
+would otherwise fill the gateway's memory with them (helper stall: 256 MB offered, 256 MB read, RSS
++253 MB).  MESSAGE frames do not count: a consumer that stops reading is still read (its DISCONNECT, an
+ACK, a frame that earns an ERROR and the close)."""
+
 
 @implementer(IPushProducer)
 class StompServerProtocol(Protocol):
@@ -134,6 +143,8 @@ class StompServerProtocol(Protocol):
         self._over: int | None = None  # bytes written since the transport reported its buffer full (None: not)
         self._over_frames = 0  # frames written since then
         self._full = False  # deliveries paused for the write buffer
+        self._answers_over = 0  # bytes of answers (RECEIPT, ERROR) written since the write buffer was full
+        self._answers_held = False  # reading held until the transport wrote everything out (ANSWER_GRACE)
         self._out: list[bytes] = []  # MESSAGE frames gathered during an input slice (OUTPUT_BATCH)
         self._out_bytes = 0
         self._coalesce = True  # False: one write per frame (a WebSocket transport: one write, one message)
@@ -281,6 +292,8 @@ class StompServerProtocol(Protocol):
                     self.transport.write(data)  # type: ignore[union-attr]
                 if self._over is not None:
                     self._count_over(len(data))
+            if self._over is not None and frame.command != "MESSAGE":
+                self._count_answer(len(data))
             if dropped:
                 self.factory.headers_dropped(frame, self.version, dropped)
                 dropped.clear()
@@ -365,6 +378,15 @@ class StompServerProtocol(Protocol):
             if self.session is not None:
                 self.session.pause_deliveries()
 
+    def _count_answer(self, size: int) -> None:
+        """An answer of ``size`` bytes (a RECEIPT, an ERROR) written past the full write buffer; past
+        :data:`ANSWER_GRACE` bytes of them, stop reading from the client until the transport wrote
+        everything out (:meth:`resumeProducing`)."""
+        self._answers_over += size
+        if self._answers_over >= ANSWER_GRACE and not self._answers_held:
+            self._answers_held = True
+            self.hold_input()
+
     def send_heartbeat(self) -> None:
         if not self._closing:
             if self._out:
@@ -418,13 +440,18 @@ class StompServerProtocol(Protocol):
             self._over = 0
 
     def resumeProducing(self) -> None:
-        """The transport wrote out all it held."""
+        """The transport wrote out all it held: deliveries go on, and a client held for its answers
+        (:data:`ANSWER_GRACE`) is read again."""
         self._over = None
         self._over_frames = 0
+        self._answers_over = 0
         if self._full:
             self._full = False
             if self.session is not None:
                 self.session.resume_deliveries()
+        if self._answers_held:
+            self._answers_held = False
+            self.release_input()
 
     def stopProducing(self) -> None:
         pass
