@@ -60,7 +60,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from twisted.internet import tcp
-from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime, ISSLTransport
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IHalfCloseableProtocol,
+    IPushProducer,
+    IReactorTime,
+    ISSLTransport,
+)
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -117,7 +123,7 @@ would otherwise fill the gateway's memory with them (helper stall: 256 MB offere
 ACK, a frame that earns an ERROR and the close)."""
 
 
-@implementer(IPushProducer)
+@implementer(IPushProducer, IHalfCloseableProtocol)
 class StompServerProtocol(Protocol):
     """One STOMP client connection."""
 
@@ -132,6 +138,7 @@ class StompServerProtocol(Protocol):
         self._next_slice: Any = None  # the DelayedCall handling the next slice of the frames read (None: none wait)
         self._holds = 0  # congested targets the session waits for (reading paused while > 0)
         self._lost = False
+        self._input_ended = False  # the client half-closed: nothing more to read (reading never resumes)
         self.peer = "?"  # the client's host:port
         self._address: str | None = None  # the client address, once admitted
         self._connect_deadline: IDelayedCall | None = None
@@ -236,7 +243,8 @@ class StompServerProtocol(Protocol):
         if self._closing:
             return
         self._handle(b"")
-        if self._next_slice is None and not self._closing and not self._holds and not self._lost:
+        if self._next_slice is None and not self._closing and not self._holds and not self._lost \
+                and not self._input_ended:
             self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
@@ -255,6 +263,27 @@ class StompServerProtocol(Protocol):
         if self._address is not None:
             self.factory.connection_closed(self, self._address)
             self._address = None
+
+    def readConnectionLost(self) -> None:
+        """The client half-closed (a FIN: ``shutdown(SHUT_WR)``): it sends nothing more but may still read.
+        What it sent is handled, then it is answered as after a DISCONNECT without a receipt: every
+        RECEIPT (or ERROR) its frames asked for, in order, then the close
+        (:meth:`StompSession.input_ended`).  Before, the FIN ended the connection at once and the
+        RECEIPTs that waited for the store's commit were never written (helper stall)."""
+        if self._input_ended:
+            return
+        self._input_ended = True
+        if self._next_slice is not None:  # (reading is paused while slices wait: none should, but handle them)
+            self._next_slice.cancel()
+            self._next_slice = None
+            if not self._closing:
+                self._handle(b"", sliced=False)
+        if self.session is None or self._closing:
+            return
+        self.session.input_ended()
+
+    def writeConnectionLost(self) -> None:
+        """(IHalfCloseableProtocol: the gateway never half-closes its own side.)"""
 
     def peer_certificate_name(self) -> str | None:
         """The subject CN of the client's verified certificate (``mtls:``, also under ``ws:``), or None."""
@@ -408,7 +437,8 @@ class StompServerProtocol(Protocol):
     def release_input(self) -> None:
         """One reason to hold reading is gone; read again when none is left."""
         self._holds -= 1
-        if not self._holds and self._next_slice is None and not self._closing and not self._lost:
+        if not self._holds and self._next_slice is None and not self._closing and not self._lost \
+                and not self._input_ended:
             self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def close(self) -> None:

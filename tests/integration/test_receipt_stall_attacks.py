@@ -549,24 +549,27 @@ def test_a_trickling_link_gets_every_receipt_in_order(gw: GatewayProcess) -> Non
         consumer.close()
 
 
-def test_a_client_that_half_closes_after_pipelining(gw: GatewayProcess) -> None:
-    """What a half-close (``shutdown(SHUT_WR)``) right after 1,000 pipelined receipted SENDs (a third
-    persistent) does.  The docs promise nothing for the RECEIPTs of a connection whose client closed its
-    side (the gateway takes the FIN as the end of the connection); docs/stomp.md, Receipts: "A RECEIPT
-    goes out only when the work is done" and docs/persistence.md: the frames a connection sent are
-    handled in order.  Checked: every SEND written before the FIN is stored (all 1,000 in the queue, in
-    order), and whatever RECEIPTs come are in order, none twice."""
+@pytest.mark.parametrize("disconnect", [True, False])
+def test_a_client_that_half_closes_after_pipelining_gets_every_receipt(gw: GatewayProcess, disconnect: bool) -> None:
+    """docs/stomp.md, Receipts: "DISCONNECT waits for everything sent before it, even in the same write:
+    first every earlier frame gets its own RECEIPT (or its ERROR), then the DISCONNECT's RECEIPT and the
+    close", and (this branch) "A client that half-closes ... is answered as if it had sent a DISCONNECT
+    without a receipt".  1,000 pipelined receipted SENDs (a third persistent), with or without a
+    receipted DISCONNECT, then ``shutdown(SHUT_WR)`` at once: every RECEIPT arrives, in order (the
+    DISCONNECT's last), then the close; all 1,000 messages are in the queue, in order.  (Before, the FIN
+    ended the connection at once: the RECEIPTs still waiting for the store's commit never came, 858 of
+    1,001 with the DISCONNECT, 0 of 1,000 without.)"""
     count = 1000
-    queue = "/queue/stall.halfclose"
+    queue = f"/queue/stall.halfclose.{disconnect}"
     sock = stalled_socket(gw.address, rcvbuf=65536)
     try:
         decoder = connected(sock)
-        sock.sendall(_pipelined(queue, count))
+        sock.sendall(_pipelined(queue, count, disconnect="bye" if disconnect else None))
         sock.shutdown(socket.SHUT_WR)
-        frames = read_frames(sock, decoder, lambda got: False, 10.0)
+        frames = read_frames(sock, decoder, lambda got: False, 10.0)  # (until the gateway closes)
         receipts = [f.headers.get("receipt-id") for f in frames]
-        assert receipts == [f"s{n}" for n in range(len(receipts))], receipts[:5]
-        print(f"half-close: {len(receipts)} of {count} RECEIPTs came before the close")
+        assert receipts == [f"s{n}" for n in range(count)] + (["bye"] if disconnect else []), \
+            (len(receipts), receipts[-3:])
     finally:
         sock.close()
     consumer = RawStomp(gw.address)
