@@ -443,6 +443,53 @@ def test_disconnect_receipt_after_pipelined_sends_comes_last_then_the_close(gw: 
         consumer.close()
 
 
+@pytest.mark.parametrize("how", ["raw", "proxy"])
+def test_after_a_stall_the_error_comes_after_every_earlier_receipt_then_the_close(gw: GatewayProcess,
+                                                                                   how: str) -> None:
+    """docs/persistence.md: "An ERROR closing the connection comes after the receipts of the frames
+    before it and no frame after it is handled"; docs/stomp.md, Errors: the ERROR carries "receipt-id
+    when the failing frame asked for a receipt", then "the server then closes that connection".  3,000
+    receipted SENDs (a third persistent), a SEND without a destination asking for receipt ``bad``, then
+    10 more SENDs, in one write; the client reads nothing for a second (``raw``: a 4 KB
+    receive buffer; ``proxy``: the link passes nothing), then reads: RECEIPTs ``s0`` … ``s2999`` in
+    order, the ERROR with ``receipt-id:bad``, the close; nothing of the 10 SENDs after it is stored."""
+    count = 3000
+    queue = f"/queue/stall.error.{how}"
+    proxy = TcpProxy(*gw.address) if how == "proxy" else None
+    sock = stalled_socket(("127.0.0.1", proxy.port) if proxy is not None else gw.address)
+    after = b"".join(send_frame(queue, f"late{n}".encode()) for n in range(10))
+    data = _pipelined(queue, count) + b"SEND\nreceipt:bad\n\nno destination\x00" + after
+    try:
+        decoder = connected(sock)
+        if proxy is not None:
+            proxy.stall("both")
+        writer = threading.Thread(target=sock.sendall, args=(data,), daemon=True)
+        writer.start()
+        time.sleep(1.0)
+        if proxy is not None:
+            proxy.flow()
+        frames = read_frames(sock, decoder, lambda got: False, 20.0)  # (until the gateway closes)
+        writer.join(10)
+        assert [f.command for f in frames] == ["RECEIPT"] * count + ["ERROR"], \
+            [f for f in frames if f.command != "RECEIPT"][:3]
+        assert [f.headers.get("receipt-id") for f in frames] == [f"s{n}" for n in range(count)] + ["bad"]
+    finally:
+        sock.close()
+        if proxy is not None:
+            proxy.close()
+    consumer = RawStomp(gw.address)
+    try:
+        consumer.connect()
+        consumer.send(f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:auto\n\n\x00")
+        bodies = []
+        while (item := consumer.item(1.0)) is not None:
+            assert isinstance(item, Frame), item
+            bodies.append(item.body.decode())
+        assert bodies == [f"m{n}" for n in range(count)], (len(bodies), bodies[-3:])
+    finally:
+        consumer.close()
+
+
 # -- a RECEIPT never precedes the store's commit ----------------------------------------------
 
 
