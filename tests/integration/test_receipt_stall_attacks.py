@@ -369,16 +369,17 @@ def _answers_in_order(frames: list[Frame], count: int, queue: str) -> None:
     assert messages == [f"m{n}" for n in range(count)], (len(messages), messages[:3], messages[-3:])
 
 
-@pytest.mark.parametrize("how", ["raw", "proxy"])
-def test_after_a_stall_every_receipt_and_message_arrives_once_in_order(gw: GatewayProcess, how: str) -> None:
+@pytest.mark.parametrize(("how", "count"), [("raw", 3000), ("proxy", 3000), ("raw", 40000)])
+def test_after_a_stall_every_receipt_and_message_arrives_once_in_order(gw: GatewayProcess, how: str,
+                                                                        count: int) -> None:
     """docs/persistence.md: "Each connection answers its frames in their order ... a RECEIPT (or an
     ERROR) goes out only after the answers of every earlier frame of that connection"; docs/stomp.md:
     "a client that does not read pauses its deliveries".  A client subscribed to its own queue pipelines
     3,000 SENDs (a third persistent), each with a receipt, in one write, and stops reading for a second
     (``raw``: a 4 KB receive buffer that is not read; ``proxy``: the link stops forwarding both ways, no
-    RST); then it reads: every RECEIPT arrives once and in order, every MESSAGE once and in order."""
-    count = 3000
-    queue = f"/queue/stall.order.{how}"
+    RST); then it reads: every RECEIPT arrives once and in order, every MESSAGE once and in order.  With
+    40,000 SENDs the RECEIPTs pass ``ANSWER_GRACE`` and reading is held, then released, meanwhile."""
+    queue = f"/queue/stall.order.{how}.{count}"
     proxy = TcpProxy(*gw.address) if how == "proxy" else None
     address = ("127.0.0.1", proxy.port) if proxy is not None else gw.address
     sock = stalled_socket(address)
@@ -393,8 +394,7 @@ def test_after_a_stall_every_receipt_and_message_arrives_once_in_order(gw: Gatew
         time.sleep(1.0)  # (nothing read meanwhile)
         if proxy is not None:
             proxy.flow()
-        frames = read_frames(sock, decoder, lambda got: sum(f.command != "ERROR" for f in got) >= 2 * count
-                             or any(f.command == "ERROR" for f in got), 30.0)
+        frames = read_frames(sock, decoder, lambda got: len(got) >= 2 * count, 30.0)  # (an ERROR: the close)
         writer.join(10)
         _answers_in_order(frames, count, queue)
     finally:
