@@ -237,8 +237,8 @@ class Watcher:
 
 
 def flood(sock: socket.socket, batch: bytes, limit_bytes: int, seconds: float) -> int:
-    """Write ``batch`` again and again without reading, until ``limit_bytes`` were taken or a write
-    waited ``seconds`` (the gateway stopped reading); how many bytes the kernel took."""
+    """Write ``batch`` again and again without reading, until ``limit_bytes`` were taken, a write
+    waited ``seconds`` (the gateway stopped reading) or the gateway closed; how many bytes the kernel took."""
     sock.settimeout(seconds)
     taken = 0
     view = memoryview(batch)
@@ -248,6 +248,8 @@ def flood(sock: socket.socket, batch: bytes, limit_bytes: int, seconds: float) -
             while offset < len(view):
                 offset += sock.send(view[offset:])
         except TimeoutError:
+            return taken + offset
+        except (BrokenPipeError, ConnectionResetError):  # (the gateway closed the connection)
             return taken + offset
         taken += offset
     return taken
@@ -342,6 +344,36 @@ def test_a_pipelining_websocket_client_that_never_reads_meets_flow_control(gw: G
         f"the gateway read {taken >> 20} MB of the {offered >> 20} MB a client sent while it read nothing; " \
         f"its RSS grew by {grown_mb:.0f} MB"
     print(f"ws: {taken >> 20} MB taken, RSS +{grown_mb:.1f} MB; watcher: {summary}")
+
+
+def test_a_client_flooding_bad_frames_without_reading_is_closed_and_costs_nothing(gw: GatewayProcess) -> None:
+    """docs/stomp.md, Errors: "As STOMP 1.2 requires, the server then closes that connection; every other
+    connection carries on"; Connecting: "a closing connection ... whose peer does not take what is
+    still buffered is aborted after [stomp] close_timeout_ms" (5 s).  A client floods unknown commands
+    (each would earn an ERROR), thousands a write, and never reads: the gateway reads no more than a
+    few MB of the 256 MB offered, its RSS stays flat, a live client stays served, and the connection
+    is gone (EOF or a reset; the ERROR first if it survives the reset) within close_timeout_ms and a
+    margin."""
+    watcher = Watcher(gw.address, "/queue/stall.watch.bad").start()
+    before = rss_kb(gw)
+    sock = stalled_socket(gw.address)
+    try:
+        decoder = connected(sock)
+        batch = b"BOGUS\nreceipt:x\n\n\x00" * 4000
+        offered = 256 * 1024 * 1024
+        started = time.monotonic()
+        taken = flood(sock, batch, offered, 2.0)
+        grown_mb = (rss_kb(gw) - before) / 1024
+        frames = read_frames(sock, decoder, lambda got: False, 10.0)  # (until the gateway closes or resets)
+        gone = time.monotonic() - started
+    finally:
+        watcher.stop()
+        sock.close()
+    summary = watcher.check()
+    assert taken < offered and grown_mb < 64, (taken >> 20, grown_mb)
+    assert not frames or frames[0].command == "ERROR", frames[:2]  # (a reset may discard the unread ERROR)
+    assert gone < 9.0, f"the connection was still open {gone:.1f}s after the flood began"
+    print(f"bad frames: {taken >> 20} MB taken, RSS +{grown_mb:.1f} MB, closed after {gone:.1f}s; {summary}")
 
 
 # -- order after a stall --------------------------------------------------------------------
