@@ -60,7 +60,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from twisted.internet import tcp
-from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime, ISSLTransport
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IHalfCloseableProtocol,
+    IPushProducer,
+    IReactorTime,
+    ISSLTransport,
+)
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -107,8 +113,17 @@ WRITE_GRACE_FRAMES = 4
 buffer alone); 192 KB of small MESSAGE frames held for a consumer that falls behind would be
 ~1,300 messages of latency (tens of milliseconds at full rate)."""
 
+ANSWER_GRACE = WRITE_GRACE
+"""Bytes of answers to the client's own frames (RECEIPT, ERROR) written past the full write buffer before
+reading from that client stops until the transport wrote everything out.  Deliveries pause by themselves
+(:data:`WRITE_GRACE`), but the answers are written whatever the client reads: a client that pipelines
+receipted SENDs (or SENDs refused by ``[[authorization]]``, whose ERROR leaves it open) and never reads
+would otherwise fill the gateway's memory with them (helper stall: 256 MB offered, 256 MB read, RSS
++253 MB).  MESSAGE frames do not count: a consumer that stops reading is still read (its DISCONNECT, an
+ACK, a frame that earns an ERROR and the close)."""
 
-@implementer(IPushProducer)
+
+@implementer(IPushProducer, IHalfCloseableProtocol)
 class StompServerProtocol(Protocol):
     """One STOMP client connection."""
 
@@ -123,6 +138,7 @@ class StompServerProtocol(Protocol):
         self._next_slice: Any = None  # the DelayedCall handling the next slice of the frames read (None: none wait)
         self._holds = 0  # congested targets the session waits for (reading paused while > 0)
         self._lost = False
+        self._input_ended = False  # the client half-closed: nothing more to read (reading never resumes)
         self.peer = "?"  # the client's host:port
         self._address: str | None = None  # the client address, once admitted
         self._connect_deadline: IDelayedCall | None = None
@@ -134,6 +150,8 @@ class StompServerProtocol(Protocol):
         self._over: int | None = None  # bytes written since the transport reported its buffer full (None: not)
         self._over_frames = 0  # frames written since then
         self._full = False  # deliveries paused for the write buffer
+        self._answers_over = 0  # bytes of answers (RECEIPT, ERROR) written since the write buffer was full
+        self._answers_held = False  # reading held until the transport wrote everything out (ANSWER_GRACE)
         self._out: list[bytes] = []  # MESSAGE frames gathered during an input slice (OUTPUT_BATCH)
         self._out_bytes = 0
         self._coalesce = True  # False: one write per frame (a WebSocket transport: one write, one message)
@@ -225,7 +243,8 @@ class StompServerProtocol(Protocol):
         if self._closing:
             return
         self._handle(b"")
-        if self._next_slice is None and not self._closing and not self._holds and not self._lost:
+        if self._next_slice is None and not self._closing and not self._holds and not self._lost \
+                and not self._input_ended:
             self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
@@ -244,6 +263,27 @@ class StompServerProtocol(Protocol):
         if self._address is not None:
             self.factory.connection_closed(self, self._address)
             self._address = None
+
+    def readConnectionLost(self) -> None:
+        """The client half-closed (a FIN: ``shutdown(SHUT_WR)``): it sends nothing more but may still read.
+        What it sent is handled, then it is answered as after a DISCONNECT without a receipt: every
+        RECEIPT (or ERROR) its frames asked for, in order, then the close
+        (:meth:`StompSession.input_ended`).  Before, the FIN ended the connection at once and the
+        RECEIPTs that waited for the store's commit were never written (helper stall)."""
+        if self._input_ended:
+            return
+        self._input_ended = True
+        if self._next_slice is not None:  # (reading is paused while slices wait: none should, but handle them)
+            self._next_slice.cancel()
+            self._next_slice = None
+            if not self._closing:
+                self._handle(b"", sliced=False)
+        if self.session is None or self._closing:
+            return
+        self.session.input_ended()
+
+    def writeConnectionLost(self) -> None:
+        """(IHalfCloseableProtocol: the gateway never half-closes its own side.)"""
 
     def peer_certificate_name(self) -> str | None:
         """The subject CN of the client's verified certificate (``mtls:``, also under ``ws:``), or None."""
@@ -281,6 +321,8 @@ class StompServerProtocol(Protocol):
                     self.transport.write(data)  # type: ignore[union-attr]
                 if self._over is not None:
                     self._count_over(len(data))
+            if self._over is not None and frame.command != "MESSAGE":
+                self._count_answer(len(data))
             if dropped:
                 self.factory.headers_dropped(frame, self.version, dropped)
                 dropped.clear()
@@ -365,6 +407,15 @@ class StompServerProtocol(Protocol):
             if self.session is not None:
                 self.session.pause_deliveries()
 
+    def _count_answer(self, size: int) -> None:
+        """An answer of ``size`` bytes (a RECEIPT, an ERROR) written past the full write buffer; past
+        :data:`ANSWER_GRACE` bytes of them, stop reading from the client until the transport wrote
+        everything out (:meth:`resumeProducing`)."""
+        self._answers_over += size
+        if self._answers_over >= ANSWER_GRACE and not self._answers_held:
+            self._answers_held = True
+            self.hold_input()
+
     def send_heartbeat(self) -> None:
         if not self._closing:
             if self._out:
@@ -386,7 +437,8 @@ class StompServerProtocol(Protocol):
     def release_input(self) -> None:
         """One reason to hold reading is gone; read again when none is left."""
         self._holds -= 1
-        if not self._holds and self._next_slice is None and not self._closing and not self._lost:
+        if not self._holds and self._next_slice is None and not self._closing and not self._lost \
+                and not self._input_ended:
             self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def close(self) -> None:
@@ -418,13 +470,18 @@ class StompServerProtocol(Protocol):
             self._over = 0
 
     def resumeProducing(self) -> None:
-        """The transport wrote out all it held."""
+        """The transport wrote out all it held: deliveries go on, and a client held for its answers
+        (:data:`ANSWER_GRACE`) is read again."""
         self._over = None
         self._over_frames = 0
+        self._answers_over = 0
         if self._full:
             self._full = False
             if self.session is not None:
                 self.session.resume_deliveries()
+        if self._answers_held:
+            self._answers_held = False
+            self.release_input()
 
     def stopProducing(self) -> None:
         pass

@@ -274,6 +274,16 @@ class StompSession:
         """The codec could not read the client's bytes."""
         self.fail(error)
 
+    def input_ended(self) -> None:
+        """The client half-closed its side: it sends nothing more.  Connected, it is answered as after a
+        DISCONNECT without a receipt (every earlier frame's RECEIPT or ERROR, in order, then the close);
+        already disconnecting or closing, that goes on; otherwise (no CONNECT done) it is closed now."""
+        if self.state is SessionState.CONNECTED:
+            self.state = SessionState.DISCONNECTING
+            self._answers.now(None, final=True)
+        elif self.state not in (SessionState.DISCONNECTING, *_ENDING):
+            self.sink.close()
+
     def connection_lost(self) -> None:
         """The transport is gone: release everything the connection held."""
         if self.state is SessionState.CLOSED:
