@@ -23,9 +23,9 @@ partition's owner), and the offsets go with the group metadata of the generation
 read in, so a broker that checks generations (Kafka, KIP-447) refuses them from a member the
 group expelled meanwhile.  Tansu does not check (``tests/integration/test_tansu_group_generation.py``).
 
-Each copy names its transaction (:data:`ATTEMPT_HEADER`) and ``recover`` says what became of a failed one (its copies, aborted or
-in doubt) for the bridge's log: a reader that sees aborted records (Tansu serves them to every
-reader) tells them from duplicates by that.
+Each copy names its transaction (:data:`ATTEMPT_HEADER`) and ``recover`` says what became of a
+failed one (its copies, aborted or in doubt) for the bridge's log: a reader that sees aborted
+records (Tansu serves them to every reader) tells them from duplicates by that.
 
 :func:`held_record_ids` reads the ``jms.MessageId`` headers of a topic's newest committed
 records (the in-doubt probe, :class:`~gateway.interfaces.IHeldMessages`).  Everything here
