@@ -276,7 +276,9 @@ def kafka_to_kafka_run(tmp_path: Path, bootstrap: str, fault: str) -> None:
         max_batch_size=20, max_batch_time=50, failure_retry_interval=200)
     first, second = GatewayProcess(tmp_path / "first", config), GatewayProcess(tmp_path / "second", config)
     started = threading.Event()
-    producer = threading.Thread(target=stream, args=(bootstrap, source, TOTAL, started, 0.4), daemon=True)
+    # a pause must come mid-stream with both copying: a slower stream (30 s) leaves time for both to start
+    every = 0.4 if fault == "kill" else 1.0
+    producer = threading.Thread(target=stream, args=(bootstrap, source, TOTAL, started, every), daemon=True)
 
     UNCOMMITTED: dict[str, Any] = {"isolation.level": "read_uncommitted"}
 
@@ -300,7 +302,10 @@ def kafka_to_kafka_run(tmp_path: Path, bootstrap: str, fault: str) -> None:
             for pid in paused:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGSTOP)
+            group = "jmsgateway.bridge.k2k"
+            at_stop = committed_offsets(bootstrap, group, source, 2)
             time.sleep(PAUSED_FOR)
+            at_cont = committed_offsets(bootstrap, group, source, 2)
             for pid in paused:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
@@ -333,6 +338,11 @@ def kafka_to_kafka_run(tmp_path: Path, bootstrap: str, fault: str) -> None:
         for line in (first.log() + second.log()).splitlines():
             if "kafka transaction failed" in line or "was revoked or lost" in line:
                 print(line[-200:])
+        if fault == "pause":
+            print(f"the group's offsets at SIGSTOP {at_stop}, at SIGCONT {at_cont}")
+            assert sum(at_stop) < TOTAL, "the pause came mid-stream"
+            # both partitions moved while the first was stopped: the group gave its partition to the second
+            assert all(c > s for c, s in zip(at_cont, at_stop, strict=True)), (at_stop, at_cont)
         assert not count.problems, f"{count.problems}\n{logs}"
         what = "SIGKILL of one" if fault == "kill" else f"one SIGSTOPped {PAUSED_FOR} s (a zombie)"
         verdict(count.delivered, logs, f"kafka -> kafka, two gateways, {what} (read_uncommitted, "
