@@ -100,6 +100,14 @@ class StaleDelivery(ConnectorError):
     group generation): the source redelivers that message, so it was not acknowledged."""
 
 
+class BatchRevoked(ConnectorError):
+    """The consumer group revoked (or declared lost) a source partition while its records were in
+    the batch a log transaction was about to copy: the batch is dropped before its transaction
+    begins (nothing written, no offset committed); the partition's owner reads its records again."""
+
+    in_doubt = False
+
+
 class ConnectorUnavailable(ConnectorError):
     """The connector's target is away (disconnected, retrying)."""
 

@@ -395,7 +395,9 @@ class ITransactionalCopy(Interface):
 
     def commit(messages: list[Message]) -> None:
         """In one transaction: send ``messages`` (their destinations ignored: the target is
-        fixed) and commit the positions of everything consumed since the last commit."""
+        fixed) and commit the positions of everything consumed since the last commit.  Raises
+        :class:`~gateway.errors.BatchRevoked` (no transaction begun, nothing sent) when the source
+        took away a partition the batch holds records of; :meth:`recover` then rewinds."""
 
     def recover(error: Exception) -> str | None:
         """After a failed :meth:`consume` / :meth:`commit`: abort the transaction and rewind to

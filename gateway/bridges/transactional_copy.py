@@ -14,7 +14,9 @@ process and a producer with ``transactional.id = jmsgateway-bridge-<name>``) and
 
 So the copies and the source offsets become visible together or not at all.  A crash
 leaves an open transaction that the next start fences and aborts; the consumer then
-resumes at the committed offsets.  A failed transaction is aborted, the consumer rewound
+resumes at the committed offsets.  A batch holding records of a partition a rebalance took away
+is dropped before its transaction (:class:`~gateway.errors.BatchRevoked`, logged, not a failure).
+A failed transaction is aborted, the consumer rewound
 (:meth:`~gateway.interfaces.ITransactionalCopy.recover`), and the batch tried again after
 ``failure_retry_interval`` (up to ``max_retries``).  Readers of the target must use
 ``isolation.level=read_committed`` (librdkafka's default) to see no aborted copies.
@@ -39,7 +41,7 @@ from zope.interface import implementer
 from gateway.bridges.config import BridgeConfig
 from gateway.bridges.metrics import BridgeMetrics
 from gateway.bridges.outgoing import CopyMaker, CopyRules, TransformRejected, make_copy
-from gateway.errors import ConnectorError, MessageRefused
+from gateway.errors import BatchRevoked, ConnectorError, MessageRefused
 from gateway.interfaces import BridgeState, IBridge, ITransactionalCopy
 from gateway.message.model import Message
 
@@ -175,6 +177,9 @@ class TransactionalCopyBridge:
         self.log.warn("bridge {name}: {reason}; retry {count} in {delay}s", name=self.name, reason=reason,
                       count=retries, delay=self.config.failure_retry_interval / 1000.0)
 
+    def _batch_dropped(self, reason: str) -> None:
+        self.log.info("bridge {name}: {reason}", name=self.name, reason=reason)
+
     def _gave_up(self, reason: str) -> None:
         self.last_error = reason
         self._set_state(FAILED)
@@ -211,6 +216,10 @@ class TransactionalCopyBridge:
                         failures = 0
                         if moved:
                             call(self._forwarded, moved[0], moved[1])
+                except BatchRevoked as exc:
+                    # a rebalance took a partition of the batch away: nothing was written, not a failure
+                    copy.recover(exc)
+                    call(self._batch_dropped, str(exc))
                 except Exception as exc:
                     failures += 1
                     settled = copy.recover(exc)

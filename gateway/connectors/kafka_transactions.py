@@ -13,10 +13,19 @@ topic is one failed attempt, not the gateway's end) and a transactional ``Produc
 A crash leaves an open transaction that the next :meth:`~KafkaTransactionalCopy.open`
 fences and aborts (``init_transactions``); the consumer then resumes at the committed
 offsets.  :meth:`~KafkaTransactionalCopy.recover` aborts a failed transaction and rewinds
-the consumer to the group's committed offsets.  Each copy names its transaction
-(:data:`ATTEMPT_HEADER`) and ``recover`` says what became of a failed one (its copies, aborted or
-in doubt) for the bridge's log: a reader that sees aborted records (Tansu serves them to every
-reader) tells them from duplicates by that.
+the consumer to the group's committed offsets (read after a new producer's ``init_transactions``,
+never before: once it fenced the other gateway's producer, the offsets cannot move under it).
+
+A partition's offsets are committed only by the member that owns it: a batch holding records of a
+partition the group revoked (or declared lost) while the batch was read is dropped before its
+transaction begins (:class:`~gateway.errors.BatchRevoked`; its records are read again by the
+partition's owner), and the offsets go with the group metadata of the generation the batch was
+read in, so a broker that checks generations (Kafka, KIP-447) refuses them from a member the
+group expelled meanwhile.  Tansu does not check (``tests/integration/test_tansu_group_generation.py``).
+
+Each copy names its transaction (:data:`ATTEMPT_HEADER`) and ``recover`` says what became of a
+failed one (its copies, aborted or in doubt) for the bridge's log: a reader that sees aborted
+records (Tansu serves them to every reader) tells them from duplicates by that.
 
 :func:`held_record_ids` reads the ``jms.MessageId`` headers of a topic's newest committed
 records (the in-doubt probe, :class:`~gateway.interfaces.IHeldMessages`).  Everything here
@@ -28,12 +37,13 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import Any
 
 from zope.interface import implementer
 
 from gateway.connectors.kafka_consumer_host import ConsumerProcess
+from gateway.errors import BatchRevoked
 from gateway.interfaces import ITransactionalCopy
 from gateway.message.kafka_delivery import REFUSED_CODES
 from gateway.message.kafka_records import message_to_record, record_to_message
@@ -76,6 +86,10 @@ class KafkaTransactionalCopy:
     """Whether ``commit_transaction`` was called for :attr:`attempt` (before it, it cannot commit)."""
     _producer_tag = ""
     _serial = 0
+    _revoked: Set[int] = frozenset()
+    """Source partitions the group revoked or declared lost since the batch's first read."""
+    _metadata: Any = None
+    """The group metadata (generation, member) when the batch's first records were read."""
 
     def __init__(self, source: Any, target: Any, *, bridge: str, source_destination: str, source_topic: str,
                  target_topic: str, key_header: str | None, group: str, from_earliest: bool,
@@ -129,17 +143,40 @@ class KafkaTransactionalCopy:
     def open(self) -> bool:
         if self._producer is None:
             self.open_producer()
+            if self._consumer is not None:
+                # the group's offsets read before this producer fenced the other gateway's could have
+                # moved since (its transaction committed them): read them again, now they cannot
+                self._rewind()
         if self._consumer is not None:
             return False
         # in a child process: librdkafka crashes on a deleted source topic (see
         # gateway.connectors.kafka_consumer_host); a crash is a failed attempt here
         consumer = ConsumerProcess(self.consumer_config(), label=f"topic {self.source_topic} (group {self.group})")
         self._consumer = consumer
-        consumer.subscribe([self.source_topic])
+        # served inside consume(), between transactions: a revoke marks the batch, never a transaction
+        consumer.subscribe([self.source_topic], on_revoke=self._taken_away, on_lost=self._taken_away)
         return True
 
+    def _taken_away(self, _consumer: Any, partitions: list[Any]) -> None:
+        """The rebalance callback (revoked or lost): the batch's records of these partitions are no
+        longer ours to copy (the group gave the partitions, or will give them, to another member)."""
+        self._revoked = self._revoked | {tp.partition for tp in partitions if tp.topic == self.source_topic}
+
+    def _rewind(self) -> None:
+        """Every assigned partition back to the group's committed offset (where one was committed)."""
+        consumer = self._consumer
+        assignment = consumer.assignment()
+        if assignment:
+            for tp in consumer.committed(assignment, timeout=10):
+                if tp.offset >= 0:
+                    consumer.seek(tp)
+
     def consume(self, max_count: int, timeout: float) -> list[Message]:
+        if not self._positions:  # a new batch: what the group takes away from now on concerns it
+            self._revoked, self._metadata = frozenset(), None
         records = [r for r in self._consumer.consume(max_count, timeout) if r.error() is None]
+        if records and self._metadata is None:
+            self._metadata = self._consumer.consumer_group_metadata()
         for record in records:  # where a failed transaction rewinds to (committed offset or not)
             partition, offset = record.partition(), record.offset()
             first = self._batch_start.get(partition)
@@ -161,8 +198,15 @@ class KafkaTransactionalCopy:
     def commit(self, messages: list[Message]) -> None:
         from confluent_kafka import TopicPartition
 
+        revoked = sorted(self._revoked & self._positions.keys())
+        if revoked:
+            raise BatchRevoked(
+                f"partition {', '.join(map(str, revoked))} of topic {self.source_topic} was revoked or lost while "
+                f"its records were in the batch (a rebalance): the batch of {len(messages)} is dropped before its "
+                "transaction, its records are read again by the partition's owner")
         outgoing = self._records(messages)
         offsets = [TopicPartition(self.source_topic, p, o) for p, o in self._positions.items()]
+        metadata = self._metadata if self._metadata is not None else self._consumer.consumer_group_metadata()
         producer = self._producer
         self._serial += 1
         self.attempt, self.attempt_copies, self._committing = f"{self._producer_tag}-{self._serial}", 0, False
@@ -171,12 +215,13 @@ class KafkaTransactionalCopy:
         for topic, key, value, headers in outgoing:
             producer.produce(topic, value=value, key=key, headers=[*(headers or ()), tag])
             self.attempt_copies += 1
-        producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+        producer.send_offsets_to_transaction(offsets, metadata, 30)
         self._committing = True
         producer.commit_transaction(30)
         self.attempt = None
         self._batch_start.clear()
         self._positions.clear()
+        self._revoked, self._metadata = frozenset(), None
 
     def _records(self, messages: list[Message]) -> list[PlacedRecord]:
         """The records of a transaction: through :attr:`place` when given."""
@@ -189,10 +234,11 @@ class KafkaTransactionalCopy:
         from confluent_kafka import KafkaException, TopicPartition
 
         ends, self._positions = self._positions, {}
+        self._revoked, self._metadata = frozenset(), None
         fatal = False
         aborted = not self._committing  # never asked to commit: it cannot have committed
         producer, consumer = self._producer, self._consumer
-        if producer is not None:
+        if producer is not None and self.attempt is not None:  # (none begun: nothing to abort, no fence)
             kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
             fatal = bool(kafka_error is not None and kafka_error.fatal())
             try:

@@ -28,7 +28,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,8 +133,10 @@ class Outcome:
     status: dict[str, Any]
     log: str = ""
     aborted_copies: int = 0
-    """Kafka transactions only: copies read_uncommitted shows more than once that the bridge's
-    commit log accounts for as aborted transactions (Tansu serves them to every reader)."""
+    """Kafka transactions only: copies at the target (read_uncommitted: Tansu serves aborted records to
+    every reader) written by transactions that did not commit (:func:`count_transactions`)."""
+    problems: list[str] = field(default_factory=list)
+    """Kafka transactions only: what the bridge's log does not explain of the copies' transactions."""
     recorded: int | None = None
     """Source ids the bridge's duplicate store (its commit log, ``bridges.sqlite``) holds, if it has one."""
 
@@ -144,12 +146,12 @@ class Outcome:
 
     @property
     def duplicated(self) -> dict[str, int]:
-        if self.aborted_copies:
-            return {}
         return {seq: n for seq, n in self.arrived.items() if n > 1}
 
     def summary(self) -> str:
         extra = f", copies of aborted transactions {self.aborted_copies}" if self.aborted_copies else ""
+        if self.problems:
+            extra += f", unexplained transactions {self.problems}"
         if self.recorded is not None:
             extra += f", recorded in the duplicate store {self.recorded}"
         return (f"confirmed {len(self.receipted)}, at the target {len(self.arrived)}, left at the source "
@@ -185,6 +187,8 @@ class FaultRun:
     admin_port: int = field(default_factory=free_port)
     receipted: set[str] = field(default_factory=set)
     gateway_id: str = field(default_factory=lambda: f"fm-gw-{uuid.uuid4().hex[:8]}")
+    copies: list[tuple[str, str | None]] = field(default_factory=list)
+    """Kafka target: (seq, ``jmsbridge.txn``) of every record, in the target's order."""
 
     # -- names -----------------------------------------------------------------
 
@@ -477,10 +481,14 @@ class FaultRun:
         if self.target == "kafka":
             # read_uncommitted: every copy written, committed or not (Tansu serves aborted
             # transactions' records to read_committed readers as well: never trust that alone)
+            self.copies.clear()
             for record in read_records(self.bootstrap, self.topic("dst"), 10**9, timeout=4, settle=0,
                                        **{"isolation.level": "read_uncommitted"}):
-                seq = dict(record.headers() or ()).get("jms.seq")
-                arrived[message_id_of(record.value(), seq or f"?{record.offset()}")] += 1
+                headers = dict(record.headers() or ())
+                seq = message_id_of(record.value(), headers.get("jms.seq") or f"?{record.offset()}")
+                txn = headers.get("jmsbridge.txn")
+                self.copies.append((seq, txn.decode() if txn is not None else None))
+                arrived[seq] += 1
             return arrived
         address = gateway.address if self.target == "embedded" else ("127.0.0.1", self.brokers.activemq.stomp_port)  # type: ignore[union-attr]  # amq, jms
         return drain_counting(address, self.destination(self.target, "dst"))
@@ -557,19 +565,19 @@ class FaultRun:
         outcome = Outcome(self.receipted, arrived, left, status, gateway.log(),
                           recorded=recorded_ids(gateway.data_dir, self.name))
         if self.kafka_transactions:
-            outcome.aborted_copies = self.aborted_copies(outcome)
+            self.count_by_transaction(outcome)
         return outcome
 
-    def aborted_copies(self, outcome: Outcome) -> int:
-        """Kafka transactions: the extra copies read_uncommitted shows, when the bridge's own commit
-        log accounts for every record exactly once (``forwarded``: the records of the transactions it
-        committed, one process: not after a kill) and it logged failed (aborted) transactions; else 0,
-        and every extra copy counts as a duplicate."""
-        extra = sum(n - 1 for n in outcome.arrived.values() if n > 1)
-        committed_once = (self.fault != "kill"
-                          and outcome.status.get("forwarded") == len(outcome.receipted - outcome.left))
-        aborted = "transaction failed" in outcome.log or "abort" in outcome.log.lower()
-        return extra if extra and committed_once and aborted else 0
+    def count_by_transaction(self, outcome: Outcome) -> None:
+        """Kafka transactions: count the target by the transaction that wrote each copy (:attr:`copies`), as
+        the two-gateway test does: a copy of a transaction the log says aborted (or of a SIGKILLed process's
+        last one, every record of it copied again) is no delivery; two copies from committed transactions
+        are a duplicate."""
+        killed = unlogged_ends(self.copies, outcome.log) if self.fault == "kill" else set()  # else none ends unlogged
+        count = count_transactions(self.copies, outcome.log, killed)
+        outcome.arrived = count.delivered
+        outcome.aborted_copies = sum(count.aborted.values())
+        outcome.problems = count.problems
 
     def refill(self, gateway: GatewayProcess) -> None:
         sent = set(self._tally.receipted)
@@ -610,15 +618,27 @@ class TransactionCount:
     killed gateway's transaction in flight partly copied again)."""
 
 
-def count_transactions(copies: Sequence[tuple[str, str | None]], log: str, in_flight: str | None = None
-                       ) -> TransactionCount:
+def unlogged_ends(copies: Sequence[tuple[str, str | None]], log: str) -> set[str]:
+    """The last transaction of every producer (``jmsbridge.txn`` is ``<producer>-<n>``) that ended without
+    a word in the log, the last producer to write left out: a SIGKILLed process's transaction in flight.
+    A producer replaced after a failure is named in the log (``transaction <producer>-<n> …``)."""
+    last: dict[str, str] = {}
+    for _, txn in copies:
+        if txn is not None:
+            last[txn.rpartition("-")[0]] = txn
+    final = next((txn.rpartition("-")[0] for _, txn in reversed(copies) if txn is not None), None)
+    return {txn for producer, txn in last.items() if producer != final and f"transaction {producer}-" not in log}
+
+
+def count_transactions(copies: Sequence[tuple[str, str | None]], log: str,
+                       in_flight: str | Collection[str] | None = None) -> TransactionCount:
     """Count ``copies`` ((seq, transaction) in the target's order) by transaction.
 
     A copy counts as delivered unless its transaction is logged as aborted with at least as many
     copies as the target holds of it (``transaction <id> (<n> copies) aborted``; a transaction is
     logged aborted only when it never asked to commit or its abort succeeded).  ``in_flight`` is
-    the transaction a SIGKILLed gateway wrote last: its outcome is logged nowhere, so it counts as
-    aborted when every one of its records was also copied by a transaction that committed, as
+    the transaction a SIGKILLed gateway wrote last (or several, one per kill): its outcome is logged
+    nowhere, so it counts as aborted when every one of its records was also copied by a transaction that committed, as
     committed when none was, and a mix is a problem (a transaction commits or aborts whole).
     Never are two copies from committed transactions both accepted: they are a duplicate."""
     logged = {txn: int(n) for txn, n in ABORTED_TRANSACTION.findall(log)}
@@ -626,13 +646,14 @@ def count_transactions(copies: Sequence[tuple[str, str | None]], log: str, in_fl
     problems = [f"transaction {txn} logged aborted with {logged[txn]} copies, {seen[txn]} at the target"
                 for txn in logged if seen[txn] > logged[txn]]
     aborted = {txn for txn in logged if seen[txn] and seen[txn] <= logged[txn]}
-    if in_flight is not None and in_flight not in aborted:
-        others = {seq for seq, txn in copies if txn != in_flight and txn not in aborted}
-        own = [seq in others for seq, txn in copies if txn == in_flight]
+    killed = {in_flight} if isinstance(in_flight, str) else set(in_flight or ())
+    for last in sorted(killed - aborted):
+        others = {seq for seq, txn in copies if txn not in killed and txn not in aborted}
+        own = [seq in others for seq, txn in copies if txn == last]
         if own and all(own):
-            aborted.add(in_flight)
+            aborted.add(last)
         elif any(own):
-            problems.append(f"the killed gateway's last transaction {in_flight}: {sum(own)} of its {len(own)} "
+            problems.append(f"the killed gateway's last transaction {last}: {sum(own)} of its {len(own)} "
                             "records copied again (a transaction commits or aborts whole)")
     delivered: Counter[str] = Counter(seq for seq, txn in copies if txn not in aborted)
     return TransactionCount(delivered, {txn: seen[txn] for txn in sorted(aborted)}, problems)
@@ -717,6 +738,7 @@ def check(outcome: Outcome, qos: str, fault: str, gap: str | None = None) -> Non
         assert not outcome.duplicated, f"duplicated {sorted(outcome.duplicated.items())[:10]}: {outcome.summary()}"
     if "?" in outcome.arrived:
         raise AssertionError(f"a message without seq reached the target: {outcome.summary()}")
+    assert not outcome.problems, f"transactions the log does not explain: {outcome.summary()}"
 
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 import uuid
@@ -260,23 +261,30 @@ def test_two_gateways_kafka_to_activemq_first_kafka_link_stalls_then_is_cut(
 # ------------------------------------------------------------------ Kafka -> Kafka
 
 
-def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, kafka_bootstrap: str) -> None:
+def kafka_to_kafka_run(tmp_path: Path, bootstrap: str, fault: str) -> None:
+    """Two gateways run one Kafka -> Kafka ONCE_AND_ONLY_ONCE bridge (the second started mid-stream: fences
+    both ways); ``fault`` hits the first once both copy: ``kill`` (SIGKILL), or ``pause`` (SIGSTOP of its
+    process tree, its consumers' too, for :data:`PAUSED_FOR` s: its group membership expires while it
+    holds a batch, the group gives its partitions to the second, then SIGCONT: a zombie that goes on with
+    its batch and the offsets of partitions it no longer owns).  Counted by transaction at the target."""
     tag = uuid.uuid4().hex[:8]
     source, target = f"kkown-src-{tag}", f"kkown-dst-{tag}"
-    create_topics(kafka_bootstrap, source, partitions=2)
-    create_topics(kafka_bootstrap, target)
-    config = kafka_connector_toml(kafka_bootstrap) + bridge_toml(
+    create_topics(bootstrap, source, partitions=2)
+    create_topics(bootstrap, target)
+    config = kafka_connector_toml(bootstrap) + bridge_toml(
         "k2k", ("kafka", f"/queue/{source}"), ("kafka", f"/topic/{target}"), qos="ONCE_AND_ONLY_ONCE",
         max_batch_size=20, max_batch_time=50, failure_retry_interval=200)
     first, second = GatewayProcess(tmp_path / "first", config), GatewayProcess(tmp_path / "second", config)
     started = threading.Event()
-    producer = threading.Thread(target=stream, args=(kafka_bootstrap, source, TOTAL, started, 0.4), daemon=True)
+    # a pause must come mid-stream with both copying: a slower stream (30 s) leaves time for both to start
+    every = 0.4 if fault == "kill" else 1.0
+    producer = threading.Thread(target=stream, args=(bootstrap, source, TOTAL, started, every), daemon=True)
 
     UNCOMMITTED: dict[str, Any] = {"isolation.level": "read_uncommitted"}
 
     def writers_now() -> set[str]:
         return {header(record, "jmsbridge.origin") or "?" for record in read_records(
-            kafka_bootstrap, target, TOTAL, timeout=1.0, **UNCOMMITTED)}
+            bootstrap, target, TOTAL, timeout=1.0, **UNCOMMITTED)}
 
     try:
         first.start()
@@ -286,13 +294,27 @@ def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, 
         time.sleep(1.0)
         second.start()  # mid-stream: its producer's init_transactions meets the first's open transaction
         wait_until(lambda: len(writers_now()) == 2, 60, "both gateways copying")
-        first.kill()
+        if fault == "kill":
+            first.kill()
+        else:
+            assert first.process is not None
+            paused = sorted(_tree(first.process.pid))
+            for pid in paused:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            group = "jmsgateway.bridge.k2k"
+            at_stop = committed_offsets(bootstrap, group, source, 2)
+            time.sleep(PAUSED_FOR)
+            at_cont = committed_offsets(bootstrap, group, source, 2)
+            for pid in paused:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         producer.join(120)
         copies: list[tuple[str, str | None, str | None]] = []
 
         def all_there() -> bool:
             copies.clear()
-            for record in read_records(kafka_bootstrap, target, TOTAL, timeout=10, settle=0.5, **UNCOMMITTED):
+            for record in read_records(bootstrap, target, TOTAL, timeout=10, settle=0.5, **UNCOMMITTED):
                 copies.append((header(record, "jms.seq") or "?", header(record, "jmsbridge.txn"),
                                header(record, "jmsbridge.origin")))
             return len({seq for seq, _, _ in copies}) >= TOTAL
@@ -304,19 +326,45 @@ def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, 
         writers = Counter(origin or "?" for _, _, origin in copies)
         print(f"\ncopies per gateway: {dict(writers)}")
         assert len(writers) == 2, f"both gateways copy: {dict(writers)}"
-        killed = (first.data_dir / "gateway.id").read_text().strip()
-        in_flight = next((txn for _, txn, origin in reversed(copies) if origin == killed), None)
+        struck = (first.data_dir / "gateway.id").read_text().strip()
+        # a SIGKILLed gateway's last transaction is logged nowhere; a paused one logs what became of it
+        in_flight = (next((txn for _, txn, origin in reversed(copies) if origin == struck), None)
+                     if fault == "kill" else None)
         logs = f"FIRST:\n{first.log()[-4000:]}\nSECOND:\n{second.log()[-4000:]}"
         count = count_transactions([(seq, txn) for seq, txn, _ in copies], first.log() + second.log(), in_flight)
         raw = Counter(seq for seq, _, _ in copies)
         print(f"copies of aborted transactions (the killed gateway's last one: {in_flight}): {count.aborted}; "
               f"seqs at the target more than once, aborted copies included: {sum(n > 1 for n in raw.values())}")
         for line in (first.log() + second.log()).splitlines():
-            if "kafka transaction failed" in line:
+            if "kafka transaction failed" in line or "was revoked or lost" in line:
                 print(line[-200:])
+        if fault == "pause":
+            print(f"the group's offsets at SIGSTOP {at_stop}, at SIGCONT {at_cont}")
+            assert sum(at_stop) < TOTAL, "the pause came mid-stream"
+            # both partitions moved while the first was stopped: the group gave its partition to the second
+            assert all(c > s for c, s in zip(at_cont, at_stop, strict=True)), (at_stop, at_cont)
         assert not count.problems, f"{count.problems}\n{logs}"
-        verdict(count.delivered, logs, "kafka -> kafka, two gateways, SIGKILL of one (read_uncommitted, "
+        what = "SIGKILL of one" if fault == "kill" else f"one SIGSTOPped {PAUSED_FOR} s (a zombie)"
+        verdict(count.delivered, logs, f"kafka -> kafka, two gateways, {what} (read_uncommitted, "
                 "less the copies of aborted transactions)")
     finally:
         first.kill()
         second.kill()
+
+
+PAUSED_FOR = 4.0
+"""Seconds the paused gateway stays stopped: four times the tests' ``session.timeout.ms`` (1 s on Tansu,
+:func:`tests.support.kafka.group_settings`), so the group expels it and hands its partitions over."""
+
+
+def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, kafka_bootstrap: str) -> None:
+    kafka_to_kafka_run(tmp_path, kafka_bootstrap, "kill")
+
+
+def test_two_gateways_kafka_to_kafka_first_paused_past_its_session_mid_stream(tmp_path: Path,
+                                                                              kafka_bootstrap: str) -> None:
+    """The zombie: SIGSTOP (its whole process tree) while it holds a batch, its membership expires, the
+    second gateway takes its partitions; SIGCONT: it must not commit that batch's offsets (it no longer owns
+    the partitions) nor its copies.  The one ``transactional.id`` fences it once the second's producer starts
+    again; on Tansu, which accepts offsets of an old generation, nothing else would."""
+    kafka_to_kafka_run(tmp_path, kafka_bootstrap, "pause")

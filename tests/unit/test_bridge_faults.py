@@ -165,6 +165,7 @@ def test_a_failed_kafka_transaction_rewinds_to_the_batch_start_without_a_commit(
     copy._batch_start, copy._positions = {0: 0}, {0: 3}
     consumer, producer = Consumer(), Producer()
     copy._consumer, copy._producer = consumer, producer
+    copy.attempt = "p1-1"  # the transaction under way, refused
     copy.recover(RuntimeError("MSG_SIZE_TOO_LARGE"))
     assert consumer.seeks == [(0, 0), (1, 7)]
     assert Producer.aborted == 1 and copy._consumer is consumer and copy._producer is producer

@@ -26,6 +26,7 @@ from tests.integration.bridge_fault_run import (
     message_id_of,
     recorded_ids,
     struck_side,
+    unlogged_ends,
 )
 
 
@@ -55,29 +56,50 @@ def outcome(arrived: dict[str, int], *, left: set[str] | None = None, forwarded:
                                                                                    "forwarded": forwarded}, log)
 
 
-def kafka_run(tmp_path: Path, fault: str = "stall") -> FaultRun:
-    return FaultRun(tmp_path, "kafka", "kafka", "ONCE_AND_ONLY_ONCE", fault, Brokers())
+def kafka_run(tmp_path: Path, copies: list[tuple[str, str | None]], fault: str = "stall") -> FaultRun:
+    run = FaultRun(tmp_path, "kafka", "kafka", "ONCE_AND_ONLY_ONCE", fault, Brokers())
+    run.copies = copies
+    return run
+
+
+ABORTED = "bridge fm: kafka transaction failed: KafkaError{code=_FENCED}; transaction a1-2 (2 copies) aborted"
 
 
 def test_an_extra_copy_of_an_aborted_transaction_is_not_a_duplicate(tmp_path: Path) -> None:
-    found = outcome({"s-0": 2, "s-1": 2, "s-2": 1, "s-3": 1}, log="bridge fm: kafka transaction failed; aborted")
-    found.aborted_copies = kafka_run(tmp_path).aborted_copies(found)
-    assert found.aborted_copies == 2
+    copies: list[tuple[str, str | None]] = [("s-0", "a1-1"), ("s-1", "a1-2"), ("s-2", "a1-2"), ("s-1", "b1-1"),
+                                            ("s-2", "b1-1"), ("s-3", "b1-1")]
+    found = outcome({"s-0": 1, "s-1": 2, "s-2": 2, "s-3": 1}, log=ABORTED)
+    kafka_run(tmp_path, copies).count_by_transaction(found)
+    assert found.aborted_copies == 2 and found.arrived == Counter({"s-0": 1, "s-1": 1, "s-2": 1, "s-3": 1})
     check(found, "ONCE_AND_ONLY_ONCE", "stall")
 
 
-@pytest.mark.parametrize(("forwarded", "log", "fault"), [
-    (6, "kafka transaction failed", "stall"),  # the commit log says two records were committed twice
-    (4, "all fine", "stall"),  # no transaction was aborted: the copies were committed
-    (4, "kafka transaction failed", "kill"),  # forwarded counts one process only
+@pytest.mark.parametrize(("log", "fault"), [
+    ("all fine", "stall"),  # no transaction was aborted: both copies were committed
+    ("kafka transaction failed: timed out; transaction a1-2 (2 copies) in doubt", "stall"),  # not aborted
+    ("kafka transaction failed; transaction a1-1 (1 copies) aborted", "stall"),  # another transaction
+    ("", "kill"),  # a1 was killed, but its last transaction is a1-3: a1-2 committed
 ])
-def test_an_extra_copy_the_commit_log_does_not_explain_is_a_duplicate(tmp_path: Path, forwarded: int, log: str,
-                                                                       fault: str) -> None:
-    found = outcome({"s-0": 2, "s-1": 2, "s-2": 1, "s-3": 1}, forwarded=forwarded, log=log)
-    found.aborted_copies = kafka_run(tmp_path, fault).aborted_copies(found)
-    assert found.aborted_copies == 0
+def test_an_extra_copy_the_log_does_not_explain_is_a_duplicate(tmp_path: Path, log: str, fault: str) -> None:
+    copies: list[tuple[str, str | None]] = [("s-0", "a1-1"), ("s-1", "a1-2"), ("s-2", "a1-2"), ("s-3", "a1-3"),
+                                            ("s-1", "b1-1"), ("s-2", "b1-1")]
+    found = outcome({"s-0": 1, "s-1": 2, "s-2": 2, "s-3": 1}, log=log)
+    kafka_run(tmp_path, copies, fault).count_by_transaction(found)
     with pytest.raises(AssertionError, match="duplicated"):
         check(found, "ONCE_AND_ONLY_ONCE", fault)
+
+
+def test_a_killed_process_s_transaction_in_flight_is_its_producer_s_last(tmp_path: Path) -> None:
+    """Two kills: producers a1 and b1 ended without a word in the log, each with a transaction whose records
+    the next process copied again; c1 is the last producer (its last transaction is no kill's)."""
+    copies: list[tuple[str, str | None]] = [("s-0", "a1-1"), ("s-1", "a1-2"), ("s-1", "b1-1"), ("s-2", "b1-2"),
+                                            ("s-2", "c1-1"), ("s-3", "c1-2")]
+    assert unlogged_ends(copies, "") == {"a1-2", "b1-2"}
+    assert unlogged_ends(copies, "transaction b1-2 (1 copies) in doubt") == {"a1-2"}, "b1 ended in the log"
+    found = outcome({"s-0": 1, "s-1": 2, "s-2": 2, "s-3": 1})
+    kafka_run(tmp_path, copies, "kill").count_by_transaction(found)
+    assert found.aborted_copies == 2 and not found.problems
+    check(found, "ONCE_AND_ONLY_ONCE", "kill")
 
 
 def test_the_promises_per_qos() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.connectors.kafka_transactions import KafkaTransactionalCopy
+from gateway.errors import BatchRevoked
 
 
 class Partition:
@@ -59,6 +60,7 @@ def copy_with(group: Group, batch_start: dict[int, int]) -> tuple[KafkaTransacti
 
     copy._batch_start, copy._positions = dict(batch_start), {p: o + 20 for p, o in batch_start.items()}
     copy._consumer, copy._producer = consumer, TimedOutProducer()
+    copy.attempt, copy._committing = "p1-1", True  # its commit_transaction timed out
     copy.open_producer = open_producer  # type: ignore[method-assign]
     return copy, consumer, opened
 
@@ -220,3 +222,211 @@ def test_the_bridge_logs_what_became_of_the_failed_transaction() -> None:
     bridge._run()
     assert bridge.last_error == ("kafka transaction failed: KafkaError{code=_FENCED}: fenced; "
                                  "transaction p1-1 (1 copies) aborted")
+
+
+# -- a partition the group takes away while its records are in the batch (docs/bridges.md, the Kafka -> Kafka
+# row: Tansu accepts offsets sent with an old generation, tests/integration/test_tansu_group_generation.py)
+
+class RebalancingConsumer:
+    """The source consumer: ``consume`` serves a rebalance first when one is due at that call (as librdkafka
+    does, inside poll), then returns that call's records; each rebalance makes a new generation."""
+
+    def __init__(self, reads: list[list[tuple[int, int]]], revoke_at: dict[int, list[int]],
+                 committed: dict[int, int]) -> None:
+        self.reads, self.revoke_at, self.group = reads, revoke_at, committed
+        self.callbacks: dict[str, Any] = {}
+        self.generation, self.calls = 1, 0
+        self.seeks: list[tuple[int, int]] = []
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self.callbacks = callbacks
+
+    def consume(self, max_count: int, timeout: float) -> list[Any]:
+        from gateway.connectors.kafka_consumer_host import Record
+
+        call, self.calls = self.calls, self.calls + 1
+        if call in self.revoke_at:  # (without a callback librdkafka unassigns on its own: nobody hears of it)
+            if "on_revoke" in self.callbacks:
+                self.callbacks["on_revoke"](self, [Partition("src", p, -1001) for p in self.revoke_at[call]])
+            self.generation += 1
+        return [Record("src", p, o, b"k", f"body {p}:{o}".encode(), [("jms.seq", f"{p}:{o}".encode())], (0, 0), None)
+                for p, o in (self.reads[call] if call < len(self.reads) else [])]
+
+    def consumer_group_metadata(self) -> str:
+        return f"generation {self.generation}"
+
+    def assignment(self) -> list[Partition]:
+        return [Partition("src", p, -1001) for p in sorted(self.group)]
+
+    def committed(self, partitions: list[Partition], timeout: float) -> list[Partition]:
+        return [Partition("src", tp.partition, self.group[tp.partition]) for tp in partitions]
+
+    def seek(self, tp: Any) -> None:
+        self.seeks.append((tp.partition, tp.offset))
+
+
+class RecordingProducer(TransactionalProducer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.offsets: list[tuple[list[tuple[int, int]], Any]] = []
+
+    def _step(self, name: str) -> None:
+        self.calls.append(name)
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self.calls.append("offsets")
+        self.offsets.append(([(tp.partition, tp.offset) for tp in offsets], metadata))
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+
+
+def rebalancing_copy(consumer: RebalancingConsumer, monkeypatch: pytest.MonkeyPatch
+                     ) -> tuple[KafkaTransactionalCopy, RecordingProducer]:
+    from types import SimpleNamespace
+
+    import gateway.connectors.kafka_transactions as module
+
+    monkeypatch.setattr(module, "ConsumerProcess", lambda config, label: consumer)
+    settings = SimpleNamespace(consumer={}, bootstrap="kafka:9092", client_id="gw", text_records=True)
+    copy = KafkaTransactionalCopy(SimpleNamespace(settings=settings), SimpleNamespace(gateway_id="gw"),
+                                  bridge="k2k", source_destination="/queue/src", source_topic="src",
+                                  target_topic="dst", key_header=None, group="g", from_earliest=True,
+                                  place=lambda message: ("dst", b"k", b"v", []))
+    producer = RecordingProducer()
+
+    def open_producer() -> None:
+        producer.calls.append("init_transactions")
+        copy._producer, copy._producer_tag, copy._serial = producer, "p1", 0
+
+    copy.open_producer = open_producer  # type: ignore[method-assign]
+    assert copy.open()
+    return copy, producer
+
+
+@pytest.mark.parametrize("revoked_during", ["the batch's second read", "the read that returned its records"])
+def test_a_batch_whose_partition_was_revoked_is_dropped_before_its_transaction(
+        revoked_during: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partition 1's records are in the batch when the group revokes it (eager rebalance: every partition;
+    the group hands it to the other gateway, which reads it from the committed offset 10).  Committing the
+    batch would commit partition 1's offsets from a member that no longer owns it, with its copies: two
+    copies of 10..11 once the new owner commits its own (Tansu does not refuse the old generation).  The
+    batch is dropped before its transaction begins (no fence, no abort), the partitions rewound."""
+    second_read = revoked_during == "the batch's second read"
+    consumer = RebalancingConsumer(reads=[[(0, 3), (1, 10)], [(1, 11)]], revoke_at={1 if second_read else 0: [0, 1]},
+                                   committed={0: 3, 1: 10})
+    copy, producer = rebalancing_copy(consumer, monkeypatch)
+    messages = copy.consume(20, 0.05) + copy.consume(20, 0.05)
+    with pytest.raises(BatchRevoked, match="partition 0, 1 of topic src was revoked or lost"):
+        copy.commit(messages)
+    assert producer.calls == ["init_transactions"], "no transaction begun: nothing written, nothing to abort"
+    assert copy.recover(BatchRevoked("revoked")) is None
+    assert producer.calls == ["init_transactions"], "no abort, no new producer (it would fence the other gateway)"
+    assert consumer.seeks == [(0, 3), (1, 10)]
+    consumer.reads.append([(0, 3)])  # read again from the committed offsets: a new batch, committed
+    copy.commit(copy.consume(20, 0.05))
+    assert producer.calls[-2:] == ["offsets", "commit"]
+    assert producer.offsets == [([(0, 4)], "generation 2")]
+
+
+def test_the_offsets_go_with_the_generation_the_batch_was_read_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker that checks generations (Kafka) refuses a batch read in a generation the group left;
+    the metadata asked at commit time would carry the new one and pass."""
+    consumer = RebalancingConsumer(reads=[[(0, 3)], []], revoke_at={}, committed={0: 3})
+    copy, producer = rebalancing_copy(consumer, monkeypatch)
+    messages = copy.consume(20, 0.05)
+    consumer.generation = 7  # the member rejoined meanwhile (its consumer says so only now)
+    messages += copy.consume(20, 0.05)
+    copy.commit(messages)
+    assert producer.offsets == [([(0, 4)], "generation 1")]
+
+
+def test_a_revoke_between_batches_drops_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Revoked (and given back) in a read that returned nothing: no record of the old assignment is held."""
+    consumer = RebalancingConsumer(reads=[[(0, 3)], [], [(0, 4)]], revoke_at={1: [0]}, committed={0: 3})
+    copy, producer = rebalancing_copy(consumer, monkeypatch)
+    copy.commit(copy.consume(20, 0.05))
+    assert copy.consume(20, 0.05) == []
+    copy.commit(copy.consume(20, 0.05))
+    assert producer.offsets == [([(0, 4)], "generation 1"), ([(0, 5)], "generation 2")]
+
+
+def test_a_new_producer_rewinds_the_consumer_after_its_init_transactions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer that failed could not be replaced at once (its successor's init_transactions failed):
+    the offsets recover read may move before the next producer fences the other gateway's, so open()
+    reads them again after that init."""
+    consumer = RebalancingConsumer(reads=[[(0, 3)]], revoke_at={}, committed={0: 3})
+    copy, producer = rebalancing_copy(consumer, monkeypatch)
+    messages = copy.consume(20, 0.05)
+    copy._producer = TransactionalProducer("commit", abort_fails=True)
+    with pytest.raises(RuntimeError) as failure:
+        copy.commit(messages)
+
+    def fails() -> None:
+        raise RuntimeError("init_transactions timed out")
+
+    copy.open_producer = fails  # type: ignore[method-assign]
+    copy.recover(failure.value)
+    assert copy._producer is None and consumer.seeks == [(0, 3)]
+    consumer.group[0] = 23  # the other gateway's transaction committed 3..23 meanwhile
+
+    def open_producer() -> None:
+        copy._producer = producer
+
+    copy.open_producer = open_producer  # type: ignore[method-assign]
+    assert copy.open() is False
+    assert consumer.seeks == [(0, 3), (0, 23)]
+
+
+def test_the_bridge_drops_a_revoked_batch_without_counting_a_failure() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.bridges.config import parse_bridge
+    from gateway.bridges.metrics import BridgeMetrics
+    from gateway.bridges.transactional_copy import TransactionalCopyBridge
+    from gateway.message.model import TextMessage
+
+    class Reactor:
+        def callFromThread(self, f: Any, *args: Any) -> None:
+            f(*args)
+
+    class RevokedCopy:
+        def __init__(self) -> None:
+            self.batches, self.committed, self.recovered = 2, 0, 0
+
+        def open(self) -> bool:
+            return False
+
+        def consume(self, max_count: int, timeout: float) -> list[Any]:
+            self.batches -= 1
+            if self.batches < 0:
+                bridge._halt.set()
+                return []
+            return [TextMessage(text="s-1", message_id="ID:1", destination="/queue/src")]
+
+        def commit(self, messages: list[Any]) -> None:
+            if self.batches == 1:
+                raise BatchRevoked("partition 1 of topic src was revoked or lost")
+            self.committed += 1
+
+        def recover(self, error: Exception) -> str | None:
+            self.recovered += 1
+            return None
+
+        def permanent(self, error: Exception) -> bool:
+            return False
+
+        def close(self) -> None:
+            pass
+
+    config = parse_bridge({"name": "k2k", "qos": "ONCE_AND_ONLY_ONCE", "failure_retry_interval": 60000,
+                           "max_retries": 0,
+                           "source": {"connector": "embedded", "destination": "/queue/src"},
+                           "target": {"connector": "embedded", "destination": "/queue/dst"}}, 0, "t.toml", {"embedded"})
+    copy = RevokedCopy()
+    bridge = TransactionalCopyBridge(config, copy, clock=Reactor(),  # type: ignore[arg-type]
+                                     metrics=BridgeMetrics(CollectorRegistry()))
+    bridge._run()
+    assert (copy.recovered, copy.committed) == (1, 1), "rewound, then the next batch committed at once"
+    assert bridge.retries == 0 and bridge.last_error is None and bridge.forwarded == 1
