@@ -2,7 +2,8 @@
 
 Messages with the same ``JMSXGroupID`` go to one consumer of the queue at a time, in order:
 the first of a group goes to whichever consumer the queue would pick, and the group sticks to
-it (its first delivery there carries ``JMSXGroupFirstForConsumer=true``).  A message with
+it (its first delivery there carries ``JMSXGroupFirstForConsumer=true``); a first message
+the picked consumer refuses (its transport full) was not delivered and assigns nothing.  A message with
 ``JMSXGroupSeq = -1`` closes its group once delivered; the groups of a consumer that leaves
 are released, so its unacknowledged messages (back at their places, flagged redelivered) and
 the rest of the group go to the next consumer picked.  At most :data:`MAX_GROUPS` groups are

@@ -575,12 +575,13 @@ class MessageQueue:
                         continue
                 groups = self.groups
                 group = group_of(message) if groups is not None and self.exclusive is None else None
+                first = False  # (whether this message's group is newly assigned to target)
                 if group is not None:
                     grouped = self._grouped(group, message, [target] if ready is None else ready)
                     if grouped is None:  # (its owner has no room, or no one takes it: it waits)
                         skipped.append(entry)
                         continue
-                    target, message = grouped
+                    target, message, first = grouped
                 elif ready is None:
                     # (what _pick does with one consumer ready)
                     if target.selector is not None and not target.selector(message):
@@ -594,8 +595,11 @@ class MessageQueue:
                         continue
                     target = picked
                 self._released(entry)
-                target.take(entry[1], message)
-                if group is not None and groups is not None and closes_group(message):
+                if not target.take(entry[1], message):
+                    if first and group is not None and groups is not None:
+                        # (refused, so not delivered: the group is no one's, as before it was picked)
+                        groups.close(group)
+                elif group is not None and groups is not None and closes_group(message):
                     groups.close(group)
         finally:
             for entry in skipped:
@@ -709,20 +713,22 @@ class MessageQueue:
 
     def _grouped(
         self, group: str, message: Message, ready: list[QueueSubscription]
-    ) -> tuple[QueueSubscription, Message] | None:
+    ) -> tuple[QueueSubscription, Message, bool] | None:
         """The consumer for a message of ``group`` (its owner, or a new one it is assigned to:
-        the message then carries ``JMSXGroupFirstForConsumer``); None when it must wait."""
+        the message then carries ``JMSXGroupFirstForConsumer``, and the third item is True);
+        None when it must wait.  A new owner that refuses the message (its transport is full)
+        is no owner: the dispatch loop closes the group again."""
         assert self.groups is not None
         owner = self.groups.owner(group)
         if owner is not None:
             if owner not in ready or (owner.selector is not None and not owner.selector(message)):
                 return None
-            return owner, flagged(message, False)
+            return owner, flagged(message, False), False
         picked = self._pick(ready, message)
         if picked is None:
             return None
         self.groups.assign(group, picked)
-        return picked, flagged(message, True)
+        return picked, flagged(message, True), True
 
     def _pick(self, ready: list[QueueSubscription], message: Message) -> QueueSubscription | None:
         count = len(ready)
@@ -837,23 +843,25 @@ class QueueSubscription:
             return False
         return self.auto or len(self.unacked) < self.prefetch
 
-    def take(self, seq: int, message: Message) -> None:
-        """Deliver ``message`` (queue sequence ``seq``) to the consumer."""
+    def take(self, seq: int, message: Message) -> bool:
+        """Deliver ``message`` (queue sequence ``seq``) to the consumer; False when the consumer
+        refused it (:meth:`_refused`: it is back in the queue, undelivered)."""
         if self.auto:
             if self.consumer.deliver(message, seq) is False:
                 self._refused(seq, message)
-                return
+                return False
             queue = self.queue
             queue.dequeued += 1
             queue.owner.auto_consumed(queue, message)
-            return
+            return True
         self.unacked[seq] = message
         if self.consumer.deliver(message, seq) is False:
             if self.unacked.pop(seq, None) is not None:
                 self._refused(seq, message)
-            return
+            return False
         if seq in self.unacked:
             self.queue.owner.delivered(self.queue, message)
+        return True
 
     def _refused(self, seq: int, message: Message) -> None:
         """The consumer could not take the message (its connection is closing or

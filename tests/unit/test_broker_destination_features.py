@@ -336,6 +336,22 @@ def test_seq_minus_one_closes_the_group(broker: EmbeddedBroker) -> None:
     assert len(broker.queues["/queue/g"].groups or ()) == 1
 
 
+def test_a_refused_first_message_assigns_no_group(broker: EmbeddedBroker) -> None:
+    """Found by the broker model (three violations of 2026-11-29): the first message of a group
+    picked for a consumer whose transport is full (it refuses, the GlassFish rule) was not
+    delivered, yet the group stayed that consumer's, so the group waited for a consumer that
+    never had one of its messages while another had room."""
+    a, b = Refusing(), Sink()
+    subscribe(broker, a, destination="/queue/g")
+    a.full = True
+    broker.send(grouped("x0", "X"))  # (picked for a, refused: a pauses)
+    assert a.texts() == [] and len(broker.queues["/queue/g"].groups or ()) == 0
+    subscribe(broker, b, destination="/queue/g")
+    assert b.texts() == ["x0"] and firsts(b) == ["x0"]
+    broker.send(grouped("x1", "X"))
+    assert b.texts() == ["x0", "x1"] and a.texts() == []
+
+
 def test_the_group_map_is_bounded() -> None:
     groups: MessageGroups[str] = MessageGroups(limit=2)
     for name in "abc":

@@ -830,3 +830,124 @@ def test_resuming_stops_when_the_transport_fills_again(monkeypatch: Any) -> None
         peer.transport.read()  # the client reads, the transport resumes the session, which fills it again
         assert not peer.transport.written_while_paused, "a MESSAGE was written to a full transport"
     broker.stop()
+
+
+# -- the randomized run's failures, kept as plain step sequences ---------------------------------
+
+
+class Draws:
+    """A ``st.DataObject`` stand-in for replaying a printed failing case: each ``draw`` returns the
+    next of the values hypothesis printed (``Draw n: ...``), whatever the strategy."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any, label: Any = None) -> Any:
+        return self.values.pop(0)
+
+
+RED_A = ("/queue/a", False, 0, 0, "red")
+
+
+def _replay(machine: BrokerMachine, steps: Callable[[Any], None]) -> None:
+    """Run ``steps`` (the machine's rules in order, each checked as the state machine checks it)."""
+    try:
+        machine.first_connection()
+        steps(machine)
+        machine.consume_everything()
+    finally:
+        machine.teardown()
+
+
+def test_a_refused_first_message_of_a_group_leaves_the_group_free() -> None:
+    """Randomized run of 2026-11-29, TestBrokerModel: "m000007 waits in /queue/a while subscription
+    s4 of connection 1 has room for it".  The first message of group blue was picked for s3, whose
+    connection had stopped reading; its transport refused it, yet the group stayed s3's, so the
+    auditor's subscription never got it."""
+
+    def steps(s: Any) -> None:
+        for _ in range(3):
+            s.send(data=Draws(0), messages=[RED_A], transactional=False)
+        s.stop_reading(data=Draws(0))
+        for destination, ack in (("/queue/b", "auto"), ("/queue/b", "auto"), ("/queue/a", "client")):
+            s.subscribe(ack=ack, color=None, data=Draws(0), destination=destination, durable=None, exclusive=False,
+                        prefetch=1)
+        for _ in range(4):
+            s.nack(data=Draws(0), receipted=False, transactional=False)
+        s.send(data=Draws(0), messages=[RED_A], transactional=False)
+        s.send(data=Draws(0), messages=[RED_A], transactional=False)
+        s.send(data=Draws(0), messages=[RED_A, RED_A, ("/queue/a", False, 0, 0, "blue")], transactional=False)
+        s.crash_after_a_receipt(data=Draws(), last_persistent=False, messages=[RED_A, RED_A])
+        s.subscribe(ack="auto", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        for _ in range(4):
+            s.send(data=Draws(0), messages=[RED_A], transactional=False)
+
+    _replay(BrokerMachine(), steps)
+
+
+def test_a_refused_first_message_keeps_priority_order_when_paged() -> None:
+    """Randomized run of 2026-11-29, TestSlicedSearchBrokerModel: "m000016 delivered to s2 of
+    connection 1 before m000014, which waited with a better place" (group red stayed with a
+    subscription of a connection that stopped reading, which had refused its first message)."""
+
+    def steps(s: Any) -> None:
+        s.schedule(color="red", data=Draws(0), destination="/queue/a", persistent=False, priority=0,
+                   schedule=(500, 0, 0), transactional=False)
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A] * 4)
+        s.begin(data=Draws(0))
+        s.stop_reading(data=Draws(0))
+        s.end_transaction(commit=False, data=Draws(0))
+        s.subscribe(ack="auto", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        s.begin(data=Draws(0))
+        s.time_passes(seconds=0.5)
+        s.unsubscribe(data=Draws(0, "s0"), delete=False)
+        s.schedule(color="red", data=Draws(0), destination="/queue/a", persistent=False, priority=0,
+                   schedule=(500, 0, 0), transactional=False)
+        s.subscribe(ack="auto", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        s.send(data=Draws(0), messages=[RED_A], transactional=False)
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A] * 2)
+        s.time_passes(seconds=0.5)
+        s.connect()
+        s.lose_connection(data=Draws(1))
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A] * 5 + [("/queue/a", False, 4, 0, "red")])
+        s.schedule(color="red", data=Draws(0), destination="/queue/a", persistent=False, priority=0,
+                   schedule=(500, 0, 0), transactional=False)
+        s.send(data=Draws(0), messages=[("/queue/a", False, 4, 0, "blue")], transactional=False)
+
+    _replay(SlicedSearchBrokerMachine(), steps)
+
+
+def test_a_refused_first_message_does_not_strand_a_paged_group() -> None:
+    """Randomized run of 2026-11-29, TestSlicedSearchBrokerModel: "m000000 waits in /queue/a while
+    subscription s3 of connection 1 has room for it" (the same cause, with paging)."""
+
+    def steps(s: Any) -> None:
+        s.schedule(color="red", data=Draws(0), destination="/queue/a", persistent=False, priority=0,
+                   schedule=(500, 0, 0), transactional=False)
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A] * 2)
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A] * 4)
+        s.begin(data=Draws(0))
+        s.stop_reading(data=Draws(0))
+        s.end_transaction(commit=False, data=Draws(0))
+        s.subscribe(ack="auto", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        s.begin(data=Draws(0))
+        s.time_passes(seconds=0.5)
+        s.end_transaction(commit=False, data=Draws(0))
+        s.unsubscribe(data=Draws(0, "s0"), delete=False)
+        s.schedule(color="red", data=Draws(0), destination="/queue/a", persistent=False, priority=0,
+                   schedule=(500, 0, 0), transactional=False)
+        s.subscribe(ack="auto", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        s.send(data=Draws(0), messages=[RED_A], transactional=False)
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A] * 2)
+        s.unsubscribe(data=Draws(0, "s1"), delete=False)
+        s.subscribe(ack="auto", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        s.connect()
+        s.lose_connection(data=Draws(1))
+
+    _replay(SlicedSearchBrokerMachine(), steps)
