@@ -255,6 +255,24 @@ def flood(sock: socket.socket, batch: bytes, limit_bytes: int, seconds: float) -
     return taken
 
 
+OFFERED = 256 * 1024 * 1024
+"""What a flooding client offers: far more than any bound the gateway keeps."""
+
+
+def flooded(gateway: GatewayProcess, sock: socket.socket, batch: bytes, before_kb: int) -> tuple[int, float]:
+    """:func:`flood` ``batch`` up to :data:`OFFERED` (2 s for a write to be taken): the bytes the kernel
+    took and how many MB the gateway's RSS grew since ``before_kb``."""
+    taken = flood(sock, batch, OFFERED, 2.0)
+    return taken, (rss_kb(gateway) - before_kb) / 1024
+
+
+def assert_bounded(taken: int, grown_mb: float) -> None:
+    """The gateway stopped reading the flood before it was all taken, and its RSS grew by < 64 MB."""
+    assert taken < OFFERED and grown_mb < 64, \
+        f"the gateway read {taken >> 20} MB of the {OFFERED >> 20} MB a client sent while it read nothing; " \
+        f"its RSS grew by {grown_mb:.0f} MB"
+
+
 # -- bounded memory: a client that pipelines receipted SENDs and never reads -----------------
 
 
@@ -279,16 +297,12 @@ def test_a_pipelining_client_that_never_reads_meets_flow_control(gw: GatewayProc
         connected(sock)
         pad = "x" * 16000
         batch = b"".join(send_frame(f"/topic/stall.void.{transport}", receipt=f"r{n}-{pad}") for n in range(64))
-        offered = 256 * 1024 * 1024
-        taken = flood(sock, batch, offered, 2.0)
-        grown_mb = (rss_kb(gw) - before) / 1024
+        taken, grown_mb = flooded(gw, sock, batch, before)
     finally:
         watcher.stop()
         sock.close()
     summary = watcher.check()
-    assert taken < offered and grown_mb < 64, \
-        f"the gateway read {taken >> 20} MB of the {offered >> 20} MB a client sent while it read nothing; " \
-        f"its RSS grew by {grown_mb:.0f} MB"
+    assert_bounded(taken, grown_mb)
     print(f"{transport}: {taken >> 20} MB taken, RSS +{grown_mb:.1f} MB; watcher: {summary}")
 
 
@@ -333,16 +347,12 @@ def test_a_pipelining_websocket_client_that_never_reads_meets_flow_control(gw: G
         time.sleep(0.2)
         pad = "x" * 16000
         batch = ws_message(b"".join(send_frame("/topic/stall.void.ws", receipt=f"r{n}-{pad}") for n in range(64)))
-        offered = 256 * 1024 * 1024
-        taken = flood(sock, batch, offered, 2.0)
-        grown_mb = (rss_kb(gw) - before) / 1024
+        taken, grown_mb = flooded(gw, sock, batch, before)
     finally:
         watcher.stop()
         sock.close()
     summary = watcher.check()
-    assert taken < offered and grown_mb < 64, \
-        f"the gateway read {taken >> 20} MB of the {offered >> 20} MB a client sent while it read nothing; " \
-        f"its RSS grew by {grown_mb:.0f} MB"
+    assert_bounded(taken, grown_mb)
     print(f"ws: {taken >> 20} MB taken, RSS +{grown_mb:.1f} MB; watcher: {summary}")
 
 
@@ -360,17 +370,15 @@ def test_a_client_flooding_bad_frames_without_reading_is_closed_and_costs_nothin
     try:
         decoder = connected(sock)
         batch = b"BOGUS\nreceipt:x\n\n\x00" * 4000
-        offered = 256 * 1024 * 1024
         started = time.monotonic()
-        taken = flood(sock, batch, offered, 2.0)
-        grown_mb = (rss_kb(gw) - before) / 1024
+        taken, grown_mb = flooded(gw, sock, batch, before)
         frames = read_frames(sock, decoder, lambda got: False, 10.0)  # (until the gateway closes or resets)
         gone = time.monotonic() - started
     finally:
         watcher.stop()
         sock.close()
     summary = watcher.check()
-    assert taken < offered and grown_mb < 64, (taken >> 20, grown_mb)
+    assert_bounded(taken, grown_mb)
     assert not frames or frames[0].command == "ERROR", frames[:2]  # (a reset may discard the unread ERROR)
     assert gone < 9.0, f"the connection was still open {gone:.1f}s after the flood began"
     print(f"bad frames: {taken >> 20} MB taken, RSS +{grown_mb:.1f} MB, closed after {gone:.1f}s; {summary}")
@@ -682,19 +690,15 @@ def test_a_client_flooding_refused_sends_without_reading_meets_flow_control(tmp_
         before = rss_kb(gateway)
         pad = "x" * 16000
         batch = b"".join(send_frame("/queue/forbidden", receipt=f"r{n}-{pad}") for n in range(64))
-        offered = 256 * 1024 * 1024
         try:
-            taken = flood(sock, batch, offered, 2.0)
-            grown_mb = (rss_kb(gateway) - before) / 1024
+            taken, grown_mb = flooded(gateway, sock, batch, before)
             sock.settimeout(5.0)
             first = read_frames(sock, decoder, lambda got: len(got) >= 3, 10.0)
         finally:
             watcher.stop()
             sock.close()
         summary = watcher.check()
-        assert taken < offered and grown_mb < 64, \
-            f"the gateway read {taken >> 20} MB of the {offered >> 20} MB a client sent while it read nothing; " \
-            f"its RSS grew by {grown_mb:.0f} MB"
+        assert_bounded(taken, grown_mb)
         assert [(f.command, f.headers.get("message"), f.headers["receipt-id"].split("-")[0]) for f in first[:3]] \
             == [("ERROR", "not authorized to write /queue/forbidden", f"r{n}") for n in range(3)], first[:3]
         print(f"refusals: {taken >> 20} MB taken, RSS +{grown_mb:.1f} MB; watcher: {summary}")
