@@ -397,6 +397,17 @@ def _pipelined(queue: str, count: int, *, persistent_every: int = 3, disconnect:
     return b"".join(frames)
 
 
+def assert_queue_holds(gateway: GatewayProcess, queue: str, count: int) -> None:
+    """``queue`` holds the bodies ``m0`` … ``m<count-1>``, in order (an auto-ack subscriber reads them)."""
+    consumer = RawStomp(gateway.address)
+    try:
+        consumer.connect()
+        consumer.send(f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:auto\n\n\x00")
+        assert [consumer.frame().body.decode() for _ in range(count)] == [f"m{n}" for n in range(count)]
+    finally:
+        consumer.close()
+
+
 def _answers_in_order(frames: list[Frame], count: int, queue: str) -> None:
     """Every RECEIPT ``s0`` … ``s<count-1>`` once and in order; every MESSAGE ``m0`` … once and in order."""
     receipts = [f.headers["receipt-id"] for f in frames if f.command == "RECEIPT"]
@@ -473,14 +484,7 @@ def test_disconnect_receipt_after_pipelined_sends_comes_last_then_the_close(gw: 
     finally:
         sock.close()
         proxy.close()
-    consumer = RawStomp(gw.address)
-    try:
-        consumer.connect()
-        consumer.send(f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:auto\n\n\x00")
-        bodies = [consumer.frame().body.decode() for _ in range(count)]
-        assert bodies == [f"m{n}" for n in range(count)]
-    finally:
-        consumer.close()
+    assert_queue_holds(gw, queue, count)
 
 
 @pytest.mark.parametrize("how", ["raw", "proxy"])
@@ -627,13 +631,7 @@ def test_a_trickling_link_gets_every_receipt_in_order(gw: GatewayProcess) -> Non
     finally:
         sock.close()
         proxy.close()
-    consumer = RawStomp(gw.address)
-    try:
-        consumer.connect()
-        consumer.send(f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:auto\n\n\x00")
-        assert [consumer.frame().body.decode() for _ in range(count)] == [f"m{n}" for n in range(count)]
-    finally:
-        consumer.close()
+    assert_queue_holds(gw, queue, count)
 
 
 @pytest.mark.parametrize("disconnect", [True, False])
@@ -659,13 +657,7 @@ def test_a_client_that_half_closes_after_pipelining_gets_every_receipt(gw: Gatew
             (len(receipts), receipts[-3:])
     finally:
         sock.close()
-    consumer = RawStomp(gw.address)
-    try:
-        consumer.connect()
-        consumer.send(f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:auto\n\n\x00")
-        assert [consumer.frame().body.decode() for _ in range(count)] == [f"m{n}" for n in range(count)]
-    finally:
-        consumer.close()
+    assert_queue_holds(gw, queue, count)
 
 
 # -- ERRORs that leave the connection open ------------------------------------------------------
