@@ -146,7 +146,7 @@ class KafkaTransactionalCopy:
             if self._consumer is not None:
                 # the group's offsets read before this producer fenced the other gateway's could have
                 # moved since (its transaction committed them): read them again, now they cannot
-                self._rewind()
+                self._rewind({}, {})
         if self._consumer is not None:
             return False
         # in a child process: librdkafka crashes on a deleted source topic (see
@@ -162,14 +162,24 @@ class KafkaTransactionalCopy:
         longer ours to copy (the group gave the partitions, or will give them, to another member)."""
         self._revoked = self._revoked | {tp.partition for tp in partitions if tp.topic == self.source_topic}
 
-    def _rewind(self) -> None:
-        """Every assigned partition back to the group's committed offset (where one was committed)."""
+    def _rewind(self, firsts: dict[int, int], committed: dict[int, int]) -> None:
+        """Every assigned partition back to the group's committed offset, or, where none was committed
+        (a new group), to its record in ``firsts`` (a failed batch's first records) if any; each
+        committed offset read goes into ``committed`` as it is read (an error part-way leaves those)."""
+        from confluent_kafka import TopicPartition
+
         consumer = self._consumer
         assignment = consumer.assignment()
         if assignment:
             for tp in consumer.committed(assignment, timeout=10):
+                committed[tp.partition] = tp.offset
+                first = firsts.get(tp.partition)
                 if tp.offset >= 0:
+                    # the offsets commit with the copies: a transaction that committed after all
+                    # (its answer lost) moved them past its batch, one that did not left them there
                     consumer.seek(tp)
+                elif first is not None:  # a new group: the failed batch's first record
+                    consumer.seek(TopicPartition(tp.topic, tp.partition, first))
 
     def consume(self, max_count: int, timeout: float) -> list[Message]:
         if not self._positions:  # a new batch: what the group takes away from now on concerns it
@@ -231,7 +241,7 @@ class KafkaTransactionalCopy:
         return [record for record in map(self.place, messages) if record is not None]
 
     def recover(self, error: Exception) -> str | None:
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import KafkaException
 
         ends, self._positions = self._positions, {}
         self._revoked, self._metadata = frozenset(), None
@@ -260,17 +270,7 @@ class KafkaTransactionalCopy:
         committed: dict[int, int] = {}
         if consumer is not None:
             try:
-                assignment = consumer.assignment()
-                if assignment:
-                    for tp in consumer.committed(assignment, timeout=10):
-                        committed[tp.partition] = tp.offset
-                        first = self._batch_start.get(tp.partition)
-                        if tp.offset >= 0:
-                            # the offsets commit with the copies: a transaction that committed after all
-                            # (its answer lost) moved them past its batch, one that did not left them there
-                            consumer.seek(tp)
-                        elif first is not None:  # a new group: the failed batch's first record
-                            consumer.seek(TopicPartition(tp.topic, tp.partition, first))
+                self._rewind(self._batch_start, committed)
                 settled = self._settled(aborted, committed if settled_by_init else {}, ends)
                 self._batch_start.clear()
                 return settled
