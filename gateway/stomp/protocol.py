@@ -243,9 +243,7 @@ class StompServerProtocol(Protocol):
         if self._closing:
             return
         self._handle(b"")
-        if self._next_slice is None and not self._closing and not self._holds and not self._lost \
-                and not self._input_ended:
-            self.transport.resumeProducing()  # type: ignore[union-attr]
+        self._read_again()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._lost = True
@@ -437,6 +435,11 @@ class StompServerProtocol(Protocol):
     def release_input(self) -> None:
         """One reason to hold reading is gone; read again when none is left."""
         self._holds -= 1
+        self._read_again()
+
+    def _read_again(self) -> None:
+        """Read from the client again unless something still holds reading: a slice waiting, a congested
+        target or unread answers (:attr:`_holds`), the close, the loss or the end of its input."""
         if not self._holds and self._next_slice is None and not self._closing and not self._lost \
                 and not self._input_ended:
             self.transport.resumeProducing()  # type: ignore[union-attr]
