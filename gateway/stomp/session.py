@@ -279,8 +279,7 @@ class StompSession:
         DISCONNECT without a receipt (every earlier frame's RECEIPT or ERROR, in order, then the close);
         already disconnecting or closing, that goes on; otherwise (no CONNECT done) it is closed now."""
         if self.state is SessionState.CONNECTED:
-            self.state = SessionState.DISCONNECTING
-            self._answers.now(None, final=True)
+            self._disconnect(None)
         elif self.state not in (SessionState.DISCONNECTING, *_ENDING):
             self.sink.close()
 
@@ -779,8 +778,12 @@ class StompSession:
         # Frames after DISCONNECT are ignored; the work before it still answers (RECEIPT or ERROR),
         # and only when all of it succeeded does the DISCONNECT's own receipt go out (the line
         # drops the answers after an ERROR), then the connection closes.
+        self._disconnect(receipt_for(frame))
+
+    def _disconnect(self, receipt: Frame | None) -> None:
+        """Read nothing more; answer every earlier frame in order, then ``receipt`` (if any), then close."""
         self.state = SessionState.DISCONNECTING
-        self._answers.now(receipt_for(frame), final=True)
+        self._answers.now(receipt, final=True)
 
     _handlers: dict[str, Callable[[StompSession, Frame], None]] = {
         "CONNECT": _on_connect,
