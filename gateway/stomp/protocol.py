@@ -155,6 +155,7 @@ class StompServerProtocol(Protocol):
         self._out: list[bytes] = []  # MESSAGE frames gathered during an input slice (OUTPUT_BATCH)
         self._out_bytes = 0
         self._coalesce = True  # False: one write per frame (a WebSocket transport: one write, one message)
+        self._producing = False  # registered as the transport's producer (until close)
 
     def connectionMade(self) -> None:
         # Receipts often follow an asynchronous commit: never let Nagle hold them back.
@@ -176,6 +177,7 @@ class StompServerProtocol(Protocol):
         self.factory.connections.add(self)
         self.session = self.factory.new_session(self, self.peer)
         self.transport.registerProducer(self, True)  # type: ignore[union-attr]
+        self._producing = True
         timeout = self.factory.settings.connect_timeout_ms
         if timeout:
             self._connect_deadline = self.factory.clock.callLater(timeout / 1000, self._connect_timed_out)
@@ -451,6 +453,13 @@ class StompServerProtocol(Protocol):
             if self._out:
                 self.flush_output()
             self._closing = True
+            if self._producing:
+                # Twisted closes a transport whose buffer drains while it holds a streaming producer it
+                # paused only once that producer is unregistered (it asks the producer for more
+                # instead): a consumer that stopped reading, then DISCONNECTed and read everything, kept
+                # its connection, its message groups and its unacknowledged messages until the abort.
+                self._producing = False
+                self.transport.unregisterProducer()  # type: ignore[union-attr]
             self.transport.loseConnection()  # type: ignore[union-attr]
             if not self._lost:
                 grace = self.factory.settings.close_timeout_ms / 1000

@@ -141,6 +141,24 @@ def test_a_connection_that_goes_in_time_is_not_aborted(clock: Clock, broker: Emb
     assert not aborted(peer)
 
 
+@pytest.mark.parametrize("how", ["error", "disconnect"])
+def test_a_closing_connection_is_no_longer_the_transports_producer(clock: Clock, broker: EmbeddedBroker,
+                                                                   how: str) -> None:
+    """Twisted closes a transport whose buffer drains while a streaming producer it paused is
+    registered only once the producer is unregistered: a consumer that stopped reading and then
+    DISCONNECTed kept its connection (its message groups, its unacknowledged messages) until the
+    abort (tests/integration/test_message_group_stall.py)."""
+    peer = peer_on(make_factory(clock, broker, close_timeout_ms=3000))
+    connect(peer)
+    assert peer.transport.producer is peer.protocol
+    peer.protocol.pauseProducing()  # (the transport's buffer is full)
+    if how == "error":
+        peer.send("NOT-A-COMMAND")
+    else:
+        peer.send("DISCONNECT", {"receipt": "bye"})
+    assert peer.closed and peer.transport.producer is None
+
+
 # -- connection caps ------------------------------------------------------------------------------
 
 
