@@ -8,7 +8,7 @@ CONFIG  ?= etc/jmsgateway.toml
 STAMP   := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 # pytest-xdist workers: a test file (tests/pipeline/ as one unit: one SparkSession) per worker at a time
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 PYTEST  := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 2 --durations=25
 
 .PHONY: setup system-deps run test check unit integration test-random bench clean

@@ -60,10 +60,16 @@ SHARED_GROUPS = {"tests/pipeline/": "spark"}
 """Test folders whose files share an expensive session fixture: under pytest-xdist they run
 in one worker (one SparkSession for all of them, not one per worker)."""
 
-LONG_FIRST = ("spark", "tests/integration/test_jms_api_bridge.py", "tests/integration/test_bridge_kafka.py",
-              "tests/integration/test_bridge_faults.py", "tests/integration/test_bridge_activemq.py")
-"""Work units handed out first under pytest-xdist (the longest ones, so that no worker
-starts a long unit when the others are about to finish)."""
+LONG_FIRST = ("tests/integration/test_bridge_faults.py", "spark", "tests/integration/test_bridge_kafka.py",
+              "tests/adversarial/test_grouped_writes_attacks.py", "tests/integration/test_durable_fanout_attacks.py",
+              "tests/integration/test_bridge_kafka_owner.py", "tests/integration/test_compiled_modules.py",
+              "tests/integration/test_bridge_activemq.py", "tests/integration/test_paging.py",
+              "tests/integration/test_jms_api_bridge.py", "tests/unit/test_broker_model.py",
+              "tests/integration/test_operations_examples.py", "tests/integration/test_scheduled_delivery.py",
+              "tests/integration/test_operations_install.py")
+"""Work units handed out first under pytest-xdist, longest first (by a whole run's times per unit, 6 workers:
+135 to 290 s each; most other units take under 60 s), so that no worker starts a long unit when the others
+are about to finish."""
 
 
 def work_unit(nodeid: str) -> str:

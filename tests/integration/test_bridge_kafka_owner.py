@@ -306,6 +306,10 @@ def kafka_to_kafka_run(tmp_path: Path, bootstrap: str, fault: str) -> None:
             at_stop = committed_offsets(bootstrap, group, source, 2)
             time.sleep(PAUSED_FOR)
             at_cont = committed_offsets(bootstrap, group, source, 2)
+            handed_over = time.monotonic() + HANDOVER_WITHIN  # (on a busy host the second may be retrying)
+            while not all(c > s for c, s in zip(at_cont, at_stop, strict=True)) and time.monotonic() < handed_over:
+                time.sleep(0.5)
+                at_cont = committed_offsets(bootstrap, group, source, 2)
             for pid in paused:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
@@ -353,8 +357,11 @@ def kafka_to_kafka_run(tmp_path: Path, bootstrap: str, fault: str) -> None:
 
 
 PAUSED_FOR = 4.0
-"""Seconds the paused gateway stays stopped: four times the tests' ``session.timeout.ms`` (1 s on Tansu,
-:func:`tests.support.kafka.group_settings`), so the group expels it and hands its partitions over."""
+"""Seconds the paused gateway stays stopped at least: four times the tests' ``session.timeout.ms`` (1 s on
+Tansu, :func:`tests.support.kafka.group_settings`), so the group expels it and hands its partitions over."""
+
+HANDOVER_WITHIN = 30.0
+"""Seconds more it may stay stopped, until the second gateway has committed on both partitions."""
 
 
 def test_two_gateways_kafka_to_kafka_first_sigkilled_mid_stream(tmp_path: Path, kafka_bootstrap: str) -> None:

@@ -16,14 +16,14 @@ import pytest
 
 from tests.support.ports import free_port, wait_for_port
 from tests.support.stomp_clients import Client
-from tests.support.wheel import build_wheel
+from tests.support.wheel import compiled_wheel
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-    wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
+    wheel = compiled_wheel(tmp_path_factory)
     subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                     str(wheel)], check=True, capture_output=True)
     return root
