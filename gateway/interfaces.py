@@ -385,6 +385,12 @@ class ITransactionalCopy(Interface):
     :meth:`IExactlyOnceSource.transactional_copy`; driven from ONE thread (not the reactor's):
     every method blocks."""
 
+    open_transaction = Attribute(
+        "The id of the transaction begun and not yet ended (committed, aborted, or settled by a later "
+        "producer's start), None when none is open: its copies may be at the target, neither committed nor "
+        "aborted.  Read from the reactor thread.")
+    transactions_begun = Attribute("How many transactions the copy began (an int).")
+
     def open() -> bool:
         """Create what is missing (the transactional producer: fences and aborts what a crashed
         run left open; the consumer).  True when the consumer was (re)created."""

@@ -139,6 +139,8 @@ class TransactionalCopyBridge:
             "source": f"{self.config.source.connector}:{self.config.source.destination}",
             "target": f"{self.config.target.connector}:{self.config.target.destination}",
             "forwarded": self.forwarded,
+            "transaction": self.copy.open_transaction,
+            "transactions": self.copy.transactions_begun,
             "retries": self.retries,
             "last_error": self.last_error,
         }

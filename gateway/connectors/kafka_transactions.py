@@ -82,6 +82,15 @@ class KafkaTransactionalCopy:
     """The transaction under way (its :data:`ATTEMPT_HEADER`), None between transactions."""
     attempt_copies = 0
     """The copies the transaction under way produced."""
+    open_transaction: str | None = None
+    """The transaction begun and not ended yet (its :data:`ATTEMPT_HEADER`): set as it begins, cleared
+    when it commits, when its abort succeeds, or when a later producer's ``init_transactions`` settled it
+    (that completes or aborts what the previous producer left open).  Unlike :attr:`attempt` it stays
+    set after a failure nobody settled yet (the abort failed and no new producer could start): its
+    copies may still commit or abort.  The bridge's status shows it (``transaction``); the reactor
+    thread reads it while the copy's thread writes it (one attribute, replaced whole)."""
+    transactions_begun = 0
+    """The transactions this copy began, every producer of it (the bridge's status: ``transactions``)."""
     _committing = False
     """Whether ``commit_transaction`` was called for :attr:`attempt` (before it, it cannot commit)."""
     _producer_tag = ""
@@ -137,6 +146,7 @@ class KafkaTransactionalCopy:
 
         producer = Producer(self.producer_config())
         producer.init_transactions(30)
+        self.open_transaction = None  # settled by that init_transactions, if one was open
         self._producer = producer
         self._producer_tag, self._serial = uuid.uuid4().hex[:8], 0
 
@@ -221,6 +231,8 @@ class KafkaTransactionalCopy:
         self._serial += 1
         self.attempt, self.attempt_copies, self._committing = f"{self._producer_tag}-{self._serial}", 0, False
         tag = (ATTEMPT_HEADER, self.attempt.encode("ascii"))
+        self.open_transaction = self.attempt
+        self.transactions_begun += 1
         producer.begin_transaction()
         for topic, key, value, headers in outgoing:
             producer.produce(topic, value=value, key=key, headers=[*(headers or ()), tag])
@@ -228,7 +240,7 @@ class KafkaTransactionalCopy:
         producer.send_offsets_to_transaction(offsets, metadata, 30)
         self._committing = True
         producer.commit_transaction(30)
-        self.attempt = None
+        self.attempt = self.open_transaction = None
         self._batch_start.clear()
         self._positions.clear()
         self._revoked, self._metadata = frozenset(), None
@@ -255,6 +267,7 @@ class KafkaTransactionalCopy:
                 if not fatal:
                     producer.abort_transaction(10)
                     aborted = True
+                    self.open_transaction = None
             except Exception:
                 fatal = True
         settled_by_init = False

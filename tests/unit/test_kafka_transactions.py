@@ -430,3 +430,86 @@ def test_the_bridge_drops_a_revoked_batch_without_counting_a_failure() -> None:
     bridge._run()
     assert (copy.recovered, copy.committed) == (1, 1), "rewound, then the next batch committed at once"
     assert bridge.retries == 0 and bridge.last_error is None and bridge.forwarded == 1
+
+
+# -- whether a transaction is open (the bridge's status ``transaction``: the fault matrix counts a Kafka target
+# only once none is, tests/integration/bridge_fault_run.py)
+
+class InitProducer:
+    """confluent_kafka.Producer as the real open_producer makes it: its init_transactions settles what the
+    previous producer of the transactional.id left open, or fails (``fails``)."""
+
+    fails = False
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
+    def init_transactions(self, timeout: float) -> None:
+        if InitProducer.fails:
+            raise RuntimeError("KafkaError{code=_TIMED_OUT}: init_transactions timed out")
+
+
+def test_a_transaction_is_open_from_its_begin_to_its_commit() -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    class Watching(TransactionalProducer):
+        def _step(self, name: str) -> None:
+            seen.append((name, copy.open_transaction))
+
+    copy = placed_copy(Watching())
+    assert copy.open_transaction is None and copy.transactions_begun == 0
+    copy.commit(["s-1"])  # type: ignore[list-item]
+    assert seen == [("begin", "p1-1"), ("produce", "p1-1"), ("offsets", "p1-1"), ("commit", "p1-1")]
+    assert copy.open_transaction is None and copy.transactions_begun == 1
+    copy.commit(["s-2"])  # type: ignore[list-item]
+    assert seen[-1] == ("commit", "p1-2") and copy.open_transaction is None and copy.transactions_begun == 2
+
+
+@pytest.mark.parametrize(("fail_at", "abort_fails", "init_fails", "open_after"), [
+    ("offsets", False, False, None),  # aborted
+    ("commit", False, False, None),  # its commit failed, its abort succeeded
+    ("commit", True, False, None),  # its abort failed: the next producer's init_transactions settled it
+    ("commit", True, True, "p1-1"),  # and that init failed too: nobody settled it, its copies may still commit
+])
+def test_a_failed_transaction_stays_open_until_something_ended_it(
+        fail_at: str, abort_fails: bool, init_fails: bool, open_after: str | None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import confluent_kafka
+
+    monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
+    monkeypatch.setattr(InitProducer, "fails", init_fails)
+    copy = placed_copy(TransactionalProducer(fail_at, abort_fails))
+    copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
+    with pytest.raises(RuntimeError) as failure:
+        copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
+    assert copy.open_transaction == "p1-1"
+    copy.recover(failure.value)
+    assert copy.attempt is None, "no transaction under way: the next batch may begin"
+    assert copy.open_transaction == open_after and copy.transactions_begun == 1
+    if open_after is not None:  # the retry's producer settles it before anything else begins
+        monkeypatch.setattr(InitProducer, "fails", False)
+        assert copy.open() is False
+        assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
+
+
+def test_the_bridge_status_names_the_open_transaction() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from gateway.bridges.config import parse_bridge
+    from gateway.bridges.metrics import BridgeMetrics
+    from gateway.bridges.transactional_copy import TransactionalCopyBridge
+
+    config = parse_bridge({"name": "k2k", "qos": "ONCE_AND_ONLY_ONCE",
+                           "source": {"connector": "embedded", "destination": "/queue/src"},
+                           "target": {"connector": "embedded", "destination": "/queue/dst"}}, 0, "t.toml", {"embedded"})
+    copy = SimpleNamespace(open_transaction="p1-3", transactions_begun=3)
+    bridge = TransactionalCopyBridge(config, copy, clock=object(),  # type: ignore[arg-type]
+                                     metrics=BridgeMetrics(CollectorRegistry()))
+    status = bridge.status()
+    assert (status["transaction"], status["transactions"]) == ("p1-3", 3)
+    copy.open_transaction = None
+    assert bridge.status()["transaction"] is None
