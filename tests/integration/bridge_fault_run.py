@@ -139,6 +139,9 @@ class Outcome:
     """Kafka transactions only: what the bridge's log does not explain of the copies' transactions."""
     recorded: int | None = None
     """Source ids the bridge's duplicate store (its commit log, ``bridges.sqlite``) holds, if it has one."""
+    unsettled: list[str] = field(default_factory=list)
+    """Kafka transactions only: transactions not ended while the target was read (:func:`unsettled_at_count`):
+    their copies are neither delivered nor known aborted, so the count proves nothing of them."""
 
     @property
     def lost(self) -> set[str]:
@@ -154,6 +157,8 @@ class Outcome:
             extra += f", unexplained transactions {self.problems}"
         if self.recorded is not None:
             extra += f", recorded in the duplicate store {self.recorded}"
+        if self.unsettled:
+            extra += f", counted while {'; '.join(self.unsettled)}"
         return (f"confirmed {len(self.receipted)}, at the target {len(self.arrived)}, left at the source "
                 f"{len(self.left)}, lost {len(self.lost)}, duplicated {len(self.duplicated)}, "
                 f"state {self.status.get('state')}, forwarded {self.status.get('forwarded')}{extra}")
@@ -546,6 +551,7 @@ class FaultRun:
                     self.refill(gateway)
             status = self.settle()
             arrived = self.read_target(gateway)
+            after = self.status() if self.kafka_transactions else {}
             if filler is not None:
                 self.receipted |= self._tally.receipted
             gateway.stop()
@@ -566,6 +572,7 @@ class FaultRun:
                           recorded=recorded_ids(gateway.data_dir, self.name))
         if self.kafka_transactions:
             self.count_by_transaction(outcome)
+            outcome.unsettled = unsettled_at_count(status, after)
         return outcome
 
     def count_by_transaction(self, outcome: Outcome) -> None:
@@ -596,6 +603,23 @@ class FaultRun:
                         self._tally.receipted.add(seq)
         finally:
             client.disconnect()
+
+
+def unsettled_at_count(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What of a Kafka-transactions bridge was not settled while its target was read, from its status when
+    the count began (``before``: what :meth:`FaultRun.settle` returned) and when it ended: a transaction open
+    then (the status's ``transaction``), one begun meanwhile (``transactions`` moved), or a status that does
+    not say.  Empty when every copy read was written by a transaction that had ended."""
+    found = []
+    for when, status in (("the count began", before), ("the count ended", after)):
+        if "transaction" not in status:
+            found.append(f"no bridge status with a transaction field when {when} ({status or 'no answer'})")
+        elif status["transaction"] is not None:
+            found.append(f"transaction {status['transaction']} open when {when}")
+    began = int(after.get("transactions") or 0) - int(before.get("transactions") or 0)
+    if began > 0:
+        found.append(f"{began} transaction(s) begun during the count")
+    return found
 
 
 ABORTED_TRANSACTION = re.compile(r"transaction (\S+) \((\d+) copies\) aborted")
@@ -711,7 +735,8 @@ def report(case: str, outcome: Outcome) -> None:
     line = {"case": case, "confirmed": len(outcome.receipted), "arrived": len(outcome.arrived),
             "left": len(outcome.left), "lost": len(outcome.lost), "duplicated": len(outcome.duplicated),
             "state": outcome.status.get("state"), "aborted_copies": outcome.aborted_copies,
-            "recorded": outcome.recorded}
+            "recorded": outcome.recorded, "unsettled": outcome.unsettled,
+            "transactions": outcome.status.get("transactions")}
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")
 
