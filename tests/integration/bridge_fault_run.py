@@ -385,7 +385,14 @@ class FaultRun:
             return {}
 
     def settle(self, quiet: float = 2.5, timeout: float = 90.0) -> dict[str, Any]:
-        """Wait until the bridge failed, or forwarded nothing new for ``quiet`` seconds with nothing pending."""
+        """Wait until the bridge failed, or forwarded nothing new for ``quiet`` seconds with nothing pending.
+
+        Kafka's transactions engine (:attr:`kafka_transactions`) has nothing pending to show: a commit held
+        behind a fault changes nothing for longer than ``quiet``.  There the quiet seconds count only with no
+        transaction open (the status's ``transaction``: begun and not committed, aborted or settled by a new
+        producer's ``init_transactions``) and none begun (``transactions`` still), and a transaction still
+        open when ``timeout`` passed (or at a failed bridge, whose thread ended) fails the run: its copies at
+        the target are neither delivered nor known aborted, a count then proves nothing of them."""
         deadline = time.monotonic() + timeout
         last: tuple[Any, ...] | None = None
         since = time.monotonic()
@@ -393,14 +400,29 @@ class FaultRun:
         while time.monotonic() < deadline:
             status = self.status()
             if status.get("state") == "failed":
+                self.settled_transactions(status, "the bridge failed")
                 return status
-            mark = (status.get("forwarded"), status.get("pending"), status.get("in_flight"), status.get("state"))
+            mark = (status.get("forwarded"), status.get("pending"), status.get("in_flight"), status.get("state"),
+                    status.get("transaction"), status.get("transactions"))
             if mark != last:
                 last, since = mark, time.monotonic()
-            elif time.monotonic() - since >= quiet and status.get("state") == "running" and not status.get("pending"):
+            elif (time.monotonic() - since >= quiet and status.get("state") == "running" and not status.get("pending")
+                  and not (self.kafka_transactions and status.get("transaction") is not None)):
+                self.settled_transactions(status, f"nothing changed for {quiet} s")
                 return status
             time.sleep(0.2)
+        self.settled_transactions(status, f"{timeout:.0f} s passed")
         return status
+
+    def settled_transactions(self, status: dict[str, Any], when: str) -> None:
+        """Kafka transactions: AssertionError unless ``status`` says no transaction is open."""
+        if not self.kafka_transactions:
+            return
+        assert "transaction" in status, (
+            f"{when}: the bridge's status does not say whether a transaction is open: {status or 'no answer'}")
+        assert status["transaction"] is None, (
+            f"{when} with transaction {status['transaction']} still open (neither committed nor aborted): "
+            f"its copies cannot be counted; status {status}")
 
     # -- the fault ------------------------------------------------------------------------
 
@@ -764,6 +786,7 @@ def check(outcome: Outcome, qos: str, fault: str, gap: str | None = None) -> Non
     if "?" in outcome.arrived:
         raise AssertionError(f"a message without seq reached the target: {outcome.summary()}")
     assert not outcome.problems, f"transactions the log does not explain: {outcome.summary()}"
+    assert not outcome.unsettled, f"the target was read while a transaction was not settled: {outcome.summary()}"
 
 
 
