@@ -304,12 +304,17 @@ class KafkaTransactionalCopy:
     def _in_doubt(self, committed: dict[int, int], ends: dict[int, int]) -> str:
         """What the group's offsets, read after the next producer's init_transactions settled a
         transaction in doubt, say of it: they commit with its copies, so offsets still at the batch's
-        start on every partition of it mean aborted (offsets never go back); past its end, committed
-        (by it, or by another member that took the partition over: counted as committed)."""
+        start on every partition of it mean aborted (offsets never go back; a partition the group
+        never committed an offset of, ``none``, is at its start too: the transaction would have
+        committed one); past its end, committed (by it, or by another member that took the partition
+        over: counted as committed).  A partition whose offset was not read (``?``) leaves it in doubt."""
         batch = sorted(self._batch_start)
-        where = ", ".join(f"partition {p}: {committed.get(p, '?')} for {self._batch_start[p]}..{ends.get(p, '?')}"
-                          for p in batch)
-        if batch and all(0 <= committed.get(p, -1) <= self._batch_start[p] for p in batch):
+
+        def offset(p: int) -> str:
+            return "?" if p not in committed else "none" if committed[p] < 0 else str(committed[p])
+
+        where = ", ".join(f"partition {p}: {offset(p)} for {self._batch_start[p]}..{ends.get(p, '?')}" for p in batch)
+        if batch and all(p in committed and committed[p] <= self._batch_start[p] for p in batch):
             return f"aborted (in doubt; the group's offsets stayed at its start: {where})"
         if batch and all(committed.get(p, -1) >= ends.get(p, 0) > 0 for p in batch):
             return f"committed after all (the group's offsets moved past it: {where})"

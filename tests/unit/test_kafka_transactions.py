@@ -85,6 +85,27 @@ def test_a_transaction_in_doubt_that_was_aborted_is_copied_again() -> None:
     assert copy._batch_start == {} and copy._positions == {}
 
 
+@pytest.mark.parametrize(("finalized", "outcome"), [
+    ({}, "aborted (in doubt; the group's offsets stayed at its start: partition 0: none for 0..20, "
+         "partition 1: 100 for 100..120)"),
+    ({0: 20, 1: 120}, "committed after all (the group's offsets moved past it: partition 0: 20 for 0..20, "
+                      "partition 1: 120 for 100..120)"),
+    ({1: 120}, "in doubt (the group's offsets: partition 0: none for 0..20, partition 1: 120 for 100..120)"),
+])
+def test_a_transaction_in_doubt_over_a_partition_the_group_never_committed(finalized: dict[int, int],
+                                                                         outcome: str) -> None:
+    """The fault matrix's kafka -> kafka ``slow`` cell (2026-11-29): partition 0's first batch was in the
+    transaction whose commit timed out, and after the next producer's init_transactions the group still had no
+    offset for it (-1001) and partition 1's at the batch start: it did not commit (it would have committed
+    both), yet it was logged ``in doubt`` and its copies counted as committed, 100 duplicates."""
+    group = Group(committed={0: -1001, 1: 100}, finalized=finalized)
+    copy, consumer, opened = copy_with(group, {0: 0, 1: 100})
+    settled = copy.recover(RuntimeError("KafkaError{code=_TIMED_OUT}: 100 message(s) timed out"))
+    assert opened == ["init_transactions"]
+    assert settled == f"transaction p1-1 (0 copies) {outcome}"
+    assert consumer.seeks == [(0, finalized.get(0, 0)), (1, finalized.get(1, 100))], "on from the group's offsets"
+
+
 # -- which transaction wrote a copy, and what became of a failed one (the log tells its copies apart)
 
 class TransactionalProducer:
