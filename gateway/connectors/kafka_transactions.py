@@ -35,6 +35,7 @@ blocks: call it from a thread, never the reactor's.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Set
@@ -60,6 +61,22 @@ producer instance and the transaction's number in it).  A failed one is logged w
 
 NO_RETRY_CODES = REFUSED_CODES | {"TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
 """Kafka errors about the batch itself (a record too large, not authorised): no retry helps."""
+
+OFFSETS_TIMEOUT = 30.0
+"""Seconds ``send_offsets_to_transaction`` is given (its own timeout)."""
+OFFSETS_GRACE = 5.0
+"""Seconds past :data:`OFFSETS_TIMEOUT` after which a ``send_offsets_to_transaction`` that has not
+returned is taken for hung (:class:`OffsetsHung`)."""
+
+
+class OffsetsHung(RuntimeError):
+    """``send_offsets_to_transaction`` did not return in :data:`OFFSETS_TIMEOUT` + :data:`OFFSETS_GRACE`
+    seconds.  librdkafka waits for its answer without a timeout (its coordinator request's timeout is
+    never checked, confluentinc/librdkafka#5456): after a 1 s connection reset (the fault matrix's
+    Kafka -> Kafka ``cut-source`` cell, 2026-11-29, librdkafka 2.16.0) the call never returned and the
+    bridge stood still with its transaction open.  The producer is given up, never called again (its
+    call stays blocked in a thread of its own); the next producer's ``init_transactions`` fences it
+    and aborts its transaction, which never asked to commit."""
 
 
 @implementer(ITransactionalCopy)
@@ -237,13 +254,40 @@ class KafkaTransactionalCopy:
         for topic, key, value, headers in outgoing:
             producer.produce(topic, value=value, key=key, headers=[*(headers or ()), tag])
             self.attempt_copies += 1
-        producer.send_offsets_to_transaction(offsets, metadata, 30)
+        self._send_offsets(producer, offsets, metadata)
         self._committing = True
         producer.commit_transaction(30)
         self.attempt = self.open_transaction = None
         self._batch_start.clear()
         self._positions.clear()
         self._revoked, self._metadata = frozenset(), None
+
+    def _send_offsets(self, producer: Any, offsets: list[Any], metadata: Any) -> None:
+        """``producer.send_offsets_to_transaction`` in a thread of its own, waited for at most
+        :data:`OFFSETS_TIMEOUT` + :data:`OFFSETS_GRACE` seconds; past that the producer is given up
+        (:class:`OffsetsHung`: :attr:`_producer` None, so :meth:`recover` settles the transaction
+        through a new producer instead of calling the hung one)."""
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                producer.send_offsets_to_transaction(offsets, metadata, OFFSETS_TIMEOUT)
+            except BaseException as error:
+                failure.append(error)
+            finally:
+                done.set()
+
+        threading.Thread(target=send, name="kafka-send-offsets", daemon=True).start()
+        if not done.wait(OFFSETS_TIMEOUT + OFFSETS_GRACE):
+            if self._producer is producer:
+                self._producer = None
+            raise OffsetsHung(
+                f"send_offsets_to_transaction did not return in {OFFSETS_TIMEOUT + OFFSETS_GRACE:g} s (librdkafka "
+                "waits for the group coordinator without a timeout, confluentinc/librdkafka#5456): the producer is "
+                "given up, the next one fences it and aborts its transaction")
+        if failure:
+            raise failure[0]
 
     def _records(self, messages: list[Message]) -> list[PlacedRecord]:
         """The records of a transaction: through :attr:`place` when given."""
@@ -260,7 +304,9 @@ class KafkaTransactionalCopy:
         fatal = False
         aborted = not self._committing  # never asked to commit: it cannot have committed
         producer, consumer = self._producer, self._consumer
-        if producer is not None and self.attempt is not None:  # (none begun: nothing to abort, no fence)
+        if isinstance(error, OffsetsHung) and self.attempt is not None:
+            fatal = True  # the hung producer is not called again: a new one settles its transaction
+        elif producer is not None and self.attempt is not None:  # (none begun: nothing to abort, no fence)
             kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
             fatal = bool(kafka_error is not None and kafka_error.fatal())
             try:

@@ -534,3 +534,44 @@ def test_the_bridge_status_names_the_open_transaction() -> None:
     assert (status["transaction"], status["transactions"]) == ("p1-3", 3)
     copy.open_transaction = None
     assert bridge.status()["transaction"] is None
+
+
+def test_a_send_offsets_to_transaction_that_never_returns_gives_the_producer_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka waits for send_offsets_to_transaction's answer without a timeout (confluentinc/librdkafka#5456):
+    in the fault matrix's kafka -> kafka cut-source cell (2026-11-29) the bridge thread stood in it for good after a
+    1 s connection reset, its transaction open.  Past its timeout and a grace the producer is given up, never called
+    again, and a new producer's init_transactions settles the transaction (it never asked to commit: aborted)."""
+    import threading
+    from types import SimpleNamespace
+
+    import confluent_kafka
+
+    import gateway.connectors.kafka_transactions as module
+
+    release = threading.Event()
+
+    class Hanging(TransactionalProducer):
+        def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+            release.wait(5)  # librdkafka's cnd_wait with no timeout (5 s: long enough)
+
+        def abort_transaction(self, timeout: float) -> None:
+            raise AssertionError("the hung producer is called again")
+
+    monkeypatch.setattr(module, "OFFSETS_TIMEOUT", 0.1)
+    monkeypatch.setattr(module, "OFFSETS_GRACE", 0.1)
+    monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
+    monkeypatch.setattr(InitProducer, "fails", False)
+    hung = Hanging()
+    copy = placed_copy(hung)
+    copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
+    try:
+        with pytest.raises(module.OffsetsHung, match=r"did not return in 0\.2 s"):
+            copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
+        assert copy._producer is None and copy.open_transaction == "p1-1"
+        settled = copy.recover(module.OffsetsHung("hung"))
+        assert settled == "transaction p1-1 (2 copies) aborted"  # it never asked to commit
+        assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
+        assert copy._consumer.seeks == [(0, 3)]
+    finally:
+        release.set()
