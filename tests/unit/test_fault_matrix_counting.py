@@ -7,6 +7,7 @@ after a run."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tests.integration.bridge_fault_run import (
     recorded_ids,
     struck_side,
     unlogged_ends,
+    unsettled_at_count,
 )
 
 
@@ -171,3 +173,64 @@ def test_the_killed_gateways_transaction_in_flight_counts_whole() -> None:
     assert count.problems and count.delivered == Counter({"s-1": 2, "s-2": 1})
     only_one = [("s-1", "a1-6"), ("s-1", "a1-7"), ("s-1", "b1-3")]  # one transaction in flight, not two
     assert count_transactions(only_one, "", in_flight="a1-7").delivered == Counter({"s-1": 2})
+
+
+# -- a Kafka -> Kafka cell counts only once no transaction is open (the bridge's status ``transaction``)
+
+def scripted_run(tmp_path: Path, statuses: list[dict[str, object]], source: str = "kafka") -> FaultRun:
+    """A run whose bridge status answers ``statuses`` one poll after the other (the last one for good)."""
+    run = FaultRun(tmp_path, source, "kafka", "ONCE_AND_ONLY_ONCE", "slow", Brokers(kafka="k:9092"))
+    answers = iter(statuses)
+    last: list[dict[str, object]] = [statuses[-1]]
+
+    def status() -> dict[str, object]:
+        last[0] = next(answers, last[0])
+        return dict(last[0])
+
+    run.status = status  # type: ignore[method-assign]
+    return run
+
+
+def k2k(forwarded: int, transaction: str | None, begun: int, state: str = "running") -> dict[str, object]:
+    return {"state": state, "forwarded": forwarded, "transaction": transaction, "transactions": begun}
+
+
+def test_settle_waits_for_the_open_transaction_to_end(tmp_path: Path) -> None:
+    """The commit held behind the fault: nothing changes for longer than ``quiet`` (the cells stall, slow and
+    cut-source counted then, before 2026-11-29); settled once it ended and nothing changed for ``quiet``."""
+    held = [k2k(100, "p1-2", 2)] * 8
+    run = scripted_run(tmp_path, [*held, k2k(100, None, 2), k2k(200, None, 3)])
+    started = time.monotonic()
+    status = run.settle(quiet=0.5, timeout=20)
+    assert status["transaction"] is None and status["forwarded"] == 200
+    assert time.monotonic() - started >= 0.2 * len(held) + 0.5
+
+
+def test_settle_fails_a_cell_whose_transaction_never_ends(tmp_path: Path) -> None:
+    run = scripted_run(tmp_path, [k2k(200, "p1-3", 3)])
+    with pytest.raises(AssertionError, match="1 s passed with transaction p1-3 still open"):
+        run.settle(quiet=0.2, timeout=1)
+    failed = scripted_run(tmp_path, [k2k(200, "p1-3", 3, state="failed")])
+    with pytest.raises(AssertionError, match="the bridge failed with transaction p1-3 still open"):
+        failed.settle(quiet=0.2, timeout=5)
+    silent = scripted_run(tmp_path, [{"state": "running", "forwarded": 300}])
+    with pytest.raises(AssertionError, match="does not say whether a transaction is open"):
+        silent.settle(quiet=0.2, timeout=5)
+
+
+def test_settle_of_other_bridges_needs_no_transaction_field(tmp_path: Path) -> None:
+    run = scripted_run(tmp_path, [{"state": "running", "forwarded": 300, "pending": 0}], source="embedded")
+    assert run.settle(quiet=0.2, timeout=5)["forwarded"] == 300
+
+
+def test_a_count_is_unsettled_when_a_transaction_was_open_or_began_meanwhile() -> None:
+    assert unsettled_at_count(k2k(300, None, 4), k2k(300, None, 4)) == []
+    assert unsettled_at_count(k2k(200, "p1-2", 2), k2k(200, "p1-2", 2)) == [
+        "transaction p1-2 open when the count began", "transaction p1-2 open when the count ended"]
+    assert unsettled_at_count(k2k(200, None, 2), k2k(300, None, 3)) == ["1 transaction(s) begun during the count"]
+    assert unsettled_at_count(k2k(200, None, 2), {}) == [
+        "no bridge status with a transaction field when the count ended (no answer)"]
+    outcome = Outcome({"s-1"}, Counter({"s-1": 1}), set(), {"state": "running"},
+                      unsettled=["transaction p1-2 open when the count began"])
+    with pytest.raises(AssertionError, match="read while a transaction was not settled"):
+        check(outcome, "ONCE_AND_ONLY_ONCE", "slow")
