@@ -29,6 +29,12 @@ from gateway.errors import ConnectorError
 CALLBACKS = ("on_assign", "on_revoke", "on_lost")
 """The rebalance callbacks :meth:`ConsumerProcess.subscribe` forwards."""
 
+TOPIC_GONE = frozenset({3, -188, 100})
+"""Record errors meaning the subscribed topic is not there (deleted, or not created yet):
+UNKNOWN_TOPIC_OR_PART, _UNKNOWN_TOPIC, UNKNOWN_TOPIC_ID.  A consumer that got one does not
+notice the topic (re)created before its next metadata refresh (``topic.metadata.refresh.interval.ms``,
+5 minutes by default): whoever reads one ends that consumer and subscribes with a new one."""
+
 
 class ConsumerCrashed(ConnectorError):
     """The child process holding the Kafka consumer ended unexpectedly."""

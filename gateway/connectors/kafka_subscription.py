@@ -61,16 +61,13 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.connectors.kafka_consumer_host import ConsumerCrashed
+from gateway.connectors.kafka_consumer_host import TOPIC_GONE, ConsumerCrashed
 from gateway.connectors.kafka_delivered import DeliveredMarks
 from gateway.connectors.kafka_offsets import DeliveryTag, OffsetTracker
 from gateway.errors import ConnectorError, StaleDelivery
 from gateway.interfaces import IConsumer, ISubscription, SubscriptionSpec
 from gateway.message.kafka_records import record_to_message
 from gateway.message.model import Message
-
-TOPIC_GONE = frozenset({3, -188, 100})
-"""Record errors meaning the topic is gone: UNKNOWN_TOPIC_OR_PART, _UNKNOWN_TOPIC, UNKNOWN_TOPIC_ID."""
 
 LAG_INTERVAL = 5.0
 """Seconds between two readings of a subscription's partitions' high watermarks (its lag)."""

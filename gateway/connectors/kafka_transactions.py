@@ -4,7 +4,9 @@ code of a ONCE_AND_ONLY_ONCE bridge.
 :class:`KafkaTransactionalCopy` (:class:`~gateway.interfaces.ITransactionalCopy`) owns a
 confluent-kafka consumer (``read_committed``, no auto commit; in a child process,
 :mod:`gateway.connectors.kafka_consumer_host`, so a librdkafka crash on a deleted source
-topic is one failed attempt, not the gateway's end) and a transactional ``Producer``
+topic is one failed attempt, not the gateway's end; so is a record error saying the source topic
+is not there: that consumer is ended and the next attempt subscribes a new one, which finds the
+topic once it exists again) and a transactional ``Producer``
 (``transactional.id = jmsgateway-bridge-<name>``); the bridge's thread drives it::
 
     messages = copy.consume(max_batch_size, max_batch_time)
@@ -43,8 +45,8 @@ from typing import Any
 
 from zope.interface import implementer
 
-from gateway.connectors.kafka_consumer_host import ConsumerProcess
-from gateway.errors import BatchRevoked
+from gateway.connectors.kafka_consumer_host import TOPIC_GONE, ConsumerProcess
+from gateway.errors import BatchRevoked, ConnectorError
 from gateway.interfaces import ITransactionalCopy
 from gateway.message.kafka_delivery import REFUSED_CODES
 from gateway.message.kafka_records import message_to_record, record_to_message
@@ -211,7 +213,12 @@ class KafkaTransactionalCopy:
     def consume(self, max_count: int, timeout: float) -> list[Message]:
         if not self._positions:  # a new batch: what the group takes away from now on concerns it
             self._revoked, self._metadata = frozenset(), None
-        records = [r for r in self._consumer.consume(max_count, timeout) if r.error() is None]
+        read = self._consumer.consume(max_count, timeout)
+        gone = next((error for error in (r.error() for r in read) if error is not None
+                     and error.code() in TOPIC_GONE), None)
+        if gone is not None:
+            self._topic_gone(gone)
+        records = [r for r in read if r.error() is None]
         if records and self._metadata is None:
             self._metadata = self._consumer.consumer_group_metadata()
         for record in records:  # where a failed transaction rewinds to (committed offset or not)
@@ -221,6 +228,21 @@ class KafkaTransactionalCopy:
                 self._batch_start[partition] = offset
             self._positions[partition] = max(self._positions.get(partition, -1), offset + 1)
         return [self._message(record) for record in records]
+
+    def _topic_gone(self, error: Any) -> None:
+        """The source topic is not there (deleted, or not created yet): this consumer is ended and
+        the attempt fails, so the next one subscribes with a new consumer.  librdkafka's consumer
+        would not see the topic created (again) before its next metadata refresh, five minutes by
+        default (``topic.metadata.refresh.interval.ms``): after a deleted and recreated source topic
+        the bridge copied nothing more (the fault matrix's Kafka -> Kafka ``recreate`` cell,
+        2026-11-29).  What the batch read of the old topic is dropped with it, uncommitted."""
+        consumer, self._consumer = self._consumer, None
+        self._positions, self._revoked, self._metadata = {}, frozenset(), None
+        self._batch_start.clear()
+        with contextlib.suppress(Exception):
+            consumer.close()
+        raise ConnectorError(f"kafka topic {self.source_topic!r} is not there ({error.str()}); the next attempt "
+                             f"subscribes group {self.group} to it with a new consumer")
 
     def _message(self, record: Any) -> Message:
         _, timestamp = record.timestamp()
