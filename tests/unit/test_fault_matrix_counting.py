@@ -118,6 +118,17 @@ def test_the_promises_per_qos() -> None:
         check(twice, "AT_MOST_ONCE", "slow")
 
 
+@pytest.mark.parametrize("qos", QOS_MODES)
+def test_a_recreate_cell_fails_when_the_recreated_records_stay_at_the_source(qos: str) -> None:
+    """Records left at the source are not lost, but after a recreated source topic they mean the bridge
+    stopped copying for good (the Kafka -> Kafka engine until 2026-11-29): a liveness defect."""
+    left = outcome({"s-0": 1, "s-1": 1}, left={"s-2", "s-3"})
+    check(left, qos, "stall")
+    with pytest.raises(AssertionError, match="stopped copying after its source topic was recreated: 2 records left"):
+        check(left, qos, "recreate")
+    check(outcome({"s-0": 1, "s-1": 1, "s-2": 1, "s-3": 1}), qos, "recreate")
+
+
 def test_the_duplicate_store_is_read_per_bridge(tmp_path: Path) -> None:
     assert recorded_ids(tmp_path, "fm") is None, "no store"
     with sqlite3.connect(tmp_path / "bridges.sqlite") as db:
