@@ -255,11 +255,11 @@ class GatewayService(service.MultiService):
         console = sys.__stderr__  # twistd sends sys.stderr into the log: that would be a second copy there
         if not self.log_on_console and console is not None:
             print(f"jmsgateway cannot start: {message}", file=console, flush=True)
-        self._report_status(b"1 " + message.encode("utf-8", "replace"))
         pidfile = (self.twistd_options or {}).get("pidfile")
-        if pidfile:
+        if pidfile:  # before the status: the waiting parent exits on it, and no pidfile may outlive that
             with contextlib.suppress(OSError):
                 os.unlink(pidfile)
+        self._report_status(b"1 " + message.encode("utf-8", "replace"))
         # Nothing was started that needs a clean shutdown: leave with a failure status.
         self.reactor.callLater(0, os._exit, 1)
 

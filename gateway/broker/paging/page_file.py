@@ -560,12 +560,23 @@ class QueuePage:
             index += 1
         if from_file:
             if rest is not None:  # (the first group, split: nothing else was taken from the file)
-                with self.file.transaction() as db:
-                    self._delete_read(db)
-                    self._rewrite(db, *rest)
-                self._read_upto = None
-                self._read_size = 0
-            else:
+                try:
+                    with self.file.transaction() as db:
+                        self._delete_read(db)
+                        self._rewrite(db, *rest)
+                except sqlite3.Error:
+                    # the page file cannot be written (its disk full, as paging may leave it): the
+                    # group is taken whole instead, nothing written (one group past the budget)
+                    for member_rank, member_seq, counted, _, message_record in rest[1]:
+                        taken.append((member_rank, member_seq, read_page_record(message_record), counted))
+                        file_size += counted
+                    from_file += len(rest[1])
+                    rest = None
+                    index += 1
+                else:
+                    self._read_upto = None
+                    self._read_size = 0
+            if rest is None:
                 self._read_upto = (groups[index - 1][0], groups[index - 1][1])
                 self._read_size += file_size
                 if self._read_size >= DELETE_BYTES or from_file >= self.fcount:
