@@ -164,7 +164,7 @@ def _check_console(gateway: GatewayProcess, admin: int, tmp_path: Path) -> None:
             visible = _visible_queues(browser)
             assert set(names) <= set(visible)
             # filtering hides the rows that do not match, and keeps the typed text across the redraws
-            console.find('input[data-search="queues"]').send_keys("bra")
+            console.type('input[data-search="queues"]', "bra")
             console.wait(lambda: _visible_queues(browser) == ["/queue/ops.bravo"], what="the filtered rows")
             hidden = browser.execute_script(
                 "return [...document.querySelectorAll('#queues tr[data-queue]')].filter(r => r.offsetParent === null)"
@@ -176,9 +176,7 @@ def _check_console(gateway: GatewayProcess, admin: int, tmp_path: Path) -> None:
             assert _visible_queues(browser) == ["/queue/ops.bravo"]
             assert console.find('input[data-search="queues"]').get_attribute("value") == "bra"
             console.screenshot(shots / f"queues-filtered-{width}.png")
-            search = console.find('input[data-search="queues"]')
-            search.clear()
-            search.send_keys("ops.")
+            console.type('input[data-search="queues"]', "ops.", clear=True)
             console.wait(lambda: _visible_queues(browser) == names, what="the four ops queues in name order")
             # sorting by pending: descending on the second click
             console.click('#queues th[data-column="1"]')
@@ -187,10 +185,8 @@ def _check_console(gateway: GatewayProcess, admin: int, tmp_path: Path) -> None:
             console.wait(lambda: _visible_queues(browser) == names[::-1], what="descending by pending")
             assert console.find('#queues th[data-column="1"]').get_attribute("aria-sort") == "descending"
             console.screenshot(shots / f"queues-sorted-{width}.png")
-            search = console.find('input[data-search="queues"]')
-            search.clear()
-            search.send_keys("x")  # (a character and a delete: an input event that empties the filter)
-            search.send_keys("\b")
+            console.type('input[data-search="queues"]', "x", clear=True)  # (a character and a delete: an input
+            console.type('input[data-search="queues"]', "\b")  # event that empties the filter)
     # create a queue and delete one, through the page's confirmation
     with chromium(width=1400, height=1000) as browser:
         console = Console(browser, admin, ALICE)

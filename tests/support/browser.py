@@ -116,6 +116,19 @@ class Console:
 
         self.wait(clicked, what=f"a click on {css}")
 
+    def type(self, css: str, keys: str, clear: bool = False) -> None:
+        """Type ``keys`` into the element at ``css`` (emptied first if ``clear``), found again if a refresh
+        replaced it or made it not interactable for a moment (a CI run under load: 'element not interactable')."""
+
+        def typed() -> bool:
+            element = self.find(css)
+            if clear:
+                element.clear()
+            element.send_keys(keys)
+            return True
+
+        self.wait(typed, what=f"typing into {css}")
+
     def confirm(self, answer: bool = True, screenshot: Path | None = None) -> str:
         """Answer the page's confirmation dialog (after a screenshot of it, if asked); the question it asked."""
         self.wait(lambda: self.driver.execute_script("return document.getElementById('confirm').open"),
