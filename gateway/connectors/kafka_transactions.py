@@ -237,8 +237,7 @@ class KafkaTransactionalCopy:
         the bridge copied nothing more (the fault matrix's Kafka -> Kafka ``recreate`` cell,
         2026-11-29).  What the batch read of the old topic is dropped with it, uncommitted."""
         consumer, self._consumer = self._consumer, None
-        self._positions, self._revoked, self._metadata = {}, frozenset(), None
-        self._batch_start.clear()
+        self._forget_batch()
         with contextlib.suppress(Exception):
             consumer.close()
         raise ConnectorError(f"kafka topic {self.source_topic!r} is not there ({error.str()}); the next attempt "
@@ -280,6 +279,11 @@ class KafkaTransactionalCopy:
         self._committing = True
         producer.commit_transaction(30)
         self.attempt = self.open_transaction = None
+        self._forget_batch()
+
+    def _forget_batch(self) -> None:
+        """Nothing of a batch is held any more (committed, or dropped with its consumer): its first
+        records, read positions, revoked partitions and group metadata."""
         self._batch_start.clear()
         self._positions.clear()
         self._revoked, self._metadata = frozenset(), None
