@@ -64,21 +64,23 @@ producer instance and the transaction's number in it).  A failed one is logged w
 NO_RETRY_CODES = REFUSED_CODES | {"TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
 """Kafka errors about the batch itself (a record too large, not authorised): no retry helps."""
 
-OFFSETS_TIMEOUT = 30.0
-"""Seconds ``send_offsets_to_transaction`` is given (its own timeout)."""
-OFFSETS_GRACE = 5.0
-"""Seconds past :data:`OFFSETS_TIMEOUT` after which a ``send_offsets_to_transaction`` that has not
-returned is taken for hung (:class:`OffsetsHung`)."""
+CALL_TIMEOUT = 30.0
+"""Seconds ``send_offsets_to_transaction`` and ``commit_transaction`` are given (their own timeout)."""
+CALL_GRACE = 5.0
+"""Seconds past :data:`CALL_TIMEOUT` after which such a call that has not returned is taken for hung
+(:class:`CallHung`)."""
 
 
-class OffsetsHung(RuntimeError):
-    """``send_offsets_to_transaction`` did not return in :data:`OFFSETS_TIMEOUT` + :data:`OFFSETS_GRACE`
-    seconds.  librdkafka waits for its answer without a timeout (its coordinator request's timeout is
-    never checked, confluentinc/librdkafka#5456): after a 1 s connection reset (the fault matrix's
-    Kafka -> Kafka ``cut-source`` cell, 2026-11-29, librdkafka 2.16.0) the call never returned and the
-    bridge stood still with its transaction open.  The producer is given up, never called again (its
-    call stays blocked in a thread of its own); the next producer's ``init_transactions`` fences it
-    and aborts its transaction, which never asked to commit."""
+class CallHung(RuntimeError):
+    """``send_offsets_to_transaction`` or ``commit_transaction`` did not return in :data:`CALL_TIMEOUT` +
+    :data:`CALL_GRACE` seconds.  librdkafka waits for a transactional request's answer without a timeout
+    (the coordinator request's timeout is never checked, confluentinc/librdkafka#5456): after a 1 s
+    connection reset (the fault matrix's Kafka -> Kafka ``cut-source`` cell, 2026-11-29, librdkafka
+    2.16.0) ``send_offsets_to_transaction`` never returned and the bridge stood still with its
+    transaction open; ``commit_transaction`` waits on the same kind of request.  The producer is given
+    up, never called again (its call stays blocked in a thread of its own); the next producer's
+    ``init_transactions`` fences it and settles its transaction: aborted if it never asked to commit,
+    else completed or aborted, told by the group's offsets (:meth:`KafkaTransactionalCopy.recover`)."""
 
 
 @implementer(ITransactionalCopy)
@@ -275,9 +277,10 @@ class KafkaTransactionalCopy:
         for topic, key, value, headers in outgoing:
             producer.produce(topic, value=value, key=key, headers=[*(headers or ()), tag])
             self.attempt_copies += 1
-        self._send_offsets(producer, offsets, metadata)
+        self._bounded(producer, "send_offsets_to_transaction",
+                      lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT))
         self._committing = True
-        producer.commit_transaction(30)
+        self._bounded(producer, "commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT))
         self.attempt = self.open_transaction = None
         self._forget_batch()
 
@@ -288,30 +291,30 @@ class KafkaTransactionalCopy:
         self._positions.clear()
         self._revoked, self._metadata = frozenset(), None
 
-    def _send_offsets(self, producer: Any, offsets: list[Any], metadata: Any) -> None:
-        """``producer.send_offsets_to_transaction`` in a thread of its own, waited for at most
-        :data:`OFFSETS_TIMEOUT` + :data:`OFFSETS_GRACE` seconds; past that the producer is given up
-        (:class:`OffsetsHung`: :attr:`_producer` None, so :meth:`recover` settles the transaction
+    def _bounded(self, producer: Any, name: str, call: Callable[[], object]) -> None:
+        """``call`` (the producer's ``name``) in a thread of its own, waited for at most
+        :data:`CALL_TIMEOUT` + :data:`CALL_GRACE` seconds; past that the producer is given up
+        (:class:`CallHung`: :attr:`_producer` None, so :meth:`recover` settles the transaction
         through a new producer instead of calling the hung one)."""
         done = threading.Event()
         failure: list[BaseException] = []
 
-        def send() -> None:
+        def run() -> None:
             try:
-                producer.send_offsets_to_transaction(offsets, metadata, OFFSETS_TIMEOUT)
+                call()
             except BaseException as error:
                 failure.append(error)
             finally:
                 done.set()
 
-        threading.Thread(target=send, name="kafka-send-offsets", daemon=True).start()
-        if not done.wait(OFFSETS_TIMEOUT + OFFSETS_GRACE):
+        threading.Thread(target=run, name=f"kafka-{name}", daemon=True).start()
+        if not done.wait(CALL_TIMEOUT + CALL_GRACE):
             if self._producer is producer:
                 self._producer = None
-            raise OffsetsHung(
-                f"send_offsets_to_transaction did not return in {OFFSETS_TIMEOUT + OFFSETS_GRACE:g} s (librdkafka "
-                "waits for the group coordinator without a timeout, confluentinc/librdkafka#5456): the producer is "
-                "given up, the next one fences it and aborts its transaction")
+            raise CallHung(
+                f"{name} did not return in {CALL_TIMEOUT + CALL_GRACE:g} s (librdkafka waits for the transaction "
+                "coordinator without a timeout, confluentinc/librdkafka#5456): the producer is given up, the next "
+                "one fences it and settles its transaction")
         if failure:
             raise failure[0]
 
@@ -330,7 +333,7 @@ class KafkaTransactionalCopy:
         fatal = False
         aborted = not self._committing  # never asked to commit: it cannot have committed
         producer, consumer = self._producer, self._consumer
-        if isinstance(error, OffsetsHung) and self.attempt is not None:
+        if isinstance(error, CallHung) and self.attempt is not None:
             fatal = True  # the hung producer is not called again: a new one settles its transaction
         elif producer is not None and self.attempt is not None:  # (none begun: nothing to abort, no fence)
             kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None

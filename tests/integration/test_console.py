@@ -260,12 +260,8 @@ target = {{ connector = "embedded", destination = "{target}" }}
 
         # send a test message from the page
         console.click('[data-action="send-new"]')
-        destination = console.find("#send-destination")
-        destination.clear()
-        destination.send_keys(other)
-        body = console.find("#send-body")
-        body.clear()
-        body.send_keys("hello from the console")
+        console.type("#send-destination", other, clear=True)
+        console.type("#send-body", "hello from the console", clear=True)
         console.click("#send-submit")
         assert other in console.confirm(True)
         console.notice("Sent ")

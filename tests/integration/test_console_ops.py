@@ -192,9 +192,7 @@ def _check_console(gateway: GatewayProcess, admin: int, tmp_path: Path) -> None:
         console = Console(browser, admin, ALICE)
         console.open("destinations")
         console.click('[data-action="create-queue"]')
-        box = console.find("#create-destination")
-        box.clear()
-        box.send_keys("/queue/ops.fresh")
+        console.type("#create-destination", "/queue/ops.fresh", clear=True)
         console.click("#create-submit")
         assert console.confirm() == "Create the queue /queue/ops.fresh?"
         wait_until(lambda: any(q["name"] == "/queue/ops.fresh" for q in api(admin, "destinations")[1]["queues"]),

@@ -558,21 +558,66 @@ def test_a_send_offsets_to_transaction_that_never_returns_gives_the_producer_up(
         def abort_transaction(self, timeout: float) -> None:
             raise AssertionError("the hung producer is called again")
 
-    monkeypatch.setattr(module, "OFFSETS_TIMEOUT", 0.1)
-    monkeypatch.setattr(module, "OFFSETS_GRACE", 0.1)
+    monkeypatch.setattr(module, "CALL_TIMEOUT", 0.1)
+    monkeypatch.setattr(module, "CALL_GRACE", 0.1)
     monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
     monkeypatch.setattr(InitProducer, "fails", False)
     hung = Hanging()
     copy = placed_copy(hung)
     copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
     try:
-        with pytest.raises(module.OffsetsHung, match=r"did not return in 0\.2 s"):
+        with pytest.raises(module.CallHung, match=r"send_offsets_to_transaction did not return in 0\.2 s"):
             copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
         assert copy._producer is None and copy.open_transaction == "p1-1"
-        settled = copy.recover(module.OffsetsHung("hung"))
+        settled = copy.recover(module.CallHung("hung"))
         assert settled == "transaction p1-1 (2 copies) aborted"  # it never asked to commit
         assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
         assert copy._consumer.seeks == [(0, 3)]
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize(("offsets_after", "verdict"), [
+    (3, "aborted (in doubt; the group's offsets stayed at its start: partition 0: 3 for 3..5)"),
+    (5, "committed after all (the group's offsets moved past it: partition 0: 5 for 3..5)"),
+])
+def test_a_commit_transaction_that_never_returns_gives_the_producer_up(
+        offsets_after: int, verdict: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``commit_transaction`` waits on the transaction coordinator as ``send_offsets_to_transaction`` does
+    (confluentinc/librdkafka#5456): a commit that never returns would leave the bridge standing with its
+    transaction open.  Past its timeout and a grace the producer is given up, never called again; the new
+    producer's init_transactions settles the transaction (it asked to commit: either outcome), and the group's
+    offsets read after it say which, as for a commit that timed out."""
+    import threading
+    from types import SimpleNamespace
+
+    import confluent_kafka
+
+    import gateway.connectors.kafka_transactions as module
+
+    release = threading.Event()
+
+    class Hanging(TransactionalProducer):
+        def commit_transaction(self, timeout: float) -> None:
+            release.wait(5)  # librdkafka's wait for the coordinator, with no timeout (5 s: long enough)
+
+        def abort_transaction(self, timeout: float) -> None:
+            raise AssertionError("the hung producer is called again")
+
+    monkeypatch.setattr(module, "CALL_TIMEOUT", 0.1)
+    monkeypatch.setattr(module, "CALL_GRACE", 0.1)
+    monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
+    monkeypatch.setattr(InitProducer, "fails", False)
+    copy = placed_copy(Hanging())
+    copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
+    try:
+        with pytest.raises(module.CallHung, match=r"commit_transaction did not return in 0\.2 s") as hung:
+            copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
+        assert copy._producer is None and copy.open_transaction == "p1-1"
+        copy._consumer.group.committed[0] = offsets_after  # what the next producer's init_transactions made of it
+        assert copy.recover(hung.value) == f"transaction p1-1 (2 copies) {verdict}"
+        assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
+        assert copy._consumer.seeks == [(0, offsets_after)], "on from the group's offsets"
     finally:
         release.set()
 
