@@ -228,8 +228,8 @@ class TransactionalCopyBridge:
                     reason = f"kafka transaction failed: {exc}" + (f"; {settled}" if settled else "")
                     if (isinstance(exc, ConnectorError) and exc.permanent) or copy.permanent(exc):
                         # the same batch would fail the same way: nothing is committed
-                        call(self._gave_up, f"{reason} (a record no retry can deliver, or a route policy "
-                                            "stopped it; the batch stays at the source, its offsets not committed)")
+                        call(self._gave_up, f"{reason} (no retry can help; the batch stays at the source, its "
+                                            "offsets not committed)")
                         return
                     limit = self.config.max_retries
                     if limit != -1 and failures > limit:

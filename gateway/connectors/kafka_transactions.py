@@ -71,7 +71,12 @@ CALL_GRACE = 5.0
 (:class:`CallHung`)."""
 
 
-class CallHung(RuntimeError):
+HUNG_LIMIT = 4
+"""Producers one copy may give up (each leaves a librdkafka producer and a thread blocked for the
+life of the process): at the limit the bridge fails instead of leaking more (:class:`CallHung`)."""
+
+
+class CallHung(ConnectorError):
     """``send_offsets_to_transaction`` or ``commit_transaction`` did not return in :data:`CALL_TIMEOUT` +
     :data:`CALL_GRACE` seconds.  librdkafka waits for a transactional request's answer without a timeout
     (the coordinator request's timeout is never checked, confluentinc/librdkafka#5456): after a 1 s
@@ -80,7 +85,9 @@ class CallHung(RuntimeError):
     transaction open; ``commit_transaction`` waits on the same kind of request.  The producer is given
     up, never called again (its call stays blocked in a thread of its own); the next producer's
     ``init_transactions`` fences it and settles its transaction: aborted if it never asked to commit,
-    else completed or aborted, told by the group's offsets (:meth:`KafkaTransactionalCopy.recover`)."""
+    else completed or aborted, told by the group's offsets (:meth:`KafkaTransactionalCopy.recover`).
+    The :data:`HUNG_LIMIT`-th one a copy gives up is :attr:`permanent`: the bridge fails rather than
+    leak producers and threads without bound (restarting the gateway frees them)."""
 
 
 @implementer(ITransactionalCopy)
@@ -114,6 +121,8 @@ class KafkaTransactionalCopy:
     """The transactions this copy began, every producer of it (the bridge's status: ``transactions``)."""
     _committing = False
     """Whether ``commit_transaction`` was called for :attr:`attempt` (before it, it cannot commit)."""
+    hung_producers = 0
+    """Producers given up with a call hung in librdkafka (:class:`CallHung`), every one still blocked."""
     _producer_tag = ""
     _serial = 0
     _revoked: Set[int] = frozenset()
@@ -311,10 +320,16 @@ class KafkaTransactionalCopy:
         if not done.wait(CALL_TIMEOUT + CALL_GRACE):
             if self._producer is producer:
                 self._producer = None
-            raise CallHung(
+            self.hung_producers += 1
+            hung = CallHung(
                 f"{name} did not return in {CALL_TIMEOUT + CALL_GRACE:g} s (librdkafka waits for the transaction "
                 "coordinator without a timeout, confluentinc/librdkafka#5456): the producer is given up, the next "
-                "one fences it and settles its transaction")
+                f"one fences it and settles its transaction ({self.hung_producers} of at most {HUNG_LIMIT} producers "
+                "given up, each blocked for the life of the process" + (
+                    ": the bridge stops rather than leak more; restarting the gateway frees them)"
+                    if self.hung_producers >= HUNG_LIMIT else ")"))
+            hung.permanent = self.hung_producers >= HUNG_LIMIT
+            raise hung
         if failure:
             raise failure[0]
 

@@ -622,6 +622,46 @@ def test_a_commit_transaction_that_never_returns_gives_the_producer_up(
         release.set()
 
 
+def test_producers_given_up_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each producer given up keeps its librdkafka producer and a blocked thread for the life of the process: at
+    HUNG_LIMIT the hang is permanent (the bridge fails, a ConnectorError no retry helps) instead of leaking more."""
+    import threading
+    from types import SimpleNamespace
+
+    import confluent_kafka
+
+    import gateway.connectors.kafka_transactions as module
+    from gateway.errors import ConnectorError
+
+    release = threading.Event()
+
+    class Hanging(TransactionalProducer):
+        def commit_transaction(self, timeout: float) -> None:
+            release.wait(5)
+
+    monkeypatch.setattr(module, "CALL_TIMEOUT", 0.05)
+    monkeypatch.setattr(module, "CALL_GRACE", 0.05)
+    monkeypatch.setattr(module, "HUNG_LIMIT", 2)
+    monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
+    monkeypatch.setattr(InitProducer, "fails", False)
+    copy = placed_copy(Hanging())
+    copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
+    seen: list[ConnectorError] = []
+    try:
+        for _ in range(2):
+            copy._producer = Hanging()  # (the retry's producer hangs too)
+            copy._batch_start, copy._positions = {0: 3}, {0: 5}
+            with pytest.raises(module.CallHung) as hung:
+                copy.commit(["s-1"])  # type: ignore[list-item]
+            copy.recover(hung.value)
+            seen.append(hung.value)
+    finally:
+        release.set()
+    assert [error.permanent for error in seen] == [False, True] and copy.hung_producers == 2
+    assert "(1 of at most 2 producers given up" in str(seen[0])
+    assert "the bridge stops rather than leak more; restarting the gateway frees them" in str(seen[1])
+
+
 # -- a source topic deleted and created again (docs/kafka.md "A deleted topic"; the fault matrix's recreate cell)
 
 class TopicConsumer(RebalancingConsumer):
