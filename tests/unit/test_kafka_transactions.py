@@ -4,12 +4,14 @@ fenced producer's commit may time out instead of failing with PRODUCER_FENCED)."
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from gateway.connectors.kafka_transactions import KafkaTransactionalCopy
-from gateway.errors import BatchRevoked
+from gateway.connectors.kafka_transactions import CallHung, KafkaTransactionalCopy
+from gateway.errors import BatchRevoked, ConnectorError
 
 
 class Partition:
@@ -536,45 +538,62 @@ def test_the_bridge_status_names_the_open_transaction() -> None:
     assert bridge.status()["transaction"] is None
 
 
-def test_a_send_offsets_to_transaction_that_never_returns_gives_the_producer_up(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """librdkafka waits for send_offsets_to_transaction's answer without a timeout (confluentinc/librdkafka#5456):
-    in the fault matrix's kafka -> kafka cut-source cell (2026-11-29) the bridge thread stood in it for good after a
-    1 s connection reset, its transaction open.  Past its timeout and a grace the producer is given up, never called
-    again, and a new producer's init_transactions settles the transaction (it never asked to commit: aborted)."""
-    import threading
-    from types import SimpleNamespace
+class Hanging(TransactionalProducer):
+    """A producer whose ``hangs`` call (``offsets`` or ``commit``) waits until ``release`` is set, as librdkafka's
+    wait for the transaction coordinator with no timeout (confluentinc/librdkafka#5456); never called after."""
 
+    def __init__(self, hangs: str, release: threading.Event) -> None:
+        super().__init__()
+        self.hangs, self.release = hangs, release
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        if self.hangs == "offsets":
+            self.release.wait(5)
+
+    def commit_transaction(self, timeout: float) -> None:
+        if self.hangs == "commit":
+            self.release.wait(5)
+
+    def abort_transaction(self, timeout: float) -> None:
+        raise AssertionError("the hung producer is called again")
+
+
+@pytest.fixture
+def release(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Hung calls are given 0.1 + 0.1 s (and set free at the test's end); new producers' init_transactions work."""
     import confluent_kafka
 
     import gateway.connectors.kafka_transactions as module
-
-    release = threading.Event()
-
-    class Hanging(TransactionalProducer):
-        def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
-            release.wait(5)  # librdkafka's cnd_wait with no timeout (5 s: long enough)
-
-        def abort_transaction(self, timeout: float) -> None:
-            raise AssertionError("the hung producer is called again")
 
     monkeypatch.setattr(module, "CALL_TIMEOUT", 0.1)
     monkeypatch.setattr(module, "CALL_GRACE", 0.1)
     monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
     monkeypatch.setattr(InitProducer, "fails", False)
-    hung = Hanging()
-    copy = placed_copy(hung)
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def hung_copy(hangs: str, release: threading.Event) -> KafkaTransactionalCopy:
+    from types import SimpleNamespace
+
+    copy = placed_copy(Hanging(hangs, release))
     copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
-    try:
-        with pytest.raises(module.CallHung, match=r"send_offsets_to_transaction did not return in 0\.2 s"):
-            copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
-        assert copy._producer is None and copy.open_transaction == "p1-1"
-        settled = copy.recover(module.CallHung("hung"))
-        assert settled == "transaction p1-1 (2 copies) aborted"  # it never asked to commit
-        assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
-        assert copy._consumer.seeks == [(0, 3)]
-    finally:
-        release.set()
+    return copy
+
+
+def test_a_send_offsets_to_transaction_that_never_returns_gives_the_producer_up(release: threading.Event) -> None:
+    """librdkafka waits for send_offsets_to_transaction's answer without a timeout (confluentinc/librdkafka#5456):
+    in the fault matrix's kafka -> kafka cut-source cell (2026-11-29) the bridge thread stood in it for good after a
+    1 s connection reset, its transaction open.  Past its timeout and a grace the producer is given up, never called
+    again, and a new producer's init_transactions settles the transaction (it never asked to commit: aborted)."""
+    copy = hung_copy("offsets", release)
+    with pytest.raises(CallHung, match=r"send_offsets_to_transaction did not return in 0\.2 s") as hung:
+        copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
+    assert copy._producer is None and copy.open_transaction == "p1-1"
+    assert copy.recover(hung.value) == "transaction p1-1 (2 copies) aborted"  # it never asked to commit
+    assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
+    assert copy._consumer.seeks == [(0, 3)]
 
 
 @pytest.mark.parametrize(("offsets_after", "verdict"), [
@@ -582,83 +601,39 @@ def test_a_send_offsets_to_transaction_that_never_returns_gives_the_producer_up(
     (5, "committed after all (the group's offsets moved past it: partition 0: 5 for 3..5)"),
 ])
 def test_a_commit_transaction_that_never_returns_gives_the_producer_up(
-        offsets_after: int, verdict: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        offsets_after: int, verdict: str, release: threading.Event) -> None:
     """``commit_transaction`` waits on the transaction coordinator as ``send_offsets_to_transaction`` does
     (confluentinc/librdkafka#5456): a commit that never returns would leave the bridge standing with its
     transaction open.  Past its timeout and a grace the producer is given up, never called again; the new
     producer's init_transactions settles the transaction (it asked to commit: either outcome), and the group's
     offsets read after it say which, as for a commit that timed out."""
-    import threading
-    from types import SimpleNamespace
-
-    import confluent_kafka
-
-    import gateway.connectors.kafka_transactions as module
-
-    release = threading.Event()
-
-    class Hanging(TransactionalProducer):
-        def commit_transaction(self, timeout: float) -> None:
-            release.wait(5)  # librdkafka's wait for the coordinator, with no timeout (5 s: long enough)
-
-        def abort_transaction(self, timeout: float) -> None:
-            raise AssertionError("the hung producer is called again")
-
-    monkeypatch.setattr(module, "CALL_TIMEOUT", 0.1)
-    monkeypatch.setattr(module, "CALL_GRACE", 0.1)
-    monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
-    monkeypatch.setattr(InitProducer, "fails", False)
-    copy = placed_copy(Hanging())
-    copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
-    try:
-        with pytest.raises(module.CallHung, match=r"commit_transaction did not return in 0\.2 s") as hung:
-            copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
-        assert copy._producer is None and copy.open_transaction == "p1-1"
-        copy._consumer.group.committed[0] = offsets_after  # what the next producer's init_transactions made of it
-        assert copy.recover(hung.value) == f"transaction p1-1 (2 copies) {verdict}"
-        assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
-        assert copy._consumer.seeks == [(0, offsets_after)], "on from the group's offsets"
-    finally:
-        release.set()
+    copy = hung_copy("commit", release)
+    with pytest.raises(CallHung, match=r"commit_transaction did not return in 0\.2 s") as hung:
+        copy.commit(["s-1", "s-2"])  # type: ignore[list-item]
+    assert copy._producer is None and copy.open_transaction == "p1-1"
+    copy._consumer.group.committed[0] = offsets_after  # what the next producer's init_transactions made of it
+    assert copy.recover(hung.value) == f"transaction p1-1 (2 copies) {verdict}"
+    assert isinstance(copy._producer, InitProducer) and copy.open_transaction is None
+    assert copy._consumer.seeks == [(0, offsets_after)], "on from the group's offsets"
 
 
-def test_producers_given_up_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_producers_given_up_are_bounded(release: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each producer given up keeps its librdkafka producer and a blocked thread for the life of the process: at
     HUNG_LIMIT the hang is permanent (the bridge fails, a ConnectorError no retry helps) instead of leaking more."""
-    import threading
-    from types import SimpleNamespace
-
-    import confluent_kafka
-
     import gateway.connectors.kafka_transactions as module
-    from gateway.errors import ConnectorError
 
-    release = threading.Event()
-
-    class Hanging(TransactionalProducer):
-        def commit_transaction(self, timeout: float) -> None:
-            release.wait(5)
-
-    monkeypatch.setattr(module, "CALL_TIMEOUT", 0.05)
-    monkeypatch.setattr(module, "CALL_GRACE", 0.05)
     monkeypatch.setattr(module, "HUNG_LIMIT", 2)
-    monkeypatch.setattr(confluent_kafka, "Producer", InitProducer)
-    monkeypatch.setattr(InitProducer, "fails", False)
-    copy = placed_copy(Hanging())
-    copy.target, copy.bridge = SimpleNamespace(producer_config=dict), "k2k"
-    seen: list[ConnectorError] = []
-    try:
-        for _ in range(2):
-            copy._producer = Hanging()  # (the retry's producer hangs too)
-            copy._batch_start, copy._positions = {0: 3}, {0: 5}
-            with pytest.raises(module.CallHung) as hung:
-                copy.commit(["s-1"])  # type: ignore[list-item]
-            copy.recover(hung.value)
-            seen.append(hung.value)
-    finally:
-        release.set()
+    copy = hung_copy("commit", release)
+    seen: list[CallHung] = []
+    for _ in range(2):
+        copy._producer = Hanging("commit", release)  # (the retry's producer hangs too)
+        copy._batch_start, copy._positions = {0: 3}, {0: 5}
+        with pytest.raises(CallHung) as hung:
+            copy.commit(["s-1"])  # type: ignore[list-item]
+        copy.recover(hung.value)
+        seen.append(hung.value)
     assert [error.permanent for error in seen] == [False, True] and copy.hung_producers == 2
-    assert "(1 of at most 2 producers given up" in str(seen[0])
+    assert isinstance(seen[0], ConnectorError) and "(1 of at most 2 producers given up" in str(seen[0])
     assert "the bridge stops rather than leak more; restarting the gateway frees them" in str(seen[1])
 
 
