@@ -13,6 +13,8 @@ import fnmatch
 import re
 from collections.abc import Iterable
 
+from gateway.errors import DestinationError
+
 WILDCARD_PREFIXES = ("/topic/", "/queue/")
 """The kinds of destination whose names may be wildcard patterns."""
 
@@ -100,3 +102,36 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         _globs.clear()
     _globs[pattern] = compiled
     return compiled
+
+
+KINDS = ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")
+"""The prefixes of a composite destination's parts (ActiveMQ's comma syntax, :mod:`gateway.broker.composite`)."""
+
+
+def is_composite(destination: str) -> bool:
+    """Whether ``destination`` names several destinations (``/queue/a,/topic/b``)."""
+    return "," in destination
+
+
+def composite_parts(destination: str) -> list[str]:
+    """The destinations a (possibly composite) name stands for, in order, without repeats;
+    ``[destination]`` when it has no comma.  DestinationError for an empty part."""
+    if "," not in destination:
+        return [destination]
+    parts: list[str] = []
+    kind = ""
+    for raw in destination.split(","):
+        part = raw.strip()
+        if not part:
+            raise DestinationError(f"composite destination {destination!r} has an empty part")
+        prefix = next((k for k in KINDS if part.startswith(k)), None)
+        if prefix is None:
+            if not kind or part.startswith("/"):
+                raise DestinationError(f"composite destination {destination!r}: {part!r} is neither "
+                                       "/queue/ nor /topic/ (nor a name after a part that says which)")
+            part = kind + part
+        else:
+            kind = prefix
+        if part not in parts:
+            parts.append(part)
+    return parts
