@@ -12,6 +12,9 @@ received (nothing she may not read), not only the ERROR.
 
 from __future__ import annotations
 
+import base64
+import http.client
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -470,3 +473,139 @@ def test_exclusive_consumer_needs_only_read_as_the_docs_say(gw: Gateway) -> None
     assert messages(alice, 0.2) == []
     eve.close()
     alice.close()
+
+
+# -- the admin endpoint and its console ---------------------------------------------------------
+
+
+def request(gw: Gateway, method: str, path: str, who: str | None = "eve", body: object = None,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One request to the admin endpoint (JSON body, ``X-Requested-With``, HTTP Basic as ``who``)."""
+    connection = http.client.HTTPConnection("127.0.0.1", gw.admin_port, timeout=10)
+    sent = {"Host": f"127.0.0.1:{gw.admin_port}", "X-Requested-With": "test", **(headers or {})}
+    if who is not None:
+        token = base64.b64encode(f"{who}:{PASSWORDS[who]}".encode()).decode()
+        sent["Authorization"] = f"Basic {token}"
+    payload = None
+    if body is not None:
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        sent.setdefault("Content-Type", "application/json")
+    try:
+        connection.request(method, path, body=payload, headers=sent)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def pending_of(gw: Gateway, destination: str) -> int:
+    status, body = request(gw, "GET", "/console/api/destinations", "root")
+    assert status == 200, body
+    queues = {q["name"]: q for q in json.loads(body)["queues"]}
+    return int(queues[destination]["pending"]) if destination in queues else 0
+
+
+def test_a_viewer_can_do_nothing_through_the_console(gw: Gateway) -> None:
+    tag = unique("adm")
+    mine = f"/queue/public.{tag}"
+    eve = login(gw, "eve")
+    assert send(eve, mine, "eve's own").command == "RECEIPT"
+    eve.close()
+    actions = [
+        ("purge", {"destination": mine}), ("remove", {"destination": mine}),
+        ("create", {"destination": f"/queue/public.{tag}new"}),
+        ("create", {"destination": "/queue/Consumer.eve.VirtualTopic.news"}),
+        ("send", {"destination": mine, "body": "from the console"}),
+        ("move", {"destination": f"/queue/DLQ.public.{tag}"}), ("close", {"id": "jmsgw-1"}),
+        ("bridge", {"name": "any", "action": "stop"}),
+    ]
+    for action, body in actions:
+        status, answer_body = request(gw, "POST", f"/console/api/{action}", "eve", body)
+        assert status in (403, 404), (action, status, answer_body)
+        assert status == 403 or action in ("close", "bridge"), (action, status, answer_body)
+    status, _ = request(gw, "GET", f"/console/api/browse?destination={mine}", "eve")
+    assert status == 403
+    assert pending_of(gw, mine) == 1
+    assert pending_of(gw, f"/queue/public.{tag}new") == 0
+    assert root_reads(gw, mine) == ["eve's own"]
+
+
+def test_an_operator_acts_only_where_its_grants_allow(gw: Gateway) -> None:
+    tag = unique("op")
+    secret = f"/queue/secret.{tag}"
+    alice = login(gw, "alice")
+    assert send(alice, secret, "alice's").command == "RECEIPT"
+    alice.close()
+    for action, body in (("purge", {"destination": secret}), ("remove", {"destination": secret}),
+                         ("create", {"destination": f"/queue/secret.{tag}new"}),
+                         ("create", {"destination": "/queue/Consumer.olga.VirtualTopic.news"}),
+                         ("send", {"destination": secret, "body": "olga's"}),
+                         ("send", {"destination": f"/queue/olga.{tag},{secret}", "body": "olga's"})):
+        status, answer_body = request(gw, "POST", f"/console/api/{action}", "olga", body)
+        assert status in (400, 403), (action, body, status, answer_body)
+    for name in (secret, f"/queue/olga.{tag}/../secret.{tag}", "/queue/secret.*", "/queue/>"):
+        status, answer_body = request(gw, "GET", f"/console/api/browse?destination={name}", "olga")
+        assert b"alice's" not in answer_body, (name, status, answer_body)
+    assert root_reads(gw, secret) == ["alice's"]
+
+
+def test_a_planted_dead_letter_cannot_be_moved_where_its_sender_may_not_write(gw: Gateway) -> None:
+    """olga writes her own dead-letter queue with an ``original-destination`` she may not write and
+    asks the console to move it back: refused; and moved by root, it keeps olga as its sender."""
+    tag = unique("dl")
+    dlq, target = f"/queue/DLQ.olga.{tag}", f"/queue/secret.{tag}"
+    olga = login(gw, "olga")
+    assert send(olga, dlq, "planted", **{"original-destination": target}).command == "RECEIPT"
+    olga.close()
+    status, body = request(gw, "POST", "/console/api/move", "olga", {"destination": dlq})
+    assert status == 403, (status, body)
+    assert root_reads(gw, target) == []
+    status, body = request(gw, "POST", "/console/api/move", "root", {"destination": dlq})
+    root = login(gw, "root")
+    assert subscribe(root, target).command == "RECEIPT"
+    got = messages(root, 0.7)
+    root.close()
+    if status == 200 and got:  # (an administrator may move it: then the sender is still olga's)
+        assert [f.headers.get("JMSXUserID") for f in got] == ["olga"], got
+
+
+def test_a_viewer_sees_no_destination_it_may_not_read(gw: Gateway) -> None:
+    tag = unique("see")
+    secret = f"/queue/secret.{tag}"
+    alice = login(gw, "alice")
+    assert send(alice, secret, "alice's").command == "RECEIPT"
+    alice.close()
+    for path in ("/console/api/destinations", "/status", "/console/api/overview", "/console/api/connections"):
+        status, body = request(gw, "GET", path, "eve")
+        assert status == 200, (path, status)
+        assert secret.encode() not in body, f"{path} shows eve {secret}"
+    root_reads(gw, secret)
+
+
+def test_admin_requests_from_elsewhere_or_oversized_or_outside_the_console(gw: Gateway) -> None:
+    tag = unique("req")
+    mine = f"/queue/olga.{tag}"
+    olga = login(gw, "olga")
+    assert send(olga, mine, "kept").command == "RECEIPT"
+    olga.close()
+    purge = {"destination": mine}
+    assert request(gw, "POST", "/console/api/purge", "olga", purge, {"Host": "attacker.example"})[0] == 421
+    assert request(gw, "POST", "/console/api/purge", "olga", purge, {"Origin": "http://attacker.example"})[0] == 403
+    form = f"destination={mine}".encode()
+    assert request(gw, "POST", "/console/api/purge", "olga", form,
+                {"Content-Type": "application/x-www-form-urlencoded", "X-Requested-With": ""})[0] in (400, 403)
+    big = {"Content-Length": str(10**10)}
+    connection = http.client.HTTPConnection("127.0.0.1", gw.admin_port, timeout=10)
+    connection.putrequest("POST", "/console/api/purge", skip_host=True)
+    connection.putheader("Host", f"127.0.0.1:{gw.admin_port}")
+    for key, value in {**big, "Content-Type": "application/json"}.items():
+        connection.putheader(key, value)
+    connection.endheaders()
+    assert connection.getresponse().status == 413
+    connection.close()
+    for path in ("/console/../../../../etc/passwd", "/console/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+                 "/console/static/..%2f..%2f..%2f..%2fetc%2fpasswd", "/console/..%5c..%5cetc%5cpasswd",
+                 "/console/api/../../../etc/passwd"):
+        status, body = request(gw, "GET", path, "olga")
+        assert b"root:" not in body and b"import " not in body, (path, status)
+    assert pending_of(gw, mine) == 1
