@@ -10,6 +10,7 @@ RECEIPT, then the MESSAGE at her subscriber) while the attack runs.
 
 from __future__ import annotations
 
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -140,3 +141,27 @@ def test_many_wildcard_patterns_do_not_starve_other_publishers(gateway: GatewayP
     print(f"alice round trip median {before * 1000:.1f} ms before, {statistics.median(during) * 1000:.1f} ms during, "
           f"max {max(during) * 1000:.1f} ms")
     assert statistics.median(during) < max(0.25, 10 * before), (before, during)
+
+
+def test_a_revoked_write_does_not_stop_a_job_already_accepted(gateway: GatewayProcess) -> None:
+    """docs/operations.md: a SIGHUP's new ``[[authorization]]`` judges "the next SEND, SUBSCRIBE or
+    admin action"; docs/security.md says what that leaves: a scheduled job eve made while she held
+    ``write`` is still delivered after her grant is gone (as a live subscription keeps receiving),
+    until its repeats end.  Her next SEND is refused at once."""
+    eve = login(gateway, "eve")
+    reply = send(eve, "/queue/eve.jobs", "tick", AMQ_SCHEDULED_DELAY="1500", AMQ_SCHEDULED_PERIOD="200",
+                 AMQ_SCHEDULED_REPEAT="4")
+    assert reply.command == "RECEIPT", reply
+    text = gateway.config_path.read_text().replace('write = ["eve"]', 'write = ["root"]')
+    gateway.config_path.write_text(text)
+    assert gateway.process is not None
+    gateway.process.send_signal(signal.SIGHUP)
+    gateway.wait_for_log("reloaded")
+    refused_now = send(eve, "/queue/eve.jobs", "after the revoke")
+    assert refused_now.command == "ERROR" and "not authorized to write" in refused_now.headers["message"]
+    eve.close()
+    root = login(gateway, "root")
+    assert subscribe(root, "/queue/eve.jobs").command == "RECEIPT"
+    delivered = [f.body.decode() for f in messages(root, 3.5)]
+    root.close()
+    assert delivered == ["tick"] * 5, delivered
