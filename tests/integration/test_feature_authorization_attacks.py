@@ -267,6 +267,21 @@ def test_wildcard_topic_subscription_on_a_forbidden_topic_is_refused(gw: Gateway
     alice.close()
 
 
+def test_wildcards_on_other_kinds_and_durable_wildcards(gw: Gateway) -> None:
+    """Another connection's temporary queues under a pattern are private; a durable wildcard needs
+    ``admin`` on every name too; a SEND to a wildcard name of a forbidden topic is refused."""
+    eve = login(gw, "eve")
+    for pattern in ("/remote-temp-queue/>", "/remote-temp-queue/*"):
+        probe = login(gw, "eve")
+        reply = subscribe(probe, pattern)
+        assert reply.command == "ERROR", (pattern, reply)
+        probe.close()
+    durable = {"activemq.subscriptionName": unique("d")}
+    assert refused(subscribe(eve, "/topic/public.*", "d1", **durable), "not authorized to admin")
+    assert refused(send(eve, "/topic/secret.>", "to every secret topic?"), "write")
+    eve.close()
+
+
 # -- transformation header ------------------------------------------------------------------
 
 
