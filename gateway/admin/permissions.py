@@ -4,6 +4,8 @@
 the asking :class:`~gateway.admin.roles.Principal`:
 
 - a principal without a role may do nothing, a ``viewer`` only reads;
+- a **composite destination** (``/queue/a,/queue/b``) is no console destination: refused to
+  everyone (a test message, or a dead letter's origin, sent there would reach every part);
 - a **temporary destination** belongs to its connection: nobody may send,
   move or delete there (nor move a dead letter back to one); only an
   administrator may browse or purge one;
@@ -31,6 +33,7 @@ from zope.interface import implementer
 
 from gateway.admin.roles import Principal, is_temporary
 from gateway.interfaces import IAuthorizer, Permission
+from gateway.message.destinations import is_composite
 
 Action = Literal["browse", "send", "purge", "delete", "move", "create_queue", "delete_queue"]
 ACTIONS: dict[Action, Permission] = {"browse": "read", "send": "write", "purge": "admin", "delete": "admin",
@@ -73,6 +76,9 @@ class ConsoleAccess:
         who = principal.name
         if principal.role is None:
             return f"{who} has no management role ([admin] roles, default_role)"
+        if is_composite(destination):
+            return (f"{destination} is a composite destination: the console acts on one destination at a time "
+                    "(send to each part)")
         if is_temporary(destination):
             if principal.administrator and action in TEMPORARY_ACTIONS:
                 return None

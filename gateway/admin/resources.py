@@ -40,6 +40,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 
 from gateway.admin.health import DOWN, gateway_health, gateway_status
 from gateway.admin.observed import ObservedGateway
+from gateway.admin.permissions import ConsoleAccess
 from gateway.admin.probes import liveness, readiness
 from gateway.admin.roles import Principals
 from gateway.security.redaction import redact, redact_text
@@ -264,6 +265,28 @@ class MetricsPage(Resource):
         return redact_text(body.decode("utf-8")).encode("utf-8")
 
 
+NAMED_BY_DESTINATION = ("queues", "topics", "paging")
+"""The parts of a connector's status (the embedded broker's) keyed by destination name."""
+
+
+def status_shown(status: Any, visible: Callable[[str], bool]) -> Any:
+    """A connector's ``/status`` part as a non-administrator sees it: only the destinations
+    ``visible`` says it may read or administer (docs/admin.md, roles), no durable subscriptions (their
+    keys hold other logins' client ids; the console lists a login its own)."""
+    if not isinstance(status, dict):
+        return status
+    shown = dict(status)
+    for key in NAMED_BY_DESTINATION:
+        if isinstance(shown.get(key), dict):
+            shown[key] = {name: value for name, value in shown[key].items() if visible(name)}
+    if isinstance(shown.get("durables"), dict):
+        shown["durables"] = {}
+    memory = shown.get("memory")
+    if isinstance(memory, dict) and isinstance(memory.get("blocked"), list):
+        shown["memory"] = {**memory, "blocked": [name for name in memory["blocked"] if visible(str(name))]}
+    return shown
+
+
 class AdminRoot(Resource):
     """``/``: the index, with the pages above as children."""
 
@@ -273,10 +296,15 @@ class AdminRoot(Resource):
         self.principals = principals = principals or Principals()
         clock = gateway.reactor
 
+        access = ConsoleAccess(gateway.authorizer)
+
         def status(request: Request) -> tuple[int, Any]:
             document = gateway_status(gateway, clock.seconds())
-            if not principals.of(request).administrator:
+            principal = principals.of(request)
+            if not principal.administrator:
                 document["bridges"] = []
+                for name, connector in document["connectors"].items():
+                    document["connectors"][name] = status_shown(connector, lambda d: access.visible(principal, d))
             return 200, document
 
         def health() -> tuple[int, Any]:

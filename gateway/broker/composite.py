@@ -9,38 +9,10 @@ batch, so one receipt (or one COMMIT) covers every part.  Pure: no Twisted, no b
 
 from __future__ import annotations
 
-from gateway.errors import DestinationError
+from gateway.message.destinations import KINDS, composite_parts, is_composite
 from gateway.message.model import Message
 
-KINDS = ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")
-
-
-def is_composite(destination: str) -> bool:
-    return "," in destination
-
-
-def composite_parts(destination: str) -> list[str]:
-    """The destinations a (possibly composite) name stands for, in order, without repeats;
-    ``[destination]`` when it has no comma.  DestinationError for an empty part."""
-    if "," not in destination:
-        return [destination]
-    parts: list[str] = []
-    kind = ""
-    for raw in destination.split(","):
-        part = raw.strip()
-        if not part:
-            raise DestinationError(f"composite destination {destination!r} has an empty part")
-        prefix = next((k for k in KINDS if part.startswith(k)), None)
-        if prefix is None:
-            if not kind or part.startswith("/"):
-                raise DestinationError(f"composite destination {destination!r}: {part!r} is neither "
-                                       "/queue/ nor /topic/ (nor a name after a part that says which)")
-            part = kind + part
-        else:
-            kind = prefix
-        if part not in parts:
-            parts.append(part)
-    return parts
+__all__ = ["KINDS", "composite_parts", "expand", "is_composite"]
 
 
 def expand(message: Message) -> list[Message]:

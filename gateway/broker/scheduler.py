@@ -59,6 +59,12 @@ WINDOW = 1000
 RETRY_MS = 1000
 """When an occurrence the destination refused for now is tried again."""
 
+MAX_MS = 100 * 365 * 24 * 3600 * 1000
+"""The longest ``AMQ_SCHEDULED_DELAY`` or ``AMQ_SCHEDULED_PERIOD``: 100 years (a larger number would
+not fit the job's due time in a 64-bit SQLite integer, and a client could make the store fail)."""
+MAX_REPEAT = 2**31 - 1
+"""The most ``AMQ_SCHEDULED_REPEAT``: Java's ``int``, ActiveMQ's type for it."""
+
 Executor = Callable[[Callable[[], Any]], Deferred[Any]]
 
 
@@ -79,6 +85,10 @@ def _number(message: Message, name: str) -> int:
                              f"not {value!r}") from None
     if number < 0:
         raise MessageRefused(f"{name} must not be negative (got {number})")
+    limit = MAX_REPEAT if name == REPEAT else MAX_MS
+    if number > limit:
+        raise MessageRefused(f"{name} must be at most {limit} {'deliveries' if name == REPEAT else 'ms (100 years)'}"
+                             f" (got {number})")
     return number
 
 

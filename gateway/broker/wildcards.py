@@ -13,6 +13,10 @@ published topic matches (cached per topic, bounded).  A ``*`` or ``>`` inside a 
 
 from __future__ import annotations
 
+from gateway.message.destinations import is_wildcard
+
+__all__ = ["WildcardTopics", "is_queue_wildcard", "is_wildcard", "matches"]
+
 TOPIC = "/topic/"
 QUEUE = "/queue/"
 CACHE_LIMIT = 10_000
@@ -23,14 +27,6 @@ def _prefix(destination: str) -> str | None:
     if destination.startswith(TOPIC):
         return TOPIC
     return QUEUE if destination.startswith(QUEUE) else None
-
-
-def is_wildcard(destination: str) -> bool:
-    """Whether ``destination`` is a wildcard topic or queue pattern."""
-    prefix = _prefix(destination)
-    if prefix is None:
-        return False
-    return any(segment in ("*", ">") for segment in destination[len(prefix):].split("."))
 
 
 def is_queue_wildcard(destination: str) -> bool:

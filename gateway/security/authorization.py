@@ -23,6 +23,15 @@ Rules:
 - With entries, deny by default: a login holds a permission on a destination
   when at least one matching entry grants it (entries add up, their order does
   not matter).  Anonymous (``login`` None) holds nothing.
+- A composite name (``/queue/a,/topic/b``) is permitted when every part is
+  (:func:`~gateway.message.destinations.composite_parts`), whoever asks: the
+  STOMP session splits it itself, the admin console does not.
+- A wildcard subscription (``/topic/orders.*.eu``, ``/queue/orders.>``) is judged on every name it
+  can receive: its ``*`` and ``>`` segments must fall under a ``*`` of the granting entries'
+  patterns (``/queue/shard.?`` does not open ``/queue/shard.*``), and a trailing ``.>`` needs the
+  name without it too (``orders.>`` matches ``orders``):
+  :func:`~gateway.message.destinations.wildcard_covered`.  A SEND to such a name goes to that
+  literal name, so ``write`` is matched as for any name.
 - Names are the STOMP-side destination as the client wrote it, checked before
   routing, so one set of entries covers the embedded broker and every connector;
   the caller asks for every name routed to the same target too
@@ -49,9 +58,9 @@ from prometheus_client import CollectorRegistry, Counter
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.errors import ConfigError, did_you_mean
+from gateway.errors import ConfigError, DestinationError, did_you_mean
 from gateway.interfaces import IAuthorizer, Permission
-from gateway.message.destinations import destination_matches
+from gateway.message.destinations import composite_parts, destination_matches, is_wildcard, wildcard_covered
 
 PERMISSIONS: tuple[Permission, ...] = ("read", "write", "admin")
 EVERYONE = "*"
@@ -190,12 +199,22 @@ class DestinationAuthorizer:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        if "," in destination:  # a composite: every part (whoever asks: the console as STOMP)
+            try:
+                parts = composite_parts(destination)
+            except DestinationError:
+                return False
+            return all(self.permits(login, permission, part) for part in parts)
         if destination.startswith(REMOTE_TEMP_PREFIX) and not self.guards_replies:
             allowed = True
         else:
             principals = self.principals(login)
-            allowed = any(entry.grants(permission, principals) for entry in self.entries
-                          if destination_matches(destination, entry.destination))
+            if permission != "write" and is_wildcard(destination):  # (a SEND to one is to that literal name)
+                allowed = wildcard_covered(destination, (entry.destination for entry in self.entries
+                                                         if entry.grants(permission, principals)))
+            else:
+                allowed = any(entry.grants(permission, principals) for entry in self.entries
+                              if destination_matches(destination, entry.destination))
         if len(self._cache) < _CACHE_LIMIT:
             self._cache[key] = allowed
         return allowed

@@ -53,6 +53,11 @@ class SendingOwner(Protocol):
         """Whether the login may ``permission`` ``destination`` (if not, the session answered)."""
         ...
 
+    def refusal(self, frame: Frame, destination: str, permission: Permission) -> Frame | None:
+        """None if the login may ``permission`` ``destination``, else the ERROR answering ``frame``
+        (the caller places it; the connection stays open)."""
+        ...
+
     def passes_through(self, frame: Frame) -> bool:
         """Whether the inbound transformers leave every message of this SEND untouched."""
         ...
@@ -126,13 +131,21 @@ class Sender:
             message.reply_to = self.temporaries.server_destination(message.reply_to, create=True)
         sending: Message | None = message
         if self.transforming:
+            named = self.authorizing and "transformation" in headers
+            before = message.destination
             transformed = owner.transform_inbound(message, frame)
             # (a Message or None is the common answer; isinstance against Deferred, an ABC, costs more)
             if transformed is not None and not isinstance(transformed, Message):
+                if named:  # (the branch is judged once the transformers have answered)
+                    self._send_judged(transformed, frame, before, transaction)
+                    return
                 transformed.addCallback(self._send_later, transaction)
                 self.answers.track(transformed, frame)
                 return
             sending = transformed
+            if named and sending is not None and sending.destination != before \
+                    and not owner.authorized(frame, sending.destination, "write"):
+                return  # (a transformer the client named branched it where its login may not write)
         if sending is None or transaction is not None:
             self.answers.track(self._send_later(sending, transaction), frame)
             return
@@ -176,6 +189,24 @@ class Sender:
         if not taken:
             answer.settle(None)  # (answered by the message path)
         return taken
+
+    def _send_judged(self, transformed: Deferred[Message | None], frame: Frame, before: str,
+                     transaction: Transaction | None) -> None:
+        """The deferred path of a SEND that named a ``transformation``: a message the transformers
+        branched to another destination goes there only if the login may write it (else the
+        refusal's ERROR answers the SEND in its turn, and the connection stays open)."""
+        answer = self.answers.later(frame)
+        owner = self.owner
+
+        def judged(message: Message | None) -> None:
+            if message is not None and message.destination != before:
+                refusal = owner.refusal(frame, message.destination, "write")
+                if refusal is not None:
+                    answer.settle(refusal)
+                    return
+            self._send_later(message, transaction).addCallbacks(answer.succeeded, answer.failed)
+
+        transformed.addCallback(judged).addErrback(answer.failed)
 
     def _send_later(self, message: Message | None, transaction: Transaction | None) -> Deferred[None]:
         """The deferred path (and a transaction's SEND, or one a transformer consumed): the

@@ -535,16 +535,26 @@ class StompSession:
     def authorized(self, frame: Frame, destination: str, permission: Permission) -> bool:
         """Whether this login holds ``permission`` on ``destination``; if not, an ERROR that
         leaves the connection open (ActiveMQ's answer to a security exception)."""
+        refusal = self.refusal(frame, destination, permission)
+        if refusal is None:
+            return True
+        self._answers.now(refusal)
+        return False
+
+    def refusal(self, frame: Frame, destination: str, permission: Permission) -> Frame | None:
+        """None when this login holds ``permission`` on ``destination`` (and every name of its
+        target), else the ERROR that answers ``frame`` (not written: the caller places it in the
+        frame's turn; the connection stays open).  The refusal is logged and counted here."""
         assert self.authorizer is not None
         if destination.startswith(CLIENT_PREFIXES):  # the connection's own temporary destination
-            return True
+            return None
         # The name and every other name of its target (a Kafka topic under /queue/ and /topic/):
         # an entry on one alias alone does not open the target.
         names = (name for part in composite_parts(destination) for name in self.destinations.aliases(part))
         refused = next((name for name in names
                         if not self.authorizer.check(self.login, permission, name, self.peer)), None)
         if refused is None:  # (check logs and counts a refusal)
-            return True
+            return None
         who = f"login {self.login!r}" if self.login is not None else "an anonymous connection"
         headers = {"message": f"not authorized to {permission} {destination}", "content-type": "text/plain"}
         if "receipt" in frame.headers:
@@ -552,8 +562,7 @@ class StompSession:
         where = destination if refused == destination else f"{refused}, which reaches the same target as {destination}"
         body = (f"{frame.command} frame: {who} does not hold the {permission!r} permission on {where} "
                 "([[authorization]]); nothing was done and the connection stays open\n")
-        self._answers.now(Frame("ERROR", headers, body.encode()))
-        return False
+        return Frame("ERROR", headers, body.encode())
 
     # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------
 

@@ -68,7 +68,12 @@ def test_the_properties_make_a_job() -> None:
     ({DELAY: "-5"}, "AMQ_SCHEDULED_DELAY must not be negative"),
     ({DELAY: "soon"}, "AMQ_SCHEDULED_DELAY must be a whole number of ms, not 'soon'"),
     ({REPEAT: "3"}, "AMQ_SCHEDULED_REPEAT:3 needs an AMQ_SCHEDULED_PERIOD above 0"),
-], ids=["cron", "negative", "not-a-number", "repeat-without-period"])
+    # (a number the store's 64-bit integers cannot hold was an internal error, the connection closed:
+    # tests/integration/test_feature_authorization_attacks.py)
+    ({DELAY: "9" * 30}, "AMQ_SCHEDULED_DELAY must be at most 3153600000000 ms"),
+    ({DELAY: "1", PERIOD: str(10**13), REPEAT: "1"}, "AMQ_SCHEDULED_PERIOD must be at most"),
+    ({PERIOD: "1000", REPEAT: str(2**31)}, "AMQ_SCHEDULED_REPEAT must be at most 2147483647 deliveries"),
+], ids=["cron", "negative", "not-a-number", "repeat-without-period", "huge-delay", "huge-period", "huge-repeat"])
 def test_what_cannot_be_scheduled_is_refused_saying_why(schedule: dict[str, str], why: str) -> None:
     with pytest.raises(MessageRefused, match=why):
         job_of(scheduled("m", schedule=schedule), now_ms=0)
