@@ -51,7 +51,8 @@ The rules it encodes:
   for a message another consumer may take looks at one message a slice (the
   sliced-search machine), a copy behind a waiting copy of a group another
   subscription owns may wait for an ACK (docs/stomp.md, message groups: "one
-  deeper than a slice waits for an ACK, as behind ActiveMQ's page-in window").
+  deeper than a slice waits for an ACK, as behind ActiveMQ's page-in window"),
+  and a worse copy the subscription may take meanwhile (one in memory) passes it.
 """
 
 from __future__ import annotations
@@ -519,6 +520,7 @@ class Model:
                 backlog = self.backlogs[sub.backlog]
                 for key, other in backlog.available.items():
                     if (key in waited and sub.matches(other.sent) and not self.held_back(sub, other)
+                            and not self.behind_a_held_group(sub, other)  # (it may wait: so it may be passed)
                             and not other.sent.expired(self.now_ms) and other.better_than(copy)):
                         raise Violation(f"{copy.sent.body} delivered to {sub.id} of connection {sub.connection} "
                                         f"before {other.sent.body}, which waited with a better place")

@@ -951,3 +951,37 @@ def test_a_refused_first_message_does_not_strand_a_paged_group() -> None:
         s.lose_connection(data=Draws(1))
 
     _replay(SlicedSearchBrokerMachine(), steps)
+
+
+def test_a_paged_message_behind_another_owners_group_may_be_passed() -> None:
+    """Randomized run of 2026-11-29 afternoon (3,000 examples), TestSlicedSearchBrokerModel: "m000001 delivered to
+    s1 of connection 0 before m000015, which waited with a better place".  s0 owns group red (its prefetch of 1
+    full); m000015 (blue, priority 4) is paged out behind red messages, deeper than the sliced search reaches, while
+    m000001 (blue, priority 0) is in memory: s1 gets m000001 first.  The page's message may wait for an ACK there
+    (docs/stomp.md, message groups), so it may be passed too, as behind ActiveMQ's page-in window; the model said
+    only the first."""
+    blue = ("/queue/a", False, 0, 0, "blue")
+    red4 = ("/queue/a", False, 4, 0, "red")
+
+    def steps(s: Any) -> None:
+        s.begin(data=Draws(0))
+        s.send(data=Draws(0), messages=[RED_A, blue], transactional=False)
+        s.schedule(color="red", data=Draws(0), destination="/queue/a", persistent=False, priority=0,
+                   schedule=(500, 0, 0), transactional=False)
+        s.pipeline(data=Draws(0), last_persistent=True, messages=[RED_A, RED_A])
+        s.connect()
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A, RED_A, RED_A, red4])
+        s.send(data=Draws(0), messages=[RED_A], transactional=False)
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A, red4])
+        s.send(data=Draws(0), messages=[RED_A], transactional=False)
+        s.send(data=Draws(0), messages=[red4, RED_A, ("/queue/a", False, 4, 0, "blue")], transactional=False)
+        s.time_passes(seconds=0.5)
+        s.subscribe(ack="client", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        s.connect()
+        s.begin(data=Draws(1))
+        s.subscribe(ack="auto", color=None, data=Draws(0), destination="/queue/a", durable=None, exclusive=False,
+                    prefetch=1)
+        s.lose_connection(data=Draws(2))  # (room for the replay's auditing connection)
+
+    _replay(SlicedSearchBrokerMachine(), steps)
