@@ -15,9 +15,11 @@ from twisted.internet.task import Clock
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.last_value import LVQ_HEADER, LastValues
 from gateway.broker.operations import QueueOperations
+from gateway.broker.paging.page_file import TAIL_ROWS, Entry, PageFile, StoredTail
 from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics
 from tests.unit.test_broker import Sink, subscribe, text
+from tests.unit.test_page_search import Backlog
 from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
 from tests.unit.test_store_broker import text as stored_text
@@ -258,3 +260,52 @@ def test_a_free_groups_message_paged_out_behind_blocked_groups_is_found(clock: C
     other = Sink()
     subscribe(broker, other, destination="/queue/g", prefetch=1)
     assert [t[:2] for t in other.texts() if t] == ["b0"]
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+def test_a_recovered_backlog_deeper_than_one_read_is_replaced_whole(make_run: Callable[..., Run], lazy: bool) -> None:
+    """A stored backlog holding several values of a key (their removal not yet written when the process died;
+    here: stored before the queue became a last-value queue) keeps only each key's last after the restart,
+    however deep: lazy recovery reads a stored backlog 200 rows at a time, and a last-value queue read only the
+    first 200 back (found by tests/integration/test_lvq_attacks.py: 500 pipelined SENDs of 10 keys, kill -9
+    right after their RECEIPTs, 310 messages came back instead of 10)."""
+    run = make_run(BrokerSettings(persistence="sqlite"), lazy_recovery=lazy)
+    run.start()
+    run.send(*[stored_text("/queue/prices", str(index), properties={LVQ_HEADER: f"k{index % 10}"})
+               for index in range(500)])
+    run.settle()
+    run.crash()
+    run.settings = BrokerSettings(persistence="sqlite",
+                                  destinations={"/queue/prices": DestinationLimits(last_value=True)})
+    broker = run.start()
+    sink = StoredSink()
+    run.wait(broker.subscribe(_spec("/queue/prices"), sink))
+    assert sorted(int(m.text) for m, _ in sink.got) == list(range(490, 500))  # type: ignore[attr-defined]
+
+
+def test_take_all_takes_a_recovered_backlog_deeper_than_one_read() -> None:
+    """:meth:`QueuePage.take_all` takes every paged message, a recovered backlog of more than one read's rows
+    (:data:`TAIL_ROWS`) included, in order (it took the first read's only)."""
+    page = PageFile(None).queue()
+    entries: list[Entry] = [(-4, seq, stored_text("/queue/p", str(seq)), 100) for seq in range(2 * TAIL_ROWS + 50)]
+    page.attach(StoredTail(Backlog(entries[:-20]), "/queue/p", len(entries) - 20, 0))
+    for entry in entries[-20:]:
+        page.add(*entry)
+    taken = page.take_all()
+    assert [seq for _, seq, _, _ in taken] == [seq for _, seq, _, _ in entries]
+    assert page.count == 0
+
+
+def test_a_purge_takes_a_recovered_backlog_deeper_than_one_read(make_run: Callable[..., Run]) -> None:
+    """A purge of a queue whose recovered backlog (lazy recovery) is deeper than one read drops all of it,
+    from the store too (it dropped the first 200: the rest came back to consumers)."""
+    run = make_run(BrokerSettings(persistence="sqlite"), lazy_recovery=True)
+    run.start()
+    run.send(*[stored_text("/queue/deep", str(index)) for index in range(450)])
+    run.settle()
+    broker = run.restart()
+    assert run.wait(QueueOperations(broker).purge("/queue/deep")) == 450
+    broker = run.restart()
+    sink = StoredSink()
+    run.wait(broker.subscribe(_spec("/queue/deep"), sink))
+    assert sink.got == []
