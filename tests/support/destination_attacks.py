@@ -58,6 +58,18 @@ def drain(client: Client, destination: str, *, quiet: float = 1.0, timeout: floa
     return got
 
 
+def collect(client: Client, quiet: float = 0.7) -> list[bytes]:
+    """The bodies of the MESSAGEs that arrive until none comes for ``quiet`` seconds, in arrival order
+    (``Client.no_message`` puts a frame back at the end of the queue: not for reading many in order)."""
+    got: list[bytes] = []
+    while True:
+        try:
+            message = client.listener.messages.get(timeout=quiet)
+        except queue.Empty:
+            return got
+        got.append(message.body if isinstance(message.body, bytes) else message.body.encode())
+
+
 def rss_kib(pid: int) -> int:
     """The resident set of process ``pid`` in KiB (Linux ``/proc``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
