@@ -6,7 +6,8 @@ enqueued: the :class:`Scheduler` records it as a *job* and sends an *occurrence*
 destination when each delivery is due.  An occurrence is the message without those properties
 and with ``scheduledJobId`` (ActiveMQ's name); the first keeps the message id, the n-th repeat
 gets ``<id>:<n>``.  ``AMQ_SCHEDULED_CRON`` is refused (an ERROR that says so), as are negative
-or unreadable values and a repeat without a period.
+or unreadable values, values past ActiveMQ's (:data:`LONGEST_MS`, :data:`MOST_REPEATS`), a schedule whose last
+delivery would be due past :data:`LONGEST_MS` ms since 1970, and a repeat without a period.
 
 Where jobs live: with ``persistence = "sqlite"``, in ``schedule.sqlite`` beside the message store
 (:class:`SqliteSchedule`): the RECEIPT of a scheduled SEND comes once the job is on disk, jobs
@@ -68,17 +69,28 @@ def is_scheduled(message: Message) -> bool:
     return bool(properties) and not SCHEDULING.isdisjoint(properties)
 
 
+LONGEST_MS = 2**63 - 1
+"""The largest delay or period (a Java long of ms, as ActiveMQ reads them) and the latest due time a job may
+reach (epoch ms in a 64-bit SQLite integer)."""
+MOST_REPEATS = 2**31 - 1
+"""The largest repeat count (a Java int, as ActiveMQ reads it)."""
+
+
 def _number(message: Message, name: str) -> int:
     value = message.properties.get(name)
     if value is None:
         return 0
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise MessageRefused(f"{name} must be a whole number of {'deliveries' if name == REPEAT else 'ms'}, "
-                             f"not {value!r}") from None
+    unit = "deliveries" if name == REPEAT else "ms"
+    text = str(value).strip()
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not (digits.isascii() and digits.isdigit()):  # (int() also reads "1_000" and other scripts' digits)
+        raise MessageRefused(f"{name} must be a whole number of {unit}, not {value!r}")
+    number = int(text)
     if number < 0:
         raise MessageRefused(f"{name} must not be negative (got {number})")
+    most = MOST_REPEATS if name == REPEAT else LONGEST_MS
+    if number > most:
+        raise MessageRefused(f"{name} must be at most {most} {unit} (got {text})")
     return number
 
 
@@ -100,8 +112,8 @@ class Job:
 
     def next(self) -> Job | None:
         """The job after its next occurrence is delivered; None when it was the last."""
-        if self.repeats_left <= 0:
-            return None
+        if self.repeats_left <= 0 or self.due + self.period > LONGEST_MS:
+            return None  # (a job kept before its schedule was checked at SEND: no due time past a 64-bit one)
         return replace(self, due=self.due + self.period, repeats_left=self.repeats_left - 1,
                        occurrence=self.occurrence + 1)
 
@@ -129,6 +141,9 @@ def job_of(message: Message, now_ms: int) -> Job:
     if CRON in message.properties:
         raise MessageRefused(f"{CRON} is not supported (use {DELAY}, {PERIOD} and {REPEAT})")
     delay, period, repeat = schedule_numbers(message)
+    if now_ms + delay + period * repeat > LONGEST_MS:  # (its due times are stored as 64-bit integers)
+        raise MessageRefused(f"the last delivery of {DELAY}:{delay}, {PERIOD}:{period}, {REPEAT}:{repeat} "
+                             f"would be due after {LONGEST_MS} ms since 1970")
     return Job(f"ID:job-{uuid.uuid4().hex}", now_ms + delay, period, repeat, 0, message)
 
 

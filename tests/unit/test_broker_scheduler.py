@@ -20,6 +20,7 @@ from gateway.broker.scheduler import (
     PERIOD,
     REPEAT,
     WINDOW,
+    Job,
     MemorySchedule,
     SqliteSchedule,
     is_scheduled,
@@ -72,6 +73,41 @@ def test_the_properties_make_a_job() -> None:
 def test_what_cannot_be_scheduled_is_refused_saying_why(schedule: dict[str, str], why: str) -> None:
     with pytest.raises(MessageRefused, match=why):
         job_of(scheduled("m", schedule=schedule), now_ms=0)
+
+
+@pytest.mark.parametrize(("schedule", "why"), [
+    ({DELAY: str(2**63)}, "AMQ_SCHEDULED_DELAY must be at most 9223372036854775807 ms"),
+    ({DELAY: "1" + "0" * 30}, "AMQ_SCHEDULED_DELAY must be at most 9223372036854775807 ms"),
+    ({DELAY: str(2**63 - 1)}, "would be due after 9223372036854775807 ms"),
+    ({DELAY: "100", PERIOD: str(2**62), REPEAT: "3"}, "would be due after 9223372036854775807 ms"),
+    ({PERIOD: "1", REPEAT: str(2**31)}, "AMQ_SCHEDULED_REPEAT must be at most 2147483647 deliveries"),
+    ({DELAY: "1_000"}, "AMQ_SCHEDULED_DELAY must be a whole number of ms, not '1_000'"),
+    ({DELAY: "\u0663"}, "AMQ_SCHEDULED_DELAY must be a whole number of ms"),
+    ({DELAY: "1e3"}, "AMQ_SCHEDULED_DELAY must be a whole number of ms, not '1e3'"),
+], ids=["delay-past-a-long", "delay-huge", "due-past-a-long", "last-repeat-past-a-long", "repeat-past-an-int",
+        "underscore", "arabic-indic-digit", "exponent"])
+def test_overflowing_and_odd_numbers_are_refused_saying_why(schedule: dict[str, str], why: str) -> None:
+    """Values past what ActiveMQ reads (a Java long of ms, an int of repeats), a schedule whose last delivery
+    would be due past the store's 64-bit time, and numbers Python reads but Java does not are refused, saying
+    why (an overflowing one reached SQLite and failed the SEND as an internal error; ``1_000`` and Unicode
+    digits were read as numbers): found by tests/integration/test_scheduled_attacks.py."""
+    with pytest.raises(MessageRefused, match=why):
+        job_of(scheduled("m", schedule=schedule), now_ms=1_800_000_000_000)
+
+
+def test_a_kept_job_whose_next_time_would_overflow_ends() -> None:
+    """A job kept before the SEND checked its schedule (a period of a Java long's ms) ends after its next
+    occurrence rather than fail to advance (its first occurrence came again every second)."""
+    job = Job("ID:job-1", 1_800_000_000_000, 2**63 - 1, 1, 0, scheduled("m"))
+    assert job.next() is None
+
+
+def test_the_largest_schedule_that_fits_is_kept() -> None:
+    """A delay that ends exactly at the last 64-bit ms is a job (and ``+5``, `` 7 `` are numbers, as before)."""
+    now = 1_800_000_000_000
+    assert job_of(scheduled("m", schedule={DELAY: str(2**63 - 1 - now)}), now_ms=now).due == 2**63 - 1
+    assert job_of(scheduled("m", schedule={DELAY: "+5"}), now_ms=now).due == now + 5
+    assert job_of(scheduled("m", schedule={DELAY: " 7 "}), now_ms=now).due == now + 7
 
 
 # -- on the broker -------------------------------------------------------------------------
