@@ -1,0 +1,188 @@
+"""Black-box attacks where the destination features meet (docs/stomp.md "Destination features"): virtual
+topics' consumer queues that are last-value or exclusive by policy, scheduled and composite SENDs to a
+virtual topic, virtual topics in transactions and dead-lettering from a consumer queue, and a standby
+taking over such a store (docs/high-availability.md).  A real gateway process (SQLite), stomp.py, raw sockets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.support.destination_attacks import collect, drain, pipelined, send_frame
+from tests.support.gateway import GatewayProcess
+from tests.support.raw_stomp import RawStomp
+from tests.support.standby import accepts, gateway_pair
+from tests.support.stomp_clients import Client
+from tests.support.waiting import wait_until
+
+Make = Callable[..., GatewayProcess]
+PERSISTENT = {"persistent": "true"}
+CONSUMER_LVQ = """
+[broker.destinations."/queue/Consumer.L.>"]
+last_value = true
+"""
+
+
+def texts(client: Client, destination: str, quiet: float = 0.7) -> list[str]:
+    return [text for text, _ in drain(client, destination, quiet=quiet)]
+
+
+def test_a_last_value_consumer_queue_keeps_one_value_per_key_across_kill_9(make_gateway: Make) -> None:
+    """Group L's consumer queue is last-value by policy, group P's is plain: after 30 keyed messages to the
+    virtual topic (3 keys) and kill -9, L holds the last of each key, P all 30."""
+    gateway = make_gateway(CONSUMER_LVQ)
+    client = Client(gateway.address)
+    for name in ("/queue/Consumer.L.VirtualTopic.px", "/queue/Consumer.P.VirtualTopic.px"):
+        client.subscribe(name, "s")
+        client.unsubscribe("s")
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    pipelined(raw, [send_frame("/topic/VirtualTopic.px", str(index),
+                               {**PERSISTENT, "_AMQ_LVQ_NAME": f"k{index % 3}", "receipt": f"r{index}"})
+                    for index in range(30)], "end")
+    raw.close()
+    gateway.kill()
+    gateway.start()
+    client = Client(gateway.address)
+    assert sorted(int(text) for text in texts(client, "/queue/Consumer.L.VirtualTopic.px")) == [27, 28, 29]
+    assert [int(text) for text in texts(client, "/queue/Consumer.P.VirtualTopic.px")] == list(range(30))
+    client.disconnect()
+
+
+def test_a_scheduled_send_to_a_virtual_topic_reaches_every_consumer_queue_after_kill_9(make_gateway: Make) -> None:
+    """A persistent scheduled SEND to a virtual topic, kill -9 before it is due: when due, each group's
+    queue (consumers away) gets one copy."""
+    gateway = make_gateway()
+    client = Client(gateway.address)
+    for name in ("/queue/Consumer.A.VirtualTopic.later", "/queue/Consumer.B.VirtualTopic.later"):
+        client.subscribe(name, "s")
+        client.unsubscribe("s")
+    client.send("/topic/VirtualTopic.later", "due", receipt=True, headers={**PERSISTENT, "AMQ_SCHEDULED_DELAY": "1500"})
+    gateway.kill()
+    gateway.start()
+    time.sleep(2.0)
+    client = Client(gateway.address)
+    assert texts(client, "/queue/Consumer.A.VirtualTopic.later") == ["due"]
+    assert texts(client, "/queue/Consumer.B.VirtualTopic.later") == ["due"]
+    client.disconnect()
+
+
+def test_a_composite_with_a_virtual_topic_part_is_one_batch(make_gateway: Make) -> None:
+    """Composite SENDs to a virtual topic and a queue, pipelined with receipts, kill -9 at the last RECEIPT:
+    the consumer queue and the queue each hold all of them."""
+    gateway = make_gateway()
+    client = Client(gateway.address)
+    client.subscribe("/queue/Consumer.A.VirtualTopic.cmp", "s")
+    client.unsubscribe("s")
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    pipelined(raw, [send_frame("/topic/VirtualTopic.cmp,/queue/cmp.audit", str(index),
+                               {**PERSISTENT, "receipt": f"r{index}"}) for index in range(200)], "end")
+    gateway.kill()
+    raw.close()
+    gateway.start()
+    client = Client(gateway.address)
+    expected = [str(index) for index in range(200)]
+    assert texts(client, "/queue/Consumer.A.VirtualTopic.cmp") == expected
+    assert texts(client, "/queue/cmp.audit") == expected
+    client.disconnect()
+
+
+def test_virtual_topic_in_a_transaction(make_gateway: Make) -> None:
+    """SENDs to a virtual topic in a transaction: an ABORT leaves no copy, a COMMIT puts all in each group's
+    queue at once (none before), and they survive kill -9."""
+    gateway = make_gateway()
+    watcher = Client(gateway.address)
+    watcher.subscribe("/queue/Consumer.W.VirtualTopic.tx", "w", ack="client-individual",
+                      headers={"activemq.prefetchSize": "100"})
+    client = Client(gateway.address)
+    client.subscribe("/queue/Consumer.A.VirtualTopic.tx", "s")
+    client.unsubscribe("s")
+    client.begin("t1")
+    client.send("/topic/VirtualTopic.tx", "aborted", headers={**PERSISTENT, "transaction": "t1"})
+    client.abort("t1")
+    client.begin("t2")
+    for index in range(5):
+        client.send("/topic/VirtualTopic.tx", str(index), headers={**PERSISTENT, "transaction": "t2"})
+    assert watcher.no_message(0.5)
+    client.commit("t2")
+    assert [m.body for m in watcher.messages(5)] == [str(index).encode() for index in range(5)]
+    gateway.kill()
+    gateway.start()
+    client = Client(gateway.address)
+    assert texts(client, "/queue/Consumer.A.VirtualTopic.tx") == [str(index) for index in range(5)]
+    assert texts(client, "/queue/Consumer.W.VirtualTopic.tx") == [str(index) for index in range(5)]
+    client.disconnect()
+
+
+def test_nacked_past_the_limit_from_a_consumer_queue_goes_to_its_dlq(make_gateway: Make) -> None:
+    """A copy NACKed past max_redeliveries in group A's queue goes to A's dead-letter queue; group B still
+    has its copy."""
+    gateway = make_gateway(args=["--set", "broker.max_redeliveries=1"])
+    client = Client(gateway.address)
+    client.subscribe("/queue/Consumer.B.VirtualTopic.dlq", "s")
+    client.unsubscribe("s")
+    client.subscribe("/queue/Consumer.A.VirtualTopic.dlq", "a", ack="client-individual")
+    client.send("/topic/VirtualTopic.dlq", "poison", receipt=True, headers=PERSISTENT)
+    for _ in range(2):
+        client.nack(client.message())
+    assert client.no_message(0.5)
+    client.unsubscribe("a")
+    dead = drain(client, "/queue/DLQ.Consumer.A.VirtualTopic.dlq")
+    assert [text for text, _ in dead] == ["poison"], dead
+    assert texts(client, "/queue/Consumer.B.VirtualTopic.dlq") == ["poison"]
+    client.disconnect()
+
+
+def test_exclusive_by_policy_on_a_consumer_queue(make_gateway: Make) -> None:
+    """Group X's queue is exclusive by policy: its first consumer gets every copy, the second none, until
+    the first leaves."""
+    gateway = make_gateway("""
+[broker.destinations."/queue/Consumer.X.>"]
+exclusive = true
+""")
+    first, second = Client(gateway.address), Client(gateway.address)
+    first.subscribe("/queue/Consumer.X.VirtualTopic.ex", "s")
+    second.subscribe("/queue/Consumer.X.VirtualTopic.ex", "s")
+    producer = Client(gateway.address)
+    for index in range(20):
+        producer.send("/topic/VirtualTopic.ex", str(index), receipt=index == 19)
+    assert len(collect(first, 0.5)) == 20 and second.no_message(0.1)
+    first.disconnect()
+    producer.send("/topic/VirtualTopic.ex", "after", receipt=True)
+    assert second.message().body == b"after"
+    for client in (second, producer):
+        client.disconnect()
+
+
+def test_a_standby_takes_over_last_values_consumer_queues_and_jobs(tmp_path: Path) -> None:
+    """An active gateway holds a last-value queue (values replaced), a virtual topic's consumer queue without
+    consumers, and a scheduled job; it is killed; the standby takes over: the last values only, the
+    consumer queue still gets copies, the job comes when due."""
+    lvq = '\n[broker.destinations."/queue/lvq.>"]\nlast_value = true\n'
+    active, _, standby, _ = gateway_pair(tmp_path, extra_config=lvq)
+    try:
+        raw = RawStomp(active.address)
+        raw.connect()
+        pipelined(raw, [send_frame("/queue/lvq.ha", str(index),
+                                   {**PERSISTENT, "_AMQ_LVQ_NAME": f"k{index % 4}", "receipt": f"r{index}"})
+                        for index in range(400)], "lvq")
+        raw.close()
+        client = Client(active.address)
+        client.subscribe("/queue/Consumer.A.VirtualTopic.ha", "s")
+        client.unsubscribe("s")
+        client.send("/queue/ha.later", "job", receipt=True, headers={**PERSISTENT, "AMQ_SCHEDULED_DELAY": "4000"})
+        active.kill()
+        wait_until(lambda: accepts(standby.port), 30, "the standby's takeover")
+        client = Client(standby.address)
+        assert sorted(int(text) for text in texts(client, "/queue/lvq.ha")) == [396, 397, 398, 399]
+        client.send("/topic/VirtualTopic.ha", "copy", receipt=True, headers=PERSISTENT)
+        assert texts(client, "/queue/Consumer.A.VirtualTopic.ha") == ["copy"]
+        client.subscribe("/queue/ha.later", "j")
+        assert client.message(timeout=10).body == b"job"
+        client.disconnect()
+    finally:
+        standby.kill()
+        active.kill()
