@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support.destination_attacks import drain, frame, pipelined, send_frame
+from tests.support.destination_attacks import collect, drain, frame, pipelined, rss_kib, send_frame
 from tests.support.gateway import GatewayProcess
 from tests.support.raw_stomp import RawStomp
 from tests.support.stomp_clients import Client
@@ -271,4 +271,30 @@ def test_receipted_send_then_replacement_raced_by_kill(make_gateway: Make) -> No
     consumer = Client(gateway.address)
     got = drain(consumer, "/queue/lvq.crash")
     assert len(got) == 1, got
+    consumer.disconnect()
+
+
+def test_distinct_keys_consumed_leave_no_memory_behind(make_gateway: Make) -> None:
+    """120,000 messages with distinct keys (a key per order, say), each consumed at once: the gateway's
+    resident memory grows by less than the key index would take if it kept them (about 220 bytes a key:
+    26 MB; it kept every key ever sent, for ever)."""
+    gateway = make_gateway(LVQ)
+    assert gateway.process is not None
+    consumer = Client(gateway.address)
+    consumer.subscribe("/queue/lvq.keys", "s")
+    raw = RawStomp(gateway.address, timeout=60)
+    raw.connect()
+
+    def batch(start: int) -> None:
+        pipelined(raw, [send_frame("/queue/lvq.keys", "v", {"_AMQ_LVQ_NAME": f"order-{index:040d}"})
+                        for index in range(start, start + 20_000)], f"b{start}", timeout=60)
+        assert len(collect(consumer, 0.3)) == 20_000
+
+    batch(0)  # (the gateway's own first growth)
+    before = rss_kib(gateway.process.pid)
+    for start in range(20_000, 140_000, 20_000):
+        batch(start)
+    grown = rss_kib(gateway.process.pid) - before
+    assert grown < 10 * 1024, f"resident memory grew by {grown} KiB for 120,000 consumed keys"
+    raw.close()
     consumer.disconnect()

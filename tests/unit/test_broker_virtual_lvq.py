@@ -18,6 +18,7 @@ from gateway.broker.operations import QueueOperations
 from gateway.broker.paging.page_file import TAIL_ROWS, Entry, PageFile, StoredTail
 from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics
+from tests.support.messages import text_of
 from tests.unit.test_broker import Sink, subscribe, text
 from tests.unit.test_page_search import Backlog
 from tests.unit.test_store_broker import Run
@@ -194,6 +195,40 @@ def test_a_message_out_for_acknowledgement_is_not_replaced(clock: Clock) -> None
     assert sink.texts() == ["1"]
     subscription.ack([sink.got[0][1]])
     assert sink.texts() == ["1", "3"], "2 was waiting: 3 replaced it"
+
+
+@pytest.mark.parametrize("mode", ["auto-live", "auto-backlog", "client-individual", "expired", "paged"])
+def test_the_key_index_holds_the_waiting_messages_keys_only(clock: Clock, mode: str) -> None:
+    """Keys whose messages were delivered, expired or paged and then delivered leave the index (it kept every
+    key ever sent: 200,000 distinct keys, all consumed, grew a gateway by 44 MB; found by
+    tests/integration/test_lvq_attacks.py); a delivery that comes back unacknowledged is the newest of its
+    key again, unless a newer one came meanwhile."""
+    broker = make(clock, memory_limit=0, destinations={"/queue/prices": DestinationLimits(
+        last_value=True, max_size=1 if mode == "paged" else 0)})
+    queue = broker.destinations.queue("/queue/prices")
+    sink = Sink()
+    ack_mode = "client-individual" if mode == "client-individual" else "auto"
+    if mode == "auto-live":
+        subscribe(broker, sink, destination="/queue/prices")
+    for index in range(100):
+        message = lvq(f"k{index}", str(index))
+        if mode == "expired":
+            message.expiration = broker.now_ms() + 500  # (expired once the clock advances a second)
+        broker.send(message)
+    assert queue.last_values is not None
+    if mode == "expired":
+        clock.advance(1)
+        queue.purge_expired()
+    elif mode != "auto-live":
+        subscription = subscribe(broker, sink, destination="/queue/prices", ack_mode=ack_mode)
+        assert len(sink.got) == 100
+        if mode == "client-individual":
+            assert len(queue.last_values) == 0
+            subscription.nack([sink.got[0][1]])  # (comes back: the newest of k0 again)
+            broker.send(lvq("k0", "newer"))
+            assert [text_of(m) for m, _ in sink.got[100:]] in (["0", "newer"], ["newer"]), sink.texts()
+            subscription.ack([tag for _, tag in sink.got[1:]])
+    assert len(queue.last_values) == 0, len(queue.last_values)
 
 
 def test_a_paged_message_is_replaced_too(clock: Clock) -> None:
