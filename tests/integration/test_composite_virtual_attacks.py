@@ -301,3 +301,59 @@ def test_pipelined_subscribe_and_send_in_one_write(make_gateway: Make) -> None:
     messages = [answer for answer in raw.until_closed() if answer.command == "MESSAGE"]  # type: ignore[union-attr]
     assert [int(m.body) for m in messages] == list(range(100))  # type: ignore[union-attr]
     raw.close()
+
+
+def test_kill_9_during_a_pipelined_composite_load_is_all_or_nothing_per_send(make_gateway: Make) -> None:
+    """2,000 composite SENDs (three queues) pipelined with receipts; kill -9 once 500 RECEIPTs are in: after
+    the restart each SEND is in every part or in none (one batch), and every receipted one is in all; a
+    virtual topic's two consumer queues fed the same way hold every receipted message."""
+    gateway = make_gateway()
+    client = Client(gateway.address)
+    for name in ("/queue/Consumer.A.VirtualTopic.load", "/queue/Consumer.B.VirtualTopic.load"):
+        client.subscribe(name, "s")
+        client.unsubscribe("s")
+    client.disconnect()
+    raw = RawStomp(gateway.address, timeout=30)
+    raw.connect()
+    raw.send(b"".join(send_frame("/queue/load.a,load.b,load.c" if index % 2 else "/topic/VirtualTopic.load",
+                                 str(index), {**PERSISTENT, "receipt": str(index)}) for index in range(2000)))
+    receipted: set[int] = set()
+    while len(receipted) < 500:
+        answer = raw.frame(timeout=30)
+        assert answer.command == "RECEIPT", answer
+        receipted.add(int(answer.headers["receipt-id"]))
+    gateway.kill()
+    raw.close()
+    gateway.start()
+    client = Client(gateway.address)
+    parts = [{int(text) for text in bodies(client, f"/queue/load.{part}")} for part in "abc"]
+    assert parts[0] == parts[1] == parts[2], [len(part) for part in parts]
+    assert {index for index in receipted if index % 2} <= parts[0]
+    for group in "AB":
+        stored = {int(text) for text in bodies(client, f"/queue/Consumer.{group}.VirtualTopic.load")}
+        assert {index for index in receipted if not index % 2} <= stored, group
+    client.disconnect()
+
+
+def test_a_transacted_composite_with_a_full_part_commits_nothing(make_gateway: Make) -> None:
+    """A transaction with composite SENDs, one part full (FAIL): the COMMIT is an ERROR and no part, nor the
+    transaction's other SENDs, got anything."""
+    gateway = make_gateway("""
+[broker.destinations."/queue/full.>"]
+max_size = "4KB"
+full_policy = "FAIL"
+""")
+    producer = Client(gateway.address)
+    producer.send("/queue/full.tx", "y" * 3500, receipt=True, headers=PERSISTENT)
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    raw.send(frame("BEGIN", {"transaction": "t"})
+             + send_frame("/queue/room.other", "alone", {**PERSISTENT, "transaction": "t"})
+             + send_frame("/queue/room.b,/queue/full.tx", "z" * 2000, {**PERSISTENT, "transaction": "t"})
+             + frame("COMMIT", {"transaction": "t", "receipt": "c"}))
+    assert raw.frame().command == "ERROR"
+    raw.close()
+    assert bodies(producer, "/queue/room.b") == []
+    assert bodies(producer, "/queue/room.other") == []
+    assert len(bodies(producer, "/queue/full.tx")) == 1
+    producer.disconnect()

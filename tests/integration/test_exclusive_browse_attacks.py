@@ -69,7 +69,7 @@ def test_a_stalled_exclusive_consumer_keeps_exclusivity_then_hands_over_on_reset
               "end")
     assert second.no_message(1.0) and plain.no_message(0.1), "a consumer got a message the exclusive one owns"
     reset(stalled)
-    got = []
+    got: list[int] = []
     redelivered = 0
     while len(got) < 300:
         message = second.message(timeout=10)
@@ -190,3 +190,89 @@ def test_a_stalled_browser_of_a_deep_queue_does_not_stall_the_gateway(make_gatew
     assert sorted(int(text.split(":")[0]) for text, _ in got) == list(range(3000))
     reset(stalled)
     other.disconnect()
+
+
+def test_exclusive_handover_with_acks_held_by_an_open_transaction(make_gateway: Make) -> None:
+    """The exclusive consumer ACKs 5 of its 10 in a transaction, then UNSUBSCRIBEs (the transaction still
+    open): the next exclusive consumer gets the 5 unacknowledged (redelivered), not the 5 held; the ABORT
+    then gives those 5 to it as well (redelivered); each of the 10 reaches it once, nothing more."""
+    gateway = make_gateway()
+    producer = Client(gateway.address)
+    for index in range(10):
+        producer.send("/queue/excl.tx", str(index), receipt=index == 9, headers=PERSISTENT)
+    first = Client(gateway.address)
+    first.subscribe("/queue/excl.tx", "x", ack="client-individual", headers={"activemq.exclusive": "true"})
+    second = Client(gateway.address)
+    second.subscribe("/queue/excl.tx", "x", ack="client-individual", headers={"activemq.exclusive": "true"})
+    got = first.messages(10)
+    first.begin("t")
+    for message in got[:5]:
+        first.ack(message, transaction="t")
+    first.unsubscribe("x")
+    taken = []
+    for _ in range(5):
+        message = second.message()
+        second.ack(message)
+        taken.append((int(message.body), message.headers.get("redelivered")))
+    assert sorted(taken) == [(index, "true") for index in range(5, 10)]
+    assert second.no_message(0.5), "a message held by the open transaction was handed over"
+    first.abort("t")
+    for _ in range(5):
+        message = second.message()
+        second.ack(message)
+        taken.append((int(message.body), message.headers.get("redelivered")))
+    assert sorted(taken) == [(index, "true") for index in range(10)]
+    assert second.no_message(0.5)
+    for client in (producer, first, second):
+        client.disconnect()
+
+
+def test_browse_with_a_selector_of_a_paged_last_value_queue(make_gateway: Make) -> None:
+    """A paged last-value queue (600 keyed 1 KB messages over 60 keys, replaced ten times each): a browser
+    with a selector sees the last value of each matching key only, in order, then the end marker."""
+    gateway = make_gateway("""
+[broker.destinations."/queue/deep.lvq"]
+last_value = true
+max_size = "32KB"
+full_policy = "PAGE"
+""")
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    pipelined(raw, [send_frame("/queue/deep.lvq", f"{index}:" + "l" * 1000,
+                               {**PERSISTENT, "_AMQ_LVQ_NAME": f"k{index % 60}", "parity": str(index % 2)})
+                    for index in range(600)], "end")
+    raw.close()
+    browser = RawStomp(gateway.address, timeout=30)
+    browser.connect()
+    browser.send(frame("SUBSCRIBE", {"destination": "/queue/deep.lvq", "id": "b", "browser": "true",
+                                     "selector": "parity = '1'"}))
+    numbers = []
+    while True:
+        message = browser.frame(timeout=30)
+        if message.headers.get("browser") == "end":
+            break
+        numbers.append(int(message.body.split(b":")[0]))
+    assert numbers == list(range(541, 600, 2)), numbers
+    browser.close()
+
+
+def test_a_wildcard_consumer_of_an_exclusive_queue_is_exclusive_there(make_gateway: Make) -> None:
+    """A wildcard queue subscription that matches a queue exclusive by policy is its exclusive consumer when
+    first: a later plain consumer of that queue gets nothing until the wildcard one leaves."""
+    gateway = make_gateway("""
+[broker.destinations."/queue/solo.>"]
+exclusive = true
+""")
+    wildcard = Client(gateway.address)
+    wildcard.subscribe("/queue/solo.>", "w")
+    plain = Client(gateway.address)
+    plain.subscribe("/queue/solo.a", "p")
+    producer = Client(gateway.address)
+    for index in range(10):
+        producer.send("/queue/solo.a", str(index), receipt=index == 9)
+    assert len(collect(wildcard, 0.5)) == 10 and plain.no_message(0.1)
+    wildcard.disconnect()
+    producer.send("/queue/solo.a", "after", receipt=True)
+    assert plain.message().body == b"after"
+    for client in (plain, producer):
+        client.disconnect()
