@@ -217,6 +217,9 @@ class SqliteSchedule:
         self._executor = executor
         self._pool: ThreadPool | None = None
         self._db: sqlite3.Connection | None = None
+        self._adding: list[tuple[list[tuple[Any, ...]], Deferred[None]]] = []
+        """Jobs handed to :meth:`add` while a write of jobs is under way: the next write takes them all."""
+        self._writing = False
 
     def _run(self, function: Callable[[sqlite3.Connection], Any]) -> Deferred[Any]:
         if self._executor is None:
@@ -245,15 +248,38 @@ class SqliteSchedule:
         return self._run(read)
 
     def add(self, jobs: list[Job]) -> Deferred[None]:
+        """Write ``jobs``; fires once they are committed.  The jobs added while a write of jobs is under way
+        share the next transaction (one commit, one fsync, for a pipelined client's scheduled SENDs: each
+        had its own, about 500 a second here, against tens of thousands of plain persistent SENDs)."""
         rows = [(job.job_id, job.due, job.period, job.repeats_left, job.occurrence, encode_message(job.message))
                 for job in jobs]
+        d: Deferred[None] = Deferred()
+        self._adding.append((rows, d))
+        if not self._writing:
+            self._write_added()
+        return d
+
+    def _write_added(self) -> None:
+        batch, self._adding = self._adding, []
+        rows = [row for part, _ in batch for row in part]
+        self._writing = True
 
         def write(db: sqlite3.Connection) -> None:
             with db:
                 db.execute("BEGIN")
                 db.executemany("INSERT INTO scheduled VALUES (?, ?, ?, ?, ?, ?)", rows)
 
-        return self._run(write)
+        def written(result: object) -> None:
+            self._writing = False
+            for _, d in batch:
+                if isinstance(result, Failure):
+                    d.errback(result)
+                else:
+                    d.callback(None)
+            if self._adding:
+                self._write_added()
+
+        self._run(write).addBoth(written)
 
     def due(self, now_ms: int, limit: int) -> Deferred[list[Job]]:
         def read(db: sqlite3.Connection) -> list[Job]:

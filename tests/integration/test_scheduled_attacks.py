@@ -252,3 +252,59 @@ def test_many_jobs_keep_their_bodies_out_of_memory(make_gateway: Make) -> None:
     consumer = Client(gateway.address)
     assert collect(consumer, 0.3) == []
     consumer.disconnect()
+
+
+def test_more_than_a_window_due_together_come_in_the_order_made(make_gateway: Make) -> None:
+    """2,500 jobs (two and a half windows of 1,000) with one delay, pipelined, due together: every one
+    arrives once, in the order the jobs were made."""
+    gateway = make_gateway()
+    consumer = Client(gateway.address)
+    consumer.subscribe("/queue/sched.window", "s")
+    raw = RawStomp(gateway.address, timeout=30)
+    raw.connect()
+    pipelined(raw, [send_frame("/queue/sched.window", str(index), {**PERSISTENT, "AMQ_SCHEDULED_DELAY": "1000"})
+                    for index in range(2500)], "end")
+    raw.close()
+    got = [int(body) for body in collect(consumer, 2.0)]
+    assert got == list(range(2500)), (len(got), got[:5])
+    consumer.disconnect()
+
+
+def test_a_job_for_a_remote_temp_queue_whose_owner_left_is_dropped(make_gateway: Make) -> None:
+    """A requester's temporary queue reached through its reply-to (``/remote-temp-queue/…``): a job for it
+    comes while the owner is there; one due after the owner left is dropped (a warning), not retried for
+    ever, and a later job elsewhere still comes."""
+    gateway = make_gateway()
+    owner = Client(gateway.address)
+    owner.subscribe("/temp-queue/replies", "r")
+    owner.send("/queue/sched.requests", "ask", receipt=True, headers={"reply-to": "/temp-queue/replies"})
+    worker = Client(gateway.address)
+    worker.subscribe("/queue/sched.requests", "w")
+    reply_to = worker.message().headers["reply-to"]
+    assert reply_to.startswith("/remote-temp-queue/"), reply_to
+    worker.send(reply_to, "soon", receipt=True, headers={"AMQ_SCHEDULED_DELAY": "300"})
+    worker.send(reply_to, "too late", receipt=True, headers={"AMQ_SCHEDULED_DELAY": "1500"})
+    worker.send("/queue/sched.after2", "kept", receipt=True, headers={"AMQ_SCHEDULED_DELAY": "2500"})
+    assert owner.message(timeout=5).body == b"soon"
+    owner.disconnect()
+    worker.subscribe("/queue/sched.after2", "a")
+    assert worker.message(timeout=5).body == b"kept"
+    gateway.wait_for_log("dropped")
+    assert gateway.log().count("refused for now") == 0, "the gone temporary queue was retried"
+    worker.disconnect()
+
+
+def test_keyed_jobs_into_a_last_value_queue_leave_the_last(make_gateway: Make) -> None:
+    """Scheduled keyed messages to a last-value queue, due one after another while nobody consumes, kill -9
+    after all are due: one message of the key remains, the last due."""
+    gateway = make_gateway('\n[broker.destinations."/queue/lvq.>"]\nlast_value = true\n')
+    producer = Client(gateway.address)
+    for index in range(5):
+        producer.send("/queue/lvq.sched", str(index), receipt=True, headers={
+            **PERSISTENT, "_AMQ_LVQ_NAME": "k", "AMQ_SCHEDULED_DELAY": str(300 + 100 * index)})
+    time.sleep(1.5)
+    gateway.kill()
+    gateway.start()
+    consumer = Client(gateway.address)
+    assert [text for text, _ in drain(consumer, "/queue/lvq.sched")] == ["4"]
+    consumer.disconnect()

@@ -3,7 +3,7 @@ jobs on disk across a restart (one timer, no bodies in memory), refusals that sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +253,36 @@ def test_many_jobs_hold_one_timer_and_no_bodies(tmp_path: Path) -> None:
         clock.advance(0.5)
     assert len(sink.got) == count
     assert sink.texts() == [f"m{i}" for i in range(count)], "in due order"
+
+
+def test_jobs_added_while_a_write_is_under_way_share_the_next_transaction(tmp_path: Path) -> None:
+    """A pipelined client's scheduled SENDs are written together: the jobs added while a write of jobs is
+    under way share one transaction (each had its own commit and fsync: 2,500 pipelined scheduled SENDs took
+    4.8 s against 0.1 s for plain persistent ones; found by tests/integration/test_scheduled_attacks.py);
+    each add fires once its jobs are committed, in order."""
+    runs: list[Callable[[], Any]] = []
+
+    def held(function: Callable[[], Any]) -> Deferred[Any]:
+        d: Deferred[Any] = Deferred()
+        runs.append(lambda: d.callback(function()))
+        return d
+
+    schedule = SqliteSchedule(str(tmp_path / "schedule.sqlite"), Clock(), executor=held)
+    runs.clear()
+    committed: list[int] = []
+    first = job_of(scheduled("first", schedule={DELAY: 1000}), now_ms=0)
+    schedule.add([first]).addCallback(lambda _: committed.append(0))
+    for index in range(1, 101):
+        job = job_of(scheduled(f"m{index}", schedule={DELAY: 1000}), now_ms=0)
+        schedule.add([job]).addCallback(lambda _, number: committed.append(number), index)
+    assert len(runs) == 1, "a write per job"
+    runs.pop(0)()
+    assert committed == [0] and len(runs) == 1
+    runs.pop(0)()
+    assert committed == list(range(101)) and not runs
+    count = schedule.open()
+    runs.pop(0)()
+    assert fired(count)[0] == 101
+    schedule.close()
+    while runs:
+        runs.pop(0)()
