@@ -9,6 +9,7 @@ stomp.py clients or a raw socket that pipelines.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Callable
 
@@ -297,4 +298,39 @@ def test_distinct_keys_consumed_leave_no_memory_behind(make_gateway: Make) -> No
     grown = rss_kib(gateway.process.pid) - before
     assert grown < 10 * 1024, f"resident memory grew by {grown} KiB for 120,000 consumed keys"
     raw.close()
+    consumer.disconnect()
+
+
+def test_values_racing_a_consumer_that_acks_and_nacks_keep_each_keys_last(make_gateway: Make) -> None:
+    """600 keyed values (3 keys) pipelined while a consumer (client-individual, prefetch 2) ACKs or NACKs
+    each delivery (a fixed pseudo-random choice, 30 % NACK): every key's last value is acknowledged once,
+    no message is acknowledged twice, and after kill -9 nothing of the queue is left."""
+    choose = random.Random(37)
+    gateway = make_gateway(LVQ, args=["--set", "broker.max_redeliveries=1000"])
+    consumer = Client(gateway.address)
+    consumer.subscribe("/queue/lvq.racing", "s", ack="client-individual", headers={"activemq.prefetchSize": "2"})
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    raw.send(b"".join(send_frame("/queue/lvq.racing", str(index), key(f"k{index % 3}")) for index in range(600))
+             + frame("BEGIN", {"transaction": "x", "receipt": "sent"}))
+    acked: list[int] = []
+    while True:
+        try:
+            message = consumer.message(timeout=2.0)
+        except AssertionError:
+            break
+        if choose.random() < 0.3:
+            consumer.nack(message, receipt=False)
+        else:
+            consumer.ack(message, receipt=False)
+            acked.append(int(message.body))
+    assert raw.frame().headers.get("receipt-id") == "sent"
+    assert len(acked) == len(set(acked)), "a message was acknowledged twice"
+    assert {597, 598, 599} <= set(acked), sorted(acked)[-10:]
+    raw.close()
+    consumer.disconnect()
+    gateway.kill()
+    gateway.start()
+    consumer = Client(gateway.address)
+    assert drain(consumer, "/queue/lvq.racing") == []
     consumer.disconnect()
