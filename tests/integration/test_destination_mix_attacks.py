@@ -6,12 +6,16 @@ taking over such a store (docs/high-availability.md).  A real gateway process (S
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.destination_attacks import collect, drain, pipelined, send_frame
 from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port, wait_for_port
 from tests.support.raw_stomp import RawStomp
 from tests.support.standby import accepts, gateway_pair
 from tests.support.stomp_clients import Client
@@ -186,3 +190,43 @@ def test_a_standby_takes_over_last_values_consumer_queues_and_jobs(tmp_path: Pat
     finally:
         standby.kill()
         active.kill()
+
+
+def console_post(port: int, action: str, destination: str) -> tuple[int, object]:
+    """``POST /console/api/<action>`` ``{"destination": …}`` on an admin endpoint without logins."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/console/api/{action}",
+                                     data=json.dumps({"destination": destination}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())["result"]
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+
+
+def test_console_purge_and_removal_of_deep_recovered_queues_take_everything(make_gateway: Make) -> None:
+    """450 persistent messages in a queue and in a virtual topic's consumer queue, kill -9 (recovered lazily,
+    read 200 rows at a time): the console's purge drops all 450 and its removal of the consumer queue
+    drops all 450 and the queue; after a restart neither message nor consumer queue comes back."""
+    admin = free_port()
+    gateway = make_gateway(f'[admin]\nlisten = ["tcp:{admin}:interface=127.0.0.1"]\n')
+    client = Client(gateway.address)
+    client.subscribe("/queue/Consumer.A.VirtualTopic.gone", "s")
+    client.unsubscribe("s")
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    pipelined(raw, [send_frame("/queue/deep.purge", str(index), PERSISTENT) for index in range(450)]
+              + [send_frame("/topic/VirtualTopic.gone", str(index), PERSISTENT) for index in range(450)], "end")
+    raw.close()
+    gateway.kill()
+    gateway.start()
+    wait_for_port(admin, timeout=15)
+    assert console_post(admin, "purge", "/queue/deep.purge") == (200, 450)
+    assert console_post(admin, "remove", "/queue/Consumer.A.VirtualTopic.gone") == (200, 450)
+    gateway.stop()
+    gateway.start()
+    client = Client(gateway.address)
+    client.send("/topic/VirtualTopic.gone", "after", receipt=True, headers=PERSISTENT)
+    assert texts(client, "/queue/deep.purge") == []
+    assert texts(client, "/queue/Consumer.A.VirtualTopic.gone") == []
+    client.disconnect()
