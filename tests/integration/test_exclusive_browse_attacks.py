@@ -276,3 +276,28 @@ exclusive = true
     assert plain.message().body == b"after"
     for client in (plain, producer):
         client.disconnect()
+
+
+def test_an_exclusive_consumer_of_a_paged_queue_gets_everything_in_order(make_gateway: Make) -> None:
+    """3,000 messages of 1 KB in a paged queue; an exclusive consumer with prefetch 10 that acknowledges
+    slowly and a plain consumer with room: the plain one gets nothing, the exclusive one all, in order."""
+    gateway = make_gateway(PAGED)
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    pipelined(raw, [send_frame("/queue/deep.excl", f"{index}:" + "x" * 1000, PERSISTENT) for index in range(3000)],
+              "end", timeout=60)
+    raw.close()
+    owner = Client(gateway.address)
+    owner.subscribe("/queue/deep.excl", "x", ack="client-individual",
+                    headers={"activemq.exclusive": "true", "activemq.prefetchSize": "10"})
+    plain = Client(gateway.address)
+    plain.subscribe("/queue/deep.excl", "p")
+    got = []
+    for _ in range(3000):
+        message = owner.message()
+        owner.ack(message, receipt=False)
+        got.append(int(message.body.split(b":")[0]))
+    assert got == list(range(3000))
+    assert plain.no_message(0.5)
+    owner.disconnect()
+    plain.disconnect()

@@ -308,3 +308,39 @@ def test_keyed_jobs_into_a_last_value_queue_leave_the_last(make_gateway: Make) -
     consumer = Client(gateway.address)
     assert [text for text, _ in drain(consumer, "/queue/lvq.sched")] == ["4"]
     consumer.disconnect()
+
+
+def test_an_occurrence_refused_by_a_full_destination_is_tried_again_until_it_fits(make_gateway: Make) -> None:
+    """Jobs due into a queue that is full (full_policy FAIL): refused for now, tried again every second, and
+    delivered once room is made, each once; none dropped."""
+    gateway = make_gateway("""
+[broker.destinations."/queue/sched.full"]
+max_size = "4KB"
+full_policy = "FAIL"
+""")
+    producer = Client(gateway.address)
+    producer.send("/queue/sched.full", "f" * 3500, receipt=True, headers=PERSISTENT)
+    for index in range(3):
+        producer.send("/queue/sched.full", f"job{index}", receipt=True,
+                      headers={**PERSISTENT, "AMQ_SCHEDULED_DELAY": "300"})
+    gateway.wait_for_log("refused for now")
+    consumer = Client(gateway.address)
+    consumer.subscribe("/queue/sched.full", "s")
+    got = [body.decode() for body in collect(consumer, 3.0)]
+    assert got[0] == "f" * 3500 and sorted(got[1:]) == ["job0", "job1", "job2"], got
+    consumer.disconnect()
+    producer.disconnect()
+
+
+def test_a_non_persistent_job_across_kill_9(make_gateway: Make) -> None:
+    """A receipted non-persistent scheduled SEND, kill -9 before it is due: the job is on disk (the RECEIPT
+    came once it was, whatever the message's persistence), so it comes after the restart, once."""
+    gateway = make_gateway()
+    producer = Client(gateway.address)
+    producer.send("/queue/sched.np", "np", receipt=True, headers={"persistent": "false", "AMQ_SCHEDULED_DELAY": "1500"})
+    gateway.kill()
+    gateway.start()
+    consumer = Client(gateway.address)
+    consumer.subscribe("/queue/sched.np", "s")
+    assert collect(consumer, 3.0) == [b"np"]
+    consumer.disconnect()
