@@ -230,3 +230,47 @@ def test_console_purge_and_removal_of_deep_recovered_queues_take_everything(make
     assert texts(client, "/queue/deep.purge") == []
     assert texts(client, "/queue/Consumer.A.VirtualTopic.gone") == []
     client.disconnect()
+
+
+def test_a_takeover_in_the_middle_of_a_pipelined_load(tmp_path: Path) -> None:
+    """Keyed values to a last-value queue and composite SENDs pipelined with receipts; the active gateway is
+    killed once 300 RECEIPTs are in: the standby holds one value per key, not older than the last receipted
+    one, and each composite SEND in both parts or in neither, every receipted one in both."""
+    lvq = '\n[broker.destinations."/queue/lvq.>"]\nlast_value = true\n'
+    active, _, standby, _ = gateway_pair(tmp_path, extra_config=lvq)
+    try:
+        raw = RawStomp(active.address, timeout=30)
+        raw.connect()
+        frames = []
+        for index in range(1500):
+            if index % 2:
+                frames.append(send_frame("/queue/lvq.mid", str(index),
+                                         {**PERSISTENT, "_AMQ_LVQ_NAME": f"k{index % 5}", "receipt": str(index)}))
+            else:
+                frames.append(send_frame("/queue/mid.a,/queue/mid.b", str(index),
+                                         {**PERSISTENT, "receipt": str(index)}))
+        raw.send(b"".join(frames))
+        receipted: set[int] = set()
+        while len(receipted) < 300:
+            answer = raw.frame(timeout=30)
+            assert answer.command == "RECEIPT", answer
+            receipted.add(int(answer.headers["receipt-id"]))
+        active.kill()
+        raw.close()
+        wait_until(lambda: accepts(standby.port), 30, "the standby's takeover")
+        client = Client(standby.address)
+        values = drain(client, "/queue/lvq.mid")
+        by_key: dict[str, list[int]] = {}
+        for text, headers in values:
+            by_key.setdefault(headers["_AMQ_LVQ_NAME"], []).append(int(text))
+        assert all(len(kept) == 1 for kept in by_key.values()), by_key
+        for index in receipted:
+            if index % 2:
+                assert by_key[f"k{index % 5}"][0] >= index, (index, by_key)
+        parts = [{int(text) for text in texts(client, queue)} for queue in ("/queue/mid.a", "/queue/mid.b")]
+        assert parts[0] == parts[1]
+        assert {index for index in receipted if not index % 2} <= parts[0]
+        client.disconnect()
+    finally:
+        standby.kill()
+        active.kill()
