@@ -7,7 +7,6 @@ taking over such a store (docs/high-availability.md).  A real gateway process (S
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -66,10 +65,12 @@ def test_a_scheduled_send_to_a_virtual_topic_reaches_every_consumer_queue_after_
     client.send("/topic/VirtualTopic.later", "due", receipt=True, headers={**PERSISTENT, "AMQ_SCHEDULED_DELAY": "1500"})
     gateway.kill()
     gateway.start()
-    time.sleep(2.0)
     client = Client(gateway.address)
-    assert texts(client, "/queue/Consumer.A.VirtualTopic.later") == ["due"]
-    assert texts(client, "/queue/Consumer.B.VirtualTopic.later") == ["due"]
+    client.subscribe("/queue/Consumer.A.VirtualTopic.later", "a")
+    client.subscribe("/queue/Consumer.B.VirtualTopic.later", "b")
+    got = sorted((m.body, m.headers["destination"]) for m in client.messages(2, timeout=15))
+    assert got == [(b"due", "/queue/Consumer.A.VirtualTopic.later"), (b"due", "/queue/Consumer.B.VirtualTopic.later")]
+    assert client.no_message(1.0)
     client.disconnect()
 
 

@@ -302,7 +302,7 @@ def test_keyed_jobs_into_a_last_value_queue_leave_the_last(make_gateway: Make) -
     for index in range(5):
         producer.send("/queue/lvq.sched", str(index), receipt=True, headers={
             **PERSISTENT, "_AMQ_LVQ_NAME": "k", "AMQ_SCHEDULED_DELAY": str(300 + 100 * index)})
-    time.sleep(1.5)
+    time.sleep(3.0)  # (the last is due 0.7 s after its SEND: a margin for a loaded host)
     gateway.kill()
     gateway.start()
     consumer = Client(gateway.address)
