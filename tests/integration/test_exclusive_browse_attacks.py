@@ -15,8 +15,11 @@ import struct
 import time
 from collections.abc import Callable
 
+import websocket
+
 from tests.support.destination_attacks import collect, drain, frame, pipelined, send_frame
 from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port
 from tests.support.raw_stomp import RawStomp
 from tests.support.stomp_clients import Client
 
@@ -301,3 +304,45 @@ def test_an_exclusive_consumer_of_a_paged_queue_gets_everything_in_order(make_ga
     assert plain.no_message(0.5)
     owner.disconnect()
     plain.disconnect()
+
+
+def test_over_websocket_a_browse_and_an_exclusive_handover(make_gateway: Make) -> None:
+    """STOMP over WebSocket: a browse of 1,000 paged messages (stomp.py) ends with the end marker and consumes
+    nothing; an exclusive consumer over WebSocket reset by its peer hands its 5 unacknowledged messages to
+    the next exclusive one, flagged redelivered, then the rest in order."""
+    ws_port = free_port()
+    gateway = make_gateway(PAGED, args=["--listen", f"ws:tcp:{ws_port}:interface=127.0.0.1"])
+    gateway.wait_for_log(f"ws:tcp:{ws_port}")
+    ws = ("127.0.0.1", ws_port)
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    pipelined(raw, [send_frame("/queue/deep.ws", f"{index}:" + "w" * 1000, PERSISTENT) for index in range(1000)],
+              "end")
+    raw.close()
+    browser = Client(ws, ws_path="/")
+    browser.subscribe("/queue/deep.ws", "b", headers={"browser": "true"})
+    seen = browser.messages(1001, timeout=15)
+    assert seen[-1].headers.get("browser") == "end"
+    assert [int(m.body.split(b":")[0]) for m in seen[:-1]] == list(range(1000))
+    browser.disconnect()
+    # (the first is websocket-client's own socket: stomp.py's WebSocket transport leaves the TCP connection
+    # open when told to drop it, so the gateway would rightly wait for it)
+    first = websocket.create_connection(f"ws://127.0.0.1:{ws_port}/", subprotocols=["v12.stomp"], timeout=10)
+    first.send("CONNECT\naccept-version:1.2\nhost:x\n\n\x00")
+    assert str(first.recv()).startswith("CONNECTED")
+    first.send("SUBSCRIBE\ndestination:/queue/deep.ws\nid:x\nack:client-individual\nactivemq.exclusive:true\n"
+               "activemq.prefetchSize:5\n\n\x00")
+    assert all(str(first.recv()).startswith("MESSAGE") for _ in range(5))
+    second = Client(ws, ws_path="/")
+    second.subscribe("/queue/deep.ws", "x", ack="client-individual", headers={"activemq.exclusive": "true"})
+    assert second.no_message(0.5)
+    assert first.sock is not None
+    reset(first.sock)
+    got = []
+    for _ in range(1000):
+        message = second.message()
+        second.ack(message, receipt=False)
+        got.append((int(message.body.split(b":")[0]), message.headers.get("redelivered")))
+    assert [number for number, _ in got] == list(range(1000))
+    assert [flag for _, flag in got[:5]] == ["true"] * 5
+    second.disconnect()
