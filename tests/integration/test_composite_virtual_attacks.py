@@ -290,17 +290,24 @@ def test_wildcard_subscription_to_consumer_queues(make_gateway: Make) -> None:
 
 
 def test_pipelined_subscribe_and_send_in_one_write(make_gateway: Make) -> None:
-    """SUBSCRIBE to a new group's queue and SENDs to the topic in one write: the queue exists from the
-    SUBSCRIBE, so it gets every SEND that follows in the write."""
+    """SUBSCRIBE to a new group's queue, 100 SENDs to the topic and DISCONNECT in one write: the queue exists
+    from the SUBSCRIBE, so every SEND that follows is in it, delivered to this connection before it left or
+    waiting there for the group's next consumer (its consumer starts once the queue is recorded, as a new
+    durable subscription's does), each once."""
     gateway = make_gateway()
     raw = RawStomp(gateway.address)
     raw.connect()
     raw.send(frame("SUBSCRIBE", {"destination": "/queue/Consumer.P.VirtualTopic.pipe", "id": "s", "ack": "auto"})
              + b"".join(send_frame("/topic/VirtualTopic.pipe", str(index)) for index in range(100))
              + frame("DISCONNECT", {"receipt": "bye"}))
-    messages = [answer for answer in raw.until_closed() if answer.command == "MESSAGE"]  # type: ignore[union-attr]
-    assert [int(m.body) for m in messages] == list(range(100))  # type: ignore[union-attr]
+    delivered = [int(answer.body) for answer in raw.until_closed()  # type: ignore[union-attr]
+                 if answer.command == "MESSAGE"]  # type: ignore[union-attr]
     raw.close()
+    client = Client(gateway.address)
+    waiting = [int(text) for text in bodies(client, "/queue/Consumer.P.VirtualTopic.pipe")]
+    client.disconnect()
+    assert sorted(delivered + waiting) == list(range(100))
+    assert delivered == sorted(delivered) and waiting == sorted(waiting)
 
 
 def test_kill_9_during_a_pipelined_composite_load_is_all_or_nothing_per_send(make_gateway: Make) -> None:

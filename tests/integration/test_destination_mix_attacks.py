@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.destination_attacks import collect, drain, pipelined, send_frame
+from tests.support.destination_attacks import collect, drain, frame, pipelined, send_frame
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port, wait_for_port
 from tests.support.raw_stomp import RawStomp
@@ -275,3 +275,25 @@ def test_a_takeover_in_the_middle_of_a_pipelined_load(tmp_path: Path) -> None:
     finally:
         standby.kill()
         active.kill()
+
+
+def test_a_receipted_subscribe_makes_a_consumer_queue_that_survives_kill_9_at_once(make_gateway: Make) -> None:
+    """A SUBSCRIBE to a new group's queue, kill -9 the moment its RECEIPT is read (no other write after it),
+    three times: after each restart the group's queue exists, without consumers, and gets the topic's next
+    message (its RECEIPT came before its record was stored: the group could miss everything)."""
+    gateway = make_gateway()
+    for group in range(3):
+        raw = RawStomp(gateway.address)
+        raw.connect()
+        raw.send(frame("SUBSCRIBE", {"destination": f"/queue/Consumer.G{group}.VirtualTopic.k9", "id": "s",
+                                     "receipt": "sub"}))
+        assert raw.frame().headers.get("receipt-id") == "sub"
+        gateway.kill()
+        raw.close()
+        gateway.start()
+        client = Client(gateway.address)
+        client.send("/topic/VirtualTopic.k9", f"after{group}", receipt=True, headers=PERSISTENT)
+        for earlier in range(group + 1):
+            got = texts(client, f"/queue/Consumer.G{earlier}.VirtualTopic.k9", quiet=0.3)
+            assert got == [f"after{group}"], (earlier, group, got)
+        client.disconnect()

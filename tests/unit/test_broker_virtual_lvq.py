@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from gateway.broker.broker import EmbeddedBroker
@@ -17,6 +18,7 @@ from gateway.broker.last_value import LVQ_HEADER, LastValues
 from gateway.broker.operations import QueueOperations
 from gateway.broker.paging.page_file import TAIL_ROWS, Entry, PageFile, StoredTail
 from gateway.broker.settings import BrokerSettings, DestinationLimits
+from gateway.broker.store.memory_store import MemoryStore
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics
 from tests.support.messages import text_of
 from tests.unit.test_broker import Sink, subscribe, text
@@ -157,6 +159,44 @@ def _spec(destination: str) -> Any:
 
 def lvq(key: str, body: str, destination: str = "/queue/prices") -> Any:
     return text(destination, body, properties={LVQ_HEADER: key})
+
+
+class HeldRecords(MemoryStore):
+    """A store whose durable records (a consumer queue's among them) are stored when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[Deferred[None]] = []
+
+    def add_durable(self, key: str, destination: str, selector: str | None,
+                    owner: str | None = None) -> Deferred[None]:
+        super().add_durable(key, destination, selector, owner)
+        self.held.append(Deferred())
+        return self.held[-1]
+
+
+def test_a_subscribe_that_makes_a_consumer_queue_waits_for_its_record(clock: Clock) -> None:
+    """The SUBSCRIBE that makes a virtual topic's consumer queue (and one to it meanwhile) completes, and
+    its consumer starts, once the queue's record is stored: its RECEIPT came before, so kill -9 right
+    after it could forget the group's queue and the group missed what the topic got (found by
+    tests/integration/test_destination_mix_attacks.py at a load average of 6). A queue already recorded is
+    subscribed at once."""
+    store = HeldRecords()
+    broker = EmbeddedBroker(clock, BrokerSettings(), store)
+    broker.start()
+    queue = "/queue/Consumer.A.VirtualTopic.orders"
+    first, second = Sink(), Sink()
+    subscribed: list[object] = []
+    broker.subscribe(_spec(queue), first).addCallback(subscribed.append)
+    broker.subscribe(_spec(queue), second).addCallback(subscribed.append)
+    broker.send(text(VT, "early"))
+    assert subscribed == [] and first.got == [] and second.got == [] and len(store.held) == 1
+    store.held[0].callback(None)
+    assert len(subscribed) == 2
+    assert first.texts() + second.texts() == ["early"]
+    later = Sink()
+    broker.subscribe(_spec(queue), later).addCallback(subscribed.append)
+    assert len(subscribed) == 3
 
 
 def test_last_values_index() -> None:
