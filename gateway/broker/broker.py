@@ -146,6 +146,8 @@ class EmbeddedBroker:
         self._persist_all = not isinstance(self.store, MemoryStore)
         self._bookkeeping = True
         self._subscribing: set[str] = set()
+        self._recording: dict[str, list[Deferred[None]]] = {}
+        """Virtual topics' consumer queues whose record is being stored: the SUBSCRIBEs waiting for it."""
         """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._publishing = PublicationOrder()
         grouped = IGroupedWrites.providedBy(self.store)
@@ -539,6 +541,15 @@ class EmbeddedBroker:
             return fail(error)
         if recorded is None:
             return succeed(subscription)
+        if not subscription.queue.durable:
+            # A virtual topic's consumer queue that its first SUBSCRIBE made: until 2026-11-29 its record
+            # was not waited for, so kill -9 right after the RECEIPT could forget the group's queue.
+            def attach(_: object) -> ISubscription:
+                if not subscription.closed:
+                    subscription.queue.add_consumer(subscription)
+                return subscription
+
+            return recorded.addCallback(attach)
         # A new durable subscription exists once its record is stored; only
         # then does its consumer start receiving.  Until then it is claimed:
         # a second SUBSCRIBE to it is refused as if it were active.
@@ -568,6 +579,11 @@ class EmbeddedBroker:
         if kind == "queue":
             queue = self.destinations.queue(spec.destination)
             subscription = QueueSubscription(queue, spec, consumer, selector)
+            waiting = self._recording.get(spec.destination)
+            if waiting is not None:  # (a virtual topic's new consumer queue: it consumes once it is recorded)
+                recorded = Deferred()
+                waiting.append(recorded)
+                return subscription, recorded
             queue.add_consumer(subscription)
             return subscription, None
         if spec.durable_name:
@@ -640,8 +656,19 @@ class EmbeddedBroker:
     # -- internals ---------------------------------------------------------
 
     def _record_consumer_queue(self, destination: str, topic: str) -> None:
-        """A virtual topic's consumer queue exists from now on, across restarts."""
-        self.store.add_durable(record_key(destination), topic, None).addErrback(self._store_failed)
+        """A virtual topic's consumer queue exists from now on, across restarts: its record is stored, and
+        a SUBSCRIBE that made it (or came meanwhile) takes effect, and is receipted, once it is."""
+        waiting: list[Deferred[None]] = []
+        self._recording[destination] = waiting
+
+        def recorded(result: object) -> object:
+            if self._recording.get(destination) is waiting:
+                del self._recording[destination]
+            for subscribed in waiting:
+                subscribed.callback(None)
+            return result
+
+        self.store.add_durable(record_key(destination), topic, None).addBoth(recorded).addErrback(self._store_failed)
 
     def forget_queue(self, destination: str) -> Deferred[None]:
         """A deleted queue stops being a virtual topic's consumer queue (in the store too)."""

@@ -238,6 +238,8 @@ class MessageQueue:
         """``entry`` left the heap for good (delivered, expired, removed)."""
         self.memory -= entry[3]
         self.usage.release(entry[3])
+        if self.last_values is not None:
+            self.last_values.forget(entry[2])
 
     def _page_out(self, entry: Entry) -> bool:
         page = self.page
@@ -334,6 +336,8 @@ class MessageQueue:
                         else:
                             self.dequeued += 1
                             self.owner.auto_consumed(self, message)
+                            if self.last_values is not None:
+                                self.last_values.forget(message)
                     finally:
                         self._dispatching = False
                     page = self.page
@@ -374,6 +378,8 @@ class MessageQueue:
             return False  # (self.full(size), read here without a call)
         self._rr = 1  # (as _pick with one consumer)
         self._dispatching = True
+        if self.last_values is not None:
+            self.last_values.forget(message)  # (a refusal puts it back: requeue)
         try:
             target.take(entry[1], message)
         finally:
@@ -402,6 +408,8 @@ class MessageQueue:
 
     def requeue(self, message: Message, seq: int) -> None:
         """Put a message back at its original place in the order."""
+        if self.last_values is not None:
+            self.last_values.restore(message)
         self._add((-message.priority, seq, message, message_size(message)))
 
     def _add(self, entry: Entry) -> None:
@@ -446,6 +454,8 @@ class MessageQueue:
         if page is not None and page.count:
             for entry in self._taken_from_page(page.take_expired(now)):
                 dropped += 1
+                if self.last_values is not None:
+                    self.last_values.forget(entry[2])
                 self.owner.expired(self, entry[2])
         return dropped
 

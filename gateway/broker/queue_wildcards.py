@@ -33,6 +33,11 @@ class _QueueTagger:
         self.name = name
 
     def deliver(self, message: Message, tag: Any) -> bool | None:
+        if message.destination != self.name:
+            # (a virtual topic's copy names its topic: the consumer is handed it under its consumer queue's
+            # name, which a plain subscription to that queue shows too; the queue keeps its own)
+            message = message.copy()
+            message.destination = self.name
         delivered: bool | None = self.parent.consumer.deliver(message, (self.name, tag))
         return delivered
 

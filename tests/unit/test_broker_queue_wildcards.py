@@ -166,3 +166,19 @@ def test_the_expiry_sweep_skips_backlogs_without_expirations_and_still_finds_lat
     clock.advance(2)  # (the broker's sweep runs every second)
     assert len(broker.queues["/queue/x.a"]) == 2 and broker.queues["/queue/x.a"].expired_count == 1  # (+1 in flight)
     assert "short" not in sink.texts()
+
+
+def test_a_virtual_topics_copies_show_their_consumer_queue(broker: EmbeddedBroker) -> None:
+    """A wildcard consumer of virtual topics' consumer queues is handed each copy under its consumer queue's
+    name, as a plain subscription to that queue shows it (the copy named the topic: its MESSAGE showed
+    ``/topic/VirtualTopic.…``; found by tests/integration/test_composite_virtual_attacks.py)."""
+    for name in ("/queue/Consumer.A.VirtualTopic.one", "/queue/Consumer.A.VirtualTopic.two"):
+        broker.destinations.queue(name)
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/Consumer.A.VirtualTopic.>", ack_mode="client-individual")
+    broker.send(text("/topic/VirtualTopic.one", "1"))
+    broker.send(text("/topic/VirtualTopic.two", "2"))
+    broker.send(text("/queue/Consumer.A.VirtualTopic.two", "direct"))
+    assert sorted(shown(sink)) == [("/queue/Consumer.A.VirtualTopic.one", "1"),
+                                   ("/queue/Consumer.A.VirtualTopic.two", "2"),
+                                   ("/queue/Consumer.A.VirtualTopic.two", "direct")]

@@ -10,14 +10,19 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.last_value import LVQ_HEADER, LastValues
 from gateway.broker.operations import QueueOperations
+from gateway.broker.paging.page_file import TAIL_ROWS, Entry, PageFile, StoredTail
 from gateway.broker.settings import BrokerSettings, DestinationLimits
+from gateway.broker.store.memory_store import MemoryStore
 from gateway.broker.virtual_topics import VirtualTopicNames, VirtualTopics
+from tests.support.messages import text_of
 from tests.unit.test_broker import Sink, subscribe, text
+from tests.unit.test_page_search import Backlog
 from tests.unit.test_store_broker import Run
 from tests.unit.test_store_broker import Sink as StoredSink
 from tests.unit.test_store_broker import text as stored_text
@@ -156,6 +161,44 @@ def lvq(key: str, body: str, destination: str = "/queue/prices") -> Any:
     return text(destination, body, properties={LVQ_HEADER: key})
 
 
+class HeldRecords(MemoryStore):
+    """A store whose durable records (a consumer queue's among them) are stored when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[Deferred[None]] = []
+
+    def add_durable(self, key: str, destination: str, selector: str | None,
+                    owner: str | None = None) -> Deferred[None]:
+        super().add_durable(key, destination, selector, owner)
+        self.held.append(Deferred())
+        return self.held[-1]
+
+
+def test_a_subscribe_that_makes_a_consumer_queue_waits_for_its_record(clock: Clock) -> None:
+    """The SUBSCRIBE that makes a virtual topic's consumer queue (and one to it meanwhile) completes, and
+    its consumer starts, once the queue's record is stored: its RECEIPT came before, so kill -9 right
+    after it could forget the group's queue and the group missed what the topic got (found by
+    tests/integration/test_destination_mix_attacks.py at a load average of 6). A queue already recorded is
+    subscribed at once."""
+    store = HeldRecords()
+    broker = EmbeddedBroker(clock, BrokerSettings(), store)
+    broker.start()
+    queue = "/queue/Consumer.A.VirtualTopic.orders"
+    first, second = Sink(), Sink()
+    subscribed: list[object] = []
+    broker.subscribe(_spec(queue), first).addCallback(subscribed.append)
+    broker.subscribe(_spec(queue), second).addCallback(subscribed.append)
+    broker.send(text(VT, "early"))
+    assert subscribed == [] and first.got == [] and second.got == [] and len(store.held) == 1
+    store.held[0].callback(None)
+    assert len(subscribed) == 2
+    assert first.texts() + second.texts() == ["early"]
+    later = Sink()
+    broker.subscribe(_spec(queue), later).addCallback(subscribed.append)
+    assert len(subscribed) == 3
+
+
 def test_last_values_index() -> None:
     values = LastValues()
     assert values.replace(lvq("a", "1")) is None
@@ -192,6 +235,40 @@ def test_a_message_out_for_acknowledgement_is_not_replaced(clock: Clock) -> None
     assert sink.texts() == ["1"]
     subscription.ack([sink.got[0][1]])
     assert sink.texts() == ["1", "3"], "2 was waiting: 3 replaced it"
+
+
+@pytest.mark.parametrize("mode", ["auto-live", "auto-backlog", "client-individual", "expired", "paged"])
+def test_the_key_index_holds_the_waiting_messages_keys_only(clock: Clock, mode: str) -> None:
+    """Keys whose messages were delivered, expired or paged and then delivered leave the index (it kept every
+    key ever sent: 200,000 distinct keys, all consumed, grew a gateway by 44 MB; found by
+    tests/integration/test_lvq_attacks.py); a delivery that comes back unacknowledged is the newest of its
+    key again, unless a newer one came meanwhile."""
+    broker = make(clock, memory_limit=0, destinations={"/queue/prices": DestinationLimits(
+        last_value=True, max_size=1 if mode == "paged" else 0)})
+    queue = broker.destinations.queue("/queue/prices")
+    sink = Sink()
+    ack_mode = "client-individual" if mode == "client-individual" else "auto"
+    if mode == "auto-live":
+        subscribe(broker, sink, destination="/queue/prices")
+    for index in range(100):
+        message = lvq(f"k{index}", str(index))
+        if mode == "expired":
+            message.expiration = broker.now_ms() + 500  # (expired once the clock advances a second)
+        broker.send(message)
+    assert queue.last_values is not None
+    if mode == "expired":
+        clock.advance(1)
+        queue.purge_expired()
+    elif mode != "auto-live":
+        subscription = subscribe(broker, sink, destination="/queue/prices", ack_mode=ack_mode)
+        assert len(sink.got) == 100
+        if mode == "client-individual":
+            assert len(queue.last_values) == 0
+            subscription.nack([sink.got[0][1]])  # (comes back: the newest of k0 again)
+            broker.send(lvq("k0", "newer"))
+            assert [text_of(m) for m, _ in sink.got[100:]] in (["0", "newer"], ["newer"]), sink.texts()
+            subscription.ack([tag for _, tag in sink.got[1:]])
+    assert len(queue.last_values) == 0, len(queue.last_values)
 
 
 def test_a_paged_message_is_replaced_too(clock: Clock) -> None:
@@ -258,3 +335,52 @@ def test_a_free_groups_message_paged_out_behind_blocked_groups_is_found(clock: C
     other = Sink()
     subscribe(broker, other, destination="/queue/g", prefetch=1)
     assert [t[:2] for t in other.texts() if t] == ["b0"]
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+def test_a_recovered_backlog_deeper_than_one_read_is_replaced_whole(make_run: Callable[..., Run], lazy: bool) -> None:
+    """A stored backlog holding several values of a key (their removal not yet written when the process died;
+    here: stored before the queue became a last-value queue) keeps only each key's last after the restart,
+    however deep: lazy recovery reads a stored backlog 200 rows at a time, and a last-value queue read only the
+    first 200 back (found by tests/integration/test_lvq_attacks.py: 500 pipelined SENDs of 10 keys, kill -9
+    right after their RECEIPTs, 310 messages came back instead of 10)."""
+    run = make_run(BrokerSettings(persistence="sqlite"), lazy_recovery=lazy)
+    run.start()
+    run.send(*[stored_text("/queue/prices", str(index), properties={LVQ_HEADER: f"k{index % 10}"})
+               for index in range(500)])
+    run.settle()
+    run.crash()
+    run.settings = BrokerSettings(persistence="sqlite",
+                                  destinations={"/queue/prices": DestinationLimits(last_value=True)})
+    broker = run.start()
+    sink = StoredSink()
+    run.wait(broker.subscribe(_spec("/queue/prices"), sink))
+    assert sorted(int(m.text) for m, _ in sink.got) == list(range(490, 500))  # type: ignore[attr-defined]
+
+
+def test_take_all_takes_a_recovered_backlog_deeper_than_one_read() -> None:
+    """:meth:`QueuePage.take_all` takes every paged message, a recovered backlog of more than one read's rows
+    (:data:`TAIL_ROWS`) included, in order (it took the first read's only)."""
+    page = PageFile(None).queue()
+    entries: list[Entry] = [(-4, seq, stored_text("/queue/p", str(seq)), 100) for seq in range(2 * TAIL_ROWS + 50)]
+    page.attach(StoredTail(Backlog(entries[:-20]), "/queue/p", len(entries) - 20, 0))
+    for entry in entries[-20:]:
+        page.add(*entry)
+    taken = page.take_all()
+    assert [seq for _, seq, _, _ in taken] == [seq for _, seq, _, _ in entries]
+    assert page.count == 0
+
+
+def test_a_purge_takes_a_recovered_backlog_deeper_than_one_read(make_run: Callable[..., Run]) -> None:
+    """A purge of a queue whose recovered backlog (lazy recovery) is deeper than one read drops all of it,
+    from the store too (it dropped the first 200: the rest came back to consumers)."""
+    run = make_run(BrokerSettings(persistence="sqlite"), lazy_recovery=True)
+    run.start()
+    run.send(*[stored_text("/queue/deep", str(index)) for index in range(450)])
+    run.settle()
+    broker = run.restart()
+    assert run.wait(QueueOperations(broker).purge("/queue/deep")) == 450
+    broker = run.restart()
+    sink = StoredSink()
+    run.wait(broker.subscribe(_spec("/queue/deep"), sink))
+    assert sink.got == []

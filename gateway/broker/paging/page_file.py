@@ -734,10 +734,15 @@ class QueuePage:
         return taken
 
     def take_all(self) -> list[Entry]:
-        """Take every paged message, in order."""
-        if not self.count:
-            return []
-        return self.read(self.count, 2**62)
+        """Take every paged message, in order (a recovered backlog is read :data:`TAIL_ROWS` at a time:
+        read until nothing is left; until 2026-11-29 only the first read was taken)."""
+        taken: list[Entry] = []
+        while self.count:
+            entries = self.read(self.count, 2**62)
+            if not entries:
+                break
+            taken.extend(entries)
+        return taken
 
     def peek(self, limit: int) -> list[Entry]:
         """The first ``limit`` paged messages, left where they are."""
