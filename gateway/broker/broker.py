@@ -146,9 +146,9 @@ class EmbeddedBroker:
         self._persist_all = not isinstance(self.store, MemoryStore)
         self._bookkeeping = True
         self._subscribing: set[str] = set()
+        """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._recording: dict[str, list[Deferred[None]]] = {}
         """Virtual topics' consumer queues whose record is being stored: the SUBSCRIBEs waiting for it."""
-        """Keys of durable subscriptions whose first SUBSCRIBE waits for its record."""
         self._publishing = PublicationOrder()
         grouped = IGroupedWrites.providedBy(self.store)
         writes: Any = self.store  # (an IGroupedWrites when ``grouped``)
