@@ -63,45 +63,67 @@ def wildcard_covered(destination: str, patterns: Iterable[str]) -> bool:
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """``pattern`` read as :func:`fnmatch.fnmatchcase` reads it, as a regular expression in which only
-    a ``*`` can match :data:`_ANY`."""
+    """``pattern`` read as :func:`fnmatch.fnmatchcase` reads it (``*``, ``?``, ``[...]`` with ``!``
+    and ranges, an unclosed ``[`` literal), as a regular expression in which only a ``*`` can match
+    :data:`_ANY`."""
     found = _globs.get(pattern)
     if found is not None:
         return found
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        i += 1
-        if c == "*":
-            out.append(".*")
-        elif c == "?":
-            out.append(f"[^{_ANY}]")
-        elif c == "[":
-            j = i
-            if j < n and pattern[j] == "!":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j >= n:
-                out.append("\\[")
-                continue
-            stuff = re.sub(r"([&~|\[])", r"\\\1", pattern[i:j].replace("\\", "\\\\"))
-            i = j + 1
-            if stuff.startswith("!"):
-                stuff = "^" + stuff[1:]
-            elif stuff.startswith("^"):
-                stuff = "\\" + stuff
-            out.append(f"(?!{_ANY})[{stuff}]")
+    pieces: list[str] = []
+    at = 0
+    while at < len(pattern):
+        char = pattern[at]
+        close = _class_end(pattern, at) if char == "[" else -1
+        if char == "*":
+            pieces.append(".*")
+        elif char == "?":
+            pieces.append(f"[^{_ANY}]")
+        elif close > 0:
+            members = pattern[at + 1:close]
+            negated = members.startswith("!")
+            body = _class_members(members[1:] if negated else members)
+            if body:
+                pieces.append(f"(?!{_ANY})[{'^' if negated else ''}{body}]")
+            else:  # (only empty ranges: nothing, or with ! any character)
+                pieces.append(f"[^{_ANY}]" if negated else "(?!)")
+            at = close
         else:
-            out.append(re.escape(c))
-    compiled = re.compile("(?s:" + "".join(out) + r")\Z")
+            pieces.append(re.escape(char))
+        at += 1
+    compiled = re.compile("(?s:" + "".join(pieces) + r")\Z")
     if len(_globs) >= _COVER_CACHE_LIMIT:
         _globs.clear()
     _globs[pattern] = compiled
     return compiled
+
+
+def _class_members(members: str) -> str:
+    """A ``[...]`` class's members as a regular expression's: single characters and ``a-z`` ranges,
+    each escaped; a range whose end is before its start is empty and left out."""
+    out: list[str] = []
+    at = 0
+    while at < len(members):
+        if at + 2 < len(members) and members[at + 1] == "-":
+            low, high = members[at], members[at + 2]
+            if low <= high:
+                out.append(f"{re.escape(low)}-{re.escape(high)}")
+            at += 3
+        else:
+            out.append(re.escape(members[at]))
+            at += 1
+    return "".join(out)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the ``[...]`` class opened at ``start`` closes (a ``]`` right after ``[`` or ``[!`` is a
+    member), -1 when it never does (the ``[`` is then an ordinary character)."""
+    at = start + 1
+    if pattern[at:at + 1] == "!":
+        at += 1
+    if pattern[at:at + 1] == "]":
+        at += 1
+    close = pattern.find("]", at)
+    return close
 
 
 KINDS = ("/queue/", "/topic/", "/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")
