@@ -70,8 +70,12 @@ _FIELD_HEADERS = frozenset({"amq-msg-type", "correlation-id", "reply-to", "type"
 _new_instance = object.__new__
 
 
-def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: int | None = None) -> Message:
+def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: int | None = None,
+                     memo: PropertyMemo | None = None) -> Message:
     """Turn a SEND frame into a Text or Bytes message (no destination checks).
+
+    ``memo`` (one per producing connection, :class:`PropertyMemo`) gives the properties of a SEND whose
+    headers are those of the connection's last SEND with properties without reading them again.
 
     Raises :class:`StompProtocolError` for a body that is not UTF-8 where text
     is required, or a header value of the wrong form (the first of: ``amq-msg-type``,
@@ -136,16 +140,80 @@ def frame_to_message(frame: Frame, *, default_persistent: bool = False, now_ms: 
         message.type = headers.get("type")
         message.priority = DEFAULT_PRIORITY if "priority" not in headers else _priority(headers)
         message.expiration = 0 if "expires" not in headers else expires_header(headers)
-    properties: dict[str, PropertyValue] = {}
-    message.properties = properties
-    if not PROTOCOL_HEADERS.issuperset(headers):  # (most SENDs carry protocol headers only: one C-level check)
-        for name, value in headers.items():
-            if name not in PROTOCOL_HEADERS:
-                properties[name] = value
+    if PROTOCOL_HEADERS.issuperset(headers):  # (most SENDs carry protocol headers only: one C-level check)
+        message.properties = {}
+    else:
+        properties: dict[str, PropertyValue]
+        # (dicts compare equal whatever their order; properties keep the headers' order: with more than
+        # one, the order of the headers is compared too)
+        if memo is not None and headers == memo.headers and (memo.single or list(headers) == memo.order):
+            memo.missed = 0
+            properties = memo.properties.copy()
+        elif memo is not None:
+            properties = memo.read(headers)
+        else:
+            properties = {}
+            for name, value in headers.items():
+                if name not in PROTOCOL_HEADERS:
+                    properties[name] = value
+        message.properties = properties
         if charset is not None and charset != "utf-8":
             # The text is stored (and delivered) as UTF-8 now: say so.
             properties["content-type"] = _CHARSET_PARAM.sub(r"\g<1>utf-8", headers["content-type"])
     return message
+
+
+class PropertyMemo:
+    """The properties of one connection's last SEND that had some, kept with a copy of its headers.
+
+    Issue 39: an application's producer sends the same headers again and again (a ``content-type``
+    with each SEND); :func:`frame_to_message` compares a SEND's headers with the kept ones in one
+    C-level comparison (their strings are mostly the same objects: the decoder's header-block cache
+    hands out copies of one dict), cheaper than reading each header again.  Equal headers (in the same
+    order) make equal properties, so a copy of the kept ones is handed out; neither kept dict is ever
+    handed out or changed.  A producer whose SENDs differ every time (an id in each) misses
+    :data:`MEMO_MISSES` times in a row, and then its next :data:`MEMO_SKIPPED` SENDs are read without
+    the comparison and the copies."""
+
+    __slots__ = ("headers", "missed", "order", "properties", "single", "skipped")
+
+    def __init__(self) -> None:
+        self.headers: dict[str, str] | None = None
+        """A copy of the headers :attr:`properties` were read from (None: nothing kept)."""
+        self.properties: dict[str, PropertyValue] = {}
+        self.single = False
+        """Whether :attr:`properties` holds one property (then the headers' order does not matter)."""
+        self.order: list[str] = []
+        """The names of :attr:`headers` in order (with more than one property)."""
+        self.missed = 0
+        self.skipped = 0
+
+    def read(self, headers: dict[str, str]) -> dict[str, PropertyValue]:
+        """The properties of ``headers`` that are not the kept ones (a new dict), kept in turn."""
+        properties: dict[str, PropertyValue] = {}
+        for name, value in headers.items():
+            if name not in PROTOCOL_HEADERS:
+                properties[name] = value
+        if self.skipped:
+            self.skipped -= 1
+            return properties
+        self.missed += 1
+        if self.missed >= MEMO_MISSES:
+            self.missed = 0
+            self.skipped = MEMO_SKIPPED
+            self.headers = None
+        else:
+            self.headers = headers.copy()
+            self.properties = properties.copy()
+            self.single = len(properties) == 1
+            self.order = [] if self.single else list(headers)
+        return properties
+
+
+MEMO_MISSES = 8
+"""New headers this many SENDs in a row: the producer's headers differ each time (:class:`PropertyMemo`)."""
+MEMO_SKIPPED = 256
+"""SENDs read without the comparison after :data:`MEMO_MISSES` (as the decoder's header-block cache does)."""
 
 
 def _priority(headers: dict[str, str]) -> int:

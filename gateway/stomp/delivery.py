@@ -82,7 +82,8 @@ instances (``encoder.version``, ``encoder.encode``) in the interpreted code that
 class MessageEncoder:
     """The MESSAGE frames of one subscription, for one STOMP version."""
 
-    __slots__ = ("_escaped", "_prefix", "_subscription", "destination", "version")
+    __slots__ = ("_escaped", "_lines", "_lines_of", "_lines_order", "_prefix", "_subscription", "destination",
+                 "version")
 
     def __init__(self, subscription_id: str, destination: str, version: str) -> None:
         self.version = version
@@ -93,6 +94,11 @@ class MessageEncoder:
         sub_id = _escape(subscription_id, escaped)
         self._prefix: bytes | None = None  # (None: every MESSAGE of this subscription takes the general path)
         self._subscription = b""
+        self._lines_of: dict[str, PropertyValue] | None = None
+        """A copy of the string properties :attr:`_lines` shows (issue 39: a producer's messages
+        usually carry the same ones, e.g. a ``content-type``; an equal dict shows the same lines)."""
+        self._lines_order: list[str] = []
+        self._lines = ""
         if shown is not None and sub_id is not None:
             try:
                 self._subscription = f"subscription:{sub_id}\n".encode()
@@ -142,11 +148,21 @@ class MessageEncoder:
         properties = message.properties
         escaped = self._escaped
         if properties:
-            if not RESERVED.isdisjoint(properties):
-                return None
-            shown_properties = _property_lines(properties, escaped)
-            if shown_properties is None:
-                return None
+            # (only string properties are kept: no other value equals them; dicts compare equal whatever
+            # their order, the lines do not: one property has one order, more are compared in order)
+            if properties == self._lines_of and (len(properties) == 1 or list(properties) == self._lines_order):
+                shown_properties = self._lines
+            else:
+                if not RESERVED.isdisjoint(properties):
+                    return None
+                lines = _property_lines(properties, escaped)
+                if lines is None:
+                    return None
+                shown_properties = lines
+                if len(properties) <= _LINES_KEPT_MAX and all(type(value) is str for value in properties.values()):
+                    self._lines_of = properties.copy()
+                    self._lines_order = list(properties)
+                    self._lines = shown_properties
         else:
             shown_properties = ""
         message_id = message.message_id
@@ -192,6 +208,9 @@ _PERSISTENT_LINE = "persistent:true\n"
 _REDELIVERED_LINE = "redelivered:true\n"
 _BYTES_LINE = "amq-msg-type:bytes\n"
 _TEXT_LINE = "amq-msg-type:text\n"
+
+_LINES_KEPT_MAX = 8
+"""At most this many string properties are kept with their lines per encoder (:attr:`MessageEncoder._lines_of`)."""
 
 _PROPERTY_LINES: dict[tuple[str, str, bool], str] = {}
 """``name:value`` header lines of string properties seen before (most messages carry the same few, e.g. a

@@ -27,7 +27,7 @@ from gateway.broker.composite import composite_parts
 from gateway.errors import DestinationError
 from gateway.flow import Congestion
 from gateway.interfaces import Capability, Permission
-from gateway.message.convert import frame_to_message
+from gateway.message.convert import PropertyMemo, frame_to_message
 from gateway.message.model import Message
 from gateway.routing.destination_map import DestinationMap, Resolved
 from gateway.stomp.errors import StompError, required
@@ -94,6 +94,8 @@ class Sender:
         self._last_resolved: Resolved | None = None
         """The last destination resolved here and its answer (a producer sends to one destination
         again and again: no call then; :meth:`DestinationMap.resolve` always answers the same)."""
+        self._properties = PropertyMemo()
+        """The properties of this connection's last SEND with some (a producer sends the same headers)."""
 
     def send(self, frame: Frame) -> None:
         """Handle a SEND; its answer (RECEIPT or ERROR) goes out in frame order."""
@@ -124,7 +126,7 @@ class Sender:
                 if resolved.congestion is not None and resolved.congestion.congested:
                     owner.hold_for(resolved.congestion)
                 return
-        message = frame_to_message(frame, default_persistent=self.default_persistent)
+        message = frame_to_message(frame, default_persistent=self.default_persistent, memo=self._properties)
         if temporary:  # (else frame_to_message set it: the destination header)
             message.destination = self.temporaries.server_destination(destination, create=True)
         if message.reply_to is not None and message.reply_to.startswith(CLIENT_PREFIXES):

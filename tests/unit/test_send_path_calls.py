@@ -198,3 +198,20 @@ def test_a_send_before_connect_or_unknown_is_still_an_error(clock: Clock, broker
     connected.send("SNED", {"destination": "/queue/a"}, b"x")
     error = connected.received()[-1]
     assert error.command == "ERROR" and error.headers["message"] == "unknown command"
+
+
+def test_a_producer_s_repeated_properties_are_read_once(clock: Clock, broker: EmbeddedBroker) -> None:
+    """Issue 39: the session's Sender keeps the last SEND's properties (PropertyMemo): a SEND with the
+    same headers does not read them again; one with other headers does, and both messages carry theirs."""
+    _peer, session = _session(clock, broker)
+    headers = {"content-type": "text/plain", "app": "x", "content-length": "5"}
+    session.frame_received(_send(headers))
+    with python_calls() as called:
+        session.frame_received(_send(headers))
+    assert "gateway.message.convert:read" not in called
+    with python_calls() as called:
+        session.frame_received(_send({**headers, "app": "y"}))
+    assert "gateway.message.convert:read" in called
+    assert [m.properties for m in _queued(broker, "/queue/a")] == [
+        {"content-type": "text/plain", "app": "x"}, {"content-type": "text/plain", "app": "x"},
+        {"content-type": "text/plain", "app": "y"}]
