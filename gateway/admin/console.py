@@ -271,7 +271,7 @@ class ConsoleApi(Resource):
             self.access.require_write(principal, origin)
         return self.operations.move_to_origin(destination, set(chosen))
 
-    def create_queue(self, principal: Principal, params: Params) -> bool:
+    def create_queue(self, principal: Principal, params: Params) -> Deferred[bool]:
         """A queue of the embedded broker (``admin`` on it); false when it existed already.  A name that
         the gateway's ``[[destinations]]`` send to another connector is refused (409)."""
         destination = _string(params, "destination")

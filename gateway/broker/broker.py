@@ -670,6 +670,16 @@ class EmbeddedBroker:
 
         self.store.add_durable(record_key(destination), topic, None).addBoth(recorded).addErrback(self._store_failed)
 
+    def recorded(self, destination: str) -> Deferred[None]:
+        """Fires once ``destination``'s record as a virtual topic's consumer queue is stored (at once
+        when none is being stored): the console's create answers then, as a SUBSCRIBE that made it does."""
+        waiting = self._recording.get(destination)
+        if waiting is None:
+            return succeed(None)
+        done: Deferred[None] = Deferred()
+        waiting.append(done)
+        return done
+
     def forget_queue(self, destination: str) -> Deferred[None]:
         """A deleted queue stops being a virtual topic's consumer queue (in the store too)."""
         if self.virtual.remove(destination):

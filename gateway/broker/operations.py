@@ -94,16 +94,17 @@ class QueueOperations:
 
         return sent.addCallbacks(stored, refused)
 
-    def create_queue(self, destination: str) -> bool:
-        """Make the queue ``destination`` (``/queue/name``) if the broker has none; whether it was made.
-        Like a queue a SEND or SUBSCRIBE makes, an empty one is not remembered across a restart."""
+    def create_queue(self, destination: str) -> Deferred[bool]:
+        """Make the queue ``destination`` (``/queue/name``) if the broker has none; fires with whether it
+        was made.  Like a queue a SEND or SUBSCRIBE makes, an empty one is not remembered across a restart,
+        save a virtual topic's consumer queue: its record is stored first (as for its first SUBSCRIBE)."""
         if not destination.startswith("/queue/") or len(destination) == len("/queue/") \
                 or any(c.isspace() or not c.isprintable() for c in destination):
             raise ValueError(f"{destination!r} is not a queue name such as /queue/orders")
         if destination in self.broker.queues:
-            return False
+            return succeed(False)
         self.broker.destinations.queue(destination)
-        return True
+        return self.broker.recorded(destination).addCallback(lambda _: True)
 
     def delete_queue(self, destination: str) -> Deferred[int]:
         """Delete the queue ``destination`` with its pending messages (from the store too); fires with how

@@ -96,3 +96,31 @@ def test_logout_without_logins_says_there_is_nothing_to_forget() -> None:
     gateway = plain_gateway({})
     code, page = plain_call(admin_resource(gateway, gateway.admin), "GET", "/logout")
     assert code == 200 and b"Nothing to log out of" in page
+
+
+def test_creating_a_virtual_topics_consumer_queue_answers_once_its_record_is_stored() -> None:
+    """A virtual topic's consumer queue exists across restarts once its record is stored (docs/stomp.md); the
+    console's create answered at once, so a crash right after "created" could forget it (a SUBSCRIBE that made
+    one waits for the record since the destination attacks of 2026-11-29).  The answer now waits for it."""
+    from twisted.internet.defer import Deferred, maybeDeferred
+
+    from gateway.broker.operations import QueueOperations
+
+    gateway = gateway_for()
+    broker = gateway.broker
+    held: list[Deferred[None]] = []
+
+    def add_durable(key: str, topic: str, selector: str | None) -> Deferred[None]:
+        held.append(Deferred())
+        return held[-1]
+
+    broker.store.add_durable = add_durable
+    answers: list[bool] = []
+    operations = QueueOperations(broker)
+    maybeDeferred(operations.create_queue, "/queue/Consumer.A.VirtualTopic.news").addCallback(answers.append)
+    assert "/queue/Consumer.A.VirtualTopic.news" in broker.queues and len(held) == 1
+    assert answers == [], "answered before the consumer queue's record was stored"
+    held[0].callback(None)
+    assert answers == [True]
+    maybeDeferred(operations.create_queue, "/queue/plain").addCallback(answers.append)  # (at once)
+    assert answers == [True, True] and len(held) == 1
