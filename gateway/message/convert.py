@@ -190,6 +190,8 @@ class PropertyMemo:
 
     def read(self, headers: dict[str, str]) -> dict[str, PropertyValue]:
         """The properties of ``headers`` that are not the kept ones (a new dict), kept in turn."""
+        # (the same loop as frame_to_message's without a memo, written out: the SEND path's Python calls
+        # are pinned, tests/unit/test_send_path_calls.py)
         properties: dict[str, PropertyValue] = {}
         for name, value in headers.items():
             if name not in PROTOCOL_HEADERS:
