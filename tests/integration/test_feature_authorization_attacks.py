@@ -94,6 +94,16 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
+def planted(gw: Gateway, prefix: str, body: str = "alice's") -> tuple[str, str, RawStomp]:
+    """A fresh tag, its queue ``/queue/secret.<tag>`` (eve may not touch it) holding ``body`` from alice, and
+    alice's connection."""
+    tag = unique(prefix)
+    secret = f"/queue/secret.{tag}"
+    alice = login(gw, "alice")
+    assert send(alice, secret, body).command == "RECEIPT"
+    return tag, secret, alice
+
+
 def login(gw: Gateway, who: str, version: str = "1.2") -> RawStomp:
     client = RawStomp(gw.address, version=version)
     client.connect(version, extra=f"login:{who}\npasscode:{PASSWORDS[who]}\n")
@@ -204,10 +214,7 @@ def test_composite_send_escaped_in_a_stomp_12_header_is_still_judged_per_part(gw
 
 
 def test_composite_subscribe_cannot_reach_a_forbidden_queue(gw: Gateway) -> None:
-    tag = unique("cs")
-    secret = f"/queue/secret.{tag}"
-    alice = login(gw, "alice")
-    assert send(alice, secret, "alice's").command == "RECEIPT"
+    tag, secret, _alice = planted(gw, "cs")
     eve = login(gw, "eve")
     for name in (f"/queue/public.{tag},{secret}", f"/temp-queue/x,{secret}"):
         eve = eve if not eve.closed else login(gw, "eve")
@@ -302,10 +309,7 @@ def test_transformation_header_cannot_branch_a_send_to_a_forbidden_queue(gw: Gat
 
 
 def test_browse_of_a_forbidden_queue_is_refused(gw: Gateway) -> None:
-    tag = unique("b")
-    secret = f"/queue/secret.{tag}"
-    alice = login(gw, "alice")
-    assert send(alice, secret, "alice's").command == "RECEIPT"
+    _tag, secret, alice = planted(gw, "b")
     eve = login(gw, "eve")
     assert refused(subscribe(eve, secret, browser="true"), "read")
     assert refused(subscribe(eve, "/queue/secret.*", "w", browser="true"), "read")
@@ -339,10 +343,7 @@ def test_virtual_topic_consumer_queues_of_another_group(gw: Gateway) -> None:
 
 
 def test_dead_letters_of_another_login_stay_unreadable(gw: Gateway) -> None:
-    tag = unique("d")
-    secret = f"/queue/secret.{tag}"
-    alice = login(gw, "alice")
-    assert send(alice, secret, "doomed").command == "RECEIPT"
+    tag, secret, alice = planted(gw, "d", "doomed")
     assert subscribe(alice, secret, "a", ack="client-individual").command == "RECEIPT"
     for _ in range(2):  # max_redeliveries = 1: the second NACK dead-letters it
         (got,) = messages(alice, 2.0)[:1]
@@ -546,10 +547,7 @@ def test_a_viewer_can_do_nothing_through_the_console(gw: Gateway) -> None:
 
 
 def test_an_operator_acts_only_where_its_grants_allow(gw: Gateway) -> None:
-    tag = unique("op")
-    secret = f"/queue/secret.{tag}"
-    alice = login(gw, "alice")
-    assert send(alice, secret, "alice's").command == "RECEIPT"
+    tag, secret, alice = planted(gw, "op")
     alice.close()
     for action, body in (("purge", {"destination": secret}), ("remove", {"destination": secret}),
                          ("create", {"destination": f"/queue/secret.{tag}new"}),
@@ -585,10 +583,7 @@ def test_a_planted_dead_letter_cannot_be_moved_where_its_sender_may_not_write(gw
 
 
 def test_a_viewer_sees_no_destination_it_may_not_read(gw: Gateway) -> None:
-    tag = unique("see")
-    secret = f"/queue/secret.{tag}"
-    alice = login(gw, "alice")
-    assert send(alice, secret, "alice's").command == "RECEIPT"
+    _tag, secret, alice = planted(gw, "see")
     alice.close()
     for path in ("/console/api/destinations", "/status", "/console/api/overview", "/console/api/connections"):
         status, body = request(gw, "GET", path, "eve")
