@@ -5,7 +5,8 @@ real stomp.py traffic, and the console's pages: what they show is what the
 JSON API reports, and every action (browse, send, delete, purge, move dead
 letters back, close a connection, bridge control) asks for confirmation in
 the page and does what it says, checked with stomp.py clients, the JSON API
-and a restart on the same SQLite store.  Screenshots of each page go to
+and a restart on the same SQLite store; a consumer queue the API creates survives kill -9
+right after the answer.  Screenshots of each page go to
 ``$CONSOLE_SCREENSHOTS`` (``docs/console`` to refresh the documentation's)
 or to the test's temporary directory.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -342,6 +344,37 @@ def _listening(port: int) -> bool:
         return api(port, "overview")[0] == 200
     except OSError:
         return False
+
+
+def test_a_consumer_queue_the_console_creates_survives_kill_9_right_after_the_answer(
+        make_gateway: Callable[..., GatewayProcess]) -> None:
+    """A virtual topic's consumer queue created through the console, the gateway killed (-9) the moment the
+    answer's first bytes arrive, three times: after each restart every queue made so far exists and takes
+    its copy of a topic message (the console answers once the queue's record is stored, as a SUBSCRIBE
+    that makes one is receipted)."""
+    gateway, admin = start_gateway(make_gateway)
+    topic = f"VirtualTopic.made{uuid.uuid4().hex[:6]}"
+    made: list[str] = []
+    for group in range(3):
+        queue = f"/queue/Consumer.G{group}.{topic}"
+        body = json.dumps({"destination": queue}).encode()
+        request = (f"POST /console/api/create HTTP/1.1\r\nHost: 127.0.0.1:{admin}\r\n"
+                   "Authorization: Basic " + base64.b64encode(b"alice:secret").decode() + "\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        with socket.create_connection(("127.0.0.1", admin), timeout=10) as http:
+            http.sendall(request)
+            answer = http.recv(65536)
+            gateway.kill()
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        made.append(queue)
+        gateway.start()
+        gateway.wait_for_log("admin endpoint on tcp:")
+        client = Client(gateway.address, "1.2", text=True, login="alice", passcode="secret")
+        try:
+            client.send(f"/topic/{topic}", f"after {group}", receipt=True, persistent="true")
+        finally:
+            client.disconnect()
+        assert [queue_row(admin, queue)["pending"] for queue in made] == list(range(group + 1, 0, -1))
 
 
 def test_actions_refuse_cross_site_and_form_posts(make_gateway: Callable[..., GatewayProcess]) -> None:
