@@ -17,7 +17,9 @@ and the consumer is never touched by two threads.
   delivered from there on is delivered again, marked redelivered.
 * ``prefetch``: deliveries stall while that many are unacknowledged, and on
   ``pause()`` (transport back-pressure) until ``resume()``; a long stall
-  pauses the partitions (see :meth:`KafkaSubscription._fetch`).
+  pauses the partitions (see :meth:`KafkaSubscription._fetch`), and they are
+  resumed once deliveries flow, also after the group revoked and assigned them
+  again meanwhile (librdkafka keeps them paused).
 * A deleted topic (its records' errors say so) or a crashed consumer process ends
   the subscription: ``consumer.subscription_failed`` with the reason.
 * Rebalances: a revoked partition's deliveries stay with the client (they count
@@ -151,7 +153,10 @@ class KafkaSubscription:
         self._early: list[_Command] = []
         self._redeliveries: dict[tuple[int, int], int] = {}
         self._paused_by_client = False
-        self._fetch_paused = False
+        self._paused: set[int] = set()
+        """Partitions this subscription paused in librdkafka and has not resumed: librdkafka keeps a partition
+        paused when the group revokes it and assigns it again (confluentinc/librdkafka#1849), so only a
+        :meth:`_resume_paused` of this thread's own ends it."""
         self._assignment: list[Any] = []
         self._to_end: set[int] = set()
         """Handed-over partitions of an ``exclusive`` subscription whose end is not read yet."""
@@ -403,7 +408,9 @@ class KafkaSubscription:
         instead of fetching and librdkafka's own bounded queue holds the rest.
         Stalled longer than ``pause_after`` seconds, the partitions are paused
         so the consumer can go on polling (rebalances, the poll interval)
-        without fetching; they resume once deliveries flow again.  Pausing is
+        without fetching; they resume once deliveries flow again.  A partition the
+        group assigns during the stall is paused too, and one paused, revoked and
+        assigned again is resumed like the others (:attr:`_paused`).  Pausing is
         not used for short stalls: resuming costs a refetch.
         """
         high = max(1, self.spec.prefetch)
@@ -413,10 +420,12 @@ class KafkaSubscription:
             now = time.monotonic()
             if self._stalled_since is None:
                 self._stalled_since = now
-            if not self._fetch_paused and self._assignment and now - self._stalled_since >= self._pause_after:
-                kafka_consumer.pause(self._assignment)
-                self._fetch_paused = True
-            if self._fetch_paused or not self._assignment:
+            if now - self._stalled_since >= self._pause_after:
+                running = [tp for tp in self._assignment if tp.partition not in self._paused]
+                if running:  # (the assignment, or a partition the group assigned since the stall began)
+                    kafka_consumer.pause(running)
+                    self._paused.update(tp.partition for tp in running)
+            if all(tp.partition in self._paused for tp in self._assignment):
                 # nothing is fetched: this only serves callbacks (the group join, rebalances)
                 records = kafka_consumer.consume(num_messages=100, timeout=0)
             if not records:
@@ -424,14 +433,21 @@ class KafkaSubscription:
                     self._early.append(self._commands.get(timeout=self._poll_timeout))
             return records
         self._stalled_since = None
-        if self._fetch_paused:
-            if self._assignment:
-                kafka_consumer.resume(self._assignment)
-            self._fetch_paused = False
+        if self._paused:
+            self._resume_paused(kafka_consumer)
         # acks are expected soon while deliveries are outstanding: come back to the commands quickly
         timeout = min(self._poll_timeout, 0.01) if self._tracker.unacked else self._poll_timeout
         result: list[Any] = kafka_consumer.consume(num_messages=min(high - len(self._backlog), 500), timeout=timeout)
         return result
+
+    def _resume_paused(self, kafka_consumer: Any) -> None:
+        """Resume the assigned partitions this subscription paused, including those the group revoked and
+        assigned again meanwhile (still paused in librdkafka).  One paused and then given to another member
+        stays in :attr:`_paused`: if it comes back, it is resumed then."""
+        held = [tp for tp in self._assignment if tp.partition in self._paused]
+        if held:
+            kafka_consumer.resume(held)
+            self._paused.difference_update(tp.partition for tp in held)
 
     def _dispatch(self) -> None:
         batch: list[tuple[Message, DeliveryTag]] = []
@@ -533,8 +549,7 @@ class KafkaSubscription:
             if self._start_at_latest:
                 committed = self._pin_latest(kafka_consumer, committed)
         starts = {tp.partition: tp.offset for tp in committed}
-        self._assignment = list(partitions)
-        self._fetch_paused = False
+        self._assignment = list(partitions)  # (what was paused stays so: see _paused)
         again = sorted(tp.partition for tp in partitions if tp.partition in self._tracker.revoked)
         resumed = [tp.partition for tp in partitions
                    if self._tracker.assign(tp.partition, starts.get(tp.partition), resume=known)]
