@@ -14,12 +14,14 @@ Counted by the producer's ``seq`` in committed records (librdkafka reads ``read_
 confirmed at the source may be missing, nothing may be there twice.  The WAN defect of
 issue 32 was the STOMP bridge resending committed batches after a stall; these are its
 Kafka counterparts (embedded -> Kafka and Kafka -> Kafka, whose copy carries the
-consumer group's offsets in the transaction), and DUPLICATES_OK from Kafka across a stall,
+consumer group's offsets in the transaction, and Kafka -> embedded), and DUPLICATES_OK from Kafka across a stall,
 which must lose nothing and go on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +32,7 @@ from tests.integration.test_bridge_gateway import SQLITE, Producer, Tally
 from tests.integration.test_bridge_kafka import bridge_toml, kafka_connector_toml, tally_topic, topic_end
 from tests.support.gateway import GatewayProcess, stopped_after
 from tests.support.kafka import TansuBroker, create_topics, produce, proxied_kafka
+from tests.support.stomp_clients import Client
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -115,6 +118,52 @@ def test_kafka_to_kafka_across_a_faulty_link(
             if not tally.lost or time.monotonic() > deadline:
                 break
         print(f"kafka -> kafka {qos} across a {kind} link: {tally.summary()}")
+        assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
+        if qos == "ONCE_AND_ONLY_ONCE":
+            assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
+
+
+@pytest.mark.parametrize("qos", ["ONCE_AND_ONLY_ONCE", "DUPLICATES_OK"])
+def test_kafka_to_embedded_across_a_stalled_link(
+        tmp_path: Path, proxied_kafka: tuple[TansuBroker, TcpProxy], qos: str) -> None:
+    """3,000 records copied from a topic into an embedded queue; the link to Kafka stalls mid-stream (the
+    consumer's fetches and offset commits wait, the group's session runs out): every record arrives (once for
+    ONCE_AND_ONLY_ONCE, whose acknowledgements wait for the stored copies)."""
+    broker, proxy = proxied_kafka
+    source = f"wsrc-{uuid.uuid4().hex[:8]}"
+    create_topics(broker.bootstrap, source, partitions=2)
+    count = 3000
+    produce(broker.bootstrap, source, [{"value": f"body {i}".encode(), "key": str(i).encode(),
+                                       "headers": [("jms.seq", f"k-{i}".encode())]} for i in range(count)])
+    tally = Tally(receipted={f"k-{i}" for i in range(count)})
+    config = kafka_connector_toml(broker.bootstrap) + bridge_toml(
+        "k2e", ("kafka", f"/queue/{source}"), ("embedded", "/queue/k2e"), qos=qos, max_batch_size=50,
+        max_batch_time=20, failure_retry_interval=300)
+    gateway = GatewayProcess(tmp_path / "gw", config, args=SQLITE).start()
+    with stopped_after(gateway):
+        consumer = Client(gateway.address)
+        try:
+            consumer.subscribe("/queue/k2e", "drain", ack="auto")
+
+            def take(until: float, stop_when_all: bool = False) -> None:
+                while time.monotonic() < until and not (stop_when_all and not tally.lost):
+                    with contextlib.suppress(queue.Empty):
+                        frame = consumer.listener.messages.get(timeout=0.2)
+                        tally.arrived(frame.headers["seq"], frame.headers["message-id"])
+
+            frame = consumer.listener.messages.get(timeout=30)
+            tally.arrived(frame.headers["seq"], frame.headers["message-id"])
+            proxy.stall("both")
+            take(time.monotonic() + 6.0)  # what was copied before the stall
+            during = len(tally.arrivals)
+            proxy.flow()
+            print(f"copied when the stall ended: {during} of {count}")
+            assert during < count, "the stall came while the bridge was still copying"
+            take(time.monotonic() + 90, stop_when_all=True)
+            take(time.monotonic() + 2.0)  # anything more (a copy twice) comes now
+        finally:
+            consumer.disconnect()
+        print(f"kafka -> embedded {qos} across a stall: {tally.summary()}")
         assert not tally.lost, f"lost {sorted(tally.lost)[:10]} ({tally.summary()})"
         if qos == "ONCE_AND_ONLY_ONCE":
             assert not tally.duplicated, f"duplicated {list(tally.duplicated.items())[:5]} ({tally.summary()})"
