@@ -618,11 +618,14 @@ class MessageQueue:
     def _search_before(self, consumers: list[QueueSubscription], before: Key) -> Key | None:
         """Bring the paged messages before ``before`` that a ready consumer's selector accepts
         into memory; returns the key searched up to, None when the search ran out of time
-        (dispatching goes on in a later reactor turn)."""
+        (dispatching goes on in a later reactor turn).  Without selectors, what memory skipped
+        waits for its groups' owners: :meth:`_search_groups_before`."""
         page = self.page
         searching = [c for c in consumers if c.has_credit() and c.selector is not None]
-        if page is None or not searching:
+        if page is None:
             return before
+        if not searching:
+            return self._search_groups_before(consumers, before)
         found, stopped = self._search(page, searching, before)
         if found:
             self._page_in(found)
@@ -694,28 +697,53 @@ class MessageQueue:
         messages a ready consumer may take (no group, a free group, or one a ready consumer owns);
         False when there are none within one search slice.  Without it a free group's message
         paged out behind them waited until the owners acked."""
+        takeable = self._takeable(consumers)
+        if takeable is None:
+            return False
+        assert self.page is not None
+        # (one slice from the head, not resumed in later turns: while the owners have no room a
+        # search would otherwise run for ever; the next ACK or new consumer searches again)
+        found = self.page.search(takeable, PAGE_IN_ROWS, self._room(), budget=SEARCH_SLICE)
+        if found:
+            self._page_in(found)
+            return True
+        return False
+
+    def _search_groups_before(self, consumers: list[QueueSubscription], before: Key) -> Key:
+        """Memory skipped messages that wait for their groups' owners, and the page's head comes
+        before the next one in memory (``before``): bring in the paged messages before it a ready
+        consumer may take, so a worse message in memory does not pass them; one slice, as
+        :meth:`_search_groups` (one deeper waits, docs/stomp.md).  Returns the key searched up to."""
+        takeable = self._takeable(consumers)
+        if takeable is None:
+            return before
+        assert self.page is not None
+        found = self.page.search(takeable, PAGE_IN_ROWS, self._room(), before=before, budget=SEARCH_SLICE)
+        if not found:
+            return before
+        self._page_in(found)
+        return found[-1][0], found[-1][1]
+
+    def _takeable(self, consumers: list[QueueSubscription]) -> Callable[[Message], bool] | None:
+        """Whether a ready consumer may take a message now (no group, a free group or one a ready
+        consumer owns, and its selector accepts it); None when no group is owned (nothing waits
+        for an owner), no consumer is ready, or nothing is paged."""
         groups, page = self.groups, self.page
         if groups is None or page is None or not page.count or self.exclusive is not None:
-            return False
+            return None
         if not len(groups):
-            return False  # (no group is owned: nothing in memory waits for an owner)
+            return None
         ready = [consumer for consumer in consumers if consumer.has_credit()]
         if not ready:
-            return False
+            return None
 
-        def accepted(message: Message) -> bool:
+        def takeable(message: Message) -> bool:
             group = group_of(message)
             owner = groups.owner(group) if group is not None else None
             takers = ready if owner is None else [owner] if owner in ready else []
             return any(taker.selector is None or taker.selector(message) for taker in takers)
 
-        # (one slice from the head, not resumed in later turns: while the owners have no room a
-        # search would otherwise run for ever; the next ACK or new consumer searches again)
-        found = page.search(accepted, PAGE_IN_ROWS, self._room(), budget=SEARCH_SLICE)
-        if found:
-            self._page_in(found)
-            return True
-        return False
+        return takeable
 
     def _searched_on(self) -> None:
         self._search_later = False

@@ -985,3 +985,45 @@ def test_a_paged_message_behind_another_owners_group_may_be_passed() -> None:
         s.lose_connection(data=Draws(2))  # (room for the replay's auditing connection)
 
     _replay(SlicedSearchBrokerMachine(), steps)
+
+
+def test_a_paged_message_a_ready_consumer_may_take_is_not_passed_by_a_worse_one_in_memory() -> None:
+    """Randomized run of 2026-11-29 evening (3,000 examples), TestPagingBrokerModel: "m000001 delivered to s9 of
+    connection 0 before m000016, which waited with a better place".  Memory held blue messages (priority 9)
+    that wait for their group's owner (a client-individual subscription, its prefetch of 1 full) and m000001
+    (red, priority 0); m000016 (red, priority 4) was paged out.  With a message skipped for its owner, the page
+    was searched before the next one in memory only for selectors: s9 got m000001 first.  Now the page is
+    searched (one slice) for what a ready consumer may take, before the worse message in memory goes."""
+    topic = ("/topic/t", False, 0, 0, "red")
+
+    def schedule(s: Any, transactional: bool = False) -> None:
+        s.schedule(color="red", data=Draws(0), destination="/queue/a", persistent=False, priority=0,
+                   schedule=(500, 0, 0), transactional=transactional)
+
+    def subscribe(s: Any, destination: str, ack: str = "auto", durable: str | None = None) -> None:
+        s.subscribe(ack=ack, color=None, data=Draws(0), destination=destination, durable=durable, exclusive=False,
+                    prefetch=1)
+
+    def steps(s: Any) -> None:
+        s.pipeline(data=Draws(0), last_persistent=True, messages=[
+            topic, RED_A, RED_A, RED_A, ("/queue/a", True, 0, 0, "red"), ("/queue/a", False, 9, 0, "blue")])
+        subscribe(s, "/topic/t", durable="all")
+        subscribe(s, "/topic/t", durable="all")
+        schedule(s, transactional=True)
+        subscribe(s, "/queue/DLQ.b")
+        subscribe(s, "/topic/t")
+        schedule(s)
+        subscribe(s, "/topic/t", ack="client")
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[topic, ("/queue/a", False, 9, 0, "blue")])
+        schedule(s)
+        s.pipeline(data=Draws(0), last_persistent=False, messages=[RED_A] * 5 + [("/queue/a", False, 4, 0, "red")])
+        subscribe(s, "/queue/a", ack="client-individual")
+        s.nack(data=Draws(0), receipted=False, transactional=False)
+        subscribe(s, "/queue/DLQ.t")
+        schedule(s)
+        subscribe(s, "/queue/DLQ.t")
+        subscribe(s, "/queue/DLQ.b")
+        schedule(s)
+        subscribe(s, "/queue/a", ack="client-individual")
+
+    _replay(PagingBrokerMachine(), steps)
