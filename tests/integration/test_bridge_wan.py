@@ -6,7 +6,8 @@ ActiveMQ -> ActiveMQ with the target behind tests/support/tcp_proxy.py, counted 
 * **slow**: the target's answers are dropped for a while (a confirmation later than
   ``send_timeout``, then none), then they come again;
 * **kill during an outage**: the gateway is SIGKILLed while the target's answers are dropped and
-  restarted while they still are (defect 2).
+  restarted while they still are (defect 2);
+* **high latency, narrow**: 0.4 s +- 0.3 s each way and 20 KB/s, nothing dropped.
 
 Each must end with 0 duplicates and 0 lost; before issue 32 each duplicated the batches in
 doubt (the retry sent them again when the target could not be asked).  ``send_timeout`` is
@@ -186,6 +187,24 @@ def test_a_slow_target_neither_duplicates_nor_loses(wan: Any) -> None:
     run.proxy.unmute()
     run.settle()
     assert "in_doubt" in run.states, run.states
+    run.check()
+
+
+def test_a_high_latency_narrow_link_neither_duplicates_nor_loses(wan: Any) -> None:
+    """The link to the target slows without dropping anything: 0.4 s +- 0.3 s each way (seeded jitter, order
+    kept) and 20 KB/s for 8 s while the source fills, so receipts come close to ``send_timeout`` (2 s) and
+    heart-beats (1 s) arrive late; then it is fast again."""
+    run: WanRun = wan(heartbeat="[1000, 1000]")
+    run.gateway.start()
+    wait_until(lambda: run.status().get("state") == "running", 60, "the bridge to run")
+    run.proxy.delay(0.4, 0.3)
+    run.proxy.throttle(20_000)
+    run.fill()
+    run.watch(8.0)
+    assert int(run.status().get("forwarded") or 0) < COUNT, "the slow link held the bridge back"
+    run.proxy.delay(0)
+    run.proxy.throttle(None)
+    run.settle()
     run.check()
 
 
