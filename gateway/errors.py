@@ -116,6 +116,12 @@ class DestinationError(GatewayError):
     """A destination name is invalid or refers to something not allowed."""
 
 
+class LimitReached(DestinationError):
+    """A destination was not created: the broker's ``max_destinations`` or the login's ``max_queues``
+    was reached (its text names the destination and the limit).  Refused like an authorization
+    refusal: the frame gets an ERROR and the connection stays open; nothing existing is touched."""
+
+
 class NotOwner(DestinationError):
     """A durable subscription named by another login than the one that created it (its text is
     the ERROR frame's ``message``)."""

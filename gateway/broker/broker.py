@@ -46,6 +46,7 @@ from gateway.broker.paging.page_file import PageFile
 from gateway.broker.publication import Publication, PublicationOrder
 from gateway.broker.queue import MessageQueue, QueueSubscription, fan_out
 from gateway.broker.queue_wildcards import WildcardQueueSubscription
+from gateway.broker.quota import DestinationQuota
 from gateway.broker.recovery import Recovery
 from gateway.broker.scheduler import SCHEDULING, MemorySchedule, Scheduler, ScheduleStore, is_scheduled
 from gateway.broker.settings import BrokerSettings
@@ -76,6 +77,7 @@ from gateway.interfaces import (
     SubscriptionSpec,
 )
 from gateway.message.model import Message
+from gateway.security.quotas import LoginQuotas
 
 Settled = Callable[[Exception | None, Any], None]
 """How :meth:`EmbeddedBroker.post` reports a send: ``(error, None)``."""
@@ -99,6 +101,7 @@ class EmbeddedBroker:
 
     :param page_path: the page file (queues past their memory limit page out
         there); None keeps pages in SQLite's memory (tests).
+    :param logins: the logins' ``max_queues`` (``[auth.limits]``; a reload replaces them in place).
     """
 
     log = Logger()
@@ -114,6 +117,7 @@ class EmbeddedBroker:
         registry: CollectorRegistry | None = None,
         page_path: str | None = None,
         schedule: ScheduleStore | None = None,
+        logins: LoginQuotas | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings or BrokerSettings()
@@ -122,7 +126,9 @@ class EmbeddedBroker:
         """Messages sent with AMQ_SCHEDULED_* until they are due (:mod:`gateway.broker.scheduler`)."""
         self.metrics = BrokerMetrics(registry)
         names = VirtualTopicNames(self.settings.virtual_topic_prefix, self.settings.virtual_topic_consumer_prefix)
-        self.destinations = Destinations(self, VirtualTopics(names), self._record_consumer_queue)
+        self.quota = DestinationQuota(self.settings.max_destinations, logins)
+        """``max_destinations`` and the logins' ``max_queues``: what exists, counted (:mod:`gateway.broker.quota`)."""
+        self.destinations = Destinations(self, VirtualTopics(names), self._record_consumer_queue, self.quota)
         """Every queue, topic and durable subscription by name (:mod:`gateway.broker.destinations`)."""
         self.admission = Admission(self.settings, self.metrics, self.destinations)
         """The memory and destination limits and the senders they hold (:mod:`gateway.broker.admission`)."""
@@ -374,6 +380,8 @@ class EmbeddedBroker:
                 targets = self.destinations.targets(message)
             except GatewayError as error:
                 return fail(error)
+            if self._recording and destination in self._recording:  # (it made a virtual topic's consumer queue)
+                return self._send_recorded(message)
         memory = self.memory
         if targets and (self.policies.rules or memory.used >= memory.limit):  # (policies or memory.full)
             refusal = self.admission.admit(message, targets)
@@ -396,6 +404,14 @@ class EmbeddedBroker:
         elif targets:  # (a topic's subscribers: gateway/broker/queue.py's fan_out)
             fan_out(targets, message, message_size(message))
         return None
+
+    def _send_recorded(self, message: Message) -> Deferred[None]:
+        """A SEND that made a virtual topic's consumer queue: sent now (the queue exists), answered once
+        the queue's record is stored too, as the SUBSCRIBE that makes one is (kill -9 after its RECEIPT
+        must not forget the group's queue, nor a non-persistent message's queue)."""
+        recorded = self.recorded(message.destination)
+        sent = self._send(message, False)  # (the queue exists now: the plain path, no second record)
+        return gather([recorded, succeed(None) if sent is None else sent]).addCallback(lambda _: None)
 
     def send_batch(self, messages: list[Message], deduplicate: bool = True) -> Deferred[None]:
         """Store the persistent ones in one transaction, then make all visible (scheduled ones
@@ -535,7 +551,7 @@ class EmbeddedBroker:
             return self._browse(spec, consumer)
         if is_queue_wildcard(spec.destination):  # (gateway/broker/queue_wildcards.py)
             return succeed(self._subscribe_wildcard_queue(spec, consumer))
-        try:
+        try:  # (LimitReached when it would make a destination past a limit: gateway/broker/quota.py)
             subscription, recorded = self._subscribe(spec, consumer)
         except GatewayError as error:
             return fail(error)
@@ -577,7 +593,7 @@ class EmbeddedBroker:
         selector = compile_predicate(spec.selector)
         recorded: Deferred[None] | None = None
         if kind == "queue":
-            queue = self.destinations.queue(spec.destination)
+            queue = self.destinations.create_queue(spec.destination, spec.login)
             subscription = QueueSubscription(queue, spec, consumer, selector)
             waiting = self._recording.get(spec.destination)
             if waiting is not None:  # (a virtual topic's new consumer queue: it consumes once it is recorded)
@@ -598,11 +614,14 @@ class EmbeddedBroker:
             if key in self._subscribing or (durable is not None and durable.consumers):
                 raise DestinationError(f"durable subscription {spec.durable_name!r} of client "
                                        f"{spec.client_id!r} already has an active subscriber")
+            if durable is None:  # (a new one; one replaced for a new topic or selector takes its place)
+                self.quota.admit(f"durable subscription {spec.durable_name!r} of client {spec.client_id!r}",
+                                 spec.login)
             if durable is not None and (durable.name != spec.destination or durable.selector_text != spec.selector):
                 self._drop_durable(key)
                 durable = None
             if durable is None:
-                durable = self.destinations.make_durable(key, spec.destination, spec.selector)
+                durable = self.destinations.make_durable(key, spec.destination, spec.selector, spec.login)
                 owners[key] = spec.login
                 recorded = self.store.add_durable(key, spec.destination, spec.selector, spec.login)
             elif owners.get(key) is None and spec.login is not None:
@@ -625,8 +644,11 @@ class EmbeddedBroker:
         """A ``browser:true`` subscription (:mod:`gateway.broker.browse`)."""
         if destination_kind(spec.destination) != "queue":
             return fail(DestinationError(f"browser:true browses queues only, not {spec.destination!r}"))
-        browser = QueueBrowser(self.destinations.queue(spec.destination), spec, consumer,
-                               compile_predicate(spec.selector), self.clock)
+        try:
+            queue = self.destinations.create_queue(spec.destination, spec.login)
+        except GatewayError as error:
+            return fail(error)
+        browser = QueueBrowser(queue, spec, consumer, compile_predicate(spec.selector), self.clock)
         browser.start()
         return succeed(browser)
 
@@ -645,9 +667,10 @@ class EmbeddedBroker:
 
     # -- temporary destinations -------------------------------------------
 
-    def create_temporary(self, destination: str) -> None:
-        """Create a temporary queue or topic (its owner's session calls this)."""
-        self.destinations.create_temporary(destination)
+    def create_temporary(self, destination: str, login: str | None = None) -> None:
+        """Create a temporary queue or topic (its owner's session calls this, for ``login``);
+        :class:`~gateway.errors.LimitReached` past ``max_destinations`` or the login's ``max_queues``."""
+        self.destinations.create_temporary(destination, login)
 
     def delete_destination(self, destination: str) -> None:
         """Delete a (temporary) destination; pending messages are discarded."""
@@ -655,9 +678,10 @@ class EmbeddedBroker:
 
     # -- internals ---------------------------------------------------------
 
-    def _record_consumer_queue(self, destination: str, topic: str) -> None:
-        """A virtual topic's consumer queue exists from now on, across restarts: its record is stored, and
-        a SUBSCRIBE that made it (or came meanwhile) takes effect, and is receipted, once it is."""
+    def _record_consumer_queue(self, destination: str, topic: str, login: str | None) -> None:
+        """A virtual topic's consumer queue exists from now on, across restarts: its record is stored (with
+        the login that made it, which holds it after a restart too), and a SUBSCRIBE or SEND that made it
+        (or came meanwhile) takes effect, and is receipted, once it is."""
         waiting: list[Deferred[None]] = []
         self._recording[destination] = waiting
 
@@ -668,7 +692,8 @@ class EmbeddedBroker:
                 subscribed.callback(None)
             return result
 
-        self.store.add_durable(record_key(destination), topic, None).addBoth(recorded).addErrback(self._store_failed)
+        self.store.add_durable(record_key(destination), topic, None, login).addBoth(recorded).addErrback(
+            self._store_failed)
 
     def recorded(self, destination: str) -> Deferred[None]:
         """Fires once ``destination``'s record as a virtual topic's consumer queue is stored (at once

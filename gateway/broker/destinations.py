@@ -3,9 +3,11 @@ subscriptions and who owns them, wildcard patterns, virtual topics' consumer que
 destinations.
 
 Owns the maps from a name to its :class:`MessageQueue` objects, how a message finds the queues it
-goes to (:meth:`Destinations.targets`), and creating and deleting destinations.  It writes nothing
-to the store: the broker (:mod:`gateway.broker.broker`) does, told through ``on_consumer_queue``
-when a queue becomes a virtual topic's consumer queue.
+goes to (:meth:`Destinations.targets`), and creating and deleting destinations; each creation and
+deletion is told to the :class:`~gateway.broker.quota.DestinationQuota`, which judges the creations a
+client asks for (``create_…`` methods; the broker's own, such as recovery and dead-letter queues, are
+counted, never refused).  It writes nothing to the store: the broker (:mod:`gateway.broker.broker`)
+does, told through ``on_consumer_queue`` when a queue becomes a virtual topic's consumer queue.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from twisted.logger import Logger
 
 from gateway.broker.queue import MessageQueue, Predicate, QueueOwner
 from gateway.broker.queue_wildcards import QueueWildcards
+from gateway.broker.quota import CREATOR_PROPERTY, DestinationQuota
 from gateway.broker.store.snapshot import durable_key
 from gateway.broker.virtual_topics import VirtualTopics
 from gateway.broker.wildcards import WildcardTopics, is_wildcard
@@ -50,15 +53,19 @@ def compile_predicate(selector: str | None) -> Predicate | None:
 class Destinations:
     """Every destination of one embedded broker; the queues it makes belong to ``owner``.
 
-    :param on_consumer_queue: called with (queue, topic) when a new queue is a consumer queue of
-        the virtual topic ``topic`` (the broker records it in the store).
+    :param on_consumer_queue: called with (queue, topic, login) when a new queue is a consumer queue
+        of the virtual topic ``topic``, made by ``login`` (the broker records it in the store).
+    :param quota: counts what exists and judges creations (no limit when not given).
     """
 
     log = Logger()
 
     def __init__(self, owner: QueueOwner, virtual: VirtualTopics,
-                 on_consumer_queue: Callable[[str, str], None]) -> None:
+                 on_consumer_queue: Callable[[str, str, str | None], None],
+                 quota: DestinationQuota | None = None) -> None:
         self.owner = owner
+        self.quota = quota or DestinationQuota()
+        """The destinations held, counted, and the queues each login holds (:mod:`gateway.broker.quota`)."""
         self.virtual = virtual
         """The consumer queues of each virtual topic (:mod:`gateway.broker.virtual_topics`)."""
         self._on_consumer_queue = on_consumer_queue
@@ -72,21 +79,41 @@ class Destinations:
         self.durables: dict[str, MessageQueue] = {}
         self.durable_owners: dict[str, str | None] = {}
         """Durable subscription key -> the login that created it (None: created without a login)."""
+        self.temporary_topics: set[str] = set()
+        """The temporary topics that exist (counted by the quota as destinations)."""
 
     # -- lookup ------------------------------------------------------------
 
-    def queue(self, destination: str) -> MessageQueue:
-        """The queue ``destination``, created on first use."""
+    def queue(self, destination: str, login: str | None = None) -> MessageQueue:
+        """The queue ``destination``, created on first use (held by ``login``, and not judged by the
+        limits: the broker's own creations; a client's go through :meth:`create_queue`)."""
         queue = self.queues.get(destination)
         if queue is None:
             queue = self.queues[destination] = MessageQueue(self.owner, destination, destination)
+            self.quota.created(destination, login)
             topic = self.virtual.add(destination)
             if topic is not None:  # (a virtual topic's consumer queue exists from now on, across restarts)
                 self.log.info("{queue} is a consumer queue of the virtual topic {topic}", queue=destination,
                               topic=topic)
-                self._on_consumer_queue(destination, topic)
+                self._on_consumer_queue(destination, topic, login)
             if self.queue_wildcards:  # (a new queue joins the wildcard subscriptions that match it)
                 self.queue_wildcards.created(queue)
+        return queue
+
+    def create_queue(self, destination: str, login: str | None) -> MessageQueue:
+        """The queue ``destination`` a client (``login``) asked for: made now if it does not exist and the
+        limits allow (else :class:`~gateway.errors.LimitReached`)."""
+        queue = self.queues.get(destination)
+        if queue is not None:
+            return queue
+        self.quota.admit(destination, login)
+        return self.queue(destination, login)
+
+    def remove_queue(self, destination: str) -> MessageQueue | None:
+        """Forget the queue ``destination`` (the caller discards what it held); None: there was none."""
+        queue = self.queues.pop(destination, None)
+        if queue is not None:
+            self.quota.removed(destination)
         return queue
 
     def stored_queue(self, key: str) -> MessageQueue | None:
@@ -108,8 +135,9 @@ class Destinations:
         is_queue = destination_kind(destination) == "queue"
         if destination.startswith(TEMP_PREFIXES) and destination not in (self.queues if is_queue else self.topics):
             raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
-        if is_queue:
-            return [self.queue(destination)]
+        if is_queue:  # (a new queue, held by the login that sent: its verified JMSXUserID)
+            login = message.properties.get(CREATOR_PROPERTY)
+            return [self.create_queue(destination, login if isinstance(login, str) else None)]
         subscribers = self.topics.get(destination, ())
         if self.wildcards:  # (subscribers of the patterns the topic matches: gateway/broker/wildcards.py)
             patterns = self.wildcards.matching(destination)
@@ -151,14 +179,20 @@ class Destinations:
             subscribers.remove(queue)
         if not subscribers:
             self.wildcards.discard(queue.name)
+            if not queue.name.startswith(TEMP_PREFIXES):  # (a topic nobody listens to holds nothing: its name
+                self.topics.pop(queue.name, None)        # goes too, so new names do not pile up)
 
     # -- durable subscriptions ---------------------------------------------
 
-    def make_durable(self, key: str, destination: str, selector: str | None) -> MessageQueue:
-        """The queue of the durable subscription ``key`` to ``destination`` (made now)."""
+    def make_durable(self, key: str, destination: str, selector: str | None, login: str | None = None) -> MessageQueue:
+        """The queue of the durable subscription ``key`` to ``destination`` (made now, held by ``login``;
+        the caller judged it against the limits)."""
         queue = MessageQueue(self.owner, destination, key, filter=compile_predicate(selector), durable=True)
         queue.selector_text = selector
+        if key in self.durables:
+            self.drop_durable(key)
         self.durables[key] = queue
+        self.quota.created(key, login)
         self._add_subscriber(destination, queue)
         return queue
 
@@ -167,6 +201,7 @@ class Destinations:
         self.durable_owners.pop(key, None)
         queue = self.durables.pop(key, None)
         if queue is not None:
+            self.quota.removed(key)
             self._remove_subscriber(queue)
             queue.discard()
 
@@ -183,16 +218,20 @@ class Destinations:
 
     # -- temporary and deleted destinations ---------------------------------
 
-    def create_temporary(self, destination: str) -> None:
-        """Create a temporary queue or topic (its owner's session asks the broker)."""
+    def create_temporary(self, destination: str, login: str | None = None) -> None:
+        """Create a temporary queue or topic (its owner's session asks the broker, for ``login``);
+        :class:`~gateway.errors.LimitReached` past a limit."""
         if destination_kind(destination) == "queue":
-            self.queue(destination)
-        else:
-            self.topics.setdefault(destination, [])
+            self.create_queue(destination, login)
+        elif destination not in self.topics:
+            self.quota.admit(destination, login)
+            self.topics[destination] = []
+            self.temporary_topics.add(destination)
+            self.quota.created(destination, login)
 
     def delete(self, destination: str) -> None:
         """Delete a destination; its consumers are told, its pending messages discarded."""
-        queue = self.queues.pop(destination, None)
+        queue = self.remove_queue(destination)
         if queue is not None:
             for subscription in list(queue.consumers):
                 subscription.consumer.subscription_failed(DestinationError(f"{destination} was deleted"))
@@ -201,6 +240,9 @@ class Destinations:
                 self.log.info("deleted {destination} with {count} undelivered messages",
                               destination=destination, count=dropped)
         self.topics.pop(destination, None)
+        if destination in self.temporary_topics:
+            self.temporary_topics.discard(destination)
+            self.quota.removed(destination)
 
     def purge_expired(self) -> int:
         """Drop expired messages everywhere; returns how many."""

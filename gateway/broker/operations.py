@@ -103,7 +103,7 @@ class QueueOperations:
             raise ValueError(f"{destination!r} is not a queue name such as /queue/orders")
         if destination in self.broker.queues:
             return succeed(False)
-        self.broker.destinations.queue(destination)
+        self.broker.destinations.create_queue(destination, None)  # (LimitReached past max_destinations)
         return self.broker.recorded(destination).addCallback(lambda _: True)
 
     def delete_queue(self, destination: str) -> Deferred[int]:
@@ -115,7 +115,7 @@ class QueueOperations:
             raise DestinationError(f"{destination} has {len(queue.consumers)} consumer(s): it is deleted only "
                                    "without consumers (close their connections first)")
         dropped = queue.remove_pending(None)
-        self.broker.queues.pop(destination, None)
+        self.broker.destinations.remove_queue(destination)
         queue.discard()  # (detached: a send still waiting for the store shows nothing in it)
         forgotten = self.broker.forget_queue(destination)
         return self._forget(queue, dropped).addCallback(lambda _: forgotten).addCallback(lambda _: len(dropped))

@@ -56,9 +56,9 @@ class Recovery:
             consumer_queue = queue_of_record(record.key)
             if consumer_queue is not None:  # (a virtual topic's consumer queue: it exists without messages)
                 destinations.virtual.add(consumer_queue)
-                destinations.queue(consumer_queue)
+                destinations.queue(consumer_queue, record.owner)  # (held by its maker again: gateway/broker/quota.py)
                 continue
-            destinations.make_durable(record.key, record.destination, record.selector)
+            destinations.make_durable(record.key, record.destination, record.selector, record.owner)
             destinations.durable_owners[record.key] = record.owner
         limit = self.settings.max_redeliveries
         moves: list[Deferred[None]] = []

@@ -77,6 +77,11 @@ class BrokerSettings(Section):
     destinations: dict[str, DestinationLimits] = {}
     """Destination pattern ("/queue/orders.>", "/queue/*.audit", an fnmatch glob) -> max_size, full_policy,
     last_value, exclusive."""
+    max_destinations: NotNegative = 50_000
+    """Destinations the embedded broker holds at most: queues (temporary ones and virtual topics' consumer
+    queues included), durable subscriptions and temporary topics (docs/stomp.md, "Destination limits"); a frame
+    that would create one more gets ERROR "destination limit reached" and the connection stays open.
+    0: no cap."""
     virtual_topic_prefix: Str = "VirtualTopic."
     """Topics named /topic/<prefix>... are virtual topics (ActiveMQ's): each consumer queue gets a copy ("" turns
     them off)."""

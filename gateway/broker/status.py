@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gateway.broker.admission import Admission
 from gateway.broker.destinations import Destinations
 from gateway.broker.queue import MessageQueue
+from gateway.broker.quota import DestinationQuota
 
 
 def broker_gauges(admission: Admission, destinations: Destinations) -> Iterator[Metric]:
@@ -36,6 +37,36 @@ def broker_gauges(admission: Admission, destinations: Destinations) -> Iterator[
         paged.add_metric(values, queue.paged)
         paged_bytes.add_metric(values, queue.paged_size)
     yield from (in_memory, limit, paged, paged_bytes)
+    yield from quota_gauges(destinations.quota)
+
+
+def quota_gauges(quota: DestinationQuota) -> Iterator[Metric]:
+    """The destinations held against ``max_destinations``, the creations refused, and the queues held by
+    each login configured by name in ``[auth.limits]`` (never a series per login otherwise: bounded labels)."""
+    yield GaugeMetricFamily("jmsgateway_broker_destinations",
+                            "Destinations the embedded broker holds (queues, durable subscriptions, temporary topics)",
+                            value=quota.count)
+    yield GaugeMetricFamily("jmsgateway_broker_max_destinations", "The embedded broker's max_destinations (0: none)",
+                            value=quota.max_destinations)
+    yield CounterMetricFamily("jmsgateway_broker_destinations_refused",
+                              "Destinations not created because max_destinations or a login's max_queues was reached",
+                              value=quota.refused)
+    held = GaugeMetricFamily("jmsgateway_login_queues", "Queues a login configured in [auth.limits] holds",
+                             labels=["login"])
+    cap = GaugeMetricFamily("jmsgateway_login_max_queues", "A login's max_queues (-1: no cap)", labels=["login"])
+    for login in quota.logins.named():
+        held.add_metric([login], quota.held.get(login, 0))
+        max_queues = quota.logins.max_queues(login)
+        cap.add_metric([login], -1 if max_queues is None else max_queues)
+    yield from (held, cap)
+
+
+def quota_status(quota: DestinationQuota) -> dict[str, Any]:
+    """The ``limits`` part of ``/status``: destinations held against ``max_destinations``, refusals, and
+    the queues each login holds (``logins``: an administrator's view; others see none)."""
+    return {"destinations": quota.count, "max_destinations": quota.max_destinations, "refused": quota.refused,
+            "logins": {login: {"queues": held, "max_queues": quota.logins.max_queues(login)}
+                       for login, held in sorted(quota.held.items())}}
 
 
 def broker_status(admission: Admission, destinations: Destinations, page_file: str | None,
@@ -56,6 +87,7 @@ def broker_status(admission: Admission, destinations: Destinations, page_file: s
         "topics": {name: len(subs) for name, subs in destinations.topics.items()},
         "paging": {key: queue_memory(q) for key, q in destinations.backlogs()},
         "scheduled": {"waiting": scheduled[0], "delivered": scheduled[1]},
+        "limits": quota_status(destinations.quota),
     }
 
 

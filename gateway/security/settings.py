@@ -4,6 +4,7 @@ configuration by :mod:`gateway.config`."""
 from __future__ import annotations
 
 from gateway.schema import Bool, Int, Section, Str, Table
+from gateway.security.quotas import LoginLimits
 
 
 class AuthSettings(Section):
@@ -31,3 +32,6 @@ class AuthSettings(Section):
     """The window failed logins are counted in."""
     lockout_ms: Int = 10_000
     """How long a locked-out address is refused."""
+    limits: dict[Str, LoginLimits] = {}
+    """Login ("*": every login without an entry) -> max_connections and max_queues it may hold
+    (docs/security.md, "Resource limits per login"); applied by SIGHUP to the next CONNECT or creation."""

@@ -110,7 +110,7 @@ def test_creating_a_virtual_topics_consumer_queue_answers_once_its_record_is_sto
     broker = gateway.broker
     held: list[Deferred[None]] = []
 
-    def add_durable(key: str, topic: str, selector: str | None) -> Deferred[None]:
+    def add_durable(key: str, topic: str, selector: str | None, owner: str | None = None) -> Deferred[None]:
         held.append(Deferred())
         return held[-1]
 

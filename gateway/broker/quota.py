@@ -1,0 +1,89 @@
+"""How many destinations the embedded broker holds, and which login holds each queue it created:
+``[broker] max_destinations`` and the logins' ``max_queues`` (:mod:`gateway.security.quotas`).
+
+Owns the counts and the judgement of one more creation (:meth:`DestinationQuota.admit`, which
+raises :class:`~gateway.errors.LimitReached`).  It creates and deletes nothing: the destinations
+(:mod:`gateway.broker.destinations`) tell it what they made and dropped.  Only creations are judged:
+what exists keeps working whatever the limits become (a SIGHUP that lowers one refuses the next
+creation, it deletes nothing).
+"""
+
+from __future__ import annotations
+
+from twisted.logger import Logger
+
+from gateway.errors import LimitReached
+from gateway.security.quotas import LoginQuotas
+
+CREATOR_PROPERTY = "JMSXUserID"
+"""The property that names a SEND's verified login (the STOMP session stamps it, removing any the
+client wrote: gateway/stomp/sender_identity.py): a queue a SEND creates is held by that login."""
+
+
+class DestinationQuota:
+    """The destinations one broker holds, counted, and the queues each login holds.
+
+    :param max_destinations: at most this many destinations (0: no cap).
+    :param logins: the logins' ``max_queues`` (read at each creation: a reload replaces them).
+    """
+
+    log = Logger()
+
+    def __init__(self, max_destinations: int = 0, logins: LoginQuotas | None = None) -> None:
+        self.max_destinations = max_destinations
+        self.logins = logins or LoginQuotas()
+        self.count = 0
+        """Destinations held: queues, durable subscriptions, temporary topics."""
+        self.creators: dict[str, str] = {}
+        """Key of a destination a login created -> that login."""
+        self.held: dict[str, int] = {}
+        """Login -> how many destinations it created that exist (only logins holding one)."""
+        self.refused = 0
+        """Creations refused by a limit since the start."""
+        self._warned = False
+        """A refusal was logged since the last creation (one warning per episode, not per frame)."""
+
+    def admit(self, name: str, login: str | None) -> None:
+        """Nothing when ``login`` (None: no login, or the broker itself) may create the destination
+        ``name``; else :class:`LimitReached` naming it and the limit."""
+        limit = self.max_destinations
+        if limit and self.count >= limit:
+            self._refuse(f"{name} was not created: the embedded broker holds {self.count} destinations and its limit "
+                         f"is {limit} ([broker] max_destinations)")
+        if login is None:
+            return
+        max_queues = self.logins.max_queues(login)
+        if max_queues is not None and self.held.get(login, 0) >= max_queues:
+            self._refuse(f"{name} was not created: login {login!r} holds {self.held.get(login, 0)} queues and its "
+                         f"limit is {max_queues} ([auth.limits] max_queues)")
+
+    def _refuse(self, why: str) -> None:
+        self.refused += 1
+        if not self._warned:
+            self._warned = True
+            self.log.warn("{why}; further refusals are counted (jmsgateway_broker_destinations_refused), not logged, "
+                          "until a destination is created", why=why)
+        raise LimitReached(f"{why}; existing destinations work as before")
+
+    def created(self, key: str, login: str | None) -> None:
+        """The destination ``key`` exists from now on, created by ``login`` (None: nobody's)."""
+        self.count += 1
+        self._warned = False
+        if login is not None:
+            self.creators[key] = login
+            self.held[login] = self.held.get(login, 0) + 1
+
+    def removed(self, key: str) -> None:
+        """The destination ``key`` is gone."""
+        self.count -= 1
+        login = self.creators.pop(key, None)
+        if login is not None:
+            left = self.held[login] - 1
+            if left:
+                self.held[login] = left
+            else:
+                del self.held[login]
+
+    def creator(self, key: str) -> str | None:
+        """The login that created ``key`` (None: nobody, or not known)."""
+        return self.creators.get(key)
