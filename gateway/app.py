@@ -38,8 +38,10 @@ from gateway.routing.service import KafkaRouter, build_kafka_router
 from gateway.security.auth import build_portal
 from gateway.security.authorization import build_authorizer
 from gateway.security.login_throttle import build_login_throttle
+from gateway.security.quotas import LoginQuotas
 from gateway.stomp.durable_owners import FILE_NAME as DURABLE_OWNERS_FILE
 from gateway.stomp.durable_owners import DurableOwners
+from gateway.stomp.login_connections import LoginConnections
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.transforms import SessionTransforms
 from gateway.transform import TransformChains, parse_transform_config, plugin_manager_for
@@ -106,7 +108,7 @@ def configured_connectors(config: GatewayConfig, reactor: Any, registry: Collect
     if wanted is None or EMBEDDED in wanted:
         broker = EmbeddedBroker(reactor, config.broker, build_store(config, reactor), registry,
                                 page_path=config.data_path(page_file_name(config.broker.database)),
-                                schedule=build_schedule(config, reactor))
+                                schedule=build_schedule(config, reactor), logins=LoginQuotas(config.auth.limits))
         built.broker = broker
         built.by_name[EMBEDDED] = broker
     for name, options in config.connectors.items():
@@ -206,6 +208,7 @@ class Gateway:
             authorizer=self.authorizer,
             throttle=self.login_throttle if self.portal is not None else None,
             durable_owners=self.durable_owners,
+            login_connections=LoginConnections(self.broker.quota.logins),
         )
         self.bridges = bridges_for_gateway(config, self.connectors, reactor, registry=self.registry,
                                            plugin_manager=self.plugin_manager,

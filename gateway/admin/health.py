@@ -66,6 +66,7 @@ def gateway_status(gateway: ObservedGateway, now: float) -> dict[str, Any]:
         "uptime_seconds": round(now - started, 3) if started is not None else None,
         **gateway.role.status(),
         "stomp_connections": len(gateway.factory.connections),
+        "stomp_connections_by_login": dict(sorted(gateway.factory.login_connections.open.items())),
         "connectors": connectors,
         "bridges": gateway.bridges.status(),
     }

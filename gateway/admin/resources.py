@@ -272,7 +272,7 @@ NAMED_BY_DESTINATION = ("queues", "topics", "paging")
 def status_shown(status: Any, visible: Callable[[str], bool]) -> Any:
     """A connector's ``/status`` part as a non-administrator sees it: only the destinations
     ``visible`` says it may read or administer (docs/admin.md, roles), no durable subscriptions (their
-    keys hold other logins' client ids; the console lists a login its own)."""
+    keys hold other logins' client ids; the console lists a login its own), no queue counts per login."""
     if not isinstance(status, dict):
         return status
     shown = dict(status)
@@ -281,6 +281,9 @@ def status_shown(status: Any, visible: Callable[[str], bool]) -> Any:
             shown[key] = {name: value for name, value in shown[key].items() if visible(name)}
     if isinstance(shown.get("durables"), dict):
         shown["durables"] = {}
+    limits = shown.get("limits")
+    if isinstance(limits, dict) and "logins" in limits:  # (other logins' names and counts: administrators only)
+        shown["limits"] = {**limits, "logins": {}}
     memory = shown.get("memory")
     if isinstance(memory, dict) and isinstance(memory.get("blocked"), list):
         shown["memory"] = {**memory, "blocked": [name for name in memory["blocked"] if visible(str(name))]}
@@ -303,6 +306,7 @@ class AdminRoot(Resource):
             principal = principals.of(request)
             if not principal.administrator:
                 document["bridges"] = []
+                document["stomp_connections_by_login"] = {}  # (other logins' names: administrators only)
                 for name, connector in document["connectors"].items():
                     document["connectors"][name] = status_shown(connector, lambda d: access.visible(principal, d))
             return 200, document

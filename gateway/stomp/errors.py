@@ -6,7 +6,7 @@ it writes no frame (the session does).
 
 from __future__ import annotations
 
-from gateway.errors import GatewayError, NotOwner
+from gateway.errors import GatewayError, LimitReached, NotOwner
 from gateway.wire.frame import Frame
 
 
@@ -29,6 +29,7 @@ def required(frame: Frame, name: str) -> str:
 
 _TITLES = {
     "DestinationError": "invalid destination",
+    "LimitReached": "destination limit reached",
     "ConnectorUnavailable": "target unavailable",
     "DestinationFull": "destination full",
     "ConnectorError": "target refused the message",
@@ -43,3 +44,20 @@ def error_title(error: GatewayError) -> str:
     if isinstance(error, NotOwner):
         return str(error)
     return _TITLES.get(type(error).__name__, "request failed")
+
+
+def limit_refusal(error: LimitReached, frame: Frame) -> Frame:
+    """The ERROR answering a SEND or SUBSCRIBE that would have created a destination past a limit
+    (``max_destinations``, a login's ``max_queues``): like an authorization refusal, it leaves the
+    connection open, so it is not a :class:`StompError` (those close it)."""
+    headers = {"message": "destination limit reached", "content-type": "text/plain"}
+    receipt = frame.headers.get("receipt")
+    if receipt is not None:
+        headers["receipt-id"] = receipt
+    body = f"{frame.command} frame: {error}; nothing was done and the connection stays open\n"
+    return Frame("ERROR", headers, body.encode())
+
+
+KEEPS_CONNECTION = frozenset(("SEND", "SUBSCRIBE"))
+"""The frames a :class:`LimitReached` refuses with the connection open (a COMMIT's refusal, which
+applies nothing of the transaction, closes it as any failed COMMIT does)."""

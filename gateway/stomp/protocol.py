@@ -79,6 +79,7 @@ from gateway.routing.destination_map import DestinationMap
 from gateway.security.login_throttle import LoginThrottle
 from gateway.stomp.admission import ConnectionAdmission
 from gateway.stomp.durable_owners import DurableOwners
+from gateway.stomp.login_connections import LoginConnections
 from gateway.stomp.session import InboundTransformer, StompError, StompSession
 from gateway.stomp.settings import StompSettings
 from gateway.stomp.traffic import StompTraffic
@@ -519,6 +520,7 @@ class StompServerFactory(Factory):
         authorizer: IAuthorizer | None = None,
         throttle: LoginThrottle | None = None,
         durable_owners: DurableOwners | None = None,
+        login_connections: LoginConnections | None = None,
     ) -> None:
         self.clock = clock
         self.destinations = destinations
@@ -530,6 +532,8 @@ class StompServerFactory(Factory):
         self.throttle = throttle
         self.durable_owners = durable_owners
         """Owners of durable subscriptions at connectors (:mod:`gateway.stomp.durable_owners`; None without [auth])."""
+        self.login_connections = login_connections if login_connections is not None else LoginConnections()
+        """The connections each verified login holds, against ``[auth.limits]`` max_connections."""
         self.certificate_logins = portal is not None and ICertificateIdentity in portal.checkers
         """Whether ``[auth] certificates`` map client certificates to logins."""
         self.limits = Limits(
@@ -587,6 +591,7 @@ class StompServerFactory(Factory):
             authorizer=self.authorizer,
             throttle=self.throttle,
             durable_owners=self.durable_owners,
+            login_connections=self.login_connections if self.portal is not None else None,
             certificate_name=protocol.peer_certificate_name if self.certificate_logins else None,
         )
 

@@ -23,6 +23,8 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from gateway.errors import LimitReached
+from gateway.stomp.errors import KEEPS_CONNECTION, limit_refusal
 from gateway.wire.frame import Frame
 
 
@@ -66,7 +68,12 @@ class Answer:
         self.settle(receipt_for(self.frame))
 
     def failed(self, reason: BaseException | Failure) -> None:
-        """The frame failed: its ERROR goes out in its turn, then the connection closes."""
+        """The frame failed: its ERROR goes out in its turn, then the connection closes (save a SEND
+        or SUBSCRIBE refused by a destination limit: its ERROR, and the connection stays open)."""
+        error = reason.value if isinstance(reason, Failure) else reason
+        if isinstance(error, LimitReached) and self.frame.command in KEEPS_CONNECTION:
+            self.settle(limit_refusal(error, self.frame))
+            return
         self.settle(self.line.error_answer(reason, self.frame), final=True)
 
     def settled(self, error: Exception | None, _ack: object) -> None:

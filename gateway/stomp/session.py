@@ -40,7 +40,7 @@ from twisted.python.failure import Failure
 from gateway import __version__
 from gateway.broker.composite import composite_parts
 from gateway.broker.settings import BrokerSettings
-from gateway.errors import GatewayError, StompProtocolError
+from gateway.errors import GatewayError, LimitReached, StompProtocolError
 from gateway.flow import Congestion
 from gateway.interfaces import IAuthorizer, IStompUser, ISubscription, Permission, SubscriptionSpec
 from gateway.message.convert import message_to_frame
@@ -51,8 +51,9 @@ from gateway.security.login_throttle import LoginThrottle
 from gateway.stomp.ack_ledger import AckLedger, apply_acks
 from gateway.stomp.delivery import MessageEncoder
 from gateway.stomp.durable_owners import DurableOwners
-from gateway.stomp.errors import StompError, error_title
+from gateway.stomp.errors import KEEPS_CONNECTION, StompError, error_title, limit_refusal
 from gateway.stomp.heartbeats import HeartBeats, parse_heartbeat
+from gateway.stomp.login_connections import LoginConnections
 from gateway.stomp.receipts import ReceiptLine, receipt_for
 from gateway.stomp.sending import Sender
 from gateway.stomp.settings import StompSettings
@@ -159,6 +160,7 @@ class StompSession:
         throttle: LoginThrottle | None = None,
         certificate_name: Callable[[], str | None] | None = None,
         durable_owners: DurableOwners | None = None,
+        login_connections: LoginConnections | None = None,
     ) -> None:
         self.sink = sink
         self.clock = clock
@@ -178,6 +180,10 @@ class StompSession:
         """The verified client certificate's subject CN (``mtls:`` listeners), for certificate logins."""
         self.durable_owners = durable_owners
         """Owners of durable subscriptions at connectors (None without [auth]: nothing recorded or checked)."""
+        self.login_connections = login_connections
+        """The connections each verified login holds, against its max_connections (None: not counted)."""
+        self._counted: str | None = None
+        """The login this connection is counted for in :attr:`login_connections` (once CONNECTED)."""
         self.session_id = f"jmsgw-{next(_session_ids)}"
         self.state = SessionState.NEW
         self.version = "1.0"
@@ -264,6 +270,11 @@ class StompSession:
                 handler(self, frame)
         except (StompError, StompProtocolError) as error:
             self.fail(error, frame)
+        except LimitReached as error:  # (a temporary destination past a limit: the connection stays open)
+            if frame.command not in KEEPS_CONNECTION:
+                self.fail(StompError(error_title(error), str(error)), frame)
+            else:
+                self._answers.now(limit_refusal(error, frame))
         except GatewayError as error:
             self.fail(StompError(error_title(error), str(error)), frame)
         except Exception:
@@ -290,6 +301,9 @@ class StompSession:
         if self.connected_logged:
             self.log.info("STOMP disconnect from {peer} (login {login})", peer=self.peer, login=self.login or "-")
         self.state = SessionState.CLOSED
+        if self._counted is not None and self.login_connections is not None:
+            self.login_connections.closed(self._counted)
+            self._counted = None
         self._answers.abandon()
         self.heartbeats.stop()
         # Nothing more is delivered here: what the rollback and the closes
@@ -462,6 +476,13 @@ class StompSession:
             self.login = result[1].login
             if throttle is not None:
                 throttle.settle(address, self.login, True)
+            connections = self.login_connections
+            if connections is not None and self.login is not None and self.state is SessionState.CONNECTING:
+                refusal = connections.admit(self.login)
+                if refusal is not None:
+                    self.fail(StompError("connection limit reached", refusal), frame)
+                    return
+                self._counted = self.login
             self._connected(frame, heartbeat)
 
         def refused(failure: Failure) -> None:
@@ -485,6 +506,7 @@ class StompSession:
             headers["heart-beat"] = f"{server_send},{server_receive}"
             self.heartbeats.negotiate(heartbeat, server_send, server_receive)
         self.state = SessionState.CONNECTED
+        self.temporaries.login = self.verified_login
         self.connected_logged = True
         self.log.info("STOMP {version} connect from {peer} (login {login})", version=self.version, peer=self.peer,
                       login=self.login or "-")

@@ -22,6 +22,8 @@ class TemporaryDestinations:
         self.embedded = embedded
         self.names: set[str] = set()
         """The broker's names of the destinations this connection created."""
+        self.login: str | None = None
+        """The connection's verified login, which holds what it creates (set at CONNECTED)."""
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -35,8 +37,8 @@ class TemporaryDestinations:
             if destination.startswith(prefix):
                 name = f"{remote}{self.session_id}.{destination[len(prefix):]}"
                 if create and name not in self.names:
+                    self.embedded.create_temporary(name, self.login)  # type: ignore[attr-defined]  # (LimitReached)
                     self.names.add(name)
-                    self.embedded.create_temporary(name)  # type: ignore[attr-defined]
                 return name
         return destination
 
