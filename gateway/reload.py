@@ -3,7 +3,9 @@
 Applied at once: ``[gateway] log_level``; the logins (``[auth] users``, the
 ``password_file``'s lines, ``certificates``) for every next login; ``[auth]
 groups`` and ``[[authorization]]`` for every next SEND, SUBSCRIBE or admin
-action; ``[routing]``'s routes and soft-failure policies for every next
+action; ``[auth.limits]`` and ``[broker] max_destinations`` for every next
+CONNECT and destination creation (lowered below what is held, they refuse the
+next one and close or delete nothing); ``[routing]``'s routes and soft-failure policies for every next
 message (the same Kafka connector); ``[[bridges]]``: a bridge that is gone
 stops, a new one starts, a changed one stops and starts again with its new
 settings (as an Artemis or RabbitMQ operator changes bridges and shovels at
@@ -38,7 +40,7 @@ from gateway.security.authorization import DestinationAuthorizer, build_authoriz
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.app import Gateway
 
-APPLIED_AUTH_KEYS = frozenset({"users", "password_file", "groups", "certificates"})
+APPLIED_AUTH_KEYS = frozenset({"users", "password_file", "groups", "certificates", "limits"})
 """``[auth]`` keys a reload applies (the others need a restart)."""
 
 
@@ -153,6 +155,9 @@ class ConfigReloader:
                 for checker in set(portal.checkers.values()):
                     gateway.portal.registerChecker(checker)
                 outcome.applied.append("auth logins")
+        if _dump(new.auth.limits) != _dump(old.auth.limits):
+            gateway.broker.quota.logins.replace(new.auth.limits)  # (the STOMP factory's connection count reads it too)
+            outcome.applied.append(f"auth.limits ({len(new.auth.limits)} entries)")
         running = gateway.factory.authorizer
         if authorizer.enabled and running is None:
             outcome.restart.append("authorization (turning per-destination authorization on)")
@@ -263,5 +268,11 @@ class ConfigReloader:
             if name == "gateway":
                 before = {k: v for k, v in before.items() if k != "log_level"}
                 after = {k: v for k, v in after.items() if k != "log_level"}
+            if name == "broker" and before.get("max_destinations") != after.get("max_destinations"):
+                limit = new.broker.max_destinations
+                self.gateway.broker.quota.max_destinations = limit  # (judges the next creation; deletes nothing)
+                old.broker = old.broker.model_copy(update={"max_destinations": limit})  # (sections are frozen)
+                outcome.applied.append(f"broker.max_destinations = {limit}")
+                before, after = _dump(old.broker), _dump(new.broker)
             if before != after:
                 outcome.restart.append(name)
