@@ -252,3 +252,34 @@ def test_sighup_lowering_the_cap_refuses_new_destinations_and_deletes_none(tmp_p
     finally:
         gateway.kill()
 
+
+
+def test_sighup_changes_a_logins_limits_for_its_next_connect_and_queue(tmp_path: Any) -> None:
+    gateway = start(tmp_path, config(0, '\n[auth.limits.eve]\nmax_connections = 1\nmax_queues = 1\n', logins=True))
+    try:
+        first = connect(gateway, "eve")
+        first.send(send_frame("/queue/eve.1", "a", "1") + send_frame("/queue/eve.2", "b", "2"))
+        got = answers(first, 2)
+        assert (got["1"].command, got["2"].command) == ("RECEIPT", "ERROR"), got
+        gateway.config_path.write_text(config(0, '\n[auth.limits.eve]\nmax_connections = 2\nmax_queues = 2\n',
+                                              logins=True))
+        assert gateway.process is not None
+        gateway.process.send_signal(signal.SIGHUP)
+        log = gateway.wait_for_log("SIGHUP: configuration")
+        assert "auth.limits (1 entries)" in log and "needs a restart: nothing" in log, log[-2000:]
+        second = connect(gateway, "eve")
+        second.send(send_frame("/queue/eve.2", "b", "3"))
+        assert second.frame(10.0).command == "RECEIPT"
+        gateway.config_path.write_text(config(0, '\n[auth.limits.eve]\nmax_connections = 0\nmax_queues = 0\n',
+                                              logins=True))
+        gateway.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: gateway.log().count("auth.limits (1 entries)") == 2, 10.0, "the second reload")
+        third = RawStomp(gateway.address)
+        third.send(f"CONNECT\naccept-version:1.2\nhost:x\nlogin:eve\npasscode:{PASSWORDS['eve']}\n\n\x00")
+        closed = third.until_closed(10.0)
+        assert isinstance(closed[0], Frame) and "its limit is 0" in closed[0].body.decode(), closed
+        still_open(first, "/queue/eve.1")  # (nothing held is closed or deleted)
+        second.send(send_frame("/queue/eve.3", "c", "4"))
+        assert "holds 2 queues and its limit is 0" in second.frame(10.0).body.decode()
+    finally:
+        gateway.kill()
