@@ -15,10 +15,11 @@ from typing import Any
 import stomp
 
 from gateway.wire.frame import Frame
-from tests.support.authorization import ROOT_GRANT, grant
+from tests.support.authorization import ROOT_GRANT, grant, weak_logins
 from tests.support.gateway import GatewayProcess, default_config
 from tests.support.ports import free_port, wait_for_port
 from tests.support.raw_stomp import RawStomp
+from tests.support.standby import accepts, gateway_pair
 from tests.support.waiting import wait_until
 
 PASSWORDS = {"root": "r00t!x", "alice": "alice-pw", "eve": "eve-pw"}
@@ -283,3 +284,37 @@ def test_sighup_changes_a_logins_limits_for_its_next_connect_and_queue(tmp_path:
         assert "holds 2 queues and its limit is 0" in second.frame(10.0).body.decode()
     finally:
         gateway.kill()
+
+
+def test_a_standby_that_takes_over_recovers_the_counts(tmp_path: Any) -> None:
+    """A takeover is a start-up (docs/high-availability.md): the standby's broker counts what the store holds
+    and gives eve back the durable subscription and consumer queue she made on the active gateway."""
+    active, _, standby, standby_admin = gateway_pair(tmp_path, [
+        *weak_logins(**PASSWORDS), "--set", "broker.max_destinations=4",
+        "--set", "auth.limits={ eve = { max_queues = 2 } }", "--set", 'admin.roles={ root = "administrator" }'],
+        extra_config=GRANTS)
+    try:
+        eve = RawStomp(active.address)
+        eve.connect(extra=f"login:eve\npasscode:{PASSWORDS['eve']}\nclient-id:eve-app\n")
+        eve.send("SUBSCRIBE\nid:1\ndestination:/topic/eve.t\nactivemq.subscriptionName:d\nreceipt:1\n\n\x00"
+                 "SUBSCRIBE\nid:2\ndestination:/queue/Consumer.eve.VirtualTopic.x\nreceipt:2\n\n\x00")
+        assert [frame.command for frame in answers(eve, 2).values()] == ["RECEIPT"] * 2
+        root = connect(active, "root")
+        root.send(send_frame("/queue/root.1", "p", "3").replace("SEND\n", "SEND\npersistent:true\n"))
+        assert root.frame(10.0).command == "RECEIPT"
+        assert active.process is not None
+        active.process.kill()
+        wait_until(lambda: accepts(standby.port), 30, "the standby's STOMP listener")
+        standby.admin_port = standby_admin  # type: ignore[attr-defined]
+        limits_status = status(standby)["connectors"]["embedded"]["limits"]
+        assert (limits_status["destinations"], limits_status["logins"]) == (3, {"eve": {"queues": 2, "max_queues": 2}})
+        eve = connect(standby, "eve")
+        eve.send("SUBSCRIBE\nid:1\ndestination:/queue/Consumer.eve2.VirtualTopic.x\nreceipt:4\n\n\x00")
+        assert "login 'eve' holds 2 queues" in eve.frame(10.0).body.decode()
+        root = connect(standby, "root")
+        root.send(send_frame("/queue/root.2", "x", "5") + send_frame("/queue/root.3", "x", "6"))
+        got = answers(root, 2)
+        assert got["5"].command == "RECEIPT" and "holds 4 destinations" in got["6"].body.decode(), got
+    finally:
+        standby.kill()
+        active.kill()
