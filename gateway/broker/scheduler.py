@@ -41,7 +41,7 @@ from twisted.python.threadpool import ThreadPool
 
 from gateway.broker.store.sqlite_records import decode_message, encode_message
 from gateway.deferreds import gather
-from gateway.errors import DestinationError, MessageRefused
+from gateway.errors import DestinationError, LimitReached, MessageRefused
 from gateway.message.model import Message
 
 DELAY = "AMQ_SCHEDULED_DELAY"
@@ -402,7 +402,7 @@ class Scheduler:
                 self.waiting -= 1
 
         def refused(failure: Failure, job: Job) -> None:
-            if failure.check(DestinationError):
+            if failure.check(DestinationError) and not failure.check(LimitReached):  # (a limit: for now)
                 self.log.warn("scheduled message {id} dropped: {why}", id=job.message.message_id,
                               why=failure.getErrorMessage())
                 done.append(replace(job, repeats_left=0))

@@ -13,6 +13,7 @@ from twisted.python.failure import Failure
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.quota import DestinationQuota
+from gateway.broker.scheduler import RETRY_MS
 from gateway.broker.settings import BrokerSettings
 from gateway.broker.store.memory_store import MemoryStore
 from gateway.config import parse_config
@@ -266,3 +267,18 @@ def test_login_connections_count_per_login_against_max_connections() -> None:
     assert connections.admit("eve") is None
     quotas.replace({"eve": LoginLimits(max_connections=0)})
     assert connections.admit("eve") is not None and connections.open["eve"] == 2
+
+
+def test_a_scheduled_message_whose_queue_cannot_be_made_yet_waits_instead_of_being_dropped(clock: Clock) -> None:
+    """A job's occurrence to a new queue past the cap was dropped as for a destination that does not exist;
+    it is tried again (as a FAIL-full destination's) and delivered once there is room."""
+    broker = make_broker(clock, max_destinations=1)
+    broker.send(sent("/queue/full"))
+    job = sent("/queue/later")
+    job.properties["AMQ_SCHEDULED_DELAY"] = "1000"
+    assert outcome(broker.send(job)) is None
+    clock.advance(1.5)
+    assert "/queue/later" not in broker.queues and broker.scheduler.waiting == 1
+    broker.delete_destination("/queue/full")
+    clock.advance(RETRY_MS / 1000 + 0.1)
+    assert len(broker.queues["/queue/later"]) == 1 and broker.scheduler.waiting == 0
