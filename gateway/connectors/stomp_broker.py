@@ -165,7 +165,16 @@ class _BrokerSessionEndpoint:
                 headers={"client-id": settings.client_id},
             )
             connecting.addTimeout(settings.connect_timeout / 1000.0, connector.clock)
+            connecting.addErrback(no_connected)
             return connecting.addCallback(lambda _: probe(protocol))
+
+        def no_connected(failure: Failure) -> Failure:
+            # addTimeout's TimeoutError reads "(1.5, 'Deferred')": say what did not come, and the key
+            if failure.check(defer.TimeoutError) is None:
+                return failure
+            return Failure(ConnectorUnavailable(
+                f"no CONNECTED within {settings.connect_timeout} ms of the CONNECT "
+                f"(connectors.{connector.name}.connect_timeout)"))
 
         def probe(protocol: StompClientProtocol) -> Deferred[Any]:
             if not connector.must_probe_transformation:

@@ -566,3 +566,17 @@ def test_no_probe_without_a_transformation_to_ask_for(broker: FakeBroker, clock:
     result_of(subscribing)
     assert "transformation" not in subscribe.headers
     assert (EMPTY_TEXTS in connector.health().detail) == ("transformation" in options)
+
+
+def test_a_broker_that_never_answers_connect_is_a_failed_attempt_naming_connect_timeout(
+        broker: FakeBroker, clock: Clock) -> None:
+    """Before: the attempt's error read "(1.5, 'Deferred')" (addTimeout's TimeoutError), in the log,
+    in `status()` and in the sends' ERROR frames."""
+    connector = make(broker, clock, connect_timeout=1500, failure_retry_interval=300, transformation="")
+    starting = connector.start()
+    clock.advance(1.5)
+    result_of(starting)  # retries are allowed: the gateway starts, sends wait
+    assert connector.last_error == "no CONNECTED within 1500 ms of the CONNECT (connectors.amq.connect_timeout)"
+    assert broker.transport is not None and broker.transport.disconnecting
+    clock.advance(0.3)
+    assert broker.attempts == 2
