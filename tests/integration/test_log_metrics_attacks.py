@@ -152,3 +152,31 @@ def test_inventing_destination_names_without_messages_does_not_grow_the_metric_f
     client.close()
     after = len(series(scrape(port), "jmsgateway_broker_destination_messages"))
     assert after - before < 50, f"{after - before} new destination series for 300 invented, empty queues"
+
+
+def log_bytes(gateway: GatewayProcess) -> int:
+    """The log's size, rotated files included (twistd rotates at 1 MB)."""
+    return sum(path.stat().st_size for path in gateway.log_path.parent.glob(gateway.log_path.name + "*"))
+
+
+def test_one_connection_cannot_flood_the_log_with_refusals(tmp_path: Path) -> None:
+    """Refused SENDs keep the connection (ActiveMQ's rule, docs/security.md), so one client can send
+    thousands a second, each naming a 4 KiB destination: the log must not grow with them (the
+    counter counts every one), and it must say that refusals are being left out."""
+    gateway = with_logins(tmp_path / "gw", [])
+    with stopped_after(gateway):
+        client = RawStomp(gateway.address)
+        client.connect(extra="login:alice\npasscode:secret\n")
+        size = log_bytes(gateway)
+        name = "/queue/secret." + "x" * 4096
+        for batch in range(10):
+            client.send("".join(f"SEND\ndestination:{name}{batch}.{index}\nreceipt:{batch}.{index}\n\nb\x00"
+                                for index in range(300)))
+            for _ in range(300):
+                assert client.frame().command == "ERROR"
+        client.send("SEND\ndestination:/queue/ok.fine\nreceipt:ok\n\nb\x00")
+        assert client.frame().command == "RECEIPT"
+        client.close()
+        grown = log_bytes(gateway) - size
+        assert grown < 100_000, f"the log grew {grown} bytes for 3,000 refusals of one connection"
+        assert "not logged" in gateway.log()
