@@ -382,8 +382,8 @@ class TransformChains:
             given = message.copy() if step.on_error == "skip" else message
             try:
                 result = step.transformer.transform(given, context.with_options(step.options))
-                if isinstance(result, Message):  # the common case, first
-                    message = result
+                if isinstance(result, Message) and (not result.properties or _property_problem(result) is None):
+                    message = result  # the common case, first
                     index += 1
                     continue
                 if inspect.iscoroutine(result):
@@ -422,6 +422,16 @@ class TransformChains:
         context: TransformContext,
     ) -> tuple[Message, str | None] | Outcome:
         """What a transformer's plain result means: the next ``(message, branch)``, or an end."""
+        made = result.message if isinstance(result, Branch) else result
+        problem = _property_problem(made) if isinstance(made, Message) else None
+        if problem is not None:
+            error = TransformError(
+                f"transformer {step.name!r} (plugin {step.plugin!r}) returned a message with {problem}; "
+                "a property is named by a string and holds a string, number, boolean, bytes or None",
+                transformer=step.name,
+            )
+            failed = self._failed(step, Failure(error), original, message, context)
+            return (message, branch) if failed is None else failed
         if isinstance(result, Message):
             return result, branch
         if isinstance(result, Branch) and isinstance(result.message, Message):
@@ -521,3 +531,22 @@ class TransformChains:
             dead.destination = step.dead_letter
             return DeadLettered(dead, step.dead_letter, error)
         return Rejected(error)
+
+
+_PROPERTY_TYPES = (str, int, float, bool, bytes)
+
+
+def _property_problem(message: Message) -> str | None:
+    """What is wrong with ``message``'s properties as a transformer left them (None: nothing).
+
+    A property a store, a connector or a STOMP header cannot carry (an object, a list, a name that is
+    not a string) would otherwise fail later, where nobody can say which transformer put it there:
+    the embedded store's ``message store failure``, an ``internal error``, or ``str()`` of the object
+    in a MESSAGE header."""
+    for name, value in message.properties.items():
+        if type(name) is not str:
+            return f"a property named {name!r} (a {type(name).__name__}, not a string)"
+        if value is not None and not isinstance(value, _PROPERTY_TYPES):
+            return f"property {name!r} holding a {type(value).__name__}"
+    return None
+

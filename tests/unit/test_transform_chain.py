@@ -606,3 +606,49 @@ def test_passes_through_only_when_no_entry_and_no_header_applies(registry: Colle
     assert outbound_only.passes_through("inbound", None) and not outbound_only.passes_through("outbound", None)
     header_off = chains_for([Tag("a")], [], CollectorRegistry(), transformation_header=False)
     assert header_off.passes_through("inbound", "a")
+
+
+def with_object(message: Message) -> Message:
+    message.properties["x-object"] = object()  # type: ignore[assignment]
+    return message
+
+
+def with_int_name(message: Message) -> Message:
+    message.properties[7] = "seven"  # type: ignore[index]
+    return message
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (with_object, "property 'x-object' holding a object"),
+    (with_int_name, "a property named 7 (a int, not a string)"),
+    (lambda message: Branch(with_object(message), "/queue/elsewhere"), "property 'x-object' holding a object"),
+    (lambda message: succeed(with_object(message)), "property 'x-object' holding a object"),
+])
+def test_a_property_no_message_can_carry_fails_the_step_that_set_it(
+        registry: CollectorRegistry, make: Callable[[Message], Any], problem: str) -> None:
+    """Before: passed on, so the store answered `message store failure`, a name that is not a string
+    an `internal error`, and a MESSAGE header showed `<object object at 0x...>`; none named the
+    transformer."""
+    chains = chains_for([Returns("bad", make)], [{"transformer": "bad"}], registry)
+    outcome = result_of(chains.run(text(), INBOUND))
+    assert isinstance(outcome, Rejected), outcome
+    assert outcome.error.transformer == "bad"
+    assert f"transformer 'bad' (plugin 'testplugin') returned a message with {problem}" in str(outcome.error)
+    assert failures(registry, "bad", "reject") == 1.0
+
+
+def test_under_skip_a_bad_property_leaves_the_message_as_it_was(registry: CollectorRegistry) -> None:
+    chains = chains_for([Returns("bad", with_object)], [{"transformer": "bad", "on_error": "skip"}], registry)
+    outcome = result_of(chains.run(text(keep="yes"), INBOUND))
+    assert isinstance(outcome, Deliver)
+    assert outcome.message.properties == {"keep": "yes"}
+
+
+def test_plain_property_values_pass(registry: CollectorRegistry) -> None:
+    def fine(message: Message) -> Message:
+        message.properties.update({"s": "x", "i": 1, "f": 1.5, "b": True, "y": b"\x00", "n": None})
+        return message
+
+    chains = chains_for([Returns("fine", fine)], [{"transformer": "fine"}], registry)
+    outcome = result_of(chains.run(text(), INBOUND))
+    assert isinstance(outcome, Deliver) and outcome.message.properties["y"] == b"\x00"
