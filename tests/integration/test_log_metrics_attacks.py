@@ -180,3 +180,25 @@ def test_one_connection_cannot_flood_the_log_with_refusals(tmp_path: Path) -> No
         grown = log_bytes(gateway) - size
         assert grown < 100_000, f"the log grew {grown} bytes for 3,000 refusals of one connection"
         assert "not logged" in gateway.log()
+
+
+def test_headers_a_stomp_1_0_subscriber_cannot_carry_do_not_flood_the_log(make_gateway: MakeGateway) -> None:
+    """A 1.2 producer puts a line break in a header of 2,000 messages; a 1.0 subscriber cannot be
+    given it (the header is left out and logged): one log line a MESSAGE would let one producer
+    write the log at its sending rate."""
+    gateway = make_gateway()
+    consumer = RawStomp(gateway.address, version="1.0")
+    consumer.connect(version="1.0")
+    consumer.send("SUBSCRIBE\nid:0\ndestination:/queue/v10\nack:auto\n\n\x00")
+    producer = RawStomp(gateway.address)
+    producer.connect()
+    size = log_bytes(gateway)
+    for _ in range(4):
+        producer.send("SEND\ndestination:/queue/v10\nx-two:line\\nbreak\n\nm\x00" * 500)
+    producer.send("SEND\ndestination:/queue/v10\nreceipt:end\n\nlast\x00")
+    assert producer.frame(10).command == "RECEIPT"
+    frames = [consumer.frame(10) for _ in range(2001)]
+    assert frames[-1].body == b"last" and not any("x-two" in frame.headers for frame in frames)
+    grown = log_bytes(gateway) - size
+    assert grown < 100_000, f"the log grew {grown} bytes for 2,000 MESSAGEs"
+    assert "left out" in gateway.log()
