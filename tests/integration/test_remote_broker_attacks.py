@@ -429,3 +429,87 @@ max_batch_time = 50
         if qos == "ONCE_AND_ONLY_ONCE":
             assert len(bodies) == 30, f"duplicates: {sorted(bodies)}"
         embedded_serves(gateway)
+
+
+@pytest.mark.parametrize("qos", ["ONCE_AND_ONLY_ONCE", "AT_MOST_ONCE"])
+def test_a_broker_delivering_every_message_twice_is_copied_once(make_gateway: MakeGateway, qos: str) -> None:
+    """The source broker delivers each of 20 messages twice on the same subscription (same id, no
+    redelivered flag): a bridge whose quality of service forbids duplicates copies each once."""
+    queue = Queue(20)
+
+    def doubled(side: BrokerSide) -> None:
+        if side.connected() is None:
+            return
+        while not side.closed:
+            frame = side.frame(timeout=0.2)
+            if frame is None:
+                continue
+            queue.record(frame)
+            side.answer(frame)
+            if frame.command == "SUBSCRIBE":
+                with queue.lock:
+                    pending = list(queue.pending.items())
+                for tag, body in pending:
+                    for _ in range(2):
+                        side.message(frame.headers["id"], "/queue/in", tag, body, extra="persistent:true\n")
+
+    with fake_broker(doubled) as broker:
+        gateway = make_gateway(connector_config(broker) + f"""
+[[bridges]]
+name = "doubled"
+source = {{ connector = "amq", destination = "/queue/in" }}
+target = {{ connector = "embedded", destination = "/queue/bridged" }}
+qos = "{qos}"
+max_batch_size = 5
+max_batch_time = 50
+""")
+        wait_until(lambda: not queue.pending, 30, f"every message acknowledged at the source ({queue.pending})")
+        bodies = read_queue(gateway, "/queue/bridged", 20, timeout=10)
+        assert sorted(bodies) == sorted(f"body-{index}" for index in range(20)), sorted(bodies)
+        embedded_serves(gateway)
+
+
+def test_a_clients_subscription_survives_a_frame_with_a_bad_escape(make_gateway: MakeGateway) -> None:
+    """The broker sends the gateway a MESSAGE whose header has an escape STOMP 1.2 does not define
+    (`\\t`): an unreadable frame, so the connection goes; on the next one the gateway subscribes again
+    for its STOMP client, whose next message arrives."""
+    subscribed = threading.Event()
+
+    def bad_escape(side: BrokerSide) -> None:
+        if side.connected() is None:
+            return
+        while not side.closed:
+            frame = side.frame(timeout=0.2)
+            if frame is None:
+                continue
+            side.answer(frame)
+            if frame.command == "SUBSCRIBE":
+                subscribed.set()
+                side.write(f"MESSAGE\nsubscription:{frame.headers['id']}\ndestination:/queue/jms.sub\n"
+                           "message-id:bad-1\nx-bad:tab\\there\n\nbroken\x00")
+
+    def good(side: BrokerSide) -> None:
+        if side.connected() is None:
+            return
+        while not side.closed:
+            frame = side.frame(timeout=0.2)
+            if frame is None:
+                continue
+            side.answer(frame)
+            if frame.command == "SUBSCRIBE":
+                side.message(frame.headers["id"], "/queue/jms.sub", "good-1", "whole")
+
+    with fake_broker(scripts=[bad_escape, good]) as broker:
+        gateway = make_gateway(connector_config(broker))
+        client = RawStomp(gateway.address)
+        client.connect()
+        client.send("SUBSCRIBE\nid:s\ndestination:/queue/jms.sub\nack:auto\nreceipt:sub\n\n\x00")
+        assert client.frame().command == "RECEIPT"
+        frame = client.frame(10)
+        assert frame.command == "MESSAGE" and frame.body == b"whole", frame
+        assert broker.connections >= 2
+        assert "bad-1" not in frame.headers.get("message-id", "")
+        log = gateway.log()
+        assert "unreadable frame from broker" in log, log[-3000:]
+        client.close()
+        embedded_serves(gateway)
