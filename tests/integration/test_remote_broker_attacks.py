@@ -470,8 +470,8 @@ max_batch_time = 50
 
 
 def test_a_clients_subscription_survives_a_frame_with_a_bad_escape(make_gateway: MakeGateway) -> None:
-    """The broker sends the gateway a MESSAGE whose header has an escape STOMP 1.2 does not define
-    (`\\t`): an unreadable frame, so the connection goes; on the next one the gateway subscribes again
+    r"""The broker sends the gateway a MESSAGE whose header has an escape STOMP 1.2 does not define
+    (`\t`): an unreadable frame, so the connection goes; on the next one the gateway subscribes again
     for its STOMP client, whose next message arrives."""
     subscribed = threading.Event()
 
