@@ -513,3 +513,28 @@ def test_a_clients_subscription_survives_a_frame_with_a_bad_escape(make_gateway:
         assert "unreadable frame from broker" in log, log[-3000:]
         client.close()
         embedded_serves(gateway)
+
+
+@pytest.mark.parametrize("when", ["at-accept", "after-connected"])
+def test_a_broker_that_hangs_up_at_once_is_retried_at_the_configured_pace(make_gateway: MakeGateway,
+                                                                          when: str) -> None:
+    """A broker that closes every connection at once, before CONNECTED or right after it: the
+    connector must not spin (one attempt per `failure_retry_interval`, 500 ms here), and the log
+    must not grow by more than a few lines an attempt."""
+
+    def hang_up(side: BrokerSide) -> None:
+        if when == "after-connected":
+            side.connected()
+        side.sock.close()
+        side.closed = True
+
+    with fake_broker(hang_up) as broker:
+        gateway = make_gateway(connector_config(broker, failure_retry_interval=500))
+        size = len(gateway.log())
+        start = broker.connections
+        time.sleep(3.0)
+        attempts = broker.connections - start
+        grown = gateway.log()[size:]
+        assert attempts <= 8, f"{attempts} connections in 3 s with failure_retry_interval = 500"
+        assert grown.count("\n") <= 6 * max(attempts, 1), grown[-3000:]
+        embedded_serves(gateway)
