@@ -215,6 +215,17 @@ def test_a_transformer_failing_on_every_message_does_not_flood_the_log(hostile: 
     ("[connectors.amq]\nuri = \"stomp://127.0.0.1:1\"\nheartbeat = [1]\n", "connectors.amq.heartbeat"),
     ("[connectors.amq]\nuri = \"stomp://127.0.0.1:1\"\nfailure_retry_interval = 0\n",
      "connectors.amq.failure_retry_interval"),
+    ("[connectors.amq]\nuri = \"stmop://127.0.0.1:1\"\n", "connectors.amq"),
+    ("[gateway]\nlog_level = \"loud\"\n", "gateway.log_level"),
+    ("[stomp]\nmax_connections = \"many\"\n", "stomp.max_connections"),
+    ("[[bridges]]\nsource = { connector = \"embedded\", destination = \"/queue/a\" }\n"
+     "target = { connector = \"embedded\", destination = \"/queue/b\" }\nqos = \"EXACTLY_ONCE\"\n",
+     "bridges[0].qos"),
+    ("[[bridges]]\nsource = { connector = \"embedded\", destination = \"/queue/a\" }\n"
+     "target = { connector = \"embedded\", destination = \"/queue/b\" }\nmax_batch_time = \"fast\"\n",
+     "bridges[0].max_batch_time"),
+    ("[[transform.chain]]\ntransformer = \"compress\"\noptions = { level = 42 }\n", "transform.chain[0]"),
+    ("[[destinations]]\npattern = \"/queue/x.*\"\nconnector = \"nowhere\"\n", "destinations[0].connector"),
 ])
 def test_a_bad_value_stops_start_up_naming_the_file_and_the_key(tmp_path: Path, extra: str, key: str) -> None:
     process = GatewayProcess(tmp_path / "gw")
