@@ -538,3 +538,30 @@ def test_a_broker_that_hangs_up_at_once_is_retried_at_the_configured_pace(make_g
         assert attempts <= 8, f"{attempts} connections in 3 s with failure_retry_interval = 500"
         assert grown.count("\n") <= 6 * max(attempts, 1), grown[-3000:]
         embedded_serves(gateway)
+
+
+def test_a_bridge_into_a_broker_that_first_never_answers_connect_delivers_everything_later(
+        make_gateway: MakeGateway) -> None:
+    """The target broker swallows two CONNECTs (no answer, no reset), then behaves: the bridge waits
+    and retries per its settings, the messages stay at the embedded source meanwhile, and then all
+    of them reach the broker, none lost."""
+
+    def mute(side: BrokerSide) -> None:
+        while not side.closed:
+            side.frame(timeout=0.2)
+
+    with fake_broker(scripts=[mute, mute]) as broker:
+        gateway = make_gateway(connector_config(broker) + """
+[[bridges]]
+name = "to-fake"
+source = { connector = "embedded", destination = "/queue/src" }
+target = { connector = "amq", destination = "/queue/out" }
+qos = "DUPLICATES_OK"
+failure_retry_interval = 300
+""")
+        for index in range(10):
+            assert send(gateway, "/queue/src", f"m{index}", receipt=f"r{index}") == "RECEIPT"
+        wait_until(lambda: {f"m{index}".encode() for index in range(10)} <= {f.body for f in broker.sent}, 30,
+                   "every message at the target broker")
+        assert broker.connections >= 3
+        embedded_serves(gateway)
