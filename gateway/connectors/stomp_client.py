@@ -312,6 +312,11 @@ class StompClientProtocol(Protocol):
             self.on_error(error)
         self._fatal(error)
 
+    def broke_protocol(self, error: ConnectorError) -> None:
+        """End the connection because the broker broke the protocol: ``error`` is what the sends still
+        waiting and the connector's log get; nothing the broker writes after it is read."""
+        self._fatal(error)
+
     def _fatal(self, error: ConnectorError) -> None:
         if self.error is None:
             self.error = error

@@ -10,6 +10,7 @@ the embedded broker on the same gateway is served throughout.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -565,3 +566,49 @@ failure_retry_interval = 300
                    "every message at the target broker")
         assert broker.connections >= 3
         embedded_serves(gateway)
+
+
+def test_a_broker_ignoring_prefetch_does_not_fill_the_gateways_memory(make_gateway: MakeGateway) -> None:
+    """A client subscribes with prefetch 5 and stops reading; the broker ignores the prefetch and
+    writes 160 MESSAGEs of 1 MiB. The gateway may hold what the prefetch allows (and what its
+    socket buffers take), not everything the broker writes."""
+    written: list[int] = []
+    body = "x" * (1024 * 1024)
+
+    def flood(side: BrokerSide) -> None:
+        if side.connected() is None:
+            return
+        while not side.closed:
+            frame = side.frame(timeout=0.2)
+            if frame is None:
+                continue
+            side.answer(frame)
+            if frame.command == "SUBSCRIBE" and frame.headers.get("destination") == "/queue/jms.flood":
+                side.sock.settimeout(5.0)
+                count = 0
+                for index in range(160):
+                    try:
+                        side.sock.sendall(
+                            f"MESSAGE\nsubscription:{frame.headers['id']}\ndestination:/queue/jms.flood\n"
+                            f"message-id:f{index}\nack:f{index}\ncontent-length:{len(body)}\n\n{body}\x00".encode())
+                    except OSError:
+                        break
+                    count += 1
+                written.append(count)
+                side.serve()
+
+    with fake_broker(flood) as broker:
+        gateway = make_gateway(connector_config(broker))
+        before = rss_kib(gateway)
+        client = RawStomp(gateway.address)
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        client.connect()
+        client.send("SUBSCRIBE\nid:s\ndestination:/queue/jms.flood\nack:client-individual\n"
+                    "activemq.prefetchSize:5\n\n\x00")
+        wait_until(lambda: bool(written), 60, "the broker's flood to end or block")
+        time.sleep(1.0)
+        growth_mib = (rss_kib(gateway) - before) / 1024
+        assert growth_mib < 64, f"RSS grew {growth_mib:.0f} MiB: the broker wrote {written[0]} MiB past prefetch 5"
+        assert send(gateway, "/queue/local.check", "fine", timeout=5.0) == "RECEIPT"
+        assert "ignores the prefetch" in gateway.log(), gateway.log()[-3000:]
+        client.close()

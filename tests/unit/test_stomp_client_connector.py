@@ -397,6 +397,44 @@ def test_pause_buffers_and_resume_delivers_in_order(broker: FakeBroker, clock: C
     assert [message.message_id for message, _ in consumer.deliveries] == ["m0", "m1", "m2"]
 
 
+def test_a_broker_sending_far_past_the_prefetch_to_a_paused_subscription_loses_its_connection(
+        broker: FakeBroker, clock: Clock) -> None:
+    """Before: the backlog of a paused subscription took everything the broker sent (a broker that
+    ignores the prefetch grew the gateway by 160 MiB for 160 messages of 1 MiB, prefetch 5); now more
+    than twice the prefetch is a broken protocol: the connection is closed (the broker redelivers)."""
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client", prefetch=3), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    subscription.pause()
+    transport = broker.transport
+    assert transport is not None
+    flood = b"".join(encode_frame(Frame("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": f"m{i}",
+                                                    "ack": f"a{i}"}), "1.2") for i in range(50))
+    assert broker.protocol is not None
+    broker.protocol.dataReceived(flood)
+    assert transport.disconnecting
+    assert "ignores the prefetch" in str(broker.protocol.error)
+    subscription.resume()
+    assert consumer.deliveries == []  # the backlog went with the connection: the broker redelivers it
+
+
+def test_an_honest_broker_filling_the_prefetch_of_a_paused_subscription_is_fine(broker: FakeBroker,
+                                                                                 clock: Clock) -> None:
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client", prefetch=3), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    subscription.pause()
+    for i in range(3):
+        broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": f"m{i}", "ack": f"a{i}"})
+    assert broker.transport is not None and not broker.transport.disconnecting
+    subscription.resume()
+    assert len(consumer.deliveries) == 3
+
+
 # -- transactions -------------------------------------------------------------
 
 
