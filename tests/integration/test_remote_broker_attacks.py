@@ -25,17 +25,20 @@ from tests.support.waiting import wait_until
 MakeGateway = Callable[..., GatewayProcess]
 
 
-def connector_config(broker: FakeBroker, **options: object) -> str:
+def connector_table(name: str, broker: FakeBroker, **options: object) -> str:
     settings: dict[str, object] = {
         "transformation": '""', "failure_retry_interval": 300, "connect_timeout": 1500,
         "send_timeout": 3000, "heartbeat": "[0, 0]",
     }
     settings.update(options)
     lines = "\n".join(f"{key} = {value}" for key, value in settings.items())
-    return (
-        f'[connectors.amq]\nuri = "{broker.uri}"\n{lines}\n\n'
-        '[[destinations]]\npattern = "/queue/jms.*"\nconnector = "amq"\n'
-    )
+    return f'[connectors.{name}]\nuri = "{broker.uri}"\n{lines}\n\n'
+
+
+def connector_config(broker: FakeBroker, **options: object) -> str:
+    """Connector ``amq`` to ``broker``, with the STOMP destinations ``/queue/jms.*`` routed to it."""
+    return connector_table("amq", broker, **options) + (
+        '[[destinations]]\npattern = "/queue/jms.*"\nconnector = "amq"\n')
 
 
 def rss_kib(gateway: GatewayProcess) -> int:
@@ -612,3 +615,63 @@ def test_a_broker_ignoring_prefetch_does_not_fill_the_gateways_memory(make_gatew
         assert send(gateway, "/queue/local.check", "fine", timeout=5.0) == "RECEIPT"
         assert "ignores the prefetch" in gateway.log(), gateway.log()[-3000:]
         client.close()
+
+
+def test_a_bridge_source_ignoring_prefetch_while_the_target_stalls_keeps_memory_bounded(
+        make_gateway: MakeGateway) -> None:
+    """The target broker never confirms a SEND (the bridge's window fills) while the source broker
+    ignores the bridge's prefetch (100) and writes 3,000 messages of 64 KiB: the gateway must not
+    take them all in."""
+    written: list[int] = []
+    body = "y" * 65536
+
+    def flood(side: BrokerSide) -> None:
+        if side.connected() is None:
+            return
+        while not side.closed:
+            frame = side.frame(timeout=0.2)
+            if frame is None:
+                continue
+            side.answer(frame)
+            if frame.command == "SUBSCRIBE":
+                side.sock.settimeout(5.0)
+                count = 0
+                for index in range(3000):
+                    try:
+                        side.sock.sendall(
+                            f"MESSAGE\nsubscription:{frame.headers['id']}\ndestination:/queue/in\n"
+                            f"message-id:f{index}\nack:f{index}\npersistent:true\n"
+                            f"content-length:{len(body)}\n\n{body}\x00".encode())
+                    except OSError:
+                        break
+                    count += 1
+                written.append(count)
+                side.serve()
+
+    def stalled_target(side: BrokerSide) -> None:
+        if side.connected() is None:
+            return
+        while not side.closed:
+            frame = side.frame(timeout=0.2)
+            if frame is not None and frame.command != "SEND" and "receipt" in frame.headers:
+                side.answer(frame)  # SUBSCRIBEs and the like, never a SEND
+
+    with fake_broker(flood) as source, fake_broker(stalled_target) as target:
+        config = connector_table("amq", source, send_timeout=60000) + connector_table("amq2", target,
+                                                                                      send_timeout=60000)
+        gateway = make_gateway(config + """
+[[bridges]]
+name = "stalled"
+source = { connector = "amq", destination = "/queue/in" }
+target = { connector = "amq2", destination = "/queue/out" }
+qos = "DUPLICATES_OK"
+max_batch_size = 5
+max_batch_time = 50
+""")
+        before = rss_kib(gateway)
+        wait_until(lambda: bool(written), 60, "the source's flood to end or block")
+        time.sleep(1.0)
+        growth_mib = (rss_kib(gateway) - before) / 1024
+        assert growth_mib < 64, (f"RSS grew {growth_mib:.0f} MiB: the source wrote {written[0]} x 64 KiB "
+                                 "past prefetch 100 while the target stalled")
+        embedded_serves(gateway)
