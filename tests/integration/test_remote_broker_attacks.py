@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
+from gateway.wire.codec import FrameDecoder, Limits
 from tests.support.fake_stomp_broker import BrokerFrame, BrokerSide, FakeBroker, fake_broker, honest
 from tests.support.gateway import GatewayProcess
 from tests.support.raw_stomp import RawStomp
@@ -675,3 +676,41 @@ max_batch_time = 50
         assert growth_mib < 64, (f"RSS grew {growth_mib:.0f} MiB: the source wrote {written[0]} x 64 KiB "
                                  "past prefetch 100 while the target stalled")
         embedded_serves(gateway)
+
+
+def test_a_message_the_gateway_took_comes_back_from_the_broker_whatever_headers_it_adds(
+        make_gateway: MakeGateway) -> None:
+    """A client SENDs a body just under [stomp] max_frame_size (32 MiB); the broker delivers it back
+    with the headers brokers add (ids, timestamps, here 4 KiB of them). The broker connection's limit
+    must leave room for them: else the MESSAGE kills the connection, comes again after the
+    reconnection, kills it again, and the subscriber never gets it (a poison message)."""
+    body = b"z" * (32 * 1024 * 1024 - 1024)
+    stored: list[bytes] = []
+
+    def echo(side: BrokerSide) -> None:
+        if side.connected() is None:
+            return
+        while not side.closed:
+            frame = side.frame(timeout=0.2)
+            if frame is None:
+                continue
+            side.answer(frame)
+            if frame.command == "SEND":
+                stored.append(frame.body)
+            if frame.command == "SUBSCRIBE" and stored:
+                side.write(f"MESSAGE\nsubscription:{frame.headers['id']}\ndestination:/queue/jms.big\n"
+                           f"message-id:big-1\nack:big-1\nx-broker-trace:{'t' * 4096}\n"
+                           f"content-length:{len(stored[0])}\n\n".encode() + stored[0] + b"\x00")
+
+    with fake_broker(echo) as broker:
+        gateway = make_gateway(connector_config(broker, send_timeout=20000))
+        client = RawStomp(gateway.address, timeout=30)
+        client.decoder = FrameDecoder(Limits(max_frame_size=64 * 1024 * 1024), version="1.2")  # (the headers)
+        client.connect()
+        client.send(b"SEND\ndestination:/queue/jms.big\nreceipt:r\ncontent-length:%d\n\n" % len(body) + body + b"\x00")
+        assert client.frame(30).command == "RECEIPT"
+        client.send("SUBSCRIBE\nid:s\ndestination:/queue/jms.big\nack:auto\n\n\x00")
+        frame = client.frame(30)
+        assert frame.command == "MESSAGE" and len(frame.body) == len(body), (frame.command, frame.headers)
+        client.close()
+        assert broker.connections == 1, broker.errors

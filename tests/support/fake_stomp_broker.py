@@ -40,8 +40,9 @@ class BrokerSide:
     subscriptions: dict[str, str] = field(default_factory=dict)
 
     def write(self, data: bytes | str) -> bool:
-        """Write ``data``; False once the gateway has closed the connection."""
+        """Write ``data``; False once the gateway has closed the connection (or not read for 30 s)."""
         try:
+            self.sock.settimeout(30.0)  # (reading sets short timeouts: a big write may take longer)
             self.sock.sendall(data.encode() if isinstance(data, str) else data)
             return True
         except OSError:

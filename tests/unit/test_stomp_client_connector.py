@@ -618,3 +618,32 @@ def test_a_broker_that_never_answers_connect_is_a_failed_attempt_naming_connect_
     assert broker.transport is not None and broker.transport.disconnecting
     clock.advance(0.3)
     assert broker.attempts == 2
+
+
+def test_the_broker_connection_takes_a_frame_larger_than_the_listeners_limit(broker: FakeBroker,
+                                                                              clock: Clock) -> None:
+    """A message a client sent at the listener's 32 MiB limit comes back from the broker with the
+    broker's headers added. Before: the broker connection's decoder had the same 32 MiB, so such a
+    MESSAGE ended every connection, came again after each reconnection, and never arrived."""
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    body = b"z" * (32 * 1024 * 1024 - 1024)
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "big", "ack": "big",
+                              "x-broker-trace": "t" * 4096, "content-length": str(len(body))}, body)
+    assert broker.transport is not None and not broker.transport.disconnecting
+    assert [message.message_id for message, _ in consumer.deliveries] == ["big"]
+    assert connector.settings.max_frame_size == 33 * 1024 * 1024
+
+
+def test_the_broker_connections_frame_limit_is_an_option(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock, max_frame_size=4096)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "m", "ack": "m"}, b"x" * 5000)
+    assert broker.transport is not None and broker.transport.disconnecting
+    assert consumer.deliveries == []
