@@ -28,6 +28,7 @@ from gateway.broker.scheduler import ScheduleStore
 from gateway.broker.store.memory_store import MemoryStore
 from gateway.config import GatewayConfig
 from gateway.connectors.registry import create_connector
+from gateway.connectors.stomp_settings import StompConnectorOptions
 from gateway.deferreds import gather
 from gateway.ha.role import GatewayRole
 from gateway.identity import resolve_gateway_id
@@ -210,9 +211,23 @@ class Gateway:
             durable_owners=self.durable_owners,
             login_connections=LoginConnections(self.broker.quota.logins),
         )
+        self._check_frame_limits()
         self.bridges = bridges_for_gateway(config, self.connectors, reactor, registry=self.registry,
                                            plugin_manager=self.plugin_manager,
                                            transform_config=self.transform_config)
+
+    def _check_frame_limits(self) -> None:
+        """Warn when a ``stomp://`` connector's frame limit is not above the listener's: a message a
+        client sends near the listener's limit comes back from the broker with the broker's headers,
+        over the connector's limit, and would end the broker connection at each delivery."""
+        limit = self.config.stomp.max_frame_size
+        for name, options in self.config.connectors.items():
+            if isinstance(options, StompConnectorOptions) and options.max_frame_size <= limit:
+                self.log.warn(
+                    "connectors.{name}.max_frame_size ({connector}) is not above [stomp] max_frame_size ({limit}): "
+                    "a message a client sends near that limit comes back from the broker with the broker's "
+                    "headers over it and ends the connection at each delivery; raise connectors.{name}."
+                    "max_frame_size (docs/jms.md)", name=name, connector=options.max_frame_size, limit=limit)
 
     def start(self) -> Deferred[Any]:
         """Start every connector, then the bridges; fires once the bridges' in-doubt

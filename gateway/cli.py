@@ -103,14 +103,14 @@ def bridge_watcher(interval: float, level: str, log_format: str) -> Callable[[An
     """What ``jmsgateway bridge`` does before it runs: log to stdout (``--log-level``,
     ``--log-format``), report the bridges' progress (:mod:`gateway.bridge_progress`) and serve
     ``[admin] listen`` (:mod:`gateway.admin.bridge_site`)."""
-    from twisted.logger import globalLogBeginner, textFileLogObserver
+    from twisted.logger import globalLogBeginner
 
     from gateway.admin.bridge_site import BridgeAdmin
     from gateway.bridge_progress import BridgeProgress
-    from gateway.log_observer import GatewayLogObserver, json_line_observer, parse_level
+    from gateway.log_observer import GatewayLogObserver, json_line_observer, parse_level, text_line_observer
 
     def watch(run: Any) -> None:
-        sink = json_line_observer(sys.stdout) if log_format == "json" else textFileLogObserver(sys.stdout)
+        sink = json_line_observer(sys.stdout) if log_format == "json" else text_line_observer(sys.stdout)
         globalLogBeginner.beginLoggingTo([GatewayLogObserver(sink, parse_level(level))],
                                          redirectStandardIO=False)
         BridgeAdmin(run).listen()

@@ -21,7 +21,15 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
-from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, textFileLogObserver
+from twisted.logger import (
+    FileLogObserver,
+    ILogObserver,
+    LogEvent,
+    LogLevel,
+    formatEvent,
+    formatEventAsClassicLogText,
+    formatTime,
+)
 from twisted.python.logfile import LogFile
 from zope.interface import implementer
 
@@ -31,6 +39,30 @@ _RANK = {level: rank for rank, level in enumerate(LEVELS.values())}
 FORMATS = ("text", "json")
 NOISE_FORMATS = frozenset({"Starting factory {factory!r}", "Stopping factory {factory!r}"})
 """Twisted's per-factory lines, dropped unless the level is debug (they print object addresses)."""
+
+
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if code not in (0x09, 0x0A)}
+"""Control characters a text log line shows escaped (``\\x1b``): a client's login, destination or
+header value must not move a terminal's cursor, overwrite a line (CR), set its title or clear it."""
+
+
+def escape_controls(text: str) -> str:
+    r"""``text`` with every C0 and C1 control character but tab and line feed as ``\xNN``."""
+    return text.translate(_CONTROLS)
+
+
+def text_line_observer(stream: IO[str]) -> ILogObserver:
+    """twistd's text lines (``textFileLogObserver``), with control characters escaped.
+
+    Twisted already indents a message's further lines with a tab, so a line feed cannot start a
+    line of its own; a carriage return or an ANSI escape sequence in a value a client chose would
+    still reach the terminal of whoever reads the log (``cat``, ``tail -f``, ``journalctl``)."""
+
+    def format_event(event: LogEvent) -> str | None:
+        text = formatEventAsClassicLogText(event, formatTime=lambda when: formatTime(when))
+        return None if text is None else escape_controls(text)
+
+    return FileLogObserver(stream, format_event)
 
 
 def parse_level(name: str) -> LogLevel:
@@ -113,5 +145,5 @@ def log_stream(twistd_options: Mapping[str, Any]) -> IO[str]:
 def build_observer(twistd_options: Mapping[str, Any], log_format: str, level: LogLevel) -> GatewayLogObserver:
     """The observer ``twistd jmsgateway`` logs to."""
     stream = log_stream(twistd_options)
-    sink = json_line_observer(stream) if log_format == "json" else textFileLogObserver(stream)
+    sink = json_line_observer(stream) if log_format == "json" else text_line_observer(stream)
     return GatewayLogObserver(sink, level)

@@ -102,6 +102,7 @@ from gateway.interfaces import (
     SubscriptionSpec,
 )
 from gateway.message.model import Message, now_millis
+from gateway.wire.codec import Limits
 
 __all__ = [
     "BrokerDelivery",
@@ -130,6 +131,16 @@ probe) a moment after the close, so a new connection made at once can meet its o
 these ~3 s the refusal is a failed attempt (another process holds the id), logged in full, and the
 attempts after it go without these retries until one connects (``client_id_taken``): one CONNECT per
 ``failure_retry_interval``, not six."""
+
+
+
+def broker_limits(max_frame_size: int) -> Limits:
+    """The decoder's limits for a broker connection: ``max_frame_size`` (``connectors.NAME.max_frame_size``),
+    and twice the STOMP listener's default count and length of headers (a broker adds headers, and may
+    escape a value more than the client did)."""
+    defaults = Limits()
+    return Limits(max_frame_size=max_frame_size, max_headers=2 * defaults.max_headers,
+                  max_header_length=2 * defaults.max_header_length)
 
 
 class _SessionHandle(Protocol):
@@ -165,7 +176,16 @@ class _BrokerSessionEndpoint:
                 headers={"client-id": settings.client_id},
             )
             connecting.addTimeout(settings.connect_timeout / 1000.0, connector.clock)
+            connecting.addErrback(no_connected)
             return connecting.addCallback(lambda _: probe(protocol))
+
+        def no_connected(failure: Failure) -> Failure:
+            # addTimeout's TimeoutError reads "(1.5, 'Deferred')": say what did not come, and the key
+            if failure.check(defer.TimeoutError) is None:
+                return failure
+            return Failure(ConnectorUnavailable(
+                f"no CONNECTED within {settings.connect_timeout} ms of the CONNECT "
+                f"(connectors.{connector.name}.connect_timeout)"))
 
         def probe(protocol: StompClientProtocol) -> Deferred[Any]:
             if not connector.must_probe_transformation:
@@ -278,7 +298,10 @@ class StompBrokerConnector:
         self.generation = 0
         self._endpoint = endpoint or self._default_endpoint()
         # The broker's RECEIPTs are timed by one periodic sweep per connection, not a timer per SEND.
-        self._factory = StompClientFactory(self.clock, receipt_timeout=settings.send_timeout / 1000.0)
+        # What a broker sends back is a client's message with the broker's headers added: the limits
+        # leave room for them above the STOMP listener's, or that message would end every connection.
+        self._factory = StompClientFactory(self.clock, receipt_timeout=settings.send_timeout / 1000.0,
+                                           limits=broker_limits(settings.max_frame_size))
         self._service: ClientService | None = None
         self._protocol: StompClientProtocol | None = None
         self._waiters: list[Deferred[StompClientProtocol]] = []

@@ -140,6 +140,8 @@ class StompClientProtocol(Protocol):
         self.ready = False
         self.closed = False
         self.error: ConnectorError | None = None
+        #: MESSAGE frames for a subscription this connection does not have (ignored)
+        self.stray_messages = 0
         self.on_lost: Callable[[Failure], None] | None = None
         self.on_error: Callable[[BrokerError], None] | None = None
         self.on_unconfirmed: Callable[[int, Exception | None], None] | None = None
@@ -183,6 +185,10 @@ class StompClientProtocol(Protocol):
         self._quick_ack = quick_ack_switch(self.transport)
 
     def dataReceived(self, data: bytes) -> None:
+        if self.error is not None:
+            # a fatal ERROR, an unreadable frame or a silent broker: the connection is closing, and
+            # nothing the broker wrote after that is read (an ERROR flood is one log line, not one a frame)
+            return
         self._last_received = self.clock.seconds()
         if self._quick_ack is not None:
             self._quick_ack()
@@ -200,6 +206,8 @@ class StompClientProtocol(Protocol):
                 self._frame_received(item)
             except Exception:
                 self.log.failure("error handling {command} from broker", command=item.command)
+            if self.error is not None:
+                return
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.ready = False
@@ -256,9 +264,15 @@ class StompClientProtocol(Protocol):
         subscription = frame.headers.get("subscription", "")
         handler = self._handlers.get(subscription)
         if handler is None:
-            self.log.debug(
-                "MESSAGE {id} for unknown subscription {sub}",
+            # one a connection at info (a subscription just closed may still get one in flight; a
+            # broker that sends thousands must not flood the log), the rest at debug, counted
+            self.stray_messages += 1
+            emit = self.log.info if self.stray_messages == 1 else self.log.debug
+            emit(
+                "MESSAGE {id} from broker {peer} for unknown subscription {sub} ignored (closed, or never "
+                "made); further ones on this connection are logged at debug level",
                 id=frame.headers.get("message-id"),
+                peer=self._peer(),
                 sub=subscription,
             )
             return
@@ -296,6 +310,11 @@ class StompClientProtocol(Protocol):
         self.log.warn("ERROR from broker {peer}: {error}", peer=self._peer(), error=str(error))
         if self.on_error is not None:
             self.on_error(error)
+        self._fatal(error)
+
+    def broke_protocol(self, error: ConnectorError) -> None:
+        """End the connection because the broker broke the protocol: ``error`` is what the sends still
+        waiting and the connector's log get; nothing the broker writes after it is read."""
         self._fatal(error)
 
     def _fatal(self, error: ConnectorError) -> None:

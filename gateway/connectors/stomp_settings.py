@@ -52,6 +52,10 @@ class StompConnectorOptions(Section):
     """[send_ms, expect_ms] heart-beats offered to the broker."""
     max_waiting_sends: NotNegative = 10000
     """Sends allowed to wait for a reconnection at once; more fail at once."""
+    max_frame_size: Annotated[Int, Field(ge=1024)] = 34603008
+    """Largest frame the broker may send, in bytes (33 MiB: [stomp] max_frame_size's 32 MiB and 1 MiB for the
+    headers a broker adds to a message it took; keep it above [stomp] max_frame_size). A larger one closes the
+    connection."""
     transformation: Str = "auto"
     """SUBSCRIBE transformation that makes the broker label Map/Object messages: "auto" asks for jms-json
     when the broker takes it (probed once; ActiveMQ needs XStream and Jettison for it), "jms-json" tries it

@@ -31,6 +31,11 @@ from gateway.wire.frame import Frame
 _ACK_TRANSACTIONS = itertools.count(1)
 
 
+PREFETCH_SLACK = 2
+"""A paused subscription's backlog may reach this many times its prefetch (an honest broker sends at
+most the prefetch unacknowledged; the slack is for brokers that count a little differently)."""
+
+
 @dataclass(slots=True, frozen=True)
 class BrokerDelivery:
     """The tag of one delivery: which connection it came on and how to acknowledge it."""
@@ -192,9 +197,27 @@ class BrokerSubscription:
             self._acknowledge([tag], "nack")
             return
         if self.paused or self._backlog:
+            if len(self._backlog) >= PREFETCH_SLACK * max(1, self.spec.prefetch):
+                self._prefetch_ignored()
+                return
             self._backlog.append((message, tag))
             return
         self._deliver(message, tag)
+
+    def _prefetch_ignored(self) -> None:
+        """The broker sent far more unacknowledged messages than the prefetch while the consumer was
+        paused (the backlog holds only unacknowledged ones): a broker that ignores the prefetch would
+        fill the gateway's memory, so its connection is closed; it redelivers them on the next."""
+        limit = PREFETCH_SLACK * max(1, self.spec.prefetch)
+        error = ConnectorError(
+            f"{self.connector.settings.uri} sent more than {limit} unacknowledged messages to subscription "
+            f"{self.id} ({self.spec.destination}) with activemq.prefetchSize {self.spec.prefetch}: it ignores "
+            "the prefetch; closing the connection")
+        self.log.warn("connector {name}: {error}", name=self.connector.name, error=str(error))
+        self._backlog.clear()
+        protocol = self.connector.protocol
+        if protocol is not None:
+            protocol.broke_protocol(error)
 
     def _deliver(self, message: Message, tag: BrokerDelivery) -> None:
         consumer: Any = self.consumer

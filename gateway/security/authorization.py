@@ -51,6 +51,8 @@ and counted once, here (``jmsgateway_authorization_denied_total{permission}``).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +147,15 @@ def parse_authorization(raw: list[Any], groups: dict[str, frozenset[str]], path:
     return entries
 
 
+REFUSALS_LOGGED = 10
+"""Refusals logged in full per origin (a STOMP connection's address, the admin console) and window:
+a refused SEND keeps its connection, so one client could otherwise write a log line per frame."""
+REFUSAL_WINDOW = 10.0
+"""Seconds of that window."""
+LOGGED_NAME = 256
+"""Characters of a refused destination's name a log line shows (a header may hold 64 KiB)."""
+
+
 @implementer(IAuthorizer)
 class DestinationAuthorizer:
     """Answers whether a login holds a permission on a destination (see the module docstring).
@@ -156,8 +167,11 @@ class DestinationAuthorizer:
     log = Logger()
 
     def __init__(self, entries: list[AuthorizationEntry], groups: dict[str, frozenset[str]] | None = None,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.entries = list(entries)
+        self._clock = clock
+        self._window_start = clock()
+        self._logged: dict[str, int] = {}  # origin -> refusals in this log window
         self.groups = dict(groups or {})
         self.guards_replies = any(e.destination.startswith(REMOTE_TEMP_PREFIX) for e in self.entries)
         self._principals: dict[str, frozenset[str]] = {}
@@ -224,10 +238,31 @@ class DestinationAuthorizer:
         if self.permits(login, permission, destination):
             return True
         self.denied.labels(permission).inc()
+        origin = origin or "?"
+        count = self._count_refusal(origin)
+        if count > REFUSALS_LOGGED:
+            if count == REFUSALS_LOGGED + 1:
+                self.log.warn(
+                    "authorization denied: more than {limit} refusals from {origin} within {window:g}s: the "
+                    "others of these {window:g}s are counted in jmsgateway_authorization_denied_total, not logged",
+                    limit=REFUSALS_LOGGED, origin=origin, window=REFUSAL_WINDOW)
+            return False
         who = f"login {login!r}" if login is not None else "an anonymous connection"
+        shown = destination if len(destination) <= LOGGED_NAME else (
+            f"{destination[:LOGGED_NAME]}... ({len(destination)} characters)")
         self.log.warn("authorization denied: {who} from {origin} may not {permission} {destination}",
-                      who=who, origin=origin or "?", permission=permission, destination=destination)
+                      who=who, origin=origin, permission=permission, destination=shown)
         return False
+
+    def _count_refusal(self, origin: str) -> int:
+        """The refusals from ``origin`` in the current log window, this one included."""
+        now = self._clock()
+        if now - self._window_start >= REFUSAL_WINDOW or len(self._logged) >= 10_000:
+            self._window_start = now
+            self._logged = {}
+        count = self._logged.get(origin, 0) + 1
+        self._logged[origin] = count
+        return count
 
 
 def build_authorizer(auth: Any, raw_entries: list[Any], path: str = "", *, has_users: bool = True,

@@ -500,6 +500,12 @@ class StompServerProtocol(Protocol):
         pass
 
 
+DROPS_LOGGED = 10
+"""Frames whose left-out headers are logged one by one in each :data:`DROP_WINDOW`."""
+DROP_WINDOW = 10.0
+"""Seconds of that window."""
+
+
 class StompServerFactory(Factory):
     """Builds a session per connection with the gateway's shared collaborators."""
 
@@ -551,6 +557,8 @@ class StompServerFactory(Factory):
         """Messages in and out over all connections (the admin console's rates)."""
         self.admission = ConnectionAdmission(self.settings.max_connections,
                                              self.settings.max_connections_per_address, registry)
+        self._drop_window: float | None = None
+        self._drops_logged = 0
         self.dropped_headers = Counter(
             "jmsgateway_stomp_headers_dropped",
             "Message headers left out of MESSAGE frames because the client's STOMP version cannot carry them",
@@ -559,8 +567,21 @@ class StompServerFactory(Factory):
         )
 
     def headers_dropped(self, frame: Frame, version: str, names: list[str]) -> None:
-        """Count and log headers :func:`encode_frame` left out of ``frame``."""
+        """Count and log headers :func:`encode_frame` left out of ``frame`` (logged: the first
+        :data:`DROPS_LOGGED` in each :data:`DROP_WINDOW` seconds, then one line saying the rest are
+        only counted; a producer's every message could otherwise be a log line)."""
         self.dropped_headers.labels(version).inc(len(names))
+        now = self.clock.seconds()
+        if self._drop_window is None or now - self._drop_window >= DROP_WINDOW:
+            self._drop_window, self._drops_logged = now, 0
+        self._drops_logged += 1
+        if self._drops_logged > DROPS_LOGGED:
+            if self._drops_logged == DROPS_LOGGED + 1:
+                self.log.warn(
+                    "headers left out of more than {limit} frames within {window:g}s: the others of these "
+                    "{window:g}s are counted in jmsgateway_stomp_headers_dropped_total, not logged",
+                    limit=DROPS_LOGGED, window=DROP_WINDOW)
+            return
         self.log.warn(
             "{command} {id}: header(s) {names} left out: STOMP {version} cannot carry their value "
             "(a NUL, or a line break without escapes)",

@@ -87,6 +87,11 @@ DEAD_LETTER_TRANSFORMER = "JMSGW_TRANSFORMER"
 ORIGINAL_DESTINATION = "JMSGW_ORIGINAL_DESTINATION"
 """Property with the destination a dead-lettered message was sent to."""
 
+FAILURES_LOGGED = 10
+"""Failures logged in full (a traceback for an unexpected exception) per transformer, plugin and
+direction in each :data:`FAILURE_WINDOW`; then one line says the rest are only counted."""
+FAILURE_WINDOW = 10.0
+"""Seconds of that window."""
 _FAILURE_FORMAT = (
     "transformer {transformer} (plugin {plugin}) failed on message {message_id} "
     "({direction} {destination}), policy {policy}: {error}"
@@ -191,6 +196,8 @@ class TransformChains:
         self._metrics = transform_metrics(registry)
         self._cache_size = cache_size
         self._clock = clock
+        self._failures_logged: dict[tuple[str, str, str], int] = {}  # (transformer, plugin, direction)
+        self._failure_window: float | None = None
         self._cache: dict[tuple[str, str, str | None], tuple[_Step, ...]] = {}
         self._check_config()
         self._entry_steps: dict[str, list[tuple[ChainEntry, _Step]]] = {
@@ -382,8 +389,8 @@ class TransformChains:
             given = message.copy() if step.on_error == "skip" else message
             try:
                 result = step.transformer.transform(given, context.with_options(step.options))
-                if isinstance(result, Message):  # the common case, first
-                    message = result
+                if isinstance(result, Message) and (not result.properties or _property_problem(result) is None):
+                    message = result  # the common case, first
                     index += 1
                     continue
                 if inspect.iscoroutine(result):
@@ -422,6 +429,16 @@ class TransformChains:
         context: TransformContext,
     ) -> tuple[Message, str | None] | Outcome:
         """What a transformer's plain result means: the next ``(message, branch)``, or an end."""
+        made = result.message if isinstance(result, Branch) else result
+        problem = _property_problem(made) if isinstance(made, Message) else None
+        if problem is not None:
+            error = TransformError(
+                f"transformer {step.name!r} (plugin {step.plugin!r}) returned a message with {problem}; "
+                "a property is named by a string and holds a string, number, boolean, bytes or None",
+                transformer=step.name,
+            )
+            failed = self._failed(step, Failure(error), original, message, context)
+            return (message, branch) if failed is None else failed
         if isinstance(result, Message):
             return result, branch
         if isinstance(result, Branch) and isinstance(result.message, Message):
@@ -478,6 +495,19 @@ class TransformChains:
             return failed
         return self._advance(steps, index + 1, original, message, branch, context)
 
+    def _count_failure(self, step: _Step) -> int:
+        """Failures of ``step``'s transformer (and plugin, direction) in the current log window, this one
+        included: under ``skip`` (or ``dead-letter``, ``drop``) the client's connection goes on, so one
+        client could otherwise write a log line, with a traceback, a message."""
+        now = self._timer().seconds()
+        if self._failure_window is None or now - self._failure_window >= FAILURE_WINDOW:
+            self._failure_window = now
+            self._failures_logged = {}
+        key = (step.name, step.plugin, step.direction)
+        count = self._failures_logged.get(key, 0) + 1
+        self._failures_logged[key] = count
+        return count
+
     def _failed(
         self, step: _Step, failure: Failure, original: Message, message: Message, context: TransformContext
     ) -> Outcome | None:
@@ -505,7 +535,16 @@ class TransformChains:
             "policy": step.on_error,
             "error": str(error),
         }
-        if isinstance(exc, TransformError):
+        count = self._count_failure(step)
+        if count == FAILURES_LOGGED + 1:
+            self.log.warn(
+                "transformer {transformer} (plugin {plugin}) failed more than {limit} times ({direction}) within "
+                "{window:g}s: the others of these {window:g}s are counted in jmsgateway_transform_failures_total, "
+                "not logged", transformer=step.name, plugin=step.plugin, limit=FAILURES_LOGGED,
+                direction=step.direction, window=FAILURE_WINDOW)
+        elif count > FAILURES_LOGGED:
+            pass
+        elif isinstance(exc, TransformError):
             self.log.warn(_FAILURE_FORMAT, **fields)
         else:
             self.log.failure(_FAILURE_FORMAT, failure, LogLevel.warn, **fields)
@@ -521,3 +560,22 @@ class TransformChains:
             dead.destination = step.dead_letter
             return DeadLettered(dead, step.dead_letter, error)
         return Rejected(error)
+
+
+_PROPERTY_TYPES = (str, int, float, bool, bytes)
+
+
+def _property_problem(message: Message) -> str | None:
+    """What is wrong with ``message``'s properties as a transformer left them (None: nothing).
+
+    A property a store, a connector or a STOMP header cannot carry (an object, a list, a name that is
+    not a string) would otherwise fail later, where nobody can say which transformer put it there:
+    the embedded store's ``message store failure``, an ``internal error``, or ``str()`` of the object
+    in a MESSAGE header."""
+    for name, value in message.properties.items():
+        if type(name) is not str:
+            return f"a property named {name!r} (a {type(name).__name__}, not a string)"
+        if value is not None and not isinstance(value, _PROPERTY_TYPES):
+            return f"property {name!r} holding a {type(value).__name__}"
+    return None
+

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from twisted.internet.task import Clock
+from twisted.logger import Logger, formatEvent
 from zope.interface.verify import verifyObject
 
 from gateway.broker.broker import EmbeddedBroker
@@ -17,11 +18,18 @@ from gateway.interfaces import IAuthorizer, Permission
 from gateway.message.destinations import destination_matches
 from gateway.routing.destination_map import DestinationMap
 from gateway.security.auth import build_portal
-from gateway.security.authorization import DestinationAuthorizer, build_authorizer, parse_authorization, parse_groups
+from gateway.security.authorization import (
+    AuthorizationEntry,
+    DestinationAuthorizer,
+    build_authorizer,
+    parse_authorization,
+    parse_groups,
+)
 from gateway.security.login_throttle import LoginThrottle
 from gateway.security.passwords import hash_password, is_hashed, password_matches
 from gateway.security.settings import AuthSettings
 from gateway.stomp.protocol import StompServerFactory
+from tests.support.log_events import observer as log_observer
 from tests.unit.test_session import Peer, connect
 
 GROUPS = {"ops": ["alice", "olga"], "audit": ["bob"]}
@@ -285,3 +293,27 @@ def test_users_and_password_file_are_both_checked(tmp_path: object) -> None:
         d = portal.login(UsernamePassword(login.encode(), password.encode()), None, IStompUser)
         d.addCallbacks(lambda result: outcomes.append(result[1].login), lambda failure: outcomes.append(None))
     assert outcomes == ["alice", "bob", None]
+
+
+def test_refusals_are_logged_ten_per_origin_and_window_then_counted_only() -> None:
+    """Before: every refusal was a log line with the whole name, and a refused SEND keeps its
+    connection, so one client wrote a 4 KiB line a frame (771 KB for 3,000 SENDs, twistd rotating)."""
+    registry = CollectorRegistry()
+    clock = Clock()
+    auth = DestinationAuthorizer([AuthorizationEntry("/queue/a", write=frozenset({"user:alice"}))],
+                                 registry=registry, clock=clock.seconds)
+    events: list[dict[str, Any]] = []
+    auth.log = Logger(observer=log_observer(events.append))
+    for index in range(25):
+        assert not auth.check("carol", "write", f"/queue/x.{'y' * 5000}.{index}", "10.0.0.1:1")
+    assert not auth.check("carol", "write", "/queue/x", "10.0.0.2:1")  # another connection: its own ten
+    assert registry.get_sample_value("jmsgateway_authorization_denied_total", {"permission": "write"}) == 26
+    texts = [formatEvent(event) for event in events]
+    assert len(texts) == 12
+    assert all(len(text) < 400 for text in texts), max(texts, key=len)
+    assert "(5011 characters)" in texts[0]
+    assert "more than 10 refusals from 10.0.0.1:1 within 10s" in texts[10] and "not logged" in texts[10]
+    assert texts[11].endswith("may not write /queue/x")
+    clock.advance(10)
+    assert not auth.check("carol", "write", "/queue/x", "10.0.0.1:1")
+    assert len(events) == 13  # a new window: logged again

@@ -10,12 +10,14 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from gateway.connectors.stomp_client import BrokerError, StompClientFactory, negotiate_heartbeat, quick_ack_switch
 from gateway.errors import ConnectorError, ConnectorUnavailable
 from gateway.wire.codec import FrameDecoder, encode_frame
 from gateway.wire.frame import Frame
+from tests.support.log_events import observer
 
 
 class Harness:
@@ -499,3 +501,33 @@ def test_no_quick_acks_without_a_tcp_socket() -> None:
         assert switch is not None
         switch()
         assert sock.options == [QUICKACK, QUICKACK]
+
+
+def test_frames_after_a_fatal_error_are_not_read(harness: Harness) -> None:
+    """A broker flooding ERROR frames: the first ends the connection; the thousands behind it in the
+    same read (and any later read) are neither handled nor logged (before: one warning each)."""
+    harness.connect()
+    events: list[dict[str, Any]] = []
+    harness.protocol.log = Logger(observer=observer(events.append))
+    errors: list[BrokerError] = []
+    harness.protocol.on_error = errors.append
+    flood = encode_frame(Frame("ERROR", {"message": "go away"}, b"no"), "1.2") * 5000
+    harness.protocol.dataReceived(flood)
+    harness.protocol.dataReceived(flood)
+    assert len(errors) == 1
+    assert len(events) == 1 and "go away" in events[0]["error"]
+    assert harness.transport.disconnecting
+
+
+def test_a_message_for_an_unknown_subscription_is_logged_once_a_connection(harness: Harness) -> None:
+    """Before: at debug level only, so a broker delivering for a subscription never made left no
+    trace at the default level; now the first one is at info, the rest at debug, counted."""
+    harness.connect()
+    events: list[dict[str, Any]] = []
+    harness.protocol.log = Logger(observer=observer(events.append))
+    for index in range(3):
+        harness.receive("MESSAGE", {"subscription": "nope", "message-id": f"m{index}", "destination": "/queue/a"})
+    assert [event["log_level"] for event in events] == [LogLevel.info, LogLevel.debug, LogLevel.debug]
+    assert events[0]["sub"] == "nope" and events[0]["id"] == "m0"
+    assert harness.protocol.stray_messages == 3
+    assert not harness.transport.disconnecting

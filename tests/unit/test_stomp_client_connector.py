@@ -397,6 +397,44 @@ def test_pause_buffers_and_resume_delivers_in_order(broker: FakeBroker, clock: C
     assert [message.message_id for message, _ in consumer.deliveries] == ["m0", "m1", "m2"]
 
 
+def test_a_broker_sending_far_past_the_prefetch_to_a_paused_subscription_loses_its_connection(
+        broker: FakeBroker, clock: Clock) -> None:
+    """Before: the backlog of a paused subscription took everything the broker sent (a broker that
+    ignores the prefetch grew the gateway by 160 MiB for 160 messages of 1 MiB, prefetch 5); now more
+    than twice the prefetch is a broken protocol: the connection is closed (the broker redelivers)."""
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client", prefetch=3), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    subscription.pause()
+    transport = broker.transport
+    assert transport is not None
+    flood = b"".join(encode_frame(Frame("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": f"m{i}",
+                                                    "ack": f"a{i}"}), "1.2") for i in range(50))
+    assert broker.protocol is not None
+    broker.protocol.dataReceived(flood)
+    assert transport.disconnecting
+    assert "ignores the prefetch" in str(broker.protocol.error)
+    subscription.resume()
+    assert consumer.deliveries == []  # the backlog went with the connection: the broker redelivers it
+
+
+def test_an_honest_broker_filling_the_prefetch_of_a_paused_subscription_is_fine(broker: FakeBroker,
+                                                                                 clock: Clock) -> None:
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client", prefetch=3), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    subscription.pause()
+    for i in range(3):
+        broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": f"m{i}", "ack": f"a{i}"})
+    assert broker.transport is not None and not broker.transport.disconnecting
+    subscription.resume()
+    assert len(consumer.deliveries) == 3
+
+
 # -- transactions -------------------------------------------------------------
 
 
@@ -566,3 +604,46 @@ def test_no_probe_without_a_transformation_to_ask_for(broker: FakeBroker, clock:
     result_of(subscribing)
     assert "transformation" not in subscribe.headers
     assert (EMPTY_TEXTS in connector.health().detail) == ("transformation" in options)
+
+
+def test_a_broker_that_never_answers_connect_is_a_failed_attempt_naming_connect_timeout(
+        broker: FakeBroker, clock: Clock) -> None:
+    """Before: the attempt's error read "(1.5, 'Deferred')" (addTimeout's TimeoutError), in the log,
+    in `status()` and in the sends' ERROR frames."""
+    connector = make(broker, clock, connect_timeout=1500, failure_retry_interval=300, transformation="")
+    starting = connector.start()
+    clock.advance(1.5)
+    result_of(starting)  # retries are allowed: the gateway starts, sends wait
+    assert connector.last_error == "no CONNECTED within 1500 ms of the CONNECT (connectors.amq.connect_timeout)"
+    assert broker.transport is not None and broker.transport.disconnecting
+    clock.advance(0.3)
+    assert broker.attempts == 2
+
+
+def test_the_broker_connection_takes_a_frame_larger_than_the_listeners_limit(broker: FakeBroker,
+                                                                              clock: Clock) -> None:
+    """A message a client sent at the listener's 32 MiB limit comes back from the broker with the
+    broker's headers added. Before: the broker connection's decoder had the same 32 MiB, so such a
+    MESSAGE ended every connection, came again after each reconnection, and never arrived."""
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    body = b"z" * (32 * 1024 * 1024 - 1024)
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "big", "ack": "big",
+                              "x-broker-trace": "t" * 4096, "content-length": str(len(body))}, body)
+    assert broker.transport is not None and not broker.transport.disconnecting
+    assert [message.message_id for message, _ in consumer.deliveries] == ["big"]
+    assert connector.settings.max_frame_size == 33 * 1024 * 1024
+
+
+def test_the_broker_connections_frame_limit_is_an_option(broker: FakeBroker, clock: Clock) -> None:
+    connector = started(broker, clock, max_frame_size=4096)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
+    (subscribe,) = broker.receipt_all()
+    result_of(subscribing)
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "m", "ack": "m"}, b"x" * 5000)
+    assert broker.transport is not None and broker.transport.disconnecting
+    assert consumer.deliveries == []
