@@ -33,7 +33,11 @@ _ACK_TRANSACTIONS = itertools.count(1)
 
 PREFETCH_SLACK = 2
 """A paused subscription's backlog may reach this many times its prefetch (an honest broker sends at
-most the prefetch unacknowledged; the slack is for brokers that count a little differently)."""
+most the prefetch unacknowledged; the slack is for brokers that count a little differently)..."""
+PREFETCH_SLACK_BYTES = 4 * 1024 * 1024
+"""...or this many bytes of bodies, whichever is more: a broker that bounds a consumer by bytes rather
+than by count (Artemis: ``stompConsumerCredits``, 10 KiB by default; it ignores ``activemq.prefetchSize``)
+may send many small messages past a small prefetch without harm."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -115,12 +119,16 @@ class BrokerSubscription:
         self.closed = False
         self.paused = False
         self._generation = -1
-        self._backlog: list[tuple[Message, BrokerDelivery]] = []
+        self._backlog: list[tuple[Message, BrokerDelivery, int]] = []
+        """Deliveries held while paused, with their bodies' sizes."""
+        self._backlog_bytes = 0
+        """Bytes of the bodies in :attr:`_backlog` (as the broker wrote them)."""
 
     def headers(self) -> dict[str, str]:
         """The SUBSCRIBE headers for ActiveMQ."""
         spec = self.spec
-        headers = {"activemq.prefetchSize": str(max(1, spec.prefetch))}
+        prefetch = str(max(1, spec.prefetch))
+        headers = {"activemq.prefetchSize": prefetch, "prefetch-count": prefetch}  # (ActiveMQ's, RabbitMQ's)
         if spec.selector:
             headers["selector"] = spec.selector
         if spec.exclusive and spec.destination.startswith("/queue/"):
@@ -136,7 +144,7 @@ class BrokerSubscription:
         """SUBSCRIBE on ``protocol`` (first time or after a reconnection)."""
         generation = self.connector.generation
         self._generation = generation
-        self._backlog.clear()
+        self._clear_backlog()
         headers = self.headers()
         subscribed = protocol.subscribe(
             self.spec.destination,
@@ -169,7 +177,11 @@ class BrokerSubscription:
 
     def connection_lost(self) -> None:
         """Deliveries not yet handed on will come again on the next connection."""
+        self._clear_backlog()
+
+    def _clear_backlog(self) -> None:
         self._backlog.clear()
+        self._backlog_bytes = 0
 
     def fail(self, error: BaseException) -> None:
         """End the subscription without the consumer asking."""
@@ -197,10 +209,13 @@ class BrokerSubscription:
             self._acknowledge([tag], "nack")
             return
         if self.paused or self._backlog:
-            if len(self._backlog) >= PREFETCH_SLACK * max(1, self.spec.prefetch):
+            if len(self._backlog) >= PREFETCH_SLACK * max(1, self.spec.prefetch) \
+                    and self._backlog_bytes >= PREFETCH_SLACK_BYTES:
                 self._prefetch_ignored()
                 return
-            self._backlog.append((message, tag))
+            size = len(frame.body)
+            self._backlog.append((message, tag, size))
+            self._backlog_bytes += size
             return
         self._deliver(message, tag)
 
@@ -210,11 +225,11 @@ class BrokerSubscription:
         fill the gateway's memory, so its connection is closed; it redelivers them on the next."""
         limit = PREFETCH_SLACK * max(1, self.spec.prefetch)
         error = ConnectorError(
-            f"{self.connector.settings.uri} sent more than {limit} unacknowledged messages to subscription "
-            f"{self.id} ({self.spec.destination}) with activemq.prefetchSize {self.spec.prefetch}: it ignores "
-            "the prefetch; closing the connection")
+            f"{self.connector.settings.uri} sent more than {limit} unacknowledged messages "
+            f"({self._backlog_bytes} bytes) to subscription {self.id} ({self.spec.destination}) with "
+            f"activemq.prefetchSize {self.spec.prefetch}: it ignores the prefetch; closing the connection")
         self.log.warn("connector {name}: {error}", name=self.connector.name, error=str(error))
-        self._backlog.clear()
+        self._clear_backlog()
         protocol = self.connector.protocol
         if protocol is not None:
             protocol.broke_protocol(error)
@@ -280,7 +295,8 @@ class BrokerSubscription:
     def resume(self) -> None:
         self.paused = False
         while self._backlog and not self.paused and not self.closed:
-            message, tag = self._backlog.pop(0)
+            message, tag, size = self._backlog.pop(0)
+            self._backlog_bytes -= size
             self._deliver(message, tag)
 
     def close(self) -> Deferred[None]:
@@ -288,7 +304,7 @@ class BrokerSubscription:
         if self.closed:
             return succeed(None)
         self.closed = True
-        self._backlog.clear()
+        self._clear_backlog()
         self.connector.forget(self)
         protocol = self.connector.protocol
         if protocol is None:

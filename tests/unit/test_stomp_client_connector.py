@@ -401,23 +401,44 @@ def test_a_broker_sending_far_past_the_prefetch_to_a_paused_subscription_loses_i
         broker: FakeBroker, clock: Clock) -> None:
     """Before: the backlog of a paused subscription took everything the broker sent (a broker that
     ignores the prefetch grew the gateway by 160 MiB for 160 messages of 1 MiB, prefetch 5); now more
-    than twice the prefetch is a broken protocol: the connection is closed (the broker redelivers)."""
+    than twice the prefetch and 4 MiB is a broken protocol: the connection is closed (the broker redelivers)."""
     connector = started(broker, clock)
     consumer = Consumer()
     subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client", prefetch=3), consumer)
     (subscribe,) = broker.receipt_all()
+    assert subscribe.headers["activemq.prefetchSize"] == subscribe.headers["prefetch-count"] == "3"
     subscription = result_of(subscribing)
     subscription.pause()
     transport = broker.transport
     assert transport is not None
+    body = b"x" * (256 * 1024)
     flood = b"".join(encode_frame(Frame("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": f"m{i}",
-                                                    "ack": f"a{i}"}), "1.2") for i in range(50))
+                                                    "ack": f"a{i}"}, body), "1.2") for i in range(50))
     assert broker.protocol is not None
     broker.protocol.dataReceived(flood)
     assert transport.disconnecting
     assert "ignores the prefetch" in str(broker.protocol.error)
     subscription.resume()
     assert consumer.deliveries == []  # the backlog went with the connection: the broker redelivers it
+
+
+def test_small_messages_past_a_small_prefetch_are_held_as_a_byte_counting_broker_sends_them(
+        broker: FakeBroker, clock: Clock) -> None:
+    """Artemis ignores ``activemq.prefetchSize`` and bounds a STOMP consumer by bytes (10 KiB by default): 100
+    messages of 100 B past a prefetch of 1 are no broken protocol (under 4 MiB): held, delivered on resume."""
+    connector = started(broker, clock)
+    consumer = Consumer()
+    subscribing = connector.subscribe(SubscriptionSpec("/queue/a", ack_mode="client", prefetch=1), consumer)
+    (subscribe,) = broker.receipt_all()
+    subscription = result_of(subscribing)
+    subscription.pause()
+    assert broker.protocol is not None and broker.transport is not None
+    broker.protocol.dataReceived(b"".join(
+        encode_frame(Frame("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": f"m{i}",
+                                       "ack": f"a{i}"}, b"y" * 100), "1.2") for i in range(100)))
+    assert not broker.transport.disconnecting
+    subscription.resume()
+    assert len(consumer.deliveries) == 100
 
 
 def test_an_honest_broker_filling_the_prefetch_of_a_paused_subscription_is_fine(broker: FakeBroker,
