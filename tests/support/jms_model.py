@@ -98,6 +98,7 @@ class Copy:
     seq: int
     count: int = 0
     cause: str | None = None  # why it was dead-lettered
+    key: str | None = None  # its key in the backlog when not the body (a dead letter: body@origin)
 
     def better_than(self, other: Copy) -> bool:
         """Whether this copy must be delivered before ``other`` (priority, then arrival)."""
@@ -283,12 +284,13 @@ class Model:
             dead = self._queue(backlog.dead_letter_queue)
             seq = dlq_seq if dlq_seq is not None else next(self._seq)
             # (a topic message's copies of several subscriptions may all end there)
-            dead.available[f"{copy.sent.body}@{backlog_key}"] = Copy(
-                copy.sent, seq, copy.count, f"delivery failed {copy.count} times (limit {self.max_redeliveries})"
+            key = f"{copy.sent.body}@{backlog_key}"
+            dead.available[key] = Copy(
+                copy.sent, seq, copy.count, f"delivery failed {copy.count} times (limit {self.max_redeliveries})", key
             )
             return
-        if backlog.alive:
-            backlog.available[copy.sent.body] = copy
+        if backlog.alive:  # (under its own key: a dead-letter queue may hold copies of one body from several origins)
+            backlog.available[copy.key or copy.sent.body] = copy
 
     # -- client actions --------------------------------------------------------
 

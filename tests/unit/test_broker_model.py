@@ -1027,3 +1027,26 @@ def test_a_paged_message_a_ready_consumer_may_take_is_not_passed_by_a_worse_one_
         subscribe(s, "/queue/a", ack="client-individual")
 
     _replay(PagingBrokerMachine(), steps)
+
+
+def test_two_dead_letters_of_one_topic_message_both_come_back_to_the_dlq() -> None:
+    """Randomized run of 2026-11-29 evening (3,000 examples), TestPagingBrokerModel: "acknowledged message came
+    back: m000025 to subscription s13 of connection 0 (/queue/DLQ.t)".  A model defect, not the broker's: two
+    subscribers' copies of one topic message are dead-lettered (two copies in /queue/DLQ.t), a DLQ consumer takes
+    both and its connection is lost; the model put both back under one key, so it knew of one copy while the
+    broker rightly redelivered two."""
+    blue = ("/topic/t", True, 0, 0, "blue")
+
+    def steps(s: Any) -> None:
+        s.connect()
+        for peer in (0, 1):
+            s.subscribe(ack="client", color=None, data=Draws(peer), destination="/topic/t", durable=None,
+                        exclusive=False, prefetch=1)
+        s.send(data=Draws(0), messages=[blue], transactional=False)
+        for _ in range(2 * (MAX_REDELIVERIES + 1)):
+            s.nack(data=Draws(0), receipted=False, transactional=False)
+        s.subscribe(ack="client-individual", color=None, data=Draws(0), destination="/queue/DLQ.t", durable=None,
+                    exclusive=False, prefetch=2)
+        s.lose_connection(data=Draws(0))
+
+    _replay(BrokerMachine(), steps)
