@@ -190,6 +190,10 @@ class Gateway:
         """Owners of durable subscriptions at connectors (only with [auth] logins)."""
         self.login_throttle = build_login_throttle(config.auth, reactor, config.path, self.registry)
         self.admin = parse_admin_settings(config.admin, config.path, has_users=self.portal is not None)
+        if config.auth.limits and self.portal is None:
+            self.log.warn("[auth.limits] in {path} has no effect: no [auth] users are configured, so no connection "
+                          "has a login to count against (docs/security.md, \"Resource limits per login\")",
+                          path=config.path or "the configuration")
         self.role = GatewayRole(self.registry)
         """Active or standby (:mod:`gateway.ha`): the admin endpoint reports it."""
         self.started_at: float | None = None

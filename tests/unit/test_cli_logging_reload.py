@@ -201,3 +201,22 @@ def test_twistd_options_refuse_an_unknown_log_format_or_level() -> None:
         Options().parseOptions(["--log-format", "xml"])
     with pytest.raises(usage.UsageError, match="unknown log level 'loud'"):
         Options().parseOptions(["--log-level", "loud"])
+
+
+def test_login_limits_without_logins_are_warned_about_at_start(tmp_path: Path, hashed: str) -> None:
+    """``[auth.limits]`` counts what a login holds; with no ``[auth]`` users no connection has a login, so the
+    limits do nothing: the start says so (with users, no such line)."""
+    seen: list[dict[str, Any]] = []
+    for part in ("a", "b"):
+        (tmp_path / part).mkdir()
+    globalLogPublisher.addObserver(log_observer(seen.append))
+    try:
+        gateway_from(tmp_path / "a", '[auth.limits."*"]\nmax_queues = 3\n')
+        warned = [e for e in seen if "has no effect" in str(e.get("log_format"))]
+        seen.clear()
+        gateway_from(tmp_path / "b", AUTH.format(alice=hashed, bob=hashed, writer="alice")
+                     + '[auth.limits."*"]\nmax_queues = 3\n')
+    finally:
+        globalLogPublisher.removeObserver(log_observer(seen.append))
+    assert len(warned) == 1 and "[auth.limits]" in str(warned[0]["log_format"])
+    assert not [e for e in seen if "has no effect" in str(e.get("log_format"))]
