@@ -49,6 +49,12 @@ class BrokerDelivery:
     frame: Frame  # the MESSAGE headers (no body)
 
 
+def _ack_id(tag: BrokerDelivery) -> str:
+    """What the broker acknowledges ``tag`` by (STOMP 1.2's ``ack``, else the message id)."""
+    headers = tag.frame.headers
+    return headers.get("ack") or headers.get("message-id", "")
+
+
 def durable_subscription_name(client_id: str | None, durable_name: str) -> str:
     """The broker-side durable name: one broker connection serves every gateway
     client, so the gateway client id becomes part of the name."""
@@ -123,6 +129,10 @@ class BrokerSubscription:
         """Deliveries held while paused, with their bodies' sizes."""
         self._backlog_bytes = 0
         """Bytes of the bodies in :attr:`_backlog` (as the broker wrote them)."""
+        self._outstanding: dict[tuple[int, str], int] = {}
+        """Deliveries handed on and not yet acknowledged at the broker: (generation, ack id) -> body bytes
+        (with :attr:`_backlog`, what the broker's prefetch bounds)."""
+        self._outstanding_bytes = 0
 
     def headers(self) -> dict[str, str]:
         """The SUBSCRIBE headers for ActiveMQ."""
@@ -180,8 +190,12 @@ class BrokerSubscription:
         self._clear_backlog()
 
     def _clear_backlog(self) -> None:
+        """Forget what came on the connection: held deliveries and the count of those out (the broker
+        redelivers them on the next one; their acknowledgements are stale)."""
         self._backlog.clear()
         self._backlog_bytes = 0
+        self._outstanding.clear()
+        self._outstanding_bytes = 0
 
     def fail(self, error: BaseException) -> None:
         """End the subscription without the consumer asking."""
@@ -208,16 +222,16 @@ class BrokerSubscription:
             )
             self._acknowledge([tag], "nack")
             return
+        if len(self._backlog) + len(self._outstanding) >= PREFETCH_SLACK * max(1, self.spec.prefetch) \
+                and self._backlog_bytes + self._outstanding_bytes >= PREFETCH_SLACK_BYTES:
+            self._prefetch_ignored()
+            return
+        size = len(frame.body)
         if self.paused or self._backlog:
-            if len(self._backlog) >= PREFETCH_SLACK * max(1, self.spec.prefetch) \
-                    and self._backlog_bytes >= PREFETCH_SLACK_BYTES:
-                self._prefetch_ignored()
-                return
-            size = len(frame.body)
             self._backlog.append((message, tag, size))
             self._backlog_bytes += size
             return
-        self._deliver(message, tag)
+        self._deliver(message, tag, size)
 
     def _prefetch_ignored(self) -> None:
         """The broker sent far more unacknowledged messages than the prefetch while the consumer was
@@ -226,16 +240,20 @@ class BrokerSubscription:
         limit = PREFETCH_SLACK * max(1, self.spec.prefetch)
         error = ConnectorError(
             f"{self.connector.settings.uri} sent more than {limit} unacknowledged messages "
-            f"({self._backlog_bytes} bytes) to subscription {self.id} ({self.spec.destination}) with "
-            f"activemq.prefetchSize {self.spec.prefetch}: it ignores the prefetch; closing the connection")
+            f"({self._backlog_bytes + self._outstanding_bytes} bytes) to subscription {self.id} "
+            f"({self.spec.destination}) with activemq.prefetchSize {self.spec.prefetch}: it ignores the "
+            "prefetch; closing the connection")
         self.log.warn("connector {name}: {error}", name=self.connector.name, error=str(error))
         self._clear_backlog()
         protocol = self.connector.protocol
         if protocol is not None:
             protocol.broke_protocol(error)
 
-    def _deliver(self, message: Message, tag: BrokerDelivery) -> None:
+    def _deliver(self, message: Message, tag: BrokerDelivery, size: int) -> None:
         consumer: Any = self.consumer
+        key = (tag.generation, _ack_id(tag))
+        self._outstanding[key] = size
+        self._outstanding_bytes += size
         try:
             handed_on = consumer.deliver(message, tag)
         except Exception:
@@ -274,6 +292,10 @@ class BrokerSubscription:
         if not tags:
             return succeed(None)
         assert protocol is not None
+        for tag in tags:  # (no longer counted against the prefetch: the broker may send more)
+            size = self._outstanding.pop((tag.generation, _ack_id(tag)), None)
+            if size is not None:
+                self._outstanding_bytes -= size
         if what == "ack" and receipt and len(tags) > 1:
             # Several at once (a bridge's batch): one broker transaction, one receipt, and for
             # persistent messages one store write at the broker instead of one per message.
@@ -297,7 +319,7 @@ class BrokerSubscription:
         while self._backlog and not self.paused and not self.closed:
             message, tag, size = self._backlog.pop(0)
             self._backlog_bytes -= size
-            self._deliver(message, tag)
+            self._deliver(message, tag, size)
 
     def close(self) -> Deferred[None]:
         """UNSUBSCRIBE; the broker redelivers what was not acknowledged."""

@@ -117,6 +117,16 @@ class BrokerSide:
             if frame is not None:
                 self.answer(frame)
 
+    def connected_frames(self) -> Iterator[BrokerFrame]:
+        """CONNECTED for the gateway's CONNECT, then each frame it sends until it closes (none when no
+        CONNECT came): a script's loop over what the gateway asks."""
+        if self.connected() is None:
+            return
+        while not self.closed:
+            frame = self.frame(timeout=0.2)
+            if frame is not None:
+                yield frame
+
     def message(self, subscription: str, destination: str, message_id: str, body: str,
                 extra: str = "") -> None:
         """Deliver a MESSAGE (ack id = message id) on ``subscription``."""
