@@ -427,7 +427,9 @@ class EmbeddedBroker:
             return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(
                 lambda _: None)
         try:
-            plan = [(part, self.destinations.targets(part)) for message in messages for part in expand(message)]
+            parts = [part for message in messages for part in expand(message)]
+            self.destinations.admit_new_queues(parts)  # (all or none: a refused batch makes no queue)
+            plan = [(part, self.destinations.targets(part)) for part in parts]
         except GatewayError as error:
             return fail(error)
         if self.policies or self.memory.full:

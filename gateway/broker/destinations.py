@@ -109,6 +109,21 @@ class Destinations:
         self.quota.admit(destination, login)
         return self.queue(destination, login)
 
+    def admit_new_queues(self, messages: list[Message]) -> None:
+        """:class:`~gateway.errors.LimitReached` when the queues that sending ``messages`` (the parts of
+        one batch) would create do not all fit the limits together: judged before :meth:`targets`
+        makes any, so a refused batch creates none (a failed COMMIT applies nothing)."""
+        wanted: dict[str, str | None] = {}
+        for message in messages:
+            destination = message.destination
+            if (destination in self.queues or destination in wanted or destination_kind(destination) != "queue"
+                    or destination.startswith(TEMP_PREFIXES)):
+                continue
+            login = message.properties.get(CREATOR_PROPERTY)
+            wanted[destination] = login if isinstance(login, str) else None
+        if len(wanted) > 1:  # (one new queue is judged by create_queue, as a single SEND's)
+            self.quota.admit_all(list(wanted.items()))
+
     def remove_queue(self, destination: str) -> MessageQueue | None:
         """Forget the queue ``destination`` (the caller discards what it held); None: there was none."""
         queue = self.queues.pop(destination, None)

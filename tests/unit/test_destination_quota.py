@@ -19,7 +19,7 @@ from gateway.broker.store.memory_store import MemoryStore
 from gateway.config import parse_config
 from gateway.errors import ConfigError, LimitReached
 from gateway.interfaces import ISubscription, SubscriptionSpec
-from gateway.message.model import TextMessage
+from gateway.message.model import Message, TextMessage
 from gateway.security.quotas import LoginLimits, LoginQuotas
 from gateway.stomp.errors import limit_refusal
 from gateway.stomp.login_connections import LoginConnections
@@ -169,6 +169,32 @@ def test_a_logins_max_queues_counts_what_it_created_and_other_logins_go_on(clock
                                                    "eve": {"queues": 2, "max_queues": 2}}
     broker.delete_destination("/queue/eve.1")
     assert outcome(broker.send(sent("/queue/eve.3", login="eve"))) is None
+
+
+def test_a_batch_past_a_limit_creates_none_of_its_queues(clock: Clock) -> None:
+    """A COMMIT's SENDs (send_batch) and a composite SEND's parts are judged whole: refused, they left the
+    queues made before the one past the limit behind, empty and held by the login (the limits attack,
+    tests/integration/test_limits_attacks.py)."""
+    broker = make_broker(clock, max_destinations=0, eve=LoginLimits(max_queues=3))
+    batch: list[Message] = [sent(f"/queue/tx{i}", login="eve") for i in range(5)]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, LimitReached) and "/queue/tx3" in str(refused) and "holds 3 queues" in str(refused)
+    refused = outcome(broker.send(sent(",".join(f"/queue/c{i}" for i in range(5)), login="eve")))
+    assert isinstance(refused, LimitReached) and "/queue/c3" in str(refused)
+    assert broker.queues == {} and broker.quota.count == 0 and broker.quota.held == {}
+    batch = [sent("/queue/tx0", "1", login="eve"), sent("/queue/tx0", "2", login="eve"),
+             sent("/queue/tx1,/queue/tx2", login="eve")]  # (a name twice is one queue)
+    assert outcome(broker.send_batch(batch)) is None
+    assert broker.quota.held == {"eve": 3} and len(broker.queues["/queue/tx0"]) == 2
+
+
+def test_a_batch_past_max_destinations_creates_none_of_its_queues(clock: Clock) -> None:
+    broker = make_broker(clock, max_destinations=2)
+    assert outcome(broker.send(sent("/queue/a"))) is None
+    batch: list[Message] = [sent("/queue/a", "again"), sent("/queue/b"), sent("/queue/c")]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, LimitReached) and "/queue/c" in str(refused) and "holds 2 destinations" in str(refused)
+    assert sorted(broker.queues) == ["/queue/a"] and len(broker.queues["/queue/a"]) == 1
 
 
 def test_lowering_a_limit_refuses_the_next_creation_and_deletes_nothing(clock: Clock) -> None:
