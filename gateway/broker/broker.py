@@ -428,7 +428,7 @@ class EmbeddedBroker:
                 lambda _: None)
         try:
             parts = [part for message in messages for part in expand(message)]
-            self.destinations.admit_new_queues(parts)  # (all or none: a refused batch makes no queue)
+            self.destinations.admit_batch(parts)  # (all or none: a refused batch makes no queue)
             plan = [(part, self.destinations.targets(part)) for part in parts]
         except GatewayError as error:
             return fail(error)

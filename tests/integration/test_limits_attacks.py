@@ -321,6 +321,34 @@ def test_a_commit_that_would_pass_the_cap_applies_nothing(gw: Gateway) -> None:
     assert not queues & set(names)
 
 
+def test_a_commit_failed_by_a_reply_to_a_requester_that_left_leaves_no_queue(gw: Gateway) -> None:
+    """Another way to fail a COMMIT: its reply to a temporary queue whose owner left.  The transaction's
+    new queue was made anyway and held by the login (its room eaten by a COMMIT that applied 'nothing')."""
+    requester, worker = fresh_login(), fresh_login()
+    tag = unique("rr")
+    client = login(gw, worker)
+    assert ask(client, "SUBSCRIBE", {"destination": f"/queue/{tag}.requests", "id": "s"}).command == "RECEIPT"
+    asker = login(gw, requester)
+    assert ask(asker, "SUBSCRIBE", {"destination": "/temp-queue/r", "id": "s"}).command == "RECEIPT"
+    assert ask(asker, "SEND", {"destination": f"/queue/{tag}.requests", "reply-to": "/temp-queue/r"}, "q").command \
+        == "RECEIPT"
+    request_frame = client.frame()
+    reply_to = request_frame.headers["reply-to"]
+    assert reply_to.startswith("/remote-temp-queue/"), request_frame
+    client.send(frame("BEGIN", {"transaction": "t"})
+                + frame("SEND", {"destination": f"/queue/{tag}.audit", "transaction": "t"}, "audit")
+                + frame("SEND", {"destination": reply_to, "transaction": "t"}, "reply"))
+    asker.send(frame("DISCONNECT", {"receipt": "bye"}))
+    asker.until_closed()
+    wait_until(lambda: held(gw, requester) == 0, 5, "the requester's temporary queue gone")
+    client.send(frame("COMMIT", {"transaction": "t", "receipt": "c"}))
+    assert client.frame().command == "ERROR"
+    client.until_closed()
+    queues = {q["name"] for q in json.loads(request(gw, "GET", "/console/api/destinations")[1])["queues"]}
+    assert f"/queue/{tag}.audit" not in queues
+    assert held(gw, worker) == 1  # (its requests queue, nothing more)
+
+
 def test_two_connections_of_one_login_racing_do_not_pass_the_cap(gw: Gateway) -> None:
     who = fresh_login()
     clients = [login(gw, who) for _ in range(CAP)]

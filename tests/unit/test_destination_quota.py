@@ -17,7 +17,7 @@ from gateway.broker.scheduler import RETRY_MS
 from gateway.broker.settings import BrokerSettings
 from gateway.broker.store.memory_store import MemoryStore
 from gateway.config import parse_config
-from gateway.errors import ConfigError, LimitReached
+from gateway.errors import ConfigError, DestinationError, LimitReached
 from gateway.interfaces import ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 from gateway.security.quotas import LoginLimits, LoginQuotas
@@ -186,6 +186,16 @@ def test_a_batch_past_a_limit_creates_none_of_its_queues(clock: Clock) -> None:
              sent("/queue/tx1,/queue/tx2", login="eve")]  # (a name twice is one queue)
     assert outcome(broker.send_batch(batch)) is None
     assert broker.quota.held == {"eve": 3} and len(broker.queues["/queue/tx0"]) == 2
+
+
+def test_a_batch_replying_to_a_temporary_queue_gone_creates_none_of_its_queues(clock: Clock) -> None:
+    """A COMMIT failed by a reply to a requester that left made the batch's new queues first (held by the
+    login that committed)."""
+    broker = make_broker(clock, max_destinations=0, eve=LoginLimits(max_queues=3))
+    batch: list[Message] = [sent("/queue/new", login="eve"), sent("/remote-temp-queue/s1.gone", login="eve")]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, DestinationError) and "/remote-temp-queue/s1.gone" in str(refused)
+    assert broker.queues == {} and broker.quota.held == {}
 
 
 def test_a_batch_past_max_destinations_creates_none_of_its_queues(clock: Clock) -> None:
