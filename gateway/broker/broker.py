@@ -428,7 +428,7 @@ class EmbeddedBroker:
                 lambda _: None)
         try:
             parts = [part for message in messages for part in expand(message)]
-            self.destinations.admit_batch(parts)  # (all or none: a refused batch makes no queue)
+            made = self.destinations.admit_batch(parts)  # (all or none: a refused batch makes no queue)
             plan = [(part, self.destinations.targets(part)) for part in parts]
         except GatewayError as error:
             return fail(error)
@@ -440,6 +440,7 @@ class EmbeddedBroker:
                 if refusal is None:
                     admitted.append((message, targets))
                 elif refusal.called and getattr(refusal, "result", None) is not None:
+                    self._unmake(made)
                     return refusal  # FAIL: the whole transaction is refused, nothing stored
             plan = admitted
         return self._store_then_enqueue(plan)
@@ -706,6 +707,16 @@ class EmbeddedBroker:
         done: Deferred[None] = Deferred()
         waiting.append(done)
         return done
+
+    def _unmake(self, made: list[str]) -> None:
+        """The queues a refused batch made (``made``) go again while nothing uses them (no message, no
+        consumer): a refused COMMIT or composite SEND applies nothing, and its queues would have been held
+        by its login."""
+        for destination in made:
+            queue = self.queues.get(destination)
+            if queue is not None and not queue.consumers and not len(queue):
+                self.destinations.remove_queue(destination)
+                self.forget_queue(destination)
 
     def forget_queue(self, destination: str) -> Deferred[None]:
         """A deleted queue stops being a virtual topic's consumer queue (in the store too)."""

@@ -109,12 +109,12 @@ class Destinations:
         self.quota.admit(destination, login)
         return self.queue(destination, login)
 
-    def admit_batch(self, messages: list[Message]) -> None:
+    def admit_batch(self, messages: list[Message]) -> list[str]:
         """Raise what :meth:`targets` would for the parts of one batch (``messages``: a COMMIT's SENDs, a
         composite SEND's parts), before it makes any queue, so a refused batch creates none (a failed
         COMMIT applies nothing): :class:`~gateway.errors.LimitReached` when its new queues do not all fit
         the limits together, :class:`~gateway.errors.DestinationError` for a temporary destination that
-        no longer exists (a reply to a requester that left)."""
+        no longer exists (a reply to a requester that left).  Returns the queues the batch will make."""
         wanted: dict[str, str | None] = {}
         for message in messages:
             destination = message.destination
@@ -130,6 +130,7 @@ class Destinations:
                 wanted[destination] = login if isinstance(login, str) else None
         if len(wanted) > 1:  # (one new queue is judged by create_queue, as a single SEND's)
             self.quota.admit_all(list(wanted.items()))
+        return list(wanted)
 
     def remove_queue(self, destination: str) -> MessageQueue | None:
         """Forget the queue ``destination`` (the caller discards what it held); None: there was none."""

@@ -62,6 +62,10 @@ max_connections = {CAP}
 
 [auth.limits.u28]
 max_connections = 0
+
+[broker.destinations."/queue/full.*"]
+max_size = 1000
+full_policy = "FAIL"
 """ + GRANTS
 
 
@@ -347,6 +351,30 @@ def test_a_commit_failed_by_a_reply_to_a_requester_that_left_leaves_no_queue(gw:
     queues = {q["name"] for q in json.loads(request(gw, "GET", "/console/api/destinations")[1])["queues"]}
     assert f"/queue/{tag}.audit" not in queues
     assert held(gw, worker) == 1  # (its requests queue, nothing more)
+
+
+def test_a_commit_refused_by_a_full_fail_destination_leaves_no_queue(gw: Gateway) -> None:
+    """A third way to fail a COMMIT: a FAIL destination that is full refuses it as a whole; the
+    transaction's new queue was made anyway and held by the login."""
+    who = fresh_login()
+    full = f"/queue/full.{unique('f')}"
+    for _ in range(20):  # (FAIL's ERROR closes the connection: one connection a SEND)
+        client = login(gw, who)
+        reply = ask(client, "SEND", {"destination": full}, "x" * 100)
+        client.close()
+        if reply.command == "ERROR":
+            break
+    assert reply.headers.get("message") == "destination full", reply
+    client = login(gw, who)
+    fresh = f"/queue/{unique('tx.')}"
+    client.send(frame("BEGIN", {"transaction": "t"}) + frame("SEND", {"destination": fresh, "transaction": "t"}, "a")
+                + frame("SEND", {"destination": full, "transaction": "t"}, "y" * 100)
+                + frame("COMMIT", {"transaction": "t", "receipt": "c"}))
+    assert client.frame().headers.get("message") == "destination full"
+    client.until_closed()
+    queues = {q["name"] for q in json.loads(request(gw, "GET", "/console/api/destinations")[1])["queues"]}
+    assert fresh not in queues
+    assert held(gw, who) == 1  # (the full queue only)
 
 
 def test_two_connections_of_one_login_racing_do_not_pass_the_cap(gw: Gateway) -> None:

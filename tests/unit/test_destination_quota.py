@@ -12,12 +12,13 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.limits import message_size
 from gateway.broker.quota import DestinationQuota
 from gateway.broker.scheduler import RETRY_MS
-from gateway.broker.settings import BrokerSettings
+from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.store.memory_store import MemoryStore
 from gateway.config import parse_config
-from gateway.errors import ConfigError, DestinationError, LimitReached
+from gateway.errors import ConfigError, DestinationError, DestinationFull, LimitReached
 from gateway.interfaces import ISubscription, SubscriptionSpec
 from gateway.message.model import Message, TextMessage
 from gateway.security.quotas import LoginLimits, LoginQuotas
@@ -196,6 +197,22 @@ def test_a_batch_replying_to_a_temporary_queue_gone_creates_none_of_its_queues(c
     refused = outcome(broker.send_batch(batch))
     assert isinstance(refused, DestinationError) and "/remote-temp-queue/s1.gone" in str(refused)
     assert broker.queues == {} and broker.quota.held == {}
+
+
+def test_a_batch_refused_by_a_full_fail_destination_leaves_none_of_its_new_queues(clock: Clock) -> None:
+    """A COMMIT refused as a whole by a FAIL destination that is full kept the queues it had made (empty,
+    held by the login); one that was used meanwhile (a message, a consumer) would stay."""
+    first = sent("/queue/full.a", "first", login="eve")
+    broker = EmbeddedBroker(clock, BrokerSettings(persistence="memory", destinations={
+        "/queue/full.>": DestinationLimits(max_size=message_size(first), full_policy="FAIL")}))
+    broker.start()
+    assert outcome(broker.send(first)) is None  # (now at max_size)
+    batch: list[Message] = [sent("/queue/new", login="eve"), sent("/queue/Consumer.g.VirtualTopic.t", login="eve"),
+                            sent("/queue/full.a", "more", login="eve")]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, DestinationFull), refused
+    assert sorted(broker.queues) == ["/queue/full.a"] and broker.quota.held == {"eve": 1}
+    assert not broker.virtual.queues_of("/topic/VirtualTopic.t")
 
 
 def test_a_batch_past_max_destinations_creates_none_of_its_queues(clock: Clock) -> None:
