@@ -386,6 +386,8 @@ class EmbeddedBroker:
         if targets and (self.policies.rules or memory.used >= memory.limit):  # (policies or memory.full)
             refusal = self.admission.admit(message, targets)
             if refusal is not None:
+                if queue is None and refusal.called and getattr(refusal, "result", None) is not None:
+                    self._unmake([destination])  # (FAIL: a queue this SEND made goes again, nothing in it)
                 return refusal
         if (message.persistent and self._persist_all) or destination in self._publishing.lines:  # (busy)
             stored_sends = self._stored_sends

@@ -377,6 +377,22 @@ def test_a_commit_refused_by_a_full_fail_destination_leaves_no_queue(gw: Gateway
     assert held(gw, who) == 1  # (the full queue only)
 
 
+def test_sends_refused_by_fail_do_not_spend_the_logins_room(gw: Gateway) -> None:
+    """A SEND too large for a new FAIL queue is refused ('the message was not stored'); the queue it made
+    stayed, empty and held by the login: CAP such SENDs locked the login out of creating anything."""
+    who = fresh_login()
+    for n in range(CAP + 1):
+        client = login(gw, who)
+        reply = ask(client, "SEND", {"destination": f"/queue/full.{unique('big')}"}, "x" * 1500)
+        assert reply.headers.get("message") == "destination full", (n, reply)
+        client.close()
+    client = login(gw, who)
+    reply = ask(client, "SEND", {"destination": f"/queue/full.{unique('big')},/queue/{unique('c.')}"}, "x" * 1500)
+    assert reply.headers.get("message") == "destination full", reply
+    client.close()
+    still_has_exactly_cap_room(gw, who)
+
+
 def test_two_connections_of_one_login_racing_do_not_pass_the_cap(gw: Gateway) -> None:
     who = fresh_login()
     clients = [login(gw, who) for _ in range(CAP)]

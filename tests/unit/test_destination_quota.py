@@ -199,9 +199,10 @@ def test_a_batch_replying_to_a_temporary_queue_gone_creates_none_of_its_queues(c
     assert broker.queues == {} and broker.quota.held == {}
 
 
-def test_a_batch_refused_by_a_full_fail_destination_leaves_none_of_its_new_queues(clock: Clock) -> None:
+def test_a_send_refused_by_a_full_fail_destination_leaves_none_of_its_new_queues(clock: Clock) -> None:
     """A COMMIT refused as a whole by a FAIL destination that is full kept the queues it had made (empty,
-    held by the login); one that was used meanwhile (a message, a consumer) would stay."""
+    held by the login), and so did a SEND too large for a new FAIL queue; one that was used meanwhile (a
+    message, a consumer) would stay."""
     first = sent("/queue/full.a", "first", login="eve")
     broker = EmbeddedBroker(clock, BrokerSettings(persistence="memory", destinations={
         "/queue/full.>": DestinationLimits(max_size=message_size(first), full_policy="FAIL")}))
@@ -213,6 +214,9 @@ def test_a_batch_refused_by_a_full_fail_destination_leaves_none_of_its_new_queue
     assert isinstance(refused, DestinationFull), refused
     assert sorted(broker.queues) == ["/queue/full.a"] and broker.quota.held == {"eve": 1}
     assert not broker.virtual.queues_of("/topic/VirtualTopic.t")
+    too_big = sent("/queue/full.b", "x" * 1000, login="eve")  # (one SEND refused by FAIL: its new queue goes too)
+    assert isinstance(outcome(broker.send(too_big)), DestinationFull)
+    assert sorted(broker.queues) == ["/queue/full.a"] and broker.quota.held == {"eve": 1}
 
 
 def test_a_batch_past_max_destinations_creates_none_of_its_queues(clock: Clock) -> None:
