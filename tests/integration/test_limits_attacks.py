@@ -63,6 +63,9 @@ max_connections = {CAP}
 [auth.limits.u28]
 max_connections = 0
 
+[auth.limits.root]              # (an entry of its own without max_queues: no per-login cap)
+max_connections = 1000
+
 [broker.destinations."/queue/full.*"]
 max_size = 1000
 full_policy = "FAIL"
@@ -263,8 +266,8 @@ def test_a_composite_subscribe_makes_one_destination_at_most(gw: Gateway) -> Non
     client.close()
 
 
-@pytest.mark.parametrize("kind", ["browser", "temp-queue", "temp-topic", "reply-to", "consumer-queue", "durable",
-                                  "wildcard"])
+@pytest.mark.parametrize("kind", ["browser", "temp-queue", "temp-topic", "send-temp-queue", "send-temp-topic",
+                                  "reply-to", "consumer-queue", "send-consumer-queue", "durable", "wildcard"])
 def test_every_way_of_creating_stops_at_the_cap(gw: Gateway, kind: str) -> None:
     who = fresh_login()
     tag = unique("k")
@@ -276,6 +279,10 @@ def test_every_way_of_creating_stops_at_the_cap(gw: Gateway, kind: str) -> None:
                                                      "browser": "true"}))
         elif kind in ("temp-queue", "temp-topic"):
             replies.append(ask(client, "SUBSCRIBE", {"destination": f"/{kind}/t{n}", "id": f"s{n}"}))
+        elif kind.startswith("send-temp"):
+            replies.append(ask(client, "SEND", {"destination": f"/{kind[5:]}/t{n}"}, "x"))
+        elif kind == "send-consumer-queue":
+            replies.append(ask(client, "SEND", {"destination": f"/queue/Consumer.g{n}.VirtualTopic.{tag}"}, "x"))
         elif kind == "reply-to":
             replies.append(ask(client, "SEND", {"destination": f"/topic/nobody.{tag}",
                                                 "reply-to": f"/temp-queue/r{n}"}, "x"))
@@ -686,10 +693,15 @@ def test_counts_across_kill_and_restart(tmp_path: Path) -> None:
                                          "id": "c"}).command == "RECEIPT"
         assert ask(client, "SEND", {"destination": f"/queue/{tag}", "persistent": "true"}, "x").command == "RECEIPT"
         assert held(gw, who) == 3
+        sender = login(gw, "u5")  # a consumer queue made by a SEND is recorded with its creator too
+        assert ask(sender, "SEND", {"destination": f"/queue/Consumer.b.VirtualTopic.{tag}"}, "x").command \
+            == "RECEIPT"
+        assert held(gw, "u5") == 1
         destinations = limits(gw)["destinations"]
         restart(gw)
         assert limits(gw)["destinations"] == destinations
         assert held(gw, who) == 2  # the plain queue recovered from its message is held by nobody
+        assert held(gw, "u5") == 1
         client = login(gw, who, extra=f"client-id:{tag}\n")
         assert ask(client, "SEND", {"destination": f"/queue/{unique('n.')}"}, "x").command == "RECEIPT"
         assert limit_refused(ask(client, "SEND", {"destination": f"/queue/{unique('n.')}"}, "x"))
@@ -746,6 +758,22 @@ def test_sighup_lowering_max_destinations_during_a_flood(tmp_path: Path) -> None
         found = limits(gw)
         assert found["max_destinations"] == 50
         assert found["destinations"] == first == commands.count("RECEIPT")
+        refusals = len(results) - first
+        logged = gw.process.log().count("was not created")
+        assert refusals > 20 and logged == 1, f"{logged} log lines for {refusals} refusals (once per episode)"
+        # the console's create is judged by max_destinations: 409 with the same text
+        code, body = request(gw, "POST", "/console/api/create", "root", {"destination": "/queue/by.console"})
+        assert code == 409 and b"max_destinations" in body, (code, body, found, limits(gw))
+        # a dead-letter queue is counted but never refused: NACKed past max_redeliveries at the cap
+        root = login(gw, "root")
+        assert ask(root, "SUBSCRIBE", {"destination": "/queue/fl.0", "id": "s", "ack": "client-individual"}
+                   ).command == "RECEIPT"
+        for _ in range(2):
+            message = root.frame()
+            assert message.command == "MESSAGE", message
+            root.send(frame("NACK", {"id": message.headers["ack"]}))
+        wait_until(lambda: limits(gw)["destinations"] == first + 1, 5, "the DLQ made past the cap")
+        root.close()
     finally:
         gw.process.stop()
 
@@ -913,3 +941,39 @@ def test_websocket_connections_dropped_abruptly_give_their_places_back(gw: Gatew
     assert [f.command for _, f in clients] == ["CONNECTED"] * CAP
     for client, _ in clients:
         client.close()
+
+
+def test_without_auth_logins_nothing_is_counted_per_login(tmp_path: Path) -> None:
+    """'Only with [auth] logins: without them a CONNECT's login is the client's word, and nothing is counted
+    per login': a client naming someone else's login cannot spend that login's room (nor be refused)."""
+    process = GatewayProcess(tmp_path / "g", '\n[auth.limits."*"]\nmax_queues = 1\nmax_connections = 1\n').start()
+    try:
+        gw = Gateway(process, 0)
+        clients = [connect_raw(gw, "u1") for _ in range(3)]
+        assert [f.command for _, f in clients] == ["CONNECTED"] * 3
+        for n in range(3):
+            assert ask(clients[0][0], "SEND", {"destination": f"/queue/anon.{n}"}, "x").command == "RECEIPT"
+        for client, _ in clients:
+            client.close()
+    finally:
+        process.stop()
+
+
+def test_a_durable_started_afresh_at_the_cap_keeps_its_own_place(gw: Gateway) -> None:
+    """Re-subscribing a durable with another topic or selector starts it afresh: at the cap that is no
+    creation past it (refused) and no place lost or gained."""
+    who = fresh_login()
+    tag = unique("fr")
+    client = login(gw, who, extra=f"client-id:{tag}\n")
+    for n in range(CAP):
+        assert ask(client, "SUBSCRIBE", {"destination": f"/topic/{tag}", "id": f"s{n}",
+                                         "activemq.subscriptionName": f"d{n}"}).command == "RECEIPT"
+    for round_ in range(4):
+        assert ask(client, "UNSUBSCRIBE", {"id": "s0"}).command == "RECEIPT"  # (deactivated, kept)
+        reply = ask(client, "SUBSCRIBE", {"destination": f"/topic/{tag}.{round_}", "id": "s0",
+                                          "activemq.subscriptionName": "d0", "selector": f"n = {round_}"})
+        assert reply.command == "RECEIPT", reply
+        assert held(gw, who) == CAP
+    assert limit_refused(ask(client, "SUBSCRIBE", {"destination": f"/topic/{tag}", "id": "s9",
+                                                   "activemq.subscriptionName": "d9"}))
+    client.close()
