@@ -250,7 +250,10 @@ def test_a_refused_composite_send_creates_none_of_its_queues(gw: Gateway) -> Non
     assert limit_refused(reply), reply
     assert held(gw, who) == 0
     assert limits(gw)["destinations"] == before
-    create_up_to_cap(gw, who, client)  # its room is whole
+    exact = [f"/queue/{unique('c.')}" for _ in range(CAP)]  # its room is whole: CAP parts (one named twice) fit
+    reply = ask(client, "SEND", {"destination": ",".join([*exact, exact[0]])}, "x")
+    assert reply.command == "RECEIPT", reply
+    assert held(gw, who) == CAP
     client.close()
 
 
@@ -977,3 +980,17 @@ def test_a_durable_started_afresh_at_the_cap_keeps_its_own_place(gw: Gateway) ->
     assert limit_refused(ask(client, "SUBSCRIBE", {"destination": f"/topic/{tag}", "id": "s9",
                                                    "activemq.subscriptionName": "d9"}))
     client.close()
+
+
+def test_stomp_and_connect_frames_share_one_connection_count(gw: Gateway) -> None:
+    """STOMP 1.1's STOMP frame is a CONNECT too: mixing the two does not give a login more places."""
+    who = fresh_login()
+    clients = []
+    for n in range(CAP + 1):
+        client = RawStomp(gw.address)
+        command = "STOMP" if n % 2 else "CONNECT"
+        client.send(f"{command}\naccept-version:1.1,1.2\nhost:x\nlogin:{who}\npasscode:{PASSWORDS[who]}\n\n\x00")
+        clients.append((client, client.frame()))
+    assert [f.command for _, f in clients] == ["CONNECTED"] * CAP + ["ERROR"]
+    for client, _ in clients:
+        client.close()
