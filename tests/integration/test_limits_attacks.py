@@ -861,8 +861,10 @@ def test_connects_reset_while_their_bcrypt_check_runs_leave_no_place_taken(tmp_p
         for _ in range(4):
             sockets = []
             for _ in range(CAP):
-                client = RawStomp(gw.address)
-                client.send(f"CONNECT\naccept-version:1.2\nhost:x\nlogin:u3\npasscode:{PASSWORDS['u3']}\n\n\x00")
+                client = RawStomp(gw.address)  # (frames pipelined behind the CONNECT wait for its check)
+                client.send(f"CONNECT\naccept-version:1.2\nhost:x\nlogin:u3\npasscode:{PASSWORDS['u3']}\n\n\x00"
+                            + "".join(f"SUBSCRIBE\nid:{n}\ndestination:/temp-{kind}/t{n}\n\n\x00"
+                                      for n, kind in enumerate(["queue", "topic", "queue"])))
                 sockets.append(client)
             time.sleep(0.02)
             for client in sockets:
@@ -870,6 +872,7 @@ def test_connects_reset_while_their_bcrypt_check_runs_leave_no_place_taken(tmp_p
             time.sleep(0.5)
         wait_until(lambda: connections_of(gw, "u3") == 0, 10,
                    f"every place given back (status: {status(gw)['stomp_connections_by_login']})")
+        wait_until(lambda: held(gw, "u3") == 0, 5, f"no temporary destination outlives its connection ({limits(gw)})")
         clients = [connect_raw(gw, "u3") for _ in range(CAP)]
         assert [f.command for _, f in clients] == ["CONNECTED"] * CAP, clients
         for one, _ in clients:
