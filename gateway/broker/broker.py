@@ -386,6 +386,8 @@ class EmbeddedBroker:
         if targets and (self.policies.rules or memory.used >= memory.limit):  # (policies or memory.full)
             refusal = self.admission.admit(message, targets)
             if refusal is not None:
+                if queue is None and refusal.called and getattr(refusal, "result", None) is not None:
+                    self._unmake([destination])  # (FAIL: a queue this SEND made goes again, nothing in it)
                 return refusal
         if (message.persistent and self._persist_all) or destination in self._publishing.lines:  # (busy)
             stored_sends = self._stored_sends
@@ -427,7 +429,9 @@ class EmbeddedBroker:
             return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(
                 lambda _: None)
         try:
-            plan = [(part, self.destinations.targets(part)) for message in messages for part in expand(message)]
+            parts = [part for message in messages for part in expand(message)]
+            made = self.destinations.admit_batch(parts)  # (all or none: a refused batch makes no queue)
+            plan = [(part, self.destinations.targets(part)) for part in parts]
         except GatewayError as error:
             return fail(error)
         if self.policies or self.memory.full:
@@ -438,6 +442,7 @@ class EmbeddedBroker:
                 if refusal is None:
                     admitted.append((message, targets))
                 elif refusal.called and getattr(refusal, "result", None) is not None:
+                    self._unmake(made)
                     return refusal  # FAIL: the whole transaction is refused, nothing stored
             plan = admitted
         return self._store_then_enqueue(plan)
@@ -704,6 +709,16 @@ class EmbeddedBroker:
         done: Deferred[None] = Deferred()
         waiting.append(done)
         return done
+
+    def _unmake(self, made: list[str]) -> None:
+        """The queues a refused batch made (``made``) go again while nothing uses them (no message, no
+        consumer): a refused COMMIT or composite SEND applies nothing, and its queues would have been held
+        by its login."""
+        for destination in made:
+            queue = self.queues.get(destination)
+            if queue is not None and not queue.consumers and not len(queue):
+                self.destinations.remove_queue(destination)
+                self.forget_queue(destination)
 
     def forget_queue(self, destination: str) -> Deferred[None]:
         """A deleted queue stops being a virtual topic's consumer queue (in the store too)."""

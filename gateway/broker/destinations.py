@@ -109,6 +109,29 @@ class Destinations:
         self.quota.admit(destination, login)
         return self.queue(destination, login)
 
+    def admit_batch(self, messages: list[Message]) -> list[str]:
+        """Raise what :meth:`targets` would for the parts of one batch (``messages``: a COMMIT's SENDs, a
+        composite SEND's parts), before it makes any queue, so a refused batch creates none (a failed
+        COMMIT applies nothing): :class:`~gateway.errors.LimitReached` when its new queues do not all fit
+        the limits together, :class:`~gateway.errors.DestinationError` for a temporary destination that
+        no longer exists (a reply to a requester that left).  Returns the queues the batch will make."""
+        wanted: dict[str, str | None] = {}
+        for message in messages:
+            destination = message.destination
+            if destination in self.queues or destination in wanted:
+                continue
+            is_queue = destination_kind(destination) == "queue"
+            if destination.startswith(TEMP_PREFIXES):
+                if destination not in (self.queues if is_queue else self.topics):
+                    raise gone_temporary(destination)
+                continue
+            if is_queue:
+                login = message.properties.get(CREATOR_PROPERTY)
+                wanted[destination] = login if isinstance(login, str) else None
+        if len(wanted) > 1:  # (one new queue is judged by create_queue, as a single SEND's)
+            self.quota.admit_all(list(wanted.items()))
+        return list(wanted)
+
     def remove_queue(self, destination: str) -> MessageQueue | None:
         """Forget the queue ``destination`` (the caller discards what it held); None: there was none."""
         queue = self.queues.pop(destination, None)
@@ -134,7 +157,7 @@ class Destinations:
             return [queue]
         is_queue = destination_kind(destination) == "queue"
         if destination.startswith(TEMP_PREFIXES) and destination not in (self.queues if is_queue else self.topics):
-            raise DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")
+            raise gone_temporary(destination)
         if is_queue:  # (a new queue, held by the login that sent: its verified JMSXUserID)
             login = message.properties.get(CREATOR_PROPERTY)
             return [self.create_queue(destination, login if isinstance(login, str) else None)]
@@ -251,3 +274,8 @@ class Destinations:
         for subscribers in self.topics.values():
             dropped += sum(queue.purge_expired() for queue in subscribers if not queue.durable)
         return dropped
+
+
+def gone_temporary(destination: str) -> DestinationError:
+    """The refusal of a SEND to a temporary destination that does not exist (any more)."""
+    return DestinationError(f"temporary destination {destination!r} does not exist (its owner left)")

@@ -46,16 +46,29 @@ class DestinationQuota:
     def admit(self, name: str, login: str | None) -> None:
         """Nothing when ``login`` (None: no login, or the broker itself) may create the destination
         ``name``; else :class:`LimitReached` naming it and the limit."""
+        self.admit_all([(name, login)])
+
+    def admit_all(self, wanted: list[tuple[str, str | None]]) -> None:
+        """Nothing when every destination of ``wanted`` ((name, login), distinct names that do not exist
+        yet) may be created, all of them together; else :class:`LimitReached` naming the first one past
+        a limit.  A batch (a COMMIT's SENDs, a composite SEND's parts) is judged whole before any of
+        its queues is made, so a refused one leaves none behind."""
         limit = self.max_destinations
-        if limit and self.count >= limit:
-            self._refuse(f"{name} was not created: the embedded broker holds {self.count} destinations and its limit "
-                         f"is {limit} ([broker] max_destinations)")
-        if login is None:
-            return
-        max_queues = self.logins.max_queues(login)
-        if max_queues is not None and self.held.get(login, 0) >= max_queues:
-            self._refuse(f"{name} was not created: login {login!r} holds {self.held.get(login, 0)} queues and its "
-                         f"limit is {max_queues} ([auth.limits] max_queues)")
+        count = self.count
+        held: dict[str, int] = {}
+        for name, login in wanted:
+            if limit and count >= limit:
+                self._refuse(f"{name} was not created: the embedded broker holds {count} destinations and its "
+                             f"limit is {limit} ([broker] max_destinations)")
+            count += 1
+            if login is None:
+                continue
+            holds = held.get(login, self.held.get(login, 0))
+            max_queues = self.logins.max_queues(login)
+            if max_queues is not None and holds >= max_queues:
+                self._refuse(f"{name} was not created: login {login!r} holds {holds} queues and its "
+                             f"limit is {max_queues} ([auth.limits] max_queues)")
+            held[login] = holds + 1
 
     def _refuse(self, why: str) -> None:
         self.refused += 1

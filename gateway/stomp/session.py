@@ -476,8 +476,10 @@ class StompSession:
             self.login = result[1].login
             if throttle is not None:
                 throttle.settle(address, self.login, True)
+            if self.state is not SessionState.CONNECTING:  # (the connection ended during the check: the
+                return  # frames pipelined behind the CONNECT are not run, so they make nothing that outlives it)
             connections = self.login_connections
-            if connections is not None and self.login is not None and self.state is SessionState.CONNECTING:
+            if connections is not None and self.login is not None:
                 refusal = connections.admit(self.login)
                 if refusal is not None:
                     self.fail(StompError("connection limit reached", refusal), frame)
@@ -486,10 +488,12 @@ class StompSession:
             self._connected(frame, heartbeat)
 
         def refused(failure: Failure) -> None:
-            self.state = SessionState.NEW
             wrong = failure.check(UnauthorizedLogin, LoginFailed) is not None
             if throttle is not None:  # (an error of the check itself is no guess: it only ends the attempt)
                 throttle.settle(address, login, False) if wrong else throttle.settle(address, None, True)
+            if self.state is not SessionState.CONNECTING:  # (the connection ended during the check)
+                return
+            self.state = SessionState.NEW
             if wrong:
                 who = f"login {login!r}" if login is not None else "an anonymous login"
                 self.fail(StompError("authentication failed", f"{who} was refused"), frame)

@@ -12,14 +12,15 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 from gateway.broker.broker import EmbeddedBroker
+from gateway.broker.limits import message_size
 from gateway.broker.quota import DestinationQuota
 from gateway.broker.scheduler import RETRY_MS
-from gateway.broker.settings import BrokerSettings
+from gateway.broker.settings import BrokerSettings, DestinationLimits
 from gateway.broker.store.memory_store import MemoryStore
 from gateway.config import parse_config
-from gateway.errors import ConfigError, LimitReached
+from gateway.errors import ConfigError, DestinationError, DestinationFull, LimitReached
 from gateway.interfaces import ISubscription, SubscriptionSpec
-from gateway.message.model import TextMessage
+from gateway.message.model import Message, TextMessage
 from gateway.security.quotas import LoginLimits, LoginQuotas
 from gateway.stomp.errors import limit_refusal
 from gateway.stomp.login_connections import LoginConnections
@@ -169,6 +170,62 @@ def test_a_logins_max_queues_counts_what_it_created_and_other_logins_go_on(clock
                                                    "eve": {"queues": 2, "max_queues": 2}}
     broker.delete_destination("/queue/eve.1")
     assert outcome(broker.send(sent("/queue/eve.3", login="eve"))) is None
+
+
+def test_a_batch_past_a_limit_creates_none_of_its_queues(clock: Clock) -> None:
+    """A COMMIT's SENDs (send_batch) and a composite SEND's parts are judged whole: refused, they left the
+    queues made before the one past the limit behind, empty and held by the login (the limits attack,
+    tests/integration/test_limits_attacks.py)."""
+    broker = make_broker(clock, max_destinations=0, eve=LoginLimits(max_queues=3))
+    batch: list[Message] = [sent(f"/queue/tx{i}", login="eve") for i in range(5)]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, LimitReached) and "/queue/tx3" in str(refused) and "holds 3 queues" in str(refused)
+    refused = outcome(broker.send(sent(",".join(f"/queue/c{i}" for i in range(5)), login="eve")))
+    assert isinstance(refused, LimitReached) and "/queue/c3" in str(refused)
+    assert broker.queues == {} and broker.quota.count == 0 and broker.quota.held == {}
+    batch = [sent("/queue/tx0", "1", login="eve"), sent("/queue/tx0", "2", login="eve"),
+             sent("/queue/tx1,/queue/tx2", login="eve")]  # (a name twice is one queue)
+    assert outcome(broker.send_batch(batch)) is None
+    assert broker.quota.held == {"eve": 3} and len(broker.queues["/queue/tx0"]) == 2
+
+
+def test_a_batch_replying_to_a_temporary_queue_gone_creates_none_of_its_queues(clock: Clock) -> None:
+    """A COMMIT failed by a reply to a requester that left made the batch's new queues first (held by the
+    login that committed)."""
+    broker = make_broker(clock, max_destinations=0, eve=LoginLimits(max_queues=3))
+    batch: list[Message] = [sent("/queue/new", login="eve"), sent("/remote-temp-queue/s1.gone", login="eve")]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, DestinationError) and "/remote-temp-queue/s1.gone" in str(refused)
+    assert broker.queues == {} and broker.quota.held == {}
+
+
+def test_a_send_refused_by_a_full_fail_destination_leaves_none_of_its_new_queues(clock: Clock) -> None:
+    """A COMMIT refused as a whole by a FAIL destination that is full kept the queues it had made (empty,
+    held by the login), and so did a SEND too large for a new FAIL queue; one that was used meanwhile (a
+    message, a consumer) would stay."""
+    first = sent("/queue/full.a", "first", login="eve")
+    broker = EmbeddedBroker(clock, BrokerSettings(persistence="memory", destinations={
+        "/queue/full.>": DestinationLimits(max_size=message_size(first), full_policy="FAIL")}))
+    broker.start()
+    assert outcome(broker.send(first)) is None  # (now at max_size)
+    batch: list[Message] = [sent("/queue/new", login="eve"), sent("/queue/Consumer.g.VirtualTopic.t", login="eve"),
+                            sent("/queue/full.a", "more", login="eve")]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, DestinationFull), refused
+    assert sorted(broker.queues) == ["/queue/full.a"] and broker.quota.held == {"eve": 1}
+    assert not broker.virtual.queues_of("/topic/VirtualTopic.t")
+    too_big = sent("/queue/full.b", "x" * 1000, login="eve")  # (one SEND refused by FAIL: its new queue goes too)
+    assert isinstance(outcome(broker.send(too_big)), DestinationFull)
+    assert sorted(broker.queues) == ["/queue/full.a"] and broker.quota.held == {"eve": 1}
+
+
+def test_a_batch_past_max_destinations_creates_none_of_its_queues(clock: Clock) -> None:
+    broker = make_broker(clock, max_destinations=2)
+    assert outcome(broker.send(sent("/queue/a"))) is None
+    batch: list[Message] = [sent("/queue/a", "again"), sent("/queue/b"), sent("/queue/c")]
+    refused = outcome(broker.send_batch(batch))
+    assert isinstance(refused, LimitReached) and "/queue/c" in str(refused) and "holds 2 destinations" in str(refused)
+    assert sorted(broker.queues) == ["/queue/a"] and len(broker.queues["/queue/a"]) == 1
 
 
 def test_lowering_a_limit_refuses_the_next_creation_and_deletes_nothing(clock: Clock) -> None:

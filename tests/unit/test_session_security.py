@@ -4,21 +4,28 @@ the login that created them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from twisted.cred.error import UnauthorizedLogin
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.settings import BrokerSettings
 from gateway.broker.store.snapshot import durable_key
 from gateway.errors import NotOwner
-from gateway.interfaces import SubscriptionSpec
+from gateway.interfaces import IStompUser, SubscriptionSpec
 from gateway.routing.destination_map import DestinationMap
-from gateway.security.auth import build_portal
+from gateway.security.auth import StompUser, build_portal
 from gateway.security.settings import AuthSettings
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.sender_identity import stamp_sender
+from gateway.stomp.session import SessionState
 from tests.support.results import result_of
 from tests.unit.test_session import Peer, connect
 from tests.unit.test_store_broker import Run, Sink
@@ -153,3 +160,40 @@ def test_a_durable_subscription_made_without_a_login_is_claimed_by_the_first_log
     result_of(broker.subscribe(SubscriptionSpec("/topic/t", durable_name="n", client_id="c", login="bob"),
                                Sink())).close()
     assert broker.durable_owner("c", "n") == "bob"
+
+
+class SlowPortal:
+    """A portal whose checks end when the test says (a bcrypt check running in a thread)."""
+
+    checkers: dict[object, object] = {}
+
+    def __init__(self) -> None:
+        self.checks: list[Deferred[tuple[object, StompUser, Callable[[], None]]]] = []
+
+    def login(self, credentials: object, mind: object, *interfaces: object) -> Deferred[Any]:
+        check: Deferred[tuple[object, StompUser, Callable[[], None]]] = Deferred()
+        self.checks.append(check)
+        return check
+
+
+@pytest.mark.parametrize("verdict", ["accepted", "refused"])
+def test_a_connection_lost_during_its_login_check_runs_none_of_its_frames(clock: Clock, broker: EmbeddedBroker,
+                                                                         verdict: str) -> None:
+    """Frames pipelined behind a CONNECT wait for its password check; the connection reset meanwhile, the
+    check's success ran them anyway on the dead session: its temporary queues were made after it had
+    released everything, and stayed, held by the login for good (tests/integration/test_limits_attacks.py)."""
+    portal = SlowPortal()
+    factory = StompServerFactory(clock, DestinationMap({"embedded": broker}), portal=portal)
+    peer = Peer(factory)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "x", "login": "eve", "passcode": "e-pw"})
+    peer.send("SUBSCRIBE", {"destination": "/temp-queue/t", "id": "s"})
+    peer.send("SEND", {"destination": "/queue/made"}, b"x")
+    peer.protocol.connectionLost(Failure(ConnectionDone()))
+    [check] = portal.checks
+    if verdict == "accepted":
+        check.callback((IStompUser, StompUser("eve"), lambda: None))
+    else:
+        check.errback(UnauthorizedLogin())
+    assert broker.queues == {} and broker.quota.count == 0
+    assert factory.login_connections.open == {}
+    assert peer.protocol.session is None or peer.protocol.session.state is SessionState.CLOSED
