@@ -12,7 +12,6 @@ received (nothing she may not read), not only the ERROR.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import time
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.wire.frame import Frame
+from tests.support.admin_requests import admin_request
 from tests.support.authorization import ROOT_GRANT, grant, weak_logins
 from tests.support.gateway import REPO, GatewayProcess
 from tests.support.ports import free_port
@@ -497,21 +497,7 @@ def test_exclusive_consumer_needs_only_read_as_the_docs_say(gw: Gateway) -> None
 def request(gw: Gateway, method: str, path: str, who: str | None = "eve", body: object = None,
          headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """One request to the admin endpoint (JSON body, ``X-Requested-With``, HTTP Basic as ``who``)."""
-    connection = http.client.HTTPConnection("127.0.0.1", gw.admin_port, timeout=10)
-    sent = {"Host": f"127.0.0.1:{gw.admin_port}", "X-Requested-With": "test", **(headers or {})}
-    if who is not None:
-        token = base64.b64encode(f"{who}:{PASSWORDS[who]}".encode()).decode()
-        sent["Authorization"] = f"Basic {token}"
-    payload = None
-    if body is not None:
-        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        sent.setdefault("Content-Type", "application/json")
-    try:
-        connection.request(method, path, body=payload, headers=sent)
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+    return admin_request(gw.admin_port, method, path, None if who is None else (who, PASSWORDS[who]), body, headers)
 
 
 def pending_of(gw: Gateway, destination: str) -> int:

@@ -13,8 +13,6 @@ own.
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import signal
 import socket
@@ -29,6 +27,7 @@ from typing import Any
 import pytest
 
 from gateway.wire.frame import Frame
+from tests.support.admin_requests import admin_request
 from tests.support.authorization import ROOT_GRANT, grant, weak_logins
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port, wait_for_port
@@ -163,19 +162,7 @@ def limit_refused(reply: Frame) -> bool:
 
 
 def request(gw: Gateway, method: str, path: str, who: str = "root", body: object = None) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", gw.admin_port, timeout=10)
-    token = base64.b64encode(f"{who}:{PASSWORDS[who]}".encode()).decode()
-    sent = {"Host": f"127.0.0.1:{gw.admin_port}", "X-Requested-With": "test", "Authorization": f"Basic {token}"}
-    payload = None
-    if body is not None:
-        payload = json.dumps(body).encode()
-        sent["Content-Type"] = "application/json"
-    try:
-        connection.request(method, path, body=payload, headers=sent)
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+    return admin_request(gw.admin_port, method, path, (who, PASSWORDS[who]), body)
 
 
 def status(gw: Gateway, who: str = "root") -> dict[str, Any]:
