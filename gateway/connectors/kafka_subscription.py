@@ -158,6 +158,9 @@ class KafkaSubscription:
         paused when the group revokes it and assigns it again (confluentinc/librdkafka#1849), so only a
         :meth:`_resume_paused` of this thread's own ends it."""
         self._assignment: list[Any] = []
+        self._reassigned = False
+        """The group assigned partitions since the last pause: a stalled subscription pauses the whole
+        assignment again (pausing is idempotent), whether librdkafka kept a reassigned partition's pause or not."""
         self._to_end: set[int] = set()
         """Handed-over partitions of an ``exclusive`` subscription whose end is not read yet."""
         self._lag_read_at = 0.0
@@ -410,7 +413,8 @@ class KafkaSubscription:
         so the consumer can go on polling (rebalances, the poll interval)
         without fetching; they resume once deliveries flow again.  A partition the
         group assigns during the stall is paused too, and one paused, revoked and
-        assigned again is resumed like the others (:attr:`_paused`).  Pausing is
+        assigned again is resumed like the others (:attr:`_paused`), and paused again
+        should librdkafka have dropped its pause (:attr:`_reassigned`).  Pausing is
         not used for short stalls: resuming costs a refetch.
         """
         high = max(1, self.spec.prefetch)
@@ -421,8 +425,10 @@ class KafkaSubscription:
             if self._stalled_since is None:
                 self._stalled_since = now
             if now - self._stalled_since >= self._pause_after:
-                running = [tp for tp in self._assignment if tp.partition not in self._paused]
-                if running:  # (the assignment, or a partition the group assigned since the stall began)
+                running = (list(self._assignment) if self._reassigned
+                           else [tp for tp in self._assignment if tp.partition not in self._paused])
+                self._reassigned = False
+                if running:  # (the assignment, or what the group assigned since the stall began)
                     kafka_consumer.pause(running)
                     self._paused.update(tp.partition for tp in running)
             if all(tp.partition in self._paused for tp in self._assignment):
@@ -550,6 +556,7 @@ class KafkaSubscription:
                 committed = self._pin_latest(kafka_consumer, committed)
         starts = {tp.partition: tp.offset for tp in committed}
         self._assignment = list(partitions)  # (what was paused stays so: see _paused)
+        self._reassigned = bool(partitions)
         again = sorted(tp.partition for tp in partitions if tp.partition in self._tracker.revoked)
         resumed = [tp.partition for tp in partitions
                    if self._tracker.assign(tp.partition, starts.get(tp.partition), resume=known)]

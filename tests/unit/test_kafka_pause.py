@@ -44,13 +44,16 @@ class Record:
 class PausingConsumer:
     """Hands out records of the partitions assigned and not paused; pause flags survive a new assignment."""
 
-    def __init__(self, ends: dict[int, int]) -> None:
+    def __init__(self, ends: dict[int, int], *, keeps_pause: bool = True) -> None:
         self.ends = ends
         self.positions = dict.fromkeys(ends, 0)
         self.assigned: set[int] = set()
         self.paused: set[int] = set()
+        self.keeps_pause = keeps_pause
 
     def assign(self, partitions: list[int]) -> None:  # what librdkafka does after on_assign returns
+        if not self.keeps_pause:  # a librdkafka whose new assignment starts unpaused
+            self.paused = set()
         self.assigned = set(partitions)
 
     def pause(self, partitions: list[Any]) -> None:
@@ -146,3 +149,22 @@ def test_a_partition_assigned_while_paused_is_paused_too() -> None:
     assign(sub, consumer, [0, 1])
     assert sum(turn(sub, consumer) for _ in range(5)) <= 100
     assert consumer.paused == {0, 1}
+
+
+def test_a_partition_whose_pause_librdkafka_dropped_is_paused_again_while_stalled() -> None:
+    """Should a librdkafka drop the pause of a partition revoked and assigned back (the other reading of
+    confluentinc/librdkafka#1849), the stalled subscription pauses it again instead of fetching it."""
+    consumer = PausingConsumer({0: 200, 1: 200}, keeps_pause=False)
+    sub = subscription(prefetch=2)
+    assign(sub, consumer, [0, 1])
+    stall(sub, consumer)
+    sub._on_revoke(consumer, [TopicPartition("t", p) for p in (0, 1)])
+    assign(sub, consumer, [0, 1])
+    assert consumer.paused == set()  # (this librdkafka forgot them)
+    assert sum(turn(sub, consumer) for _ in range(5)) <= 100, "the stalled subscription fetched on"
+    assert consumer.paused == {0, 1}
+    acknowledge_all(sub)
+    for _ in range(1000):  # once the deliveries flow, everything comes
+        acknowledge_all(sub)
+        turn(sub, consumer)
+    assert consumer.positions == {0: 200, 1: 200}
