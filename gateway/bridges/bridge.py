@@ -173,7 +173,7 @@ class Bridge:
             CopyRules(self.name, config.source.destination, config.target.destination, self.qos.derives_ids,
                       config.add_message_id_in_header),
             chains, self.metrics.dropped.labels(self.name, "transformer").inc)
-        self.subscription = BridgeSource(self, source, config, clock)
+        self.subscription = BridgeSource(self, source, config)
         self.batches = Batcher(self, clock, config.max_batch_size, config.max_batch_time)
         self.in_doubt = InDoubtResolver(self, target, self._describe(config.target), clock,
                                         tail=max(1000, 4 * config.prefetch),

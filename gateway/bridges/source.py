@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
-from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -24,9 +23,6 @@ from gateway.deferreds import gather
 from gateway.errors import ConnectorError
 from gateway.interfaces import IConnector, IConsumer, ILocalTransactionSource, ISubscription, SubscriptionSpec
 from gateway.message.model import Message
-
-CLOSE_WAIT = 10.0
-"""Seconds a new subscription waits for the one it replaces to be closed (see :meth:`BridgeSource.subscribe`)."""
 
 
 class SourceOwner(Protocol):
@@ -70,14 +66,10 @@ class BridgeSource:
 
     log = Logger()
 
-    def __init__(self, owner: SourceOwner, connector: IConnector, config: BridgeConfig,
-                 clock: IReactorTime | None = None) -> None:
+    def __init__(self, owner: SourceOwner, connector: IConnector, config: BridgeConfig) -> None:
         self.owner = owner
         self.connector = connector
         self.config = config
-        self.clock = clock
-        self._closing: Deferred[None] | None = None
-        """The close of the subscription last given up, until it is done."""
         self.consumer: SourceConsumer | None = None
         self.ok = False
         """A subscription is established."""
@@ -107,31 +99,10 @@ class BridgeSource:
         )
 
     def subscribe(self) -> None:
-        """Subscribe (again); the owner hears :meth:`SourceOwner.source_up` or ``source_down``.
-
-        A subscription given up is closed first (up to :data:`CLOSE_WAIT` seconds): a Kafka member that has
-        not left its group yet (librdkafka rejoins a member the group expelled) would otherwise take the
-        partitions from its successor, which then waits its whole ``subscribe_timeout`` for them."""
+        """Subscribe (again); the owner hears :meth:`SourceOwner.source_up` or ``source_down``."""
         consumer = SourceConsumer(self)
         self.consumer = consumer
         self.ok = False
-        closing = self._closing
-        if closing is None or self.clock is None:
-            self._subscribe(consumer)
-            return
-        gone: Deferred[None] = Deferred()
-        timer = self.clock.callLater(CLOSE_WAIT, gone.callback, None)
-
-        def closed(result: object) -> object:
-            if timer.active():
-                timer.cancel()
-                gone.callback(None)
-            return result
-
-        closing.addBoth(closed)
-        gone.addCallback(lambda _: self._subscribe(consumer) if consumer is self.consumer else None)
-
-    def _subscribe(self, consumer: SourceConsumer) -> None:
         if self.transacted is not None:
             d = maybeDeferred(self.transacted.subscribe_transacted, self.spec(), consumer, self.config.max_batch_time)
         else:
@@ -171,7 +142,7 @@ class BridgeSource:
         self.consumer = None
         self.ok = False
         if consumer.subscription is not None:
-            self._close(consumer.subscription)
+            maybeDeferred(consumer.subscription.close).addErrback(self._log_close_failure)
         self.owner.source_down(consumer, f"source {self.description} lost: {reason}", True)
 
     def pause(self) -> None:
@@ -198,20 +169,8 @@ class BridgeSource:
         subscription = consumer.subscription
         if subscription is None:
             return succeed(None)
-        return self._close(subscription)
-
-    def _close(self, subscription: ISubscription) -> Deferred[None]:
-        """Close ``subscription``; until that is done a new one waits (:meth:`subscribe`)."""
         d: Deferred[None] = maybeDeferred(subscription.close)
         d.addErrback(self._log_close_failure)
-        self._closing = d
-
-        def done(result: None) -> None:
-            if self._closing is d:
-                self._closing = None
-            return result
-
-        d.addBoth(done)
         return d
 
     def acknowledge(self, tags: list[tuple[SourceConsumer, Any]]) -> Deferred[None]:

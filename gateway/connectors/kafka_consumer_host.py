@@ -41,7 +41,12 @@ class ConsumerCrashed(ConnectorError):
 
 
 class ConsumerCallFailed(ConnectorError):
-    """The consumer raised in the child; the message is the child's exception text."""
+    """The consumer raised in the child; the message is the child's exception text, ``code`` its
+    ``KafkaError`` code when it raised a ``KafkaException``."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class RecordError:
@@ -163,11 +168,21 @@ def _answer(conn: Any, consumer: Any, forward: Any, *, until_callback_done: bool
         try:
             result = _call(consumer, forward, method, args)
         except Exception as exc:
-            conn.send(("error", str(exc)))
+            conn.send(("error", str(exc), _error_code(exc)))
         else:
             conn.send(("result", result))
         if method == "close":
             raise SystemExit(0)
+
+
+def _error_code(exc: Exception) -> int | None:
+    """The ``KafkaError`` code of a ``KafkaException`` (None for anything else)."""
+    from confluent_kafka import KafkaException
+
+    if isinstance(exc, KafkaException) and exc.args:
+        code: int = exc.args[0].code()
+        return code
+    return None
 
 
 def _call(consumer: Any, forward: Any, method: str, args: tuple[Any, ...]) -> Any:
@@ -278,7 +293,7 @@ class ConsumerProcess:
             if kind == "result":
                 return answer[1]
             if kind == "error":
-                raise ConsumerCallFailed(answer[1])
+                raise ConsumerCallFailed(answer[1], answer[2] if len(answer) > 2 else None)
             # ("callback", name, partitions): a rebalance inside the child's consume()
             try:
                 self._callbacks[answer[1]](self, _in(answer[2]))

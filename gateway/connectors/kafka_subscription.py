@@ -81,6 +81,13 @@ HANDOVER_WAIT = 5.0
 """Seconds an ``exclusive`` (bridge) subscription's revocation waits for its client to acknowledge
 what it holds of the partitions given up (:meth:`KafkaSubscription._finish_before_revoke`)."""
 
+MEMBER_GONE = frozenset({22, 25, 82})
+"""Commit errors meaning the group no longer counts this member: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+FENCED_INSTANCE_ID.  A bridge's (``strict_acks``) subscription that gets one ends at once instead of
+letting librdkafka rejoin the group while the bridge closes it: on Tansu a member that rejoins and
+leaves within about a second leaves the group giving no partitions to its successors for a minute
+or more (reproduced without the gateway: docs/kafka.md, "Bridges across a stalled link")."""
+
 LAG_TIMEOUT = 1.0
 """Seconds one watermark reading may wait for the broker (the polling thread waits that long at most)."""
 
@@ -159,6 +166,8 @@ class KafkaSubscription:
         :meth:`_resume_paused` of this thread's own ends it."""
         self._assignment: list[Any] = []
         self._reassigned = False
+        self._member_gone = False
+        """A commit found this member expelled from its group (:data:`MEMBER_GONE`)."""
         """The group assigned partitions since the last pause: a stalled subscription pauses the whole
         assignment again (pausing is idempotent), whether librdkafka kept a reassigned partition's pause or not."""
         self._to_end: set[int] = set()
@@ -274,7 +283,8 @@ class KafkaSubscription:
         finally:
             if kafka_consumer is not None and not isinstance(error, ConsumerCrashed):
                 try:
-                    self._commit(kafka_consumer)
+                    if not self._member_gone:
+                        self._commit(kafka_consumer)
                 except Exception:
                     self.log.failure("final commit of {group} failed", group=self.group)
                 try:
@@ -324,6 +334,9 @@ class KafkaSubscription:
                     failure = ConnectorError(f"committing offsets of group {self.group} failed: {exc}")
                     for done in waiting:
                         self.reactor.callFromThread(self._fail, done, failure)
+                    if self.spec.strict_acks and getattr(exc, "code", None) in MEMBER_GONE:
+                        self._member_gone = True
+                        raise failure from exc
                 else:
                     for done in waiting:
                         if done is not None:

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import fail, succeed
 from zope.interface import implementer
 
 from gateway.bridges.bridge import Bridge, source_key
 from gateway.bridges.probe import target_message_id
-from gateway.bridges.source import CLOSE_WAIT
 from gateway.errors import ConnectorUnavailable, MessageRefused, StaleDelivery
 from gateway.identity import ID_FILE, installation_id, resolve_gateway_id
 from gateway.interfaces import IConsumer
@@ -316,66 +315,3 @@ def test_a_batch_timer_of_a_lost_subscription_does_not_hold_up_the_next_one() ->
         rig.clock.advance(0.05)
     assert rig.bodies() == ["a", "b"]
     assert rig.pending_at_source() == 0
-
-
-class SlowClose(FlakyConnector):
-    """A source whose subscriptions take until :meth:`closed` to close (a Kafka member leaving its group)."""
-
-    def __init__(self, broker: Any) -> None:
-        super().__init__(broker, "source")
-        self.closing: list[Deferred[None]] = []
-
-    def subscribe(self, spec: Any, consumer: Any) -> Any:
-        def slow(subscription: FlakySubscription) -> FlakySubscription:
-            def close() -> Deferred[None]:
-                inner_closed = subscription.inner.close()
-                d: Deferred[None] = Deferred()
-                self.closing.append(d)
-                return d.addCallback(lambda _: inner_closed)
-
-            subscription.close = close  # type: ignore[method-assign]
-            return subscription
-
-        return super().subscribe(spec, consumer).addCallback(slow)
-
-    def closed(self) -> None:
-        closing, self.closing = self.closing, []
-        for d in closing:
-            d.callback(None)
-
-
-def test_a_lost_subscription_is_closed_before_the_next_one_is_made() -> None:
-    """The defect (CI, Kafka -> embedded across a stall past the group's session): the bridge subscribed
-    afresh 0.3 s after its commit failed UNKNOWN_MEMBER_ID while the old member, rejoined by librdkafka,
-    was still in the group, and the new member got no partitions for its whole 60 s subscribe_timeout."""
-    rig = Rig(failure_retry_interval=300)
-    rig.source = SlowClose(rig.broker)
-    rig.bridge = Bridge(rig.config, rig.source, rig.target, clock=rig.clock, metrics=rig.metrics)
-    rig.bridge.start()
-    rig.clock.advance(0)
-    assert len(rig.source.consumers) == 1
-    rig.source.consumers[0].subscription_failed(ConnectorUnavailable("commit failed: unknown member"))
-    rig.clock.advance(0.3)  # the retry is due, but the lost subscription is still closing
-    assert len(rig.source.consumers) == 1, "subscribed again before the lost subscription was closed"
-    rig.source.closed()
-    assert len(rig.source.consumers) == 2
-    rig.publish(text("a"))
-    rig.clock.advance(0.05)
-    assert rig.bodies() == ["a"]
-
-
-def test_a_subscription_that_never_closes_holds_the_next_one_for_close_wait_only() -> None:
-    rig = Rig(failure_retry_interval=300)
-    rig.source = SlowClose(rig.broker)
-    rig.bridge = Bridge(rig.config, rig.source, rig.target, clock=rig.clock, metrics=rig.metrics)
-    rig.bridge.start()
-    rig.clock.advance(0)
-    rig.source.consumers[0].subscription_failed(ConnectorUnavailable("connection lost"))
-    rig.clock.advance(0.3)
-    rig.clock.advance(CLOSE_WAIT - 0.1)
-    assert len(rig.source.consumers) == 1
-    rig.clock.advance(0.1)
-    assert len(rig.source.consumers) == 2, "the next subscription waited past CLOSE_WAIT"
-    rig.source.closed()  # the close that came late changes nothing
-    assert len(rig.source.consumers) == 2
-    assert rig.bridge.state == "running"
