@@ -183,6 +183,12 @@ class MessageQueue:
         """Messages that expired in this queue since start (admin metrics)."""
         self.dead_lettered_count = 0
         """Messages moved from this queue to its dead-letter queue since start (admin metrics)."""
+        self.scheduled = 0
+        """Scheduled messages' jobs that will send to this queue, kept since start and not done (the
+        broker counts them): the queue is not collected while it waits for one."""
+        self.settling: set[QueueSubscription] = set()
+        """Closed subscriptions whose open transaction still holds deliveries of this queue (an ABORT
+        puts them back here): the queue is not collected while one does (:mod:`gateway.broker.collection`)."""
 
     def __len__(self) -> int:
         page = self.page
@@ -993,6 +999,8 @@ class QueueSubscription:
             return succeed(None)
         self.closed = True
         self.queue.remove_consumer(self)
+        if self.held:  # (its transaction settles them later: the queue must still be there then)
+            self.queue.settling.add(self)
         unacked, self.unacked = self.unacked, {}
         # A topic subscriber's backlog goes with it: nothing is put back, but a message whose
         # failed deliveries pass max_redeliveries is dead-lettered, as from a queue.
