@@ -21,8 +21,11 @@ from twisted.logger import Logger
 from gateway.broker.destinations import Destinations
 from gateway.broker.queue import MessageQueue
 
-SLICE = 5000
-"""Queues one reactor turn of a sweep looks at (about 5 ms of the reactor each: docs/performance.md)."""
+SLICE = 2000
+"""Queues one reactor turn of a sweep looks at (about 5 ms of the reactor: bench/inactive_sweep.py)."""
+
+NAMED = 10
+"""Queues a turn's debug line names at most."""
 
 LONGEST_INTERVAL = 30.0
 """Seconds between sweeps at most (a timeout of 300 s is swept every 30 s)."""
@@ -120,6 +123,7 @@ class InactiveQueues:
         configured = destinations.configured
         consumer_queue = destinations.virtual.names.topic_of
         seen = self.idle
+        gone: list[str] = []
         now = self.clock.seconds()
         timeout = self.timeout
         busy = self.busy
@@ -134,9 +138,13 @@ class InactiveQueues:
                 idle[name] = (queue, *marks, now)
             elif now - before[3] >= timeout:
                 self._collect(name, queue)
-                collected += 1
+                gone.append(name)
             else:
                 idle[name] = before
+        if gone:  # (one debug line a turn, naming a few: a line a queue costs more than collecting it)
+            collected += len(gone)
+            self.log.debug("collected {count} queues inactive for {timeout} s: {names}", count=len(gone),
+                           timeout=timeout, names=", ".join(gone[:NAMED]) + (", ..." if len(gone) > NAMED else ""))
         start += SLICE
         if start < len(names):
             self._call = self.clock.callLater(0, self._slice, names, start, idle, collected)
@@ -152,4 +160,3 @@ class InactiveQueues:
         self.destinations.remove_queue(name)
         queue.discard()  # (detached: nothing is shown in it any more)
         self.collected(queue)
-        self.log.debug("{queue} collected: inactive for {timeout} s", queue=name, timeout=self.timeout)
