@@ -52,7 +52,9 @@ def is_held(queue: MessageQueue) -> bool:
     settling = queue.settling
     if settling:
         settling.difference_update([subscription for subscription in settling if not subscription.held])
-        return bool(settling)
+        if settling:
+            return True
+        queue.settling = None
     return False
 
 

@@ -186,9 +186,10 @@ class MessageQueue:
         self.scheduled = 0
         """Scheduled messages' jobs that will send to this queue, kept since start and not done (the
         broker counts them): the queue is not collected while it waits for one."""
-        self.settling: set[QueueSubscription] = set()
+        self.settling: set[QueueSubscription] | None = None
         """Closed subscriptions whose open transaction still holds deliveries of this queue (an ABORT
-        puts them back here): the queue is not collected while one does (:mod:`gateway.broker.collection`)."""
+        puts them back here): the queue is not collected while one does (:mod:`gateway.broker.collection`);
+        None until there is one (an empty set is 216 bytes a queue)."""
 
     def __len__(self) -> int:
         page = self.page
@@ -999,8 +1000,12 @@ class QueueSubscription:
             return succeed(None)
         self.closed = True
         self.queue.remove_consumer(self)
-        if self.held:  # (its transaction settles them later: the queue must still be there then)
-            self.queue.settling.add(self)
+        queue = self.queue
+        if self.held and not queue.durable and not queue.transient:  # (a queue's: its transaction settles them
+            # later, and the queue must still be the broker's then)
+            if queue.settling is None:
+                queue.settling = set()
+            queue.settling.add(self)
         unacked, self.unacked = self.unacked, {}
         # A topic subscriber's backlog goes with it: nothing is put back, but a message whose
         # failed deliveries pass max_redeliveries is dead-lettered, as from a queue.
