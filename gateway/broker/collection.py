@@ -3,8 +3,8 @@
 
 Owns the periodic sweep that finds the queues a SEND, SUBSCRIBE, browse, reply-to or dead letter made,
 notes those it finds idle (nothing pending or paged, no consumer, nothing arriving, no transaction holding
-a delivery, nothing scheduled for them) with the activity counts they already keep (``enqueued``,
-``dequeued``), and removes those idle and unchanged for the timeout, giving their place back to
+a delivery, nothing scheduled for them) with the activity counts they keep (``enqueued``, ``dequeued``,
+``subscribed``), and removes those idle and unchanged for the timeout, giving their place back to
 ``max_destinations`` and their login's ``max_queues``.  It takes no time stamp on the hot path and
 adds nothing to it.  It never collects a queue made by the console (configured), a virtual topic's
 consumer queue, a durable subscription or a temporary queue.  The sweep works in slices of
@@ -76,8 +76,8 @@ class InactiveQueues:
         self.timeout = timeout
         self.busy = busy
         self.collected = collected
-        self.idle: dict[str, tuple[MessageQueue, int, int, float]] = {}
-        """Name -> (the queue, its enqueued and dequeued counts, when it was first seen idle with them)."""
+        self.idle: dict[str, tuple[MessageQueue, int, float]] = {}
+        """Name -> (the queue, its :func:`activity`, when it was first seen idle with it)."""
         self._call: IDelayedCall | None = None
         self._running = False
 
@@ -114,7 +114,7 @@ class InactiveQueues:
         names = list(self.destinations.queues)
         self._slice(names, 0, {}, 0)
 
-    def _slice(self, names: list[str], start: int, idle: dict[str, tuple[MessageQueue, int, int, float]],
+    def _slice(self, names: list[str], start: int, idle: dict[str, tuple[MessageQueue, int, float]],
                collected: int) -> None:
         """Look at ``names[start:start + SLICE]``; the rest in the next reactor turn."""
         self._call = None
@@ -134,11 +134,11 @@ class InactiveQueues:
             if queue is None or is_held(queue) or not name.startswith("/queue/") or name in configured \
                     or busy(name) or consumer_queue(name) is not None:
                 continue
-            marks = (queue.enqueued, queue.dequeued)
+            marks = queue.enqueued + queue.dequeued + queue.subscribed  # (each only grows: one sum tells a change)
             before = seen.get(name)
-            if before is None or before[0] is not queue or (before[1], before[2]) != marks:
-                idle[name] = (queue, *marks, now)
-            elif now - before[3] >= timeout:
+            if before is None or before[0] is not queue or before[1] != marks:
+                idle[name] = (queue, marks, now)
+            elif now - before[2] >= timeout:
                 self._collect(name, queue)
                 gone.append(name)
             else:

@@ -183,6 +183,9 @@ class MessageQueue:
         """Messages that expired in this queue since start (admin metrics)."""
         self.dead_lettered_count = 0
         """Messages moved from this queue to its dead-letter queue since start (admin metrics)."""
+        self.subscribed = 0
+        """Consumers that attached since start: activity, as a message sent or taken is (a queue a client
+        subscribes to now and then is not collected as inactive between its visits)."""
         self.scheduled = 0
         """Scheduled messages' jobs that will send to this queue, kept since start and not done (the
         broker counts them): the queue is not collected while it waits for one."""
@@ -513,6 +516,7 @@ class MessageQueue:
 
     def add_consumer(self, subscription: QueueSubscription) -> None:
         self.consumers.append(subscription)
+        self.subscribed += 1
         if subscription.exclusive and self.exclusive is None:
             self.exclusive = subscription
         self.dispatch()

@@ -100,6 +100,18 @@ def test_activity_starts_the_timeout_again(clock: Clock) -> None:
     assert "/queue/a" not in broker.queues
 
 
+def test_a_consumer_that_came_and_went_is_activity(clock: Clock) -> None:
+    """A client that subscribes now and then for a moment (a poll), never seen by a sweep: its queue stays."""
+    broker = make(clock)
+    broker.destinations.create_queue("/queue/polled", None)
+    for _ in range(4):
+        wait(clock, TIMEOUT * 0.6)
+        subscribe(broker, destination="/queue/polled").close()
+    assert collected(broker) == 0, "collected between two visits (and made again by the next)"
+    wait(clock, TIMEOUT * 1.3)
+    assert "/queue/polled" not in broker.queues
+
+
 def test_a_send_after_the_collection_makes_the_queue_again_and_loses_nothing(clock: Clock) -> None:
     broker = make(clock)
     broker.destinations.create_queue("/queue/a", None)
