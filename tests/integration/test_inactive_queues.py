@@ -6,6 +6,7 @@ scheduled message due later, the console's queue, a standby's after its takeover
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import time
 from typing import Any
@@ -159,3 +160,26 @@ def test_a_standby_that_takes_over_collects_with_its_own_timers(tmp_path: Any) -
     finally:
         standby.kill()
         active.kill()
+
+
+def test_sighup_applies_a_new_timeout_to_the_next_sweep(tmp_path: Any) -> None:
+    gateway = start(tmp_path, inactive_config().replace(f"inactive_queue_timeout = {TIMEOUT}\n",
+                                                        "inactive_queue_timeout = 0\n", 1), admin=True)
+    try:
+        eve = connect(gateway, "eve")
+        make_empty(eve, "/queue/eve.kept")
+        time.sleep(3 * TIMEOUT)
+        assert "/queue/eve.kept" in queues(gateway), "collected with inactive_queue_timeout = 0"
+        gateway.config_path.write_text(inactive_config())
+        assert gateway.process is not None
+        gateway.process.send_signal(signal.SIGHUP)
+        log = gateway.wait_for_log("SIGHUP: configuration")
+        assert f"broker.inactive_queue_timeout = {TIMEOUT}; needs a restart: nothing" in log, log[-2000:]
+        wait_until(lambda: "/queue/eve.kept" not in queues(gateway), 10.0, "the collection after the SIGHUP")
+    finally:
+        gateway.kill()
+
+
+def test_a_bad_timeout_stops_the_start_naming_the_key(tmp_path: Any) -> None:
+    output = GatewayProcess(tmp_path, args=["--set", "broker.inactive_queue_timeout=-5"]).start_fails()
+    assert "broker.inactive_queue_timeout" in output, output[-2000:]
