@@ -5,7 +5,8 @@ Applied at once: ``[gateway] log_level``; the logins (``[auth] users``, the
 groups`` and ``[[authorization]]`` for every next SEND, SUBSCRIBE or admin
 action; ``[auth.limits]`` and ``[broker] max_destinations`` for every next
 CONNECT and destination creation (lowered below what is held, they refuse the
-next one and close or delete nothing); ``[routing]``'s routes and soft-failure policies for every next
+next one and close or delete nothing); ``[broker] inactive_queue_timeout`` for
+the next sweep of inactive queues; ``[routing]``'s routes and soft-failure policies for every next
 message (the same Kafka connector); ``[[bridges]]``: a bridge that is gone
 stops, a new one starts, a changed one stops and starts again with its new
 settings (as an Artemis or RabbitMQ operator changes bridges and shovels at
@@ -273,6 +274,12 @@ class ConfigReloader:
                 self.gateway.broker.quota.max_destinations = limit  # (judges the next creation; deletes nothing)
                 old.broker = old.broker.model_copy(update={"max_destinations": limit})  # (sections are frozen)
                 outcome.applied.append(f"broker.max_destinations = {limit}")
+                before, after = _dump(old.broker), _dump(new.broker)
+            if name == "broker" and before.get("inactive_queue_timeout") != after.get("inactive_queue_timeout"):
+                timeout = new.broker.inactive_queue_timeout
+                self.gateway.broker.inactive.set_timeout(timeout)  # (the next sweep judges by it)
+                old.broker = old.broker.model_copy(update={"inactive_queue_timeout": timeout})
+                outcome.applied.append(f"broker.inactive_queue_timeout = {timeout}")
                 before, after = _dump(old.broker), _dump(new.broker)
             if before != after:
                 outcome.restart.append(name)

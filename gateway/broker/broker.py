@@ -34,6 +34,7 @@ from zope.interface import implementer
 
 from gateway.broker.admission import Admission
 from gateway.broker.browse import QueueBrowser
+from gateway.broker.collection import InactiveQueues
 from gateway.broker.composite import expand
 from gateway.broker.destinations import TEMP_PREFIXES, TOPIC_PREFIXES, Destinations, compile_predicate, destination_kind
 from gateway.broker.idempotency import ARTEMIS_HEADER, DEDUP_HEADER, IdempotentSends, has_send_id
@@ -124,6 +125,7 @@ class EmbeddedBroker:
         self.store: IMessageStore = store or MemoryStore()
         self.scheduler = Scheduler(clock, schedule or MemorySchedule(), self._send_occurrence, self.now_ms)
         """Messages sent with AMQ_SCHEDULED_* until they are due (:mod:`gateway.broker.scheduler`)."""
+        self.scheduler.on_waiting = self._waits_for_job
         self.metrics = BrokerMetrics(registry)
         names = VirtualTopicNames(self.settings.virtual_topic_prefix, self.settings.virtual_topic_consumer_prefix)
         self.quota = DestinationQuota(self.settings.max_destinations, logins)
@@ -164,6 +166,9 @@ class EmbeddedBroker:
         self._remove_then: Callable[[str, str, Callable[[BaseException | None], None]], None] | None = \
             writes.remove_then if grouped else None
         """The auto-acknowledged messages' way out of a store that groups writes."""
+        self.inactive = InactiveQueues(clock, self.destinations, self.settings.inactive_queue_timeout,
+                                       self._needed, lambda _: self.metrics.queues_collected.inc())
+        """The sweep that removes inactive auto-created queues (:mod:`gateway.broker.collection`)."""
         self.idempotency = IdempotentSends(clock, self.settings.dedup_window, self.settings.dedup_window_seconds,
                                            parts=expand, registry=self.metrics.registry)  # (issue 35: x-dedup-id)
 
@@ -177,6 +182,7 @@ class EmbeddedBroker:
         def recovered(snapshot: Snapshot) -> Deferred[Any]:
             moved = self.recover(snapshot)
             self._expiry.start(self.settings.expiry_check_interval_ms / 1000.0, now=False)
+            self.inactive.start()
             return gather([moved, self.scheduler.open()])
 
         return d.addCallback(recovered).addCallback(lambda _: None)
@@ -184,6 +190,7 @@ class EmbeddedBroker:
     def stop(self) -> Deferred[None]:
         if self._expiry.running:
             self._expiry.stop()
+        self.inactive.stop()
         # From here on the store holds what a crash would have left, which is
         # what recovery expects: deliveries returned by connections closing
         # after this point are not written (sends and ACKs still fail).
@@ -683,6 +690,20 @@ class EmbeddedBroker:
 
     # -- internals ---------------------------------------------------------
 
+    def _needed(self, destination: str) -> bool:
+        """Whether the queue ``destination`` is needed outside itself (not collected while it is): a SEND
+        to it is being stored, or its record is being stored."""
+        return destination in self._publishing.lines or destination in self._recording
+
+    def _waits_for_job(self, destination: str, change: int) -> None:
+        """The scheduler kept a job for ``destination`` (``change`` 1) or is done with one (-1): the queue,
+        when it exists, counts the jobs it waits for (:attr:`MessageQueue.scheduled`) and is not collected
+        while it waits for one.  A job recovered after a restart was not counted (an empty queue does not
+        exist after a restart): its occurrence makes the queue again when it falls due."""
+        queue = self.queues.get(destination)
+        if queue is not None:
+            queue.scheduled = max(0, queue.scheduled + change)
+
     def _record_consumer_queue(self, destination: str, topic: str, login: str | None) -> None:
         """A virtual topic's consumer queue exists from now on, across restarts: its record is stored (with
         the login that made it, which holds it after a restart too), and a SUBSCRIBE or SEND that made it
@@ -759,7 +780,8 @@ class EmbeddedBroker:
             d: Deferred[None] = self.store.add_batch([(target.key, dead)])
 
             def moved(_: object) -> Deferred[None]:
-                target.enqueue(dead)
+                # (the queue as it is now: an inactive dead-letter queue may have been collected meanwhile)
+                self.destinations.queue(dlq).enqueue(dead)
                 removed: Deferred[None] = self.store.remove(queue.key, message.message_id)
                 return removed
 

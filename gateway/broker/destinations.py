@@ -81,6 +81,8 @@ class Destinations:
         """Durable subscription key -> the login that created it (None: created without a login)."""
         self.temporary_topics: set[str] = set()
         """The temporary topics that exist (counted by the quota as destinations)."""
+        self.configured: set[str] = set()
+        """Queues the console created: configured, never collected when inactive (:mod:`gateway.broker.collection`)."""
 
     # -- lookup ------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class Destinations:
         queue = self.queues.pop(destination, None)
         if queue is not None:
             self.quota.removed(destination)
+            self.configured.discard(destination)
         return queue
 
     def stored_queue(self, key: str) -> MessageQueue | None:

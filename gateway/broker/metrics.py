@@ -36,6 +36,7 @@ class BrokerMetrics:
         "dropped": "Messages discarded because their destination was full (full_policy DROP)",
         "refused_full": "Sends refused because their destination was full (full_policy FAIL)",
         "paged_out": "Messages written to the page file because memory was full",
+        "queues_collected": "Auto-created queues removed after [broker] inactive_queue_timeout of inactivity",
     }
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
@@ -48,6 +49,7 @@ class BrokerMetrics:
         self.dropped = Tally()
         self.refused_full = Tally()
         self.paged_out = Tally()
+        self.queues_collected = Tally()
         self.gauges: Callable[[], Iterator[Metric]] | None = None
         """The broker's memory and paging gauges, read at each scrape."""
         self.registry.register(self)

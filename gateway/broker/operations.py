@@ -88,8 +88,9 @@ class QueueOperations:
             return self._forget(queue, movable).addCallback(lambda _: len(movable))
 
         def refused(failure: Failure) -> Failure:
+            back = self.broker.destinations.queue(destination)  # (as it is now: collected meanwhile if empty)
             for message in movable:
-                queue.enqueue(message)
+                back.enqueue(message)
             return failure
 
         return sent.addCallbacks(stored, refused)
@@ -97,13 +98,18 @@ class QueueOperations:
     def create_queue(self, destination: str) -> Deferred[bool]:
         """Make the queue ``destination`` (``/queue/name``) if the broker has none; fires with whether it
         was made.  Like a queue a SEND or SUBSCRIBE makes, an empty one is not remembered across a restart,
-        save a virtual topic's consumer queue: its record is stored first (as for its first SUBSCRIBE)."""
+        save a virtual topic's consumer queue: its record is stored first (as for its first SUBSCRIBE).  A queue
+        the console creates (or names, existing) is configured: never collected when inactive
+        (:mod:`gateway.broker.collection`)."""
         if not destination.startswith("/queue/") or len(destination) == len("/queue/") \
                 or any(c.isspace() or not c.isprintable() for c in destination):
             raise ValueError(f"{destination!r} is not a queue name such as /queue/orders")
-        if destination in self.broker.queues:
+        destinations = self.broker.destinations
+        if destination in destinations.queues:
+            destinations.configured.add(destination)  # (the operator wants it: never collected when inactive)
             return succeed(False)
-        self.broker.destinations.create_queue(destination, None)  # (LimitReached past max_destinations)
+        destinations.create_queue(destination, None)  # (LimitReached past max_destinations)
+        destinations.configured.add(destination)  # (configured: never collected when inactive)
         return self.broker.recorded(destination).addCallback(lambda _: True)
 
     def delete_queue(self, destination: str) -> Deferred[int]:

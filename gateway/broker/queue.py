@@ -183,6 +183,16 @@ class MessageQueue:
         """Messages that expired in this queue since start (admin metrics)."""
         self.dead_lettered_count = 0
         """Messages moved from this queue to its dead-letter queue since start (admin metrics)."""
+        self.subscribed = 0
+        """Consumers that attached since start: activity, as a message sent or taken is (a queue a client
+        subscribes to now and then is not collected as inactive between its visits)."""
+        self.scheduled = 0
+        """Scheduled messages' jobs that will send to this queue, kept since start and not done (the
+        broker counts them): the queue is not collected while it waits for one."""
+        self.settling: set[QueueSubscription] | None = None
+        """Closed subscriptions whose open transaction still holds deliveries of this queue (an ABORT
+        puts them back here): the queue is not collected while one does (:mod:`gateway.broker.collection`);
+        None until there is one (an empty set is 216 bytes a queue)."""
 
     def __len__(self) -> int:
         page = self.page
@@ -506,6 +516,7 @@ class MessageQueue:
 
     def add_consumer(self, subscription: QueueSubscription) -> None:
         self.consumers.append(subscription)
+        self.subscribed += 1
         if subscription.exclusive and self.exclusive is None:
             self.exclusive = subscription
         self.dispatch()
@@ -993,6 +1004,12 @@ class QueueSubscription:
             return succeed(None)
         self.closed = True
         self.queue.remove_consumer(self)
+        queue = self.queue
+        if self.held and not queue.durable and not queue.transient:  # (a queue's: its transaction settles them
+            # later, and the queue must still be the broker's then)
+            if queue.settling is None:
+                queue.settling = set()
+            queue.settling.add(self)
         unacked, self.unacked = self.unacked, {}
         # A topic subscriber's backlog goes with it: nothing is put back, but a message whose
         # failed deliveries pass max_redeliveries is dead-lettered, as from a queue.

@@ -42,6 +42,7 @@ from twisted.python.threadpool import ThreadPool
 from gateway.broker.store.sqlite_records import decode_message, encode_message
 from gateway.deferreds import gather
 from gateway.errors import DestinationError, LimitReached, MessageRefused
+from gateway.message.destinations import composite_parts
 from gateway.message.model import Message
 
 DELAY = "AMQ_SCHEDULED_DELAY"
@@ -322,6 +323,14 @@ class SqliteSchedule:
         return d.addBoth(stop_pool)
 
 
+def _parts(destination: str) -> list[str]:
+    """The destinations a job's message goes to (a composite name's parts; itself when unreadable)."""
+    try:
+        return composite_parts(destination)
+    except DestinationError:
+        return [destination]
+
+
 class Scheduler:
     """Holds scheduled messages until they are due and sends their occurrences then.
 
@@ -340,6 +349,9 @@ class Scheduler:
         """Jobs waiting (each counts once, whatever its repeats)."""
         self.delivered = 0
         """Occurrences delivered since start."""
+        self.on_waiting: Callable[[str, int], None] | None = None
+        """Told ``(destination, 1)`` when a job for ``destination`` is kept and ``(destination, -1)`` when it is
+        done: the broker keeps a queue that waits for a job (:mod:`gateway.broker.collection`)."""
         self._timer: IDelayedCall | None = None
         self._timer_due: int | None = None
         self._firing = False
@@ -364,6 +376,9 @@ class Scheduler:
 
         def kept(_: object) -> None:
             self.waiting += 1
+            if self.on_waiting is not None:
+                for destination in _parts(message.destination):  # (a composite destination's parts)
+                    self.on_waiting(destination, 1)
             self._arm(job.due)
 
         return self.store.add([job]).addCallback(kept)
@@ -400,6 +415,7 @@ class Scheduler:
             self.delivered += 1
             if job.repeats_left <= 0:
                 self.waiting -= 1
+                self._done(job)
 
         def refused(failure: Failure, job: Job) -> None:
             if failure.check(DestinationError) and not failure.check(LimitReached):  # (a limit: for now)
@@ -407,6 +423,7 @@ class Scheduler:
                               why=failure.getErrorMessage())
                 done.append(replace(job, repeats_left=0))
                 self.waiting -= 1
+                self._done(job)
             else:
                 self.log.warn("scheduled message {id} refused for now ({why}): tried again in {ms} ms",
                               id=job.message.message_id, why=failure.getErrorMessage(), ms=RETRY_MS)
@@ -418,6 +435,12 @@ class Scheduler:
             d.addCallbacks(sent, refused, callbackArgs=(job,), errbackArgs=(job,))
             sends.append(d)
         return gather(sends).addCallback(lambda _: self.store.advance(done, later))
+
+    def _done(self, job: Job) -> None:
+        """``job`` has no occurrence left: its destinations wait for it no more."""
+        if self.on_waiting is not None:
+            for destination in _parts(job.message.destination):
+                self.on_waiting(destination, -1)
 
     def _advanced(self, first: int | None) -> None:
         self._firing = False

@@ -82,6 +82,12 @@ class BrokerSettings(Section):
     queues included), durable subscriptions and temporary topics (docs/stomp.md, "Destination limits"); a frame
     that would create one more gets ERROR "destination limit reached" and the connection stays open.
     0: no cap."""
+    inactive_queue_timeout: NotNegative = 300
+    """Seconds an auto-created queue (made by a SEND, SUBSCRIBE, browse, reply-to or dead letter) stays once it is
+    inactive: nothing pending, paged or stored, no consumer, nothing in a transaction or scheduled for it, nothing
+    sent, taken or subscribed; then it is removed and gives its place back to max_destinations and its login's
+    max_queues (docs/stomp.md, "Inactive queues"). Queues the console created, virtual topics' consumer queues, durable
+    subscriptions and temporary queues are never removed so. 0: never."""
     virtual_topic_prefix: Str = "VirtualTopic."
     """Topics named /topic/<prefix>... are virtual topics (ActiveMQ's): each consumer queue gets a copy ("" turns
     them off)."""

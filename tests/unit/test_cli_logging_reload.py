@@ -154,6 +154,23 @@ def test_a_reload_applies_authorization_logins_and_the_log_level(tmp_path: Path,
     assert password_of(gateway, "alice") == new_hash
 
 
+def test_a_reload_applies_the_inactive_queue_timeout_to_the_next_sweep(tmp_path: Path, hashed: str) -> None:
+    text = AUTH.format(alice=hashed, bob=hashed, writer="alice")
+    gateway, path = gateway_from(tmp_path, text)
+    reloader = ConfigReloader(gateway, loader(path, tmp_path), gateway.reactor)
+    assert gateway.broker.inactive.timeout == 300
+    path.write_text(text + "[broker]\ninactive_queue_timeout = 5\n")
+    outcome = reloader.reload()
+    assert outcome is not None
+    assert "broker.inactive_queue_timeout = 5" in outcome.applied and outcome.restart == []
+    assert gateway.broker.inactive.timeout == 5
+    path.write_text(text + "[broker]\ninactive_queue_timeout = 0\nmax_redeliveries = 1\n")
+    outcome = reloader.reload()
+    assert outcome is not None
+    assert "broker.inactive_queue_timeout = 0" in outcome.applied and outcome.restart == ["broker"]
+    assert gateway.broker.inactive.timeout == 0
+
+
 def test_turning_authentication_off_or_other_auth_keys_need_a_restart(tmp_path: Path, hashed: str) -> None:
     gateway, path = gateway_from(tmp_path, AUTH.format(alice=hashed, bob=hashed, writer="alice"))
     reloader = ConfigReloader(gateway, loader(path, tmp_path), gateway.reactor)
