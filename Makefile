@@ -55,7 +55,7 @@ test: setup system-deps check
 # JMSGATEWAY_MODEL_EXAMPLES=3000 makes the broker model's runs longer (each test may take an hour
 # then, not the suite's 300 s).
 test-random: setup system-deps
-	$(PYTEST) --timeout=3600 -m hypothesis --hypothesis-profile=random tests/unit tests/integration/test_selector_differential.py
+	$(PYTEST) --timeout=3600 -o faulthandler_timeout=3590 -m hypothesis --hypothesis-profile=random tests/unit tests/integration/test_selector_differential.py
 
 bench: setup system-deps
 	$(PY) -m bench
