@@ -116,6 +116,8 @@ else:
             return None
         return WorkUnitScheduling(config, log)
 
+    from tests.support.worker_deaths import pytest_testnodedown  # noqa: F401 - a hook: how a dead worker ended
+
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
