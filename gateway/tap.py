@@ -295,7 +295,13 @@ def check_listeners(gateway: Gateway, reactor: Any) -> None:
 def enable_crash_traces() -> None:
     """On SIGSEGV, SIGFPE, SIGABRT, SIGBUS or SIGILL, write every thread's Python stack to
     the process's standard error (file descriptor 2, which twistd leaves alone when it
-    logs to a file) before the process dies: a native crash leaves a trace to read."""
+    logs to a file) before the process dies: a native crash leaves a trace to read.
+
+    Not one in a thread that blocks those signals, as librdkafka's threads (``rdk:*``) block
+    every signal: the kernel then kills the process as if there were no handler, with no trace
+    here and no ``segfault at`` line in the kernel log either; only the exit status (SIGSEGV)
+    and a core dump, where enabled, tell.  (Its consumers run in child processes for that
+    reason: :mod:`gateway.connectors.kafka_consumer_host`.)"""
     stream = sys.__stderr__
     try:
         if stream is not None:
