@@ -38,7 +38,7 @@ from tests.support.waiting import wait_until
 
 TIMEOUT = 1
 """``inactive_queue_timeout`` of every gateway here: a queue goes 1 to 1.2 s after it became inactive."""
-PAST = 2.6
+PAST = 2.2
 """Seconds that are surely past a collection of a queue that became inactive at their start."""
 ARGS = ["--set", f"broker.inactive_queue_timeout={TIMEOUT}", "--set", "broker.max_redeliveries=1",
         "--set", "broker.expiry_check_interval_ms=200"]
@@ -56,6 +56,7 @@ full_policy = "FAIL"
 name = "gc-bridge"
 source = { connector = "embedded", destination = "/queue/gcbr.src" }
 target = { connector = "embedded", destination = "/queue/gcbr.dst" }
+failure_retry_interval = 700
 """
 
 
@@ -199,19 +200,18 @@ def test_nacked_messages_reach_a_dead_letter_queue_that_is_collected_between_the
     reader = Client(gw.address)
     got: list[str] = []
     collected_between = 0
-    for round_ in range(4):
+    for round_ in range(3):
         client.send(name, f"m{round_}", receipt=True, persistent="true")
         client.subscribe(name, "n", ack="client-individual")
         for _ in range(2):  # max_redeliveries = 1: the second NACK dead-letters it
             client.nack(client.message())
         client.unsubscribe("n")
         got += bodies(drain(reader, dlq, quiet=0.5))
-        if round_ < 3:
-            wait_until(lambda: dlq not in queues(gw) or name not in queues(gw), 8, "a collection")
-            time.sleep(PAST)
-            collected_between += dlq not in queues(gw)
-    assert got == ["m0", "m1", "m2", "m3"]
-    assert collected_between == 3, "the dead-letter queue was not collected between the rounds"
+        if round_ < 2:
+            wait_gone(gw, dlq)
+            collected_between += 1
+    assert got == ["m0", "m1", "m2"]
+    assert collected_between == 2
     client.disconnect()
     reader.disconnect()
 
@@ -272,16 +272,16 @@ def test_a_dead_letter_queue_holding_messages_is_never_collected(gw: Gateway) ->
     client.disconnect()
 
 
-@pytest.mark.parametrize("repeat", [0, 2])
+@pytest.mark.parametrize("repeat", [0, 1])
 def test_a_scheduled_send_due_after_the_timeout_reaches_its_queue(gw: Gateway, repeat: int) -> None:
     name = unique("gcsched.")
     client = Client(gw.address)
     make_empty(gw, name)  # an empty queue that the sweep would collect now, whose job is still waiting
-    headers = {"AMQ_SCHEDULED_DELAY": "1800"}
+    headers = {"AMQ_SCHEDULED_DELAY": "1500"}
     if repeat:
-        headers |= {"AMQ_SCHEDULED_REPEAT": str(repeat), "AMQ_SCHEDULED_PERIOD": "1300"}
+        headers |= {"AMQ_SCHEDULED_REPEAT": str(repeat), "AMQ_SCHEDULED_PERIOD": "1200"}
     client.send(name, "later", receipt=True, headers=headers)
-    time.sleep(1.8 + repeat * 1.3 + 1.5)
+    time.sleep(1.5 + repeat * 1.2 + 1.3)
     got = drain(client, name)
     assert bodies(got) == ["later"] * (1 + repeat)
     client.disconnect()
@@ -294,7 +294,7 @@ def test_a_scheduled_send_to_a_composite_destination_reaches_every_part(gw: Gate
     client = Client(gw.address)
     client.send(f"{a},{b}", "both", receipt=True,
                 headers={"AMQ_SCHEDULED_DELAY": "1500", "AMQ_SCHEDULED_REPEAT": "1", "AMQ_SCHEDULED_PERIOD": "1300"})
-    time.sleep(1.5 + 1.3 + 1.5)
+    time.sleep(1.5 + 1.3 + 1.3)
     assert bodies(drain(client, a)) == ["both", "both"]
     assert bodies(drain(client, b)) == ["both", "both"]
     client.disconnect()
@@ -361,7 +361,7 @@ def test_a_browse_while_the_queue_is_collected_and_made_again_sees_and_loses_not
     raw.connect()
     client = Client(gw.address)
     sent: list[str] = []
-    deadline = time.monotonic() + 4.0
+    deadline = time.monotonic() + 2.8
     n = 0
     while time.monotonic() < deadline:
         if n % 3 == 0:
@@ -430,6 +430,12 @@ def test_a_paged_queue_is_not_collected_and_gives_every_message(gw: Gateway) -> 
     got = first + bodies(drain(client, name))
     assert [int(b.split(":")[0]) for b in got] == list(range(31))
     wait_gone(gw, name)
+    for n in range(100, 131):  # the name made again, paging again: nothing of the first queue comes back
+        client.send(name, f"{n}:{body}", receipt=n == 130, persistent="true" if n % 2 else "false")
+    assert status(gw)["paging"][name]["paged"] > 0
+    again = bodies(drain(client, name))
+    assert [int(b.split(":")[0]) for b in again] == list(range(100, 131))
+    wait_gone(gw, name)
     client.disconnect()
 
 
@@ -472,7 +478,7 @@ def test_persistent_sends_pipelined_to_many_names_across_sweeps_lose_nothing(gw:
     raw.connect()
     sent: set[str] = set()
     got: list[str] = []
-    for round_ in range(8):
+    for round_ in range(6):
         batch = [send_frame(name, f"{round_}:{name}", {"persistent": "true"}) for name in names]
         sent |= {f"{round_}:{name}" for name in names}
         subscribes = [frame("SUBSCRIBE", {"id": f"s{n}", "destination": name}) + frame("UNSUBSCRIBE", {"id": f"s{n}"})
@@ -486,7 +492,7 @@ def test_persistent_sends_pipelined_to_many_names_across_sweeps_lose_nothing(gw:
                 got.append(answer.body.decode())
             elif answer.headers.get("receipt-id") == f"r{round_}":
                 break
-        if round_ < 7:
+        if round_ < 5:
             time.sleep(0.8 + 0.15 * (round_ % 4))
     stop.set()
     loader.join(30)
@@ -500,6 +506,90 @@ def test_persistent_sends_pipelined_to_many_names_across_sweeps_lose_nothing(gw:
     assert set(got) == sent, f"lost {len(sent - set(got))}: {sorted(sent - set(got))[:5]}"
 
 
+@pytest.mark.parametrize("kind", ["composite", "transaction"])
+def test_persistent_writes_to_queues_about_to_be_collected_lose_nothing(gw: Gateway, kind: str) -> None:
+    """Empty queues made, then, as their collection falls due (0.9 to 1.3 s later), persistent composite
+    SENDs to pairs of them, or one COMMIT of SENDs to all of them, pipelined in one write: the store's
+    write is in flight while sweeps run.  Every copy arrives, once."""
+    prefix = f"gcrace{kind[0]}{uuid.uuid4().hex[:6]}"
+    raw = RawStomp(gw.address, timeout=30)
+    raw.connect()
+    expected: set[str] = set()
+    for round_ in range(4):
+        names = [f"/queue/{prefix}.{n}" for n in range(200)]
+        raw.send(b"".join(frame("SUBSCRIBE", {"id": "m", "destination": name}) + frame("UNSUBSCRIBE", {"id": "m"})
+                          for name in names)
+                 + frame("BEGIN", {"transaction": "_", "receipt": f"m{round_}"}) + frame("ABORT", {"transaction": "_"}))
+        assert raw.frame(30).headers.get("receipt-id") == f"m{round_}"
+        time.sleep(0.9 + 0.13 * round_)
+        if kind == "composite":
+            writes = [send_frame(f"{names[n]},{names[n + 1]}", f"{round_}:{n}", {"persistent": "true"})
+                      for n in range(0, 200, 2)]
+            expected |= {f"{names[n + part]}={round_}:{n}" for n in range(0, 200, 2) for part in (0, 1)}
+        else:
+            writes = [frame("BEGIN", {"transaction": f"t{round_}"})]
+            writes += [send_frame(name, f"{round_}:{n}", {"persistent": "true", "transaction": f"t{round_}"})
+                       for n, name in enumerate(names)]
+            writes.append(frame("COMMIT", {"transaction": f"t{round_}"}))
+            expected |= {f"{name}={round_}:{n}" for n, name in enumerate(names)}
+        raw.send(b"".join(writes) + frame("BEGIN", {"transaction": "_", "receipt": f"w{round_}"})
+                 + frame("ABORT", {"transaction": "_"}))
+        answer = raw.frame(30)
+        assert answer.headers.get("receipt-id") == f"w{round_}", answer
+        drainer = Client(gw.address)
+        drainer.subscribe(f"/queue/{prefix}.>", "all")
+        got: list[str] = []
+        while True:
+            try:
+                message = drainer.listener.messages.get(timeout=1.0)
+            except queue.Empty:
+                break
+            got.append(f"{message.headers['destination']}={message.body.decode()}")
+        drainer.disconnect()
+        assert len(got) == len(set(got)), "duplicates"
+        wanted = {item for item in expected if f"={round_}:" in item}
+        assert set(got) == wanted, f"round {round_}: lost {len(wanted - set(got))}: {sorted(wanted - set(got))[:4]}"
+    raw.close()
+
+
+def test_dead_letters_written_as_their_dead_letter_queues_fall_due_lose_nothing(gw: Gateway) -> None:
+    """100 dead-letter queues made empty; as their collection falls due, 100 NACKs pipelined in one write
+    dead-letter a persistent message into each (max_redeliveries = 1): every one is in its DLQ, once."""
+    prefix = f"gcdlrace{uuid.uuid4().hex[:6]}"
+    names = [f"{prefix}.{n}" for n in range(100)]
+    raw = RawStomp(gw.address, timeout=30)
+    raw.connect()
+    raw.send(b"".join(send_frame(f"/queue/{name}", name, {"persistent": "true"}) for name in names)
+             + frame("SUBSCRIBE", {"id": "c", "destination": f"/queue/{prefix}.>", "ack": "client-individual",
+                                   "receipt": "sub"}))
+
+    def take(count: int) -> list[str]:
+        acks: list[str] = []
+        while len(acks) < count:
+            item = raw.frame(30)
+            if item.command == "MESSAGE":
+                acks.append(item.headers["ack"])
+        return acks
+
+    for delay in (0.0, 1.05):
+        acks = take(100)
+        if delay:
+            maker = RawStomp(gw.address)
+            maker.connect()
+            maker.send(b"".join(frame("SUBSCRIBE", {"id": "m", "destination": f"/queue/DLQ.{name}"})
+                                + frame("UNSUBSCRIBE", {"id": "m"}) for name in names)
+                       + frame("DISCONNECT", {"receipt": "made"}))
+            assert maker.frame(30).headers.get("receipt-id") == "made"
+            time.sleep(delay)
+        raw.send(b"".join(frame("NACK", {"id": ack}) for ack in acks))
+    drainer = Client(gw.address)
+    drainer.subscribe(f"/queue/DLQ.{prefix}.>", "all")
+    got = [body.decode() for body in collect(drainer, quiet=1.5)]
+    drainer.disconnect()
+    raw.close()
+    assert sorted(got) == sorted(names), f"lost {sorted(set(names) - set(got))[:5]}, {len(got)} dead letters"
+
+
 # -- the wrong queue removed ---------------------------------------------------------------------------
 
 
@@ -508,7 +598,7 @@ def test_a_bridge_source_is_not_lost_while_the_bridge_retries_a_full_target(gw: 
     body = "B" * 900
     for n in range(4):
         client.send("/queue/gcbr.src", f"{n}:{body}", receipt=True, persistent="true")
-    time.sleep(PAST + 1)  # the target (1 KB, FAIL) is full after one: the bridge retries the rest
+    time.sleep(PAST)  # the target (2 KB, FAIL) is full after one: the bridge retries the rest
     got = bodies(drain(client, "/queue/gcbr.dst", quiet=0.5))
     deadline = time.monotonic() + 20
     while len(got) < 4 and time.monotonic() < deadline:
@@ -615,6 +705,25 @@ def test_a_client_that_subscribes_now_and_then_keeps_its_queue(gw: Gateway) -> N
     client.disconnect()
 
 
+def test_a_queue_removed_from_the_console_while_the_sweep_has_noted_it_is_counted_once(gw: Gateway) -> None:
+    """The sweep notes an idle queue; the console removes it (and a client makes it again) before the sweep
+    that would collect it: the count of destinations must not be given back twice."""
+    names = [unique("gcremove.") for _ in range(6)]
+    for n, name in enumerate(names):
+        make_empty(gw, name)
+        time.sleep(0.15 * (n % 3))
+        code, answer = admin_request(gw.admin_port, "POST", "/console/api/remove", None, {"destination": name})
+        assert code == 200, answer
+        if n % 2:
+            make_empty(gw, name)  # made again: a new queue of the same name
+    for name in names:
+        wait_gone(gw, name)
+    time.sleep(0.5)
+    embedded = status(gw)
+    held = len(embedded["queues"]) + len(embedded["durables"])
+    assert embedded["limits"]["destinations"] == held, embedded
+
+
 def test_the_destination_count_matches_what_the_gateway_holds(gw: Gateway) -> None:
     """After every attack above (the module's tests run in order in one process): the count of
     ``max_destinations`` is what is held, once the leftovers are collected."""
@@ -689,7 +798,7 @@ def test_a_flood_of_invented_names_is_collected_while_the_gateway_stays_responsi
         # a login at max_queues gets its room back
         eve = RawStomp(gw.address)
         eve.connect(extra=f"login:eve\npasscode:{LIMIT_USERS['eve']}\n")
-        for round_ in range(12):  # crossing sweeps: pauses of 0.9 to 1.4 s around the 1 s timeout
+        for round_ in range(6):  # crossing sweeps: pauses of 0.9 to 1.4 s around the 1 s timeout
             names = [f"/queue/gceve.{n}" for n in range(3)]
             eve.send(b"".join(send_frame(name, "x", {"receipt": f"e{round_}{n}"}) for n, name in enumerate(names))
                      + b"".join(frame("SUBSCRIBE", {"id": f"d{n}", "destination": name})
@@ -748,18 +857,18 @@ def test_sighup_turns_the_collection_on_and_off_in_the_middle_of_a_flood(tmp_pat
             assert raw.frame(60).headers.get("receipt-id") == prefix
             return names
 
-        first = flood("gchupa", 1500)
+        first = flood("gchupa", 800)
         set_timeout_in_file(gw.process, "1")
         assert gw.process.process is not None
         gw.process.process.send_signal(signal.SIGHUP)
-        second = flood("gchupb", 1500)
+        second = flood("gchupb", 800)
         wait_until(lambda: not any(q.startswith("/queue/gchup") for q in queues(gw)), 15, "0 -> 1 collects")
         assert first and second
-        third = flood("gchupc", 1500)
+        third = flood("gchupc", 800)
         set_timeout_in_file(gw.process, "0")
         gw.process.process.send_signal(signal.SIGHUP)
         time.sleep(0.5)
-        fourth = flood("gchupd", 1500)
+        fourth = flood("gchupd", 800)
         time.sleep(PAST)
         held = queues(gw)
         assert all(name in held for name in fourth), "collected after the timeout was set to 0"
@@ -784,6 +893,9 @@ def test_a_kill_right_after_a_collection_loses_nothing_and_leaves_nothing(tmp_pa
         client.send(paged, f"{n}:" + "p" * 300, receipt=n == 19, persistent="true")
     client.send(gone, "g", receipt=True, persistent="true")
     assert bodies(drain(client, gone)) == ["g"]
+    scheduled = unique("gcsched.kill.")
+    make_empty(gw, scheduled)
+    client.send(scheduled, "due", receipt=True, persistent="true", headers={"AMQ_SCHEDULED_DELAY": "2500"})
     wait_gone(gw, gone)
     gw.process.kill()
     gw.process.start()
@@ -796,6 +908,7 @@ def test_a_kill_right_after_a_collection_loses_nothing_and_leaves_nothing(tmp_pa
         assert bodies(drain(client, keep)) == ["k0", "k1", "k2"]
         assert [int(b.split(":")[0]) for b in bodies(drain(client, paged))] == list(range(20))
         assert bodies(drain(client, gone, quiet=0.5)) == []
+        assert bodies(drain(client, scheduled, quiet=0.5)) == ["due"]  # recovered and due by now
         client.disconnect()
         wait_gone(gw, keep)
         wait_gone(gw, gone)
