@@ -712,9 +712,9 @@ def test_a_client_that_subscribes_now_and_then_keeps_its_queue(gw: Gateway) -> N
     client.unsubscribe("b")
     for _ in range(6):
         time.sleep(0.6)
+        assert name in queues(gw)  # (checked before the SUBSCRIBE, which would make it again)
         client.subscribe(name, "b")
         client.unsubscribe("b")
-        assert name in queues(gw)
     client.disconnect()
 
 
