@@ -17,13 +17,13 @@ from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.collection import SLICE, sweep_interval
 from gateway.broker.operations import QueueOperations
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.store.snapshot import Snapshot
 from gateway.config import parse_config
 from gateway.errors import ConfigError, LimitReached
 from gateway.interfaces import ISubscription, ITransactionalAcks, SubscriptionSpec
 from gateway.message.model import TextMessage
 from gateway.security.quotas import LoginLimits, LoginQuotas
 from tests.unit.test_broker import Sink
+from tests.unit.test_broker_paging import SlowStore as PagingSlowStore
 
 TIMEOUT = 10
 
@@ -234,25 +234,9 @@ def test_a_committed_transaction_lets_the_queue_go(clock: Clock) -> None:
     assert not kept_after_timeout(broker, clock)
 
 
-class SlowStore:
-    """A store whose writes complete only when the test says so (durable records at once)."""
-
-    def __init__(self) -> None:
-        self.writes: list[Deferred[None]] = []
-
-    def open(self) -> Deferred[Snapshot]:
-        return succeed(Snapshot())
-
-    def close(self) -> Deferred[None]:
-        return succeed(None)
-
-    def add_batch(self, entries: list[Any]) -> Deferred[None]:
-        d: Deferred[None] = Deferred()
-        self.writes.append(d)
-        return d
-
-    def remove(self, queue: str, message_id: str) -> Deferred[None]:
-        return succeed(None)
+class SlowStore(PagingSlowStore):
+    """The paging tests' store whose writes complete only when the test says so, with durable records and
+    redelivery counts stored at once."""
 
     def set_redelivery(self, queue: str, message_id: str, count: int) -> Deferred[None]:
         return succeed(None)
