@@ -88,7 +88,8 @@ def build_schedule(config: GatewayConfig, reactor: Any) -> ScheduleStore | None:
         return None
     from gateway.broker.scheduler import SCHEDULE_DATABASE, SqliteSchedule  # (sqlite3 only when used)
 
-    return SqliteSchedule(config.data_path(SCHEDULE_DATABASE), reactor, synchronous=config.broker.synchronous.upper())
+    return SqliteSchedule(config.data_path(SCHEDULE_DATABASE), reactor, synchronous=config.broker.synchronous.upper(),
+                          min_free=config.broker.min_free)
 
 
 def page_file_name(database: str) -> str:

@@ -6,7 +6,8 @@ groups`` and ``[[authorization]]`` for every next SEND, SUBSCRIBE or admin
 action; ``[auth.limits]`` and ``[broker] max_destinations`` for every next
 CONNECT and destination creation (lowered below what is held, they refuse the
 next one and close or delete nothing); ``[broker] inactive_queue_timeout`` for
-the next sweep of inactive queues; ``[routing]``'s routes and soft-failure policies for every next
+the next sweep of inactive queues; ``[broker] max_scheduled_size`` for the next
+scheduled SEND; ``[routing]``'s routes and soft-failure policies for every next
 message (the same Kafka connector); ``[[bridges]]``: a bridge that is gone
 stops, a new one starts, a changed one stops and starts again with its new
 settings (as an Artemis or RabbitMQ operator changes bridges and shovels at
@@ -280,6 +281,12 @@ class ConfigReloader:
                 self.gateway.broker.inactive.set_timeout(timeout)  # (the next sweep judges by it)
                 old.broker = old.broker.model_copy(update={"inactive_queue_timeout": timeout})
                 outcome.applied.append(f"broker.inactive_queue_timeout = {timeout}")
+                before, after = _dump(old.broker), _dump(new.broker)
+            if name == "broker" and before.get("max_scheduled_size") != after.get("max_scheduled_size"):
+                size = new.broker.max_scheduled_size
+                self.gateway.broker.scheduler.max_size = size  # (the next scheduled SEND is judged by it)
+                old.broker = old.broker.model_copy(update={"max_scheduled_size": size})
+                outcome.applied.append(f"broker.max_scheduled_size = {size}")
                 before, after = _dump(old.broker), _dump(new.broker)
             if before != after:
                 outcome.restart.append(name)

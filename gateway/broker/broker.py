@@ -126,6 +126,7 @@ class EmbeddedBroker:
         self.scheduler = Scheduler(clock, schedule or MemorySchedule(), self._send_occurrence, self.now_ms)
         """Messages sent with AMQ_SCHEDULED_* until they are due (:mod:`gateway.broker.scheduler`)."""
         self.scheduler.on_waiting = self._waits_for_job
+        self.scheduler.max_size = self.settings.max_scheduled_size
         self.metrics = BrokerMetrics(registry)
         names = VirtualTopicNames(self.settings.virtual_topic_prefix, self.settings.virtual_topic_consumer_prefix)
         self.quota = DestinationQuota(self.settings.max_destinations, logins)
@@ -431,6 +432,10 @@ class EmbeddedBroker:
             return succeed(None) if sent is None else sent
         later = [message for message in messages if is_scheduled(message)]
         if later:
+            try:
+                self.scheduler.admit(later)  # (past max_scheduled_size: nothing of the batch is sent)
+            except GatewayError as error:
+                return fail(error)
             now = [message for message in messages if not is_scheduled(message)]
             sent = self.send_batch(now, False) if now else succeed(None)
             return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(

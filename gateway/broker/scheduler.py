@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -40,8 +41,9 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from gateway.broker.store.sqlite_records import decode_message, encode_message
+from gateway.broker.store.sqlite_store import disk_free
 from gateway.deferreds import gather
-from gateway.errors import DestinationError, LimitReached, MessageRefused
+from gateway.errors import DestinationError, DestinationFull, LimitReached, MessageRefused, StoreError
 from gateway.message.destinations import composite_parts
 from gateway.message.model import Message
 
@@ -151,8 +153,8 @@ def job_of(message: Message, now_ms: int) -> Job:
 class ScheduleStore(Protocol):
     """Where jobs wait."""
 
-    def open(self) -> Deferred[tuple[int, int | None]]:
-        """(jobs waiting, when the first is due or None)."""
+    def open(self) -> Deferred[tuple[int, int | None, int]]:
+        """(jobs waiting, when the first is due or None, their :func:`job_size` in all)."""
 
     def add(self, jobs: list[Job]) -> Deferred[None]:
         """Record ``jobs``; fires once they are kept."""
@@ -174,8 +176,8 @@ class MemorySchedule:
         self._heap: list[tuple[int, int, Job]] = []
         self._seq = itertools.count()
 
-    def open(self) -> Deferred[tuple[int, int | None]]:
-        return succeed((len(self._heap), self._first()))
+    def open(self) -> Deferred[tuple[int, int | None, int]]:
+        return succeed((len(self._heap), self._first(), sum(job_size(job.message) for _, _, job in self._heap)))
 
     def _first(self) -> int | None:
         return self._heap[0][0] if self._heap else None
@@ -211,10 +213,14 @@ class SqliteSchedule:
 
     Jobs taken for delivery stay in the file until :meth:`advance`: a crash redelivers them."""
 
-    def __init__(self, path: str, reactor: Any, *, synchronous: str = "FULL", executor: Executor | None = None) -> None:
+    def __init__(self, path: str, reactor: Any, *, synchronous: str = "FULL", executor: Executor | None = None,
+                 min_free: int = 0, free_space: Callable[[str], int] = disk_free) -> None:
         self.path = path
         self.reactor = reactor
         self.synchronous = synchronous
+        self.min_free = min_free
+        """Disk bytes a write of jobs must leave free (``[broker] min_free``, as the message store keeps)."""
+        self._free_space = free_space
         self._executor = executor
         self._pool: ThreadPool | None = None
         self._db: sqlite3.Connection | None = None
@@ -241,10 +247,11 @@ class SqliteSchedule:
             self._db = db
         return self._db
 
-    def open(self) -> Deferred[tuple[int, int | None]]:
-        def read(db: sqlite3.Connection) -> tuple[int, int | None]:
-            count, first = db.execute("SELECT COUNT(*), MIN(due) FROM scheduled").fetchone()
-            return int(count), first
+    def open(self) -> Deferred[tuple[int, int | None, int]]:
+        def read(db: sqlite3.Connection) -> tuple[int, int | None, int]:
+            count, first, size = db.execute(
+                "SELECT COUNT(*), MIN(due), COALESCE(SUM(LENGTH(record)), 0) FROM scheduled").fetchone()
+            return int(count), first, int(size)
 
         return self._run(read)
 
@@ -266,6 +273,13 @@ class SqliteSchedule:
         self._writing = True
 
         def write(db: sqlite3.Connection) -> None:
+            if self.min_free:
+                needed = 2 * sum(len(row[5]) + len(row[0]) + 64 for row in rows)  # (the WAL, then the database)
+                room = self._free_space(os.path.dirname(os.path.abspath(self.path))) - self.min_free
+                if room < needed:
+                    raise StoreError(f"scheduled message store {self.path} is full: the disk keeps {self.min_free} "
+                                     f"bytes free ([broker] min_free) and these jobs need {needed} more than the "
+                                     f"{max(0, room)} left; the SEND was refused")
             with db:
                 db.execute("BEGIN")
                 db.executemany("INSERT INTO scheduled VALUES (?, ?, ?, ?, ?, ?)", rows)
@@ -323,6 +337,11 @@ class SqliteSchedule:
         return d.addBoth(stop_pool)
 
 
+def job_size(message: Message) -> int:
+    """What a job takes against ``[broker] max_scheduled_size``: its message as the schedule stores it."""
+    return len(encode_message(message))
+
+
 def _parts(destination: str) -> list[str]:
     """The destinations a job's message goes to (a composite name's parts; itself when unreadable)."""
     try:
@@ -347,6 +366,12 @@ class Scheduler:
         self.now_ms = now_ms
         self.waiting = 0
         """Jobs waiting (each counts once, whatever its repeats)."""
+        self.size = 0
+        """The :func:`job_size` of the jobs waiting, in all."""
+        self.max_size = 0
+        """``[broker] max_scheduled_size``: bytes the jobs waiting may take (0: no cap)."""
+        self.refused = 0
+        """Scheduled SENDs refused by :attr:`max_size` since the start."""
         self.delivered = 0
         """Occurrences delivered since start."""
         self.on_waiting: Callable[[str, int], None] | None = None
@@ -358,8 +383,8 @@ class Scheduler:
         self._stopped = False
 
     def open(self) -> Deferred[None]:
-        def opened(state: tuple[int, int | None]) -> None:
-            self.waiting, first = state
+        def opened(state: tuple[int, int | None, int]) -> None:
+            self.waiting, first, self.size = state
             if self.waiting:
                 self.log.info("{count} scheduled message(s) waiting, the first due {when}", count=self.waiting,
                               when="now" if first is not None and first <= self.now_ms() else f"at {first}")
@@ -373,6 +398,16 @@ class Scheduler:
             job = job_of(message, self.now_ms())
         except MessageRefused as error:
             return fail(error)
+        size = job_size(message)
+        try:
+            self._admit(message.destination, size)
+        except DestinationFull as error:
+            return fail(error)
+        self.size += size  # (counted at once: SENDs pipelined while the first is written are judged with it)
+
+        def unkept(failure: Failure) -> Failure:
+            self.size -= size
+            return failure
 
         def kept(_: object) -> None:
             self.waiting += 1
@@ -381,7 +416,20 @@ class Scheduler:
                     self.on_waiting(destination, 1)
             self._arm(job.due)
 
-        return self.store.add([job]).addCallback(kept)
+        return self.store.add([job]).addCallbacks(kept, unkept)
+
+    def admit(self, messages: list[Message]) -> None:
+        """Nothing when ``messages`` (a COMMIT's scheduled SENDs) fit under :attr:`max_size` together; else
+        :class:`DestinationFull` before anything of the batch is sent."""
+        if self.max_size and messages:
+            self._admit(messages[0].destination, sum(map(job_size, messages)))
+
+    def _admit(self, destination: str, size: int) -> None:
+        if self.max_size and self.size + size > self.max_size:
+            self.refused += 1
+            raise DestinationFull(
+                f"scheduled message for {destination} refused: the scheduled messages waiting take {self.size} "
+                f"bytes and [broker] max_scheduled_size is {self.max_size}; nothing was stored")
 
     def _arm(self, due: int | None) -> None:
         if due is None or self._stopped:
@@ -437,7 +485,8 @@ class Scheduler:
         return gather(sends).addCallback(lambda _: self.store.advance(done, later))
 
     def _done(self, job: Job) -> None:
-        """``job`` has no occurrence left: its destinations wait for it no more."""
+        """``job`` has no occurrence left: its destinations wait for it no more, its bytes are free."""
+        self.size = max(0, self.size - job_size(job.message))
         if self.on_waiting is not None:
             for destination in _parts(job.message.destination):
                 self.on_waiting(destination, -1)

@@ -66,6 +66,10 @@ class BrokerSettings(Section):
     commit_linger_us: NotNegative = 200
     """Microseconds the SQLite store may hold a commit back for the SENDs of other producers that recently
     shared commits (each waiting for its RECEIPT); never for a lone producer (docs/persistence.md); 0: never."""
+    max_scheduled_size: Size = 1 << 30
+    """Bytes the scheduled messages waiting (AMQ_SCHEDULED_*) may take, as stored ("1GiB" by default; 0: no cap):
+    past it a scheduled SEND gets ERROR "destination full" and nothing is stored (ActiveMQ's jobSchedulerUsage);
+    the schedule's SQLite file also keeps min_free bytes of the disk free."""
     memory_limit: Size | None = None
     """Bytes queued messages may take in memory, process-wide ("512MB", "1GiB" or bytes).
     Unset: 1/8 of physical memory, at most 1 GiB (docs/paging.md); 0: no limit (nothing is paged for memory)."""

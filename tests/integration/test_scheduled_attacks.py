@@ -344,3 +344,35 @@ def test_a_non_persistent_job_across_kill_9(make_gateway: Make) -> None:
     consumer.subscribe("/queue/sched.np", "s")
     assert collect(consumer, 3.0) == [b"np"]
     consumer.disconnect()
+
+
+def test_scheduled_sends_past_max_scheduled_size_get_an_error_and_others_go_on(make_gateway: Make) -> None:
+    """The defect: nothing bounded what waits in the schedule; one client sending 1 MB bodies with a year's
+    delay filled the disk (SQLite) or the memory (persistence = "memory") for everyone.  Now past
+    ``[broker] max_scheduled_size`` the scheduled SEND gets ERROR "destination full" naming the setting,
+    nothing is stored, and plain SENDs and what was scheduled before go on."""
+    gateway = make_gateway(args=["--set", "broker.max_scheduled_size=1MB"])
+    body = "x" * 200_000
+    year = {**PERSISTENT, "AMQ_SCHEDULED_DELAY": str(365 * 24 * 3600 * 1000)}
+    raw = RawStomp(gateway.address)
+    raw.connect()
+    refused = None
+    for index in range(8):
+        raw.send(send_frame("/queue/sched.full", body, {**year, "receipt": f"r{index}"}))
+        reply = raw.frame()
+        if reply.command == "ERROR":
+            refused = (index, reply)
+            break
+        assert reply.command == "RECEIPT", reply
+    assert refused is not None, "8 scheduled SENDs of 200 KB passed a 1 MB max_scheduled_size"
+    index, error = refused
+    assert index == 5, f"refused at the {index + 1}th SEND"  # (5 of 200 KB stored fit in 1 MiB, the 6th does not)
+    assert error.headers["message"] == "destination full", error
+    assert "max_scheduled_size" in error.body.decode() and "/queue/sched.full" in error.body.decode()
+    other = Client(gateway.address)
+    other.subscribe("/queue/sched.plain", "p")
+    other.subscribe("/queue/sched.soon", "s")
+    other.send("/queue/sched.plain", "now", receipt=True)
+    other.send("/queue/sched.soon", "small", receipt=True, headers={"AMQ_SCHEDULED_DELAY": "200"})
+    assert sorted(collect(other)) == [b"now", b"small"], "a plain SEND and a small scheduled one still go"
+    other.disconnect()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
 
 from gateway.bridges.dedup import inline_executor
 from gateway.broker.broker import EmbeddedBroker
@@ -25,9 +26,10 @@ from gateway.broker.scheduler import (
     SqliteSchedule,
     is_scheduled,
     job_of,
+    job_size,
 )
 from gateway.broker.settings import BrokerSettings
-from gateway.errors import MessageRefused
+from gateway.errors import DestinationFull, MessageRefused, StoreError
 from gateway.message.model import Message, TextMessage
 from tests.unit.test_broker import Sink, subscribe
 
@@ -292,3 +294,69 @@ def test_jobs_added_while_a_write_is_under_way_share_the_next_transaction(tmp_pa
     schedule.close()
     while runs:
         runs.pop(0)()
+
+
+# -- bounded: [broker] max_scheduled_size and the disk's min_free --------------------
+
+
+def bounded(clock: Clock, max_size: int, schedule: Any = None) -> EmbeddedBroker:
+    broker = EmbeddedBroker(clock, BrokerSettings(max_scheduled_size=max_size), schedule=schedule or MemorySchedule())
+    fired(broker.start())
+    return broker
+
+
+def test_scheduled_sends_past_max_scheduled_size_are_refused_and_room_comes_back() -> None:
+    """The defect: a client could schedule without bound (a year's delay each), filling the memory
+    (persistence memory) or the disk (SQLite) for everyone."""
+    clock = Clock()
+    one = job_size(scheduled("m0", schedule={DELAY: 1000}))
+    broker = bounded(clock, max_size=3 * one)
+    for i in range(3):
+        assert fired(broker.send(scheduled(f"m{i}", schedule={DELAY: 1000}))) is None
+    refused = fired(broker.send(scheduled("m3", schedule={DELAY: 1000})))
+    assert isinstance(refused, Failure) and refused.check(DestinationFull)
+    assert "max_scheduled_size" in refused.getErrorMessage() and "/queue/later" in refused.getErrorMessage()
+    assert broker.status()["scheduled"]["waiting"] == 3
+    sink = Sink()
+    subscribe(broker, sink, destination="/queue/later")
+    clock.advance(1.0)  # the three are delivered: their room comes back
+    assert sink.texts() == ["m0", "m1", "m2"]
+    assert fired(broker.send(scheduled("m4", schedule={DELAY: 1000}))) is None
+
+
+def test_a_commit_whose_scheduled_sends_pass_the_limit_sends_nothing() -> None:
+    clock = Clock()
+    one = job_size(scheduled("m0", schedule={DELAY: 1000}))
+    broker = bounded(clock, max_size=2 * one)
+    now = TextMessage(destination="/queue/now", message_id="ID:now", text="now", persistent=True)
+    refused = fired(broker.send_batch([now, *(scheduled(f"m{i}", schedule={DELAY: 1000}) for i in range(3))]))
+    assert isinstance(refused, Failure) and refused.check(DestinationFull)
+    assert "/queue/now" not in broker.queues or len(broker.queues["/queue/now"]) == 0
+    assert broker.status()["scheduled"]["waiting"] == 0
+
+
+def test_the_limit_counts_the_jobs_found_at_a_restart(tmp_path: Path) -> None:
+    path = str(tmp_path / "schedule.sqlite")
+    clock = Clock()
+    one = job_size(scheduled("m0", schedule={DELAY: 60_000}))
+    broker = bounded(clock, 2 * one, SqliteSchedule(path, clock, executor=inline_executor))
+    for i in range(2):
+        fired(broker.send(scheduled(f"m{i}", schedule={DELAY: 60_000})))
+    fired(broker.stop())
+    restarted = bounded(clock, 2 * one, SqliteSchedule(path, clock, executor=inline_executor))
+    refused = fired(restarted.send(scheduled("m2", schedule={DELAY: 60_000})))
+    assert isinstance(refused, Failure) and refused.check(DestinationFull)
+
+
+def test_the_schedule_file_keeps_min_free_of_the_disk(tmp_path: Path) -> None:
+    clock = Clock()
+    free = [10_000_000]
+    store = SqliteSchedule(str(tmp_path / "schedule.sqlite"), clock, executor=inline_executor,
+                           min_free=9_999_000, free_space=lambda _: free[0])
+    broker = bounded(clock, 0, store)
+    refused = fired(broker.send(scheduled("big" + "x" * 2000, schedule={DELAY: 1000})))
+    assert isinstance(refused, Failure) and refused.check(StoreError)
+    assert "min_free" in refused.getErrorMessage() and "schedule.sqlite" in refused.getErrorMessage()
+    assert broker.scheduler.size == 0 and broker.status()["scheduled"]["waiting"] == 0
+    free[0] = 100_000_000
+    assert fired(broker.send(scheduled("fits", schedule={DELAY: 1000}))) is None

@@ -171,6 +171,18 @@ def test_a_reload_applies_the_inactive_queue_timeout_to_the_next_sweep(tmp_path:
     assert gateway.broker.inactive.timeout == 0
 
 
+def test_a_reload_applies_max_scheduled_size_to_the_next_scheduled_send(tmp_path: Path, hashed: str) -> None:
+    text = AUTH.format(alice=hashed, bob=hashed, writer="alice")
+    gateway, path = gateway_from(tmp_path, text)
+    reloader = ConfigReloader(gateway, loader(path, tmp_path), gateway.reactor)
+    assert gateway.broker.scheduler.max_size == 1 << 30
+    path.write_text(text + '[broker]\nmax_scheduled_size = "64MB"\n')
+    outcome = reloader.reload()
+    assert outcome is not None
+    assert f"broker.max_scheduled_size = {64 << 20}" in outcome.applied and outcome.restart == []
+    assert gateway.broker.scheduler.max_size == 64 << 20
+
+
 def test_turning_authentication_off_or_other_auth_keys_need_a_restart(tmp_path: Path, hashed: str) -> None:
     gateway, path = gateway_from(tmp_path, AUTH.format(alice=hashed, bob=hashed, writer="alice"))
     reloader = ConfigReloader(gateway, loader(path, tmp_path), gateway.reactor)
