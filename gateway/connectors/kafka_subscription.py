@@ -336,6 +336,8 @@ class KafkaSubscription:
                         self.reactor.callFromThread(self._fail, done, failure)
                     if self.spec.strict_acks and getattr(exc, "code", None) in MEMBER_GONE:
                         self._member_gone = True
+                        if closing is not None:  # (a close taken in this turn fires once the consumer is closed)
+                            self._early.append(_Command("close", [], closing))
                         raise failure from exc
                 else:
                     for done in waiting:

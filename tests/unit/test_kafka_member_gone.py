@@ -31,6 +31,7 @@ class ExpelledConsumer:
         self.code = code
         self.calls: list[str] = []
         self.on_assign: Any = None
+        self.close_with_ack: Deferred[None] | None = None
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.on_assign = callbacks["on_assign"]
@@ -41,10 +42,12 @@ class ExpelledConsumer:
         if consumes == 1:
             self.on_assign(self, [TopicPartition("t", 0)])
             return [Record(0, offset) for offset in range(3)]
-        if consumes == 2:  # the client acknowledges what it got
+        if consumes == 2:  # the client acknowledges what it got (and closes at once, when told to)
             deliver: Any = self.sub.consumer.deliver
             tags = [call.args[1] for call in deliver.call_args_list]
             self.sub._commands.put(_Command("ack", tags, self.sub.acked))  # type: ignore[attr-defined]
+            if self.close_with_ack is not None:
+                self.sub._commands.put(_Command("close", [], self.close_with_ack))
         if consumes == 20:
             self.sub._commands.put(_Command("close", [], Deferred()))
         return []
@@ -63,7 +66,8 @@ class ExpelledConsumer:
         self.calls.append("close")
 
 
-def run(strict_acks: bool, code: int | None) -> tuple[ExpelledConsumer, list[Any], KafkaSubscription]:
+def run(strict_acks: bool, code: int | None,
+        close_with_ack: Deferred[None] | None = None) -> tuple[ExpelledConsumer, list[Any], KafkaSubscription]:
     spec = SubscriptionSpec(destination="/queue/t", ack_mode="client-individual", prefetch=10,
                             strict_acks=strict_acks)
     reactor = Mock()
@@ -71,6 +75,7 @@ def run(strict_acks: bool, code: int | None) -> tuple[ExpelledConsumer, list[Any
     sub = KafkaSubscription(reactor, spec, Mock(), topic="t", group="g", consumer_factory=None,
                             text_records=True, poll_timeout=0.0)
     fake = ExpelledConsumer(sub, code)
+    fake.close_with_ack = close_with_ack
     sub._consumer_factory = lambda: fake
     acked: Deferred[None] = Deferred()
     failures: list[Any] = []
@@ -87,6 +92,16 @@ def test_a_bridge_subscription_whose_member_is_gone_stops_polling_and_closes_at_
     assert fake.calls[failed_at + 1:] == ["close"], f"went on after its member was gone: {fake.calls}"
     failed: Any = sub.consumer.subscription_failed
     assert failed.call_count == 1, "the bridge hears the subscription ended"
+
+
+def test_a_close_taken_with_the_failing_acknowledgement_still_fires() -> None:
+    """The bridge stops (close) in the same turn as the acknowledgement whose commit finds the member gone:
+    its close must fire, or the bridge's stop would wait for ever."""
+    closed: Deferred[None] = Deferred()
+    fake, failures, _ = run(strict_acks=True, code=UNKNOWN_MEMBER_ID, close_with_ack=closed)
+    assert len(failures) == 1
+    assert closed.called, "the close taken with the failed commit never fired"
+    assert fake.calls[-1] == "close"
 
 
 @pytest.mark.parametrize(("strict_acks", "code"), [(False, UNKNOWN_MEMBER_ID), (True, None)])
