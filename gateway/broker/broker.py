@@ -30,6 +30,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.broker.admission import Admission
@@ -432,14 +433,23 @@ class EmbeddedBroker:
             return succeed(None) if sent is None else sent
         later = [message for message in messages if is_scheduled(message)]
         if later:
+            scheduler = self.scheduler
             try:
-                self.scheduler.admit(later)  # (past max_scheduled_size: nothing of the batch is sent)
+                reserved = scheduler.reserve(later)  # (past max_scheduled_size: nothing of the batch is sent)
             except GatewayError as error:
                 return fail(error)
             now = [message for message in messages if not is_scheduled(message)]
             sent = self.send_batch(now, False) if now else succeed(None)
-            return sent.addCallback(lambda _: gather([self.scheduler.schedule(m) for m in later])).addCallback(
-                lambda _: None)
+
+            def unsent(failure: Failure) -> Failure:
+                scheduler.release(reserved)
+                return failure
+
+            def jobs(_: object) -> Deferred[Any]:
+                return gather([scheduler.schedule(m, reserved=True) for m in later])
+
+            done: Deferred[Any] = sent.addErrback(unsent).addCallback(jobs)
+            return done.addCallback(lambda _: None)
         try:
             parts = [part for message in messages for part in expand(message)]
             made = self.destinations.admit_batch(parts)  # (all or none: a refused batch makes no queue)

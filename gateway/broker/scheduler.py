@@ -392,18 +392,22 @@ class Scheduler:
 
         return self.store.open().addCallback(opened)
 
-    def schedule(self, message: Message) -> Deferred[None]:
-        """Record ``message`` as a job; fires once it is kept (MessageRefused for a bad schedule)."""
+    def schedule(self, message: Message, *, reserved: bool = False) -> Deferred[None]:
+        """Record ``message`` as a job; fires once it is kept (MessageRefused for a bad schedule,
+        DestinationFull past :attr:`max_size`).  ``reserved``: its room was taken by :meth:`reserve`."""
+        size = job_size(message)
         try:
             job = job_of(message, self.now_ms())
         except MessageRefused as error:
+            if reserved:
+                self.size -= size
             return fail(error)
-        size = job_size(message)
-        try:
-            self._admit(message.destination, size)
-        except DestinationFull as error:
-            return fail(error)
-        self.size += size  # (counted at once: SENDs pipelined while the first is written are judged with it)
+        if not reserved:
+            try:
+                self._admit(message.destination, size)
+            except DestinationFull as error:
+                return fail(error)
+            self.size += size  # (counted at once: SENDs pipelined while the first is written are judged with it)
 
         def unkept(failure: Failure) -> Failure:
             self.size -= size
@@ -418,11 +422,20 @@ class Scheduler:
 
         return self.store.add([job]).addCallbacks(kept, unkept)
 
-    def admit(self, messages: list[Message]) -> None:
-        """Nothing when ``messages`` (a COMMIT's scheduled SENDs) fit under :attr:`max_size` together; else
-        :class:`DestinationFull` before anything of the batch is sent."""
-        if self.max_size and messages:
-            self._admit(messages[0].destination, sum(map(job_size, messages)))
+    def reserve(self, messages: list[Message]) -> int:
+        """Take the room of ``messages`` (a COMMIT's scheduled SENDs) together, before anything of the batch
+        is sent, so that no SEND of another connection takes it meanwhile; :class:`DestinationFull` when they
+        do not fit.  Each is then scheduled with ``reserved=True``; :meth:`release` gives the room back when
+        the batch fails before.  Returns the bytes taken."""
+        size = sum(map(job_size, messages))
+        if messages:
+            self._admit(messages[0].destination, size)
+        self.size += size
+        return size
+
+    def release(self, size: int) -> None:
+        """Give back the room :meth:`reserve` took for a batch that failed before its jobs were scheduled."""
+        self.size = max(0, self.size - size)
 
     def _admit(self, destination: str, size: int) -> None:
         if self.max_size and self.size + size > self.max_size:
