@@ -590,12 +590,15 @@ def test_a_fail_destination_filled_by_two_pipelines_stores_exactly_what_was_rece
 
 @pytest.mark.parametrize("received", [100, 1500])
 def test_auto_ack_window_after_a_kill_with_no_later_frame(tmp_path: Path, received: int) -> None:
-    """3,000 stored messages; an auto-ack subscriber; SIGKILL once it has ``received`` MESSAGEs, no receipted frame
-    after them.  Their removals are not waited for (docs/persistence.md), so the ones not yet committed at the kill
-    come back (``redelivered`` unset): counted, not bounded here.  Measured on this machine: from 0 to all 2,656
-    received (the gateway writes an auto-ack backlog to the socket faster than one group commit), so the window is
-    one group commit *of time*, not a number of messages.  Kept: nothing is lost, nothing recovered twice, and what
-    comes back is exactly the last ones received (removals commit in the order they were issued)."""
+    """3,000 stored messages; an auto-ack subscriber; SIGKILL once it has ``received`` MESSAGEs, no receipted
+    frame after them. Their removals are not waited for (docs/persistence.md), so the ones not yet committed at
+    the kill come back (``redelivered`` unset): counted, not bounded here; those whose removals were committed
+    while their MESSAGEs sat in the gateway's write buffer at the kill are lost (at most once, as
+    docs/persistence.md says). Measured on this machine: from 0 to all 2,656 received (the gateway writes an
+    auto-ack backlog to the socket faster than one group commit), so the window is one group commit *of time*,
+    not a number of messages. Kept: nothing recovered twice, what comes back is exactly the last ones received
+    (removals commit in the order they were issued), and what is lost is only the run that was on its way to the
+    consumer."""
     gateway = GatewayProcess(tmp_path / "gw").start()
     queue = QUEUES[0]
     with stopped_after(gateway):
@@ -621,6 +624,13 @@ def test_auto_ack_window_after_a_kill_with_no_later_frame(tmp_path: Path, receiv
         assert len(recovered) == len(set(recovered)), "a message recovered twice"
         assert len(got) == len(set(got)), "a message received twice before the restart"
         assert back == got[len(got) - len(back):], "what came back is not the last received: a removal skipped"
-        lost = [s.body for s in prefill if s.body not in set(got) | set(recovered)]
-        assert not lost, f"{len(lost)} stored messages neither received nor recovered: {lost[:5]}"
+        order = [s.body for s in prefill]
+        lost = [body for body in order if body not in set(got) | set(recovered)]
+        if lost:  # (at most once, docs/persistence.md: removals committed while their MESSAGEs sat in the
+            # gateway's write buffer at the kill; seen in CI at load, 171 after 1,662 received. They can only be
+            # the run right after the last message received, before the first that came back)
+            first = order.index(lost[0])
+            assert lost == order[first:first + len(lost)], f"lost messages are not one run: {lost[:5]}"
+            assert first == (order.index(got[-1]) + 1 if got else 0), f"lost {lost[:3]} but {got[-1:]} received last"
+            assert not recovered or order.index(recovered[0]) == first + len(lost), "lost messages after recovered ones"
 
