@@ -362,19 +362,26 @@ def test_the_schedule_file_keeps_min_free_of_the_disk(tmp_path: Path) -> None:
     assert fired(broker.send(scheduled("fits", schedule={DELAY: 1000}))) is None
 
 
+def commit_being_stored() -> tuple[EmbeddedBroker, Any, Deferred[None]]:
+    """A broker with room for two scheduled SENDs and a store whose writes wait for the test, and a COMMIT of a
+    plain persistent SEND and two scheduled ones whose plain SEND is being stored."""
+    from tests.unit.test_broker_collection import SlowStore
+
+    clock = Clock()
+    store: Any = SlowStore()
+    room = 2 * job_size(scheduled("m0", schedule={DELAY: 1000}))
+    broker = EmbeddedBroker(clock, BrokerSettings(max_scheduled_size=room), store=store, schedule=MemorySchedule())
+    fired(broker.start())
+    now = TextMessage(destination="/queue/now", message_id="ID:now", text="now", persistent=True)
+    commit = broker.send_batch([now, scheduled("m0", schedule={DELAY: 1000}), scheduled("m1", schedule={DELAY: 1000})])
+    return broker, store, commit
+
+
 def test_a_commit_keeps_the_room_of_its_scheduled_sends_while_its_other_sends_are_stored() -> None:
     """A COMMIT with plain persistent SENDs and scheduled ones: the plain ones are stored first.  Another
     connection's scheduled SEND arriving meanwhile must not take the room the COMMIT was judged to fit in,
     or the COMMIT would fail after its plain SENDs were applied."""
-    from tests.unit.test_broker_collection import SlowStore
-
-    clock = Clock()
-    one = job_size(scheduled("m0", schedule={DELAY: 1000}))
-    store: Any = SlowStore()
-    broker = EmbeddedBroker(clock, BrokerSettings(max_scheduled_size=2 * one), store=store, schedule=MemorySchedule())
-    fired(broker.start())
-    now = TextMessage(destination="/queue/now", message_id="ID:now", text="now", persistent=True)
-    commit = broker.send_batch([now, scheduled("m0", schedule={DELAY: 1000}), scheduled("m1", schedule={DELAY: 1000})])
+    broker, store, commit = commit_being_stored()
     assert not commit.called and store.writes, "the plain SEND is being stored"
     other = fired(broker.send(scheduled("m2", schedule={DELAY: 1000})))
     assert isinstance(other, Failure) and other.check(DestinationFull), "the COMMIT's room was taken"
@@ -384,15 +391,7 @@ def test_a_commit_keeps_the_room_of_its_scheduled_sends_while_its_other_sends_ar
 
 
 def test_a_commit_whose_plain_sends_fail_gives_its_scheduled_room_back() -> None:
-    from tests.unit.test_broker_collection import SlowStore
-
-    clock = Clock()
-    one = job_size(scheduled("m0", schedule={DELAY: 1000}))
-    store: Any = SlowStore()
-    broker = EmbeddedBroker(clock, BrokerSettings(max_scheduled_size=2 * one), store=store, schedule=MemorySchedule())
-    fired(broker.start())
-    now = TextMessage(destination="/queue/now", message_id="ID:now", text="now", persistent=True)
-    commit = broker.send_batch([now, scheduled("m0", schedule={DELAY: 1000}), scheduled("m1", schedule={DELAY: 1000})])
+    broker, store, commit = commit_being_stored()
     store.writes[0].errback(StoreError("disk full"))
     assert isinstance(fired(commit), Failure)
     assert broker.scheduler.size == 0 and broker.status()["scheduled"]["waiting"] == 0
