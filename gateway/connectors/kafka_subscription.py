@@ -592,7 +592,9 @@ class KafkaSubscription:
                           "deliveries resumed on {resumed}, the others come again as redeliveries",
                           group=self.group, again=again, topic=self.topic, resumed=resumed)
         else:
-            self.log.debug("kafka group {group} assigned {partitions}", group=self.group, partitions=partitions)
+            self.log.debug("kafka group {group}: subscription {member} assigned partitions {partitions} of {topic} "
+                           "at committed offsets {starts}", group=self.group, member=f"{id(self):x}",
+                           partitions=sorted(tp.partition for tp in partitions), topic=self.topic, starts=starts)
         self.reactor.callFromThread(self._assigned_first)
 
     def _flag_to_end(self, kafka_consumer: Any, partition: int) -> None:
@@ -668,6 +670,10 @@ class KafkaSubscription:
     def _on_lost(self, kafka_consumer: Any, partitions: list[Any]) -> None:
         """Partitions revoked or lost: their deliveries stay with the client (see OffsetTracker)."""
         gone = {tp.partition for tp in partitions}
+        self.log.debug("kafka group {group}: subscription {member} gave up partitions {gone} of {topic} (committed "
+                       "{committed}, {unacked} deliveries unacknowledged)", group=self.group, member=f"{id(self):x}",
+                       gone=sorted(gone), topic=self.topic, unacked=self._tracker.unacked,
+                       committed={p: state.committed for p, state in self._tracker.partitions.items() if p in gone})
         self._to_end -= gone
         for partition in gone:
             self._tracker.revoke(partition)

@@ -187,10 +187,16 @@ target = {{ connector = "embedded", destination = "{target}" }}
         # the overview follows traffic as it happens: the rate card and the chart's newest sample
         console.open("overview")
         points = int(console.find("#rate-chart").get_attribute("data-points") or 0)
-        for index in range(40):
-            sender.send(orders, f"burst {index}")
-            time.sleep(0.05)
-        console.wait(lambda: float(console.text('[data-field="rate-in"]')) > 0, 10, "a rate in above 0 on the page")
+        # the card shows the last 2 s sample and the page refreshes every 2 s: a burst that ended may
+        # have been sampled and replaced by a zero before a refresh came under load, so traffic goes on
+        # until the page shows it
+        deadline, index = time.monotonic() + 30, 0
+        while float(console.text('[data-field="rate-in"]')) <= 0:
+            assert time.monotonic() < deadline, "no rate in above 0 on the page within 30 s of steady SENDs"
+            for _ in range(5):
+                sender.send(orders, f"burst {index}")
+                index += 1
+                time.sleep(0.05)
         assert int(console.find("#rate-chart").get_attribute("data-points") or 0) > points
         assert max(sample[1] for sample in api(admin, "overview")[1]["history"]["samples"]) > 0
         for frame in held:

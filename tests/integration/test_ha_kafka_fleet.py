@@ -31,9 +31,11 @@ import stomp
 from tests.support.gateway import GatewayProcess
 from tests.support.kafka import (
     BOOTSTRAP_ENV,
+    committed_offsets,
     create_topics,
     group_settings,
     kafka_bootstrap,
+    read_records,
     unique_topic,
 )
 from tests.support.waiting import wait_until
@@ -186,11 +188,32 @@ class Consumer:
         member.connection.disconnect()
 
 
+def kafka_lines(log: str) -> str:
+    """The lines of a gateway's log about its Kafka group members, sends and STOMP connections."""
+    return "\n".join(line for line in log.splitlines()
+                     if any(word in line for word in ("kafka", "Kafka", "STOMP", "duplicate", "warn", "error")))
+
+
+def where_in_kafka(bootstrap: str, topic: str, missing: set[str], sent: int) -> str:
+    """Where the missing bodies are in the topic (partition, offset), and the group's committed offsets:
+    what a failure needs to tell a record never stored from one stored and skipped."""
+    records = read_records(bootstrap, topic, sent, timeout=15, settle=1.0)
+    found = {record.value().decode(): (record.partition(), record.offset(), record.timestamp(), record.headers())
+             for record in records if record.value() is not None and record.value().decode() in missing}
+    ends: dict[int, int] = collections.defaultdict(lambda: -1)
+    for record in records:
+        ends[record.partition()] = max(ends[record.partition()], record.offset())
+    committed = committed_offsets(bootstrap, f"jmsgateway.queue.{topic}", topic, PARTITIONS)
+    return (f"in the topic ({len(records)} records): {found}; last offsets {dict(ends)}; "
+            f"the group's committed offsets {committed}")
+
+
 def test_a_fleet_of_two_loses_nothing_receipted_when_one_gets_sigkill(tmp_path: Path, kafka_bootstrap: str) -> None:
     topic = unique_topic("fleet")
     create_topics(kafka_bootstrap, topic, partitions=PARTITIONS)
     queue = f"/queue/kafka.{topic}"
-    a, b = (GatewayProcess(tmp_path / name, fleet_config(kafka_bootstrap)).start() for name in "ab")
+    a, b = (GatewayProcess(tmp_path / name, fleet_config(kafka_bootstrap), args=["--log-level", "debug"]).start()
+            for name in "ab")
     ledger = Ledger()
     consumers = [Consumer("ca", [a.address, b.address], queue, ledger),
                  Consumer("cb", [b.address, a.address], queue, ledger)]
@@ -226,7 +249,8 @@ def test_a_fleet_of_two_loses_nothing_receipted_when_one_gets_sigkill(tmp_path: 
             raise AssertionError(
                 f"{len(missing)} receipted messages never acknowledged: {sorted(missing)[:20]}; held by A: "
                 f"{sorted(missing & held)[:20]}; delivered at some time: {sorted(missing & delivered)[:20]}; "
-                f"B's log: {b.log()[-3000:]}") from None
+                f"{where_in_kafka(kafka_bootstrap, topic, missing, len(ledger.sent))}; "
+                f"A's log: {kafka_lines(a.log())[-6000:]}; B's log: {kafka_lines(b.log())[-12000:]}") from None
         ledger.done.set()
         for thread in threads:
             thread.join(30)
