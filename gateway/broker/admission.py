@@ -9,6 +9,8 @@ behind) and the once-per-episode "full" log lines.
 
 from __future__ import annotations
 
+from weakref import WeakValueDictionary
+
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
@@ -47,8 +49,11 @@ class Admission:
         self.memory = MemoryUsage(default_memory_limit() if limit is None else limit)  # (0: no limit)
         self.memory.on_release = self.room_made
         self.policies = DestinationPolicies(settings.destinations)
-        self.congestions: dict[str, Congestion] = {}
-        """Senders of each BLOCK destination (asked for by the sessions)."""
+        self.congestions: WeakValueDictionary[str, Congestion] = WeakValueDictionary()
+        """Senders of each BLOCK destination, while anyone holds them (the destination map's cache of
+        resolved names, a session waiting): a SEND to an invented name under a BLOCK policy leaves
+        nothing behind.  Whether one is held follows the names (:attr:`blocked`, :attr:`store_held`),
+        so one made again for a name comes paused when it must."""
         self.blocked: set[str] = set()
         """BLOCK destinations whose senders are held until room is made."""
         self._full: set[str] = set()
@@ -155,13 +160,13 @@ class Admission:
         congestion = self.congestions.get(destination)
         if congestion is None:
             congestion = self.congestions[destination] = Congestion(f"embedded broker destination {destination}")
-            if self.store_held:
+            if self.store_held or destination in self.blocked:
                 congestion.pauseProducing()
         return congestion
 
     def _block(self, destination: str) -> None:
-        self.congestion_for(destination).pauseProducing()
         self.blocked.add(destination)
+        self.congestion_for(destination).pauseProducing()
         self.memory.waiting = True
 
     def room_made(self) -> None:

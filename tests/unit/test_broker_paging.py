@@ -409,6 +409,30 @@ def test_block_holds_the_senders_until_consumers_make_room() -> None:
     assert sink.texts() == bodies(4)
 
 
+def test_block_destinations_leave_no_flow_control_behind() -> None:
+    """A SEND to each of 20,000 invented names under a BLOCK policy: the senders' flow control of a
+    name lasts while someone holds it (the destination map's cache, a waiting session), not for ever;
+    one made again for a name still blocked comes paused."""
+    broker = limited("BLOCK")
+    kept = broker.congestion_for("/queue/limited.kept")
+    for n in range(20_000):
+        assert broker.congestion_for(f"/queue/limited.invented-{n}") is not None
+    assert len(broker.admission.congestions) <= 1
+    assert broker.congestion_for("/queue/limited.kept") is kept  # (held: the same one)
+    for body in bodies(4):
+        broker.send(text("/queue/limited.full", body, persistent=False))
+    assert "/queue/limited.full" in broker.admission.blocked
+    broker.admission.blocked.add("/queue/limited.other")  # (blocked while nobody held its flow control)
+    made = broker.congestion_for("/queue/limited.other")
+    assert made is not None and made.congested
+    again = broker.congestion_for("/queue/limited.full")
+    assert again is not None and again.congested
+    released: list[bool] = []
+    again.when_ready(lambda: released.append(True))
+    broker.subscribe(SubscriptionSpec("/queue/limited.full", ack_mode="auto"), Sink())
+    assert released and not again.congested
+
+
 def test_block_on_the_global_limit() -> None:
     broker = limited("BLOCK", memory_limit=2 * LIMITED)
     for body in bodies(3):
