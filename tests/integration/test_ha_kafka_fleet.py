@@ -108,7 +108,12 @@ class Member(stomp.ConnectionListener):
         self.lost.clear()
         with self.lock:
             self.messages.clear()  # (their acks would name a dead connection's deliveries)
-        self.connection.connect(wait=True)  # the next address that accepts
+        try:
+            self.connection.connect(wait=True)  # the next address that accepts
+        except stomp.exception.ConnectFailedException:
+            self.lost.set()  # (a loaded host: the caller tries again rather than its thread ending)
+            time.sleep(0.2)
+            return False
         return True
 
 
