@@ -103,12 +103,12 @@ class IdempotentSends:
         at = self._window.get(key)
         return at is not None and at > self._now() - self.seconds * 1000
 
-    def recover(self, stored: Iterable[SendId]) -> None:
-        """Remember the ids a store read back at start-up (oldest first)."""
+    def recover(self, stored: Iterable[SendId], *, quiet: bool = False) -> None:
+        """Remember the ids a store read back at start-up (oldest first); ``quiet``: the caller logs."""
         for key, at in stored:
             self._remember(key, at)
         self._trim(self._now())
-        if self._window:
+        if self._window and not quiet:
             self.log.info("embedded broker recovered {count} idempotency keys (x-dedup-id)", count=len(self._window))
 
     def _remember(self, key: str, at: int) -> None:

@@ -103,7 +103,7 @@ class TopicSendIds:
         self._topics[topic] = loaded
 
         def read(keys: list[SendId]) -> None:
-            self.window.recover(keys)
+            self.window.recover(keys, quiet=True)  # (not the embedded broker's: this line says whose)
             self.log.info("kafka idempotency window: {count} keys (x-dedup-id) read back from the tail of topic "
                           "{topic}", count=len(keys), topic=topic)
 

@@ -7,9 +7,11 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
+from twisted.logger import formatEvent, globalLogPublisher
 
 from gateway.connectors.kafka_dedup import TopicSendIds, key_of_record
 from gateway.message.model import TextMessage
+from tests.support.log_events import observer
 
 
 def message(sent_id: str | None, destination: str = "/queue/kafka.t", header: str = "x-dedup-id") -> TextMessage:
@@ -75,10 +77,18 @@ def test_the_originals_are_sent_and_only_the_fresh_ones() -> None:
 def test_the_tail_is_read_once_per_topic_before_the_first_send() -> None:
     ids, read = window({"t": [("kafka:t\nold", 999_000)]})
     sends = Sends()
-    ids.send([("t", message("old"))], sends)
-    ids.send([("t", message("new"))], sends)
+    events: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(observer(events.append))
+    try:
+        ids.send([("t", message("old"))], sends)
+        ids.send([("t", message("new"))], sends)
+    finally:
+        globalLogPublisher.removeObserver(observer(events.append))
     assert read == ["t"]
     assert [len(b) for b in sends.batches] == [1]  # "old" was in the tail
+    said = [formatEvent(event) for event in events]
+    assert any("1 keys (x-dedup-id) read back from the tail of topic t" in line for line in said), said
+    assert not any("embedded broker" in line for line in said), said  # (the Kafka window, not the broker's)
 
 
 def test_a_send_waits_for_the_tail_being_read() -> None:
