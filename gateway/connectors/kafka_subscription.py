@@ -225,20 +225,25 @@ class KafkaSubscription:
         if self._closed:
             return
         taken: list[DeliveryTag] = []
+        refused: list[DeliveryTag] = []
         for message, tag in batch:
             try:
                 accepted = self.consumer.deliver(message, tag)
             except Exception:
                 self.log.failure("consumer of {topic} failed on delivery {tag}", topic=self.topic, tag=tag)
                 accepted = False
-            if accepted is not False:
-                taken.append(tag)
-        if self.spec.ack_mode == "auto" and taken:
-            # a refused delivery (the connection closing) stays unacknowledged: the group
-            # delivers it again, instead of committing a record nobody received
-            with self._accept_lock:  # no Deferred: auto acks are committed on the next commit tick
-                if self._accepting:
-                    self._commands.put(_Command("ack", taken))
+            (refused if accepted is False else taken).append(tag)
+        with self._accept_lock:
+            if not self._accepting:
+                return
+            if self.spec.ack_mode == "auto" and taken:
+                # no Deferred: auto acks are committed on the next commit tick
+                self._commands.put(_Command("ack", taken))
+            if refused:
+                # a refused delivery (the connection closing, or its transport full while the SUBSCRIBE
+                # is answered) is neither acknowledged nor left outstanding: the partition is sought
+                # back to it and it comes again (with what followed it: at least once)
+                self._commands.put(_Command("nack", refused))
 
     def _fire(self, done: Deferred[Any] | None, result: Any) -> None:
         if done is not None and not done.called:
