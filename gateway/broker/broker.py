@@ -57,6 +57,7 @@ from gateway.broker.store.memory_store import MemoryStore
 from gateway.broker.store.snapshot import (
     DurableRecord,
     Snapshot,
+    configured_key,
     durable_key,
 )
 from gateway.broker.stored_sends import StoredSends, arrive
@@ -746,22 +747,40 @@ class EmbeddedBroker:
         waiting.append(done)
         return done
 
+    def configure_queue(self, destination: str) -> Deferred[None]:
+        """The console made the queue ``destination`` or named it (it exists): from now on it is configured,
+        never collected when inactive (:mod:`gateway.broker.collection`), and recorded in the store
+        (:data:`~gateway.broker.store.snapshot.CONFIGURED_PREFIX`, among the durable records as a virtual
+        topic's consumer queue is) so that it exists after a restart or a standby's takeover, empty or not,
+        until the console deletes it (:meth:`forget_queue`).  Fires once the record is stored, and a consumer
+        queue's record being stored with it: the console answers then (kill -9 after the answer keeps it).
+        The record is written at each call (a create naming a recorded queue rewrites the same row)."""
+        self.destinations.configured.add(destination)
+        stored: Deferred[None] = self.store.add_durable(configured_key(destination), destination, None, None)
+        return gather([stored, self.recorded(destination)]).addCallback(lambda _: None)
+
     def _unmake(self, made: list[str]) -> None:
         """The queues a refused batch made (``made``) go again while nothing uses them (no message, no
-        consumer): a refused COMMIT or composite SEND applies nothing, and its queues would have been held
-        by its login."""
+        consumer, not configured meanwhile by the console): a refused COMMIT or composite SEND applies
+        nothing, and its queues would have been held by its login."""
+        configured = self.destinations.configured
         for destination in made:
             queue = self.queues.get(destination)
-            if queue is not None and not queue.consumers and not len(queue):
+            if queue is not None and not queue.consumers and not len(queue) and destination not in configured:
                 self.destinations.remove_queue(destination)
                 self.forget_queue(destination)
 
-    def forget_queue(self, destination: str) -> Deferred[None]:
-        """A deleted queue stops being a virtual topic's consumer queue (in the store too)."""
+    def forget_queue(self, destination: str, configured: bool = False) -> Deferred[None]:
+        """A deleted queue stops being a virtual topic's consumer queue and, with ``configured`` (the console
+        deletes it), a configured queue: their records leave the store; fires once they have."""
+        removals: list[Deferred[None]] = []
         if self.virtual.remove(destination):
-            removed: Deferred[None] = self.store.remove_durable(record_key(destination))
-            return removed
-        return succeed(None)
+            removals.append(self.store.remove_durable(record_key(destination)))
+        if configured:
+            removals.append(self.store.remove_durable(configured_key(destination)))
+        if not removals:
+            return succeed(None)
+        return gather(removals).addCallback(lambda _: None)
 
     def _stored(self, queue: MessageQueue) -> bool:
         """Whether persistent messages of ``queue`` go to the store: queues and

@@ -97,25 +97,38 @@ class QueueOperations:
 
     def create_queue(self, destination: str) -> Deferred[bool]:
         """Make the queue ``destination`` (``/queue/name``) if the broker has none; fires with whether it
-        was made.  Like a queue a SEND or SUBSCRIBE makes, an empty one is not remembered across a restart,
-        save a virtual topic's consumer queue: its record is stored first (as for its first SUBSCRIBE).  A queue
-        the console creates (or names, existing) is configured: never collected when inactive
-        (:mod:`gateway.broker.collection`)."""
+        was made, once its record is stored.  A queue the console creates (or names, existing) is configured
+        (:meth:`EmbeddedBroker.configure_queue`): never collected when inactive
+        (:mod:`gateway.broker.collection`), and recorded in the store, so that it exists, empty or not,
+        after a restart or a standby's takeover until the console deletes it (with the memory store
+        nothing survives a restart)."""
         if not destination.startswith("/queue/") or len(destination) == len("/queue/") \
                 or any(c.isspace() or not c.isprintable() for c in destination):
             raise ValueError(f"{destination!r} is not a queue name such as /queue/orders")
         destinations = self.broker.destinations
-        if destination in destinations.queues:
-            destinations.configured.add(destination)  # (the operator wants it: never collected when inactive)
-            return succeed(False)
-        destinations.create_queue(destination, None)  # (LimitReached past max_destinations)
-        destinations.configured.add(destination)  # (configured: never collected when inactive)
-        return self.broker.recorded(destination).addCallback(lambda _: True)
+        made = destination not in destinations.queues
+        configured = destination in destinations.configured
+        if made:
+            destinations.create_queue(destination, None)  # (LimitReached past max_destinations)
+
+        def unrecorded(failure: Failure) -> Failure:
+            """The store refused the record (it is full, or closed: a standby before its takeover): the create
+            leaves nothing behind (the queue it made, empty, goes again), and the answer is the failure."""
+            if not configured:
+                destinations.configured.discard(destination)
+            queue = destinations.queues.get(destination)
+            if made and queue is not None and not queue.consumers and not len(queue):
+                destinations.remove_queue(destination)
+                self.broker.virtual.remove(destination)  # (its record, if any, was refused too)
+            return failure
+
+        return self.broker.configure_queue(destination).addCallbacks(lambda _: made, unrecorded)
 
     def delete_queue(self, destination: str) -> Deferred[int]:
-        """Delete the queue ``destination`` with its pending messages (from the store too); fires with how
-        many were dropped.  Refused (:class:`DestinationError`) while consumers are attached: their
-        in-flight messages would have nowhere to go back to."""
+        """Delete the queue ``destination`` with its pending messages and its record (from the store too: a
+        configured or consumer queue does not come back at the next start); fires with how many were dropped.
+        Refused (:class:`DestinationError`) while consumers are attached: their in-flight messages would have
+        nowhere to go back to."""
         queue = self.queue(destination)
         if queue.consumers:
             raise DestinationError(f"{destination} has {len(queue.consumers)} consumer(s): it is deleted only "
@@ -123,7 +136,7 @@ class QueueOperations:
         dropped = queue.remove_pending(None)
         self.broker.destinations.remove_queue(destination)
         queue.discard()  # (detached: a send still waiting for the store shows nothing in it)
-        forgotten = self.broker.forget_queue(destination)
+        forgotten = self.broker.forget_queue(destination, configured=True)  # (its record too, if configured)
         return self._forget(queue, dropped).addCallback(lambda _: forgotten).addCallback(lambda _: len(dropped))
 
     def _forget(self, queue: MessageQueue, messages: list[Message]) -> Deferred[None]:

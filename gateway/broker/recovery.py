@@ -1,10 +1,12 @@
 """Recovery of the embedded broker: its queues and durable subscriptions rebuilt from the
 store's :class:`Snapshot` at start.
 
-Owns the order of a recovery: durable subscriptions and virtual topics' consumer queues first,
-then the messages (or, with lazy recovery, each backlog's count and a reader of the rest), and
-the stored messages whose redelivery count passed ``max_redeliveries`` (a delivery was under way
-at the crash) sent to their dead-letter queue as a NACK would have.
+Owns the order of a recovery: durable subscriptions, virtual topics' consumer queues and the queues
+the console created (configured: they exist without messages and are never collected) first, then
+the messages (or, with lazy recovery, each backlog's count and a reader of the rest), and the stored
+messages whose redelivery count passed ``max_redeliveries`` (a delivery was under way at the crash)
+sent to their dead-letter queue as a NACK would have; a warning when what it finds holds more
+destinations than ``max_destinations`` allows (all are kept).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from gateway.broker.metrics import BrokerMetrics
 from gateway.broker.paging.page_file import StoredTail
 from gateway.broker.queue import MessageQueue
 from gateway.broker.settings import BrokerSettings
-from gateway.broker.store.snapshot import DURABLE_PREFIX, BacklogRow, Snapshot, StoredBacklog
+from gateway.broker.store.snapshot import DURABLE_PREFIX, BacklogRow, Snapshot, StoredBacklog, configured_queue_of
 from gateway.broker.store.sqlite_records import decode_message
 from gateway.broker.virtual_topics import queue_of_record
 from gateway.deferreds import gather
@@ -52,14 +54,24 @@ class Recovery:
         to the dead-letter queue, as it would have on a NACK.
         """
         destinations = self.destinations
+        configured: list[str] = []
+        consumer_queues = 0
         for record in snapshot.durables:
             consumer_queue = queue_of_record(record.key)
             if consumer_queue is not None:  # (a virtual topic's consumer queue: it exists without messages)
+                consumer_queues += 1
                 destinations.virtual.add(consumer_queue)
                 destinations.queue(consumer_queue, record.owner)  # (held by its maker again: gateway/broker/quota.py)
                 continue
+            configured_queue = configured_queue_of(record.key)
+            if configured_queue is not None:  # (made after the rest: a consumer queue keeps its maker's login)
+                configured.append(configured_queue)
+                continue
             destinations.make_durable(record.key, record.destination, record.selector, record.owner)
             destinations.durable_owners[record.key] = record.owner
+        for name in configured:  # (the console's queues: they exist without messages, never collected)
+            destinations.queue(name)  # (counted against max_destinations, as before the restart, never refused)
+            destinations.configured.add(name)
         limit = self.settings.max_redeliveries
         moves: list[Deferred[None]] = []
         for key, message in snapshot.messages:
@@ -79,14 +91,32 @@ class Recovery:
         if backlog is not None:
             self._attach_backlogs(snapshot.backlogs, backlog)
             moves.extend(self._dead_letter_backlogs(snapshot.redelivered))
+        self._over_the_limit(len(configured), consumer_queues)
         paged = sum(queue.paged for _, queue in destinations.backlogs())
         self.log.info(
             "embedded broker recovered {messages} messages ({paged} left in the store until consumers reach them), "
-            "{durables} durable subscriptions, purged {expired}",
+            "{durables} durable subscriptions, {configured} queues the console created, purged {expired}",
             messages=len(snapshot.messages) + snapshot.stored, paged=paged, durables=len(destinations.durables),
-            expired=snapshot.expired,
+            configured=len(configured), expired=snapshot.expired,
         )
         return gather(moves)
+
+    def _over_the_limit(self, configured: int, consumer_queues: int) -> None:
+        """A warning when the start finds more destinations than ``max_destinations`` allows (it was lowered
+        since they were made, or their records came with a standby's takeover or a restore): all are kept
+        (``configured`` queues the console created and ``consumer_queues`` virtual topics' consumer queues
+        among them, counted as they were before the restart), never refused at start, and creations are
+        refused until fewer exist."""
+        quota = self.destinations.quota
+        limit = quota.max_destinations
+        if limit and quota.count > limit:
+            self.log.warn(
+                "the message store holds {count} destinations ({configured} queues the console created, {consumer} "
+                "virtual topics' consumer queues, {durables} durable subscriptions, the rest queues with stored "
+                "messages), more than [broker] max_destinations = {limit} allows: all are kept, and no destination "
+                "is created until fewer than {limit} exist (delete queues in the console, or raise max_destinations)",
+                count=quota.count, configured=configured, consumer=consumer_queues,
+                durables=len(self.destinations.durables), limit=limit)
 
     def _attach_backlogs(self, backlogs: dict[str, tuple[int, int]], backlog: StoredBacklog) -> None:
         """Lazy recovery: each queue learns how many stored messages it has and reads them

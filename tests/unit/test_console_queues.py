@@ -11,9 +11,12 @@ from gateway.message.model import TextMessage
 from tests.unit.test_broker import Sink
 from tests.unit.test_console_roles import call, gateway_for
 
+MEMORY = {"persistence": "memory"}
+"""The gateways are built, not started: a create records its queue in the (memory) store."""
+
 
 def test_an_operator_creates_and_deletes_a_queue_it_administers() -> None:
-    gateway = gateway_for()
+    gateway = gateway_for(broker=MEMORY)
     site = admin_resource(gateway, gateway.admin)
     code, answer = call(site, "POST", "/console/api/create", "alice", {"destination": "/queue/orders"})
     assert (code, answer["result"]) == (200, True)
@@ -29,7 +32,7 @@ def test_an_operator_creates_and_deletes_a_queue_it_administers() -> None:
 
 
 def test_create_and_delete_need_admin_on_the_queue() -> None:
-    gateway = gateway_for()
+    gateway = gateway_for(broker=MEMORY)
     site = admin_resource(gateway, gateway.admin)
     # carol (operator) holds no grant on /queue/orders; bob is a viewer
     for login in ("carol", "bob"):
@@ -118,9 +121,13 @@ def test_creating_a_virtual_topics_consumer_queue_answers_once_its_record_is_sto
     answers: list[bool] = []
     operations = QueueOperations(broker)
     maybeDeferred(operations.create_queue, "/queue/Consumer.A.VirtualTopic.news").addCallback(answers.append)
-    assert "/queue/Consumer.A.VirtualTopic.news" in broker.queues and len(held) == 1
+    assert "/queue/Consumer.A.VirtualTopic.news" in broker.queues and len(held) == 2  # (consumer, configured)
+    assert answers == [], "answered before the consumer queue's record was stored"
+    held[1].callback(None)
     assert answers == [], "answered before the consumer queue's record was stored"
     held[0].callback(None)
     assert answers == [True]
-    maybeDeferred(operations.create_queue, "/queue/plain").addCallback(answers.append)  # (at once)
-    assert answers == [True, True] and len(held) == 1
+    maybeDeferred(operations.create_queue, "/queue/plain").addCallback(answers.append)  # (its configured record)
+    assert answers == [True] and len(held) == 3
+    held[2].callback(None)
+    assert answers == [True, True]

@@ -42,11 +42,15 @@ ENTRIES = [
 ROLES = {"alice": "operator", "bob": "viewer", "carol": "operator", "root": "administrator"}
 
 
-def gateway_for(entries: list[dict[str, Any]] | None = None, admin: dict[str, Any] | None = None) -> Any:
+def gateway_for(entries: list[dict[str, Any]] | None = None, admin: dict[str, Any] | None = None,
+                broker: dict[str, Any] | None = None) -> Any:
+    """A gateway built, not started (its SQLite store is not open: ``broker={"persistence": "memory"}`` for a
+    test whose console action writes to the store, such as a queue's create)."""
     reactor = MemoryReactorClock()
     config = parse_config({"auth": {"users": USERS, "allow_weak_passwords": True},
                            "authorization": ENTRIES if entries is None else entries,
-                           "admin": {"roles": ROLES, **(admin or {})}}, "gw.toml")
+                           "admin": {"roles": ROLES, **(admin or {})}, **({"broker": broker} if broker else {})},
+                          "gw.toml")
     gateway = build_gateway(config, reactor)
     gateway.started_at = reactor.seconds()
     return gateway

@@ -1,4 +1,5 @@
-"""What a message store gives back on open, and the store keys.
+"""What a message store gives back on open, and the store keys (durable subscriptions', configured
+queues').
 
 :class:`Snapshot` is the recovered state an :class:`IMessageStore` hands to
 the broker at start-up; :class:`StoredBacklog` the messages it recovered
@@ -15,6 +16,13 @@ from gateway.message.model import Message
 
 DURABLE_PREFIX = "durable:"
 
+CONFIGURED_PREFIX = "configured:"
+"""Key prefix of a configured queue's record among the store's durable records: a queue the admin console
+created (or named when it existed), which exists, empty or not, until the console deletes it (Artemis
+journals the queues its management creates; ActiveMQ keeps a destination its web console created).  It is
+stored as a virtual topic's consumer queue is (:data:`gateway.broker.virtual_topics.RECORD_PREFIX`): a
+durable record whose destination is the queue, without selector or owner, and no message under its key."""
+
 
 def durable_key(client_id: str, name: str) -> str:
     """Store key of the durable subscription ``name`` of client ``client_id``.
@@ -26,6 +34,16 @@ def durable_key(client_id: str, name: str) -> str:
     """
     escaped = client_id.replace("\\", "\\\\").replace(":", "\\:")
     return f"{DURABLE_PREFIX}{escaped}:{name}"
+
+
+def configured_key(queue: str) -> str:
+    """The store record key of the configured queue ``queue`` (``/queue/name``)."""
+    return CONFIGURED_PREFIX + queue
+
+
+def configured_queue_of(key: str) -> str | None:
+    """The configured queue a store record key names, else None."""
+    return key[len(CONFIGURED_PREFIX):] if key.startswith(CONFIGURED_PREFIX) else None
 
 
 @dataclass(slots=True)
