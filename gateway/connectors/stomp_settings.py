@@ -167,6 +167,14 @@ class StompBrokerMetrics:
         self.deliveries = Counter(
             "jmsgateway_jms_broker_deliveries", "Messages received from the JMS broker", labels, registry=registry
         )
+        self.oversized = Counter(
+            "jmsgateway_jms_broker_oversized_messages",
+            "Messages from the JMS broker over max_frame_size, skipped unread, by outcome (nacked: the broker's "
+            "redelivery policy decides; dropped: acknowledged on STOMP 1.0, or an auto-ack subscription; "
+            "unacknowledged)",
+            [*labels, "outcome"],
+            registry=registry,
+        )
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None) -> StompBrokerMetrics:
