@@ -316,7 +316,8 @@ class StompBrokerConnector:
         # What a broker sends back is a client's message with the broker's headers added: the limits
         # leave room for them above the STOMP listener's, or that message would end every connection.
         self._factory = StompClientFactory(self.clock, receipt_timeout=settings.send_timeout / 1000.0,
-                                           limits=broker_limits(settings.max_frame_size))
+                                           limits=broker_limits(settings.max_frame_size),
+                                           max_skipped_size=settings.max_skipped_message_size)
         self._service: ClientService | None = None
         self._protocol: StompClientProtocol | None = None
         self._waiters: list[Deferred[StompClientProtocol]] = []

@@ -14,7 +14,9 @@ STOMP spec says.  A lost connection fails everything still outstanding with
 MESSAGE frames go to the handler registered for their ``subscription``.
 A MESSAGE over the frame limit (``max_frame_size``) whose headers are
 within it is skipped, not read: its body is discarded as it arrives, the
-connection stays and the MESSAGEs behind it arrive.  It is NACKed where the
+connection stays and the MESSAGEs behind it arrive (up to ``max_skipped_size``
+bytes: a larger one, or one without ``content-length`` that goes on past it,
+ends the connection).  It is NACKed where the
 subscription acknowledges and the broker speaks 1.1 or 1.2 (the broker's
 redelivery policy decides: ActiveMQ sends it to its dead letter queue),
 ACKed (dropped) on a STOMP 1.0 connection, which has no NACK, and merely
@@ -43,7 +45,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.errors import ConnectorError, ConnectorUnavailable, FrameSkipped, StompProtocolError
-from gateway.wire.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
+from gateway.wire.codec import HEARTBEAT, SKIP_LIMIT, FrameDecoder, Limits, encode_frame
 from gateway.wire.frame import VERSIONS, Frame
 
 MessageHandler = Callable[[Frame], None]
@@ -131,6 +133,8 @@ class StompClientProtocol(Protocol):
         Deferred fails with :class:`~twisted.internet.defer.TimeoutError`
         (``None``: no limit).  One periodic sweep checks all of them, instead
         of a timer per frame.
+    :param max_skipped_size: the largest MESSAGE over the frame limit that is
+        skipped (:meth:`_skipped`) rather than ending the connection; 0: none.
     """
 
     log = Logger()
@@ -142,9 +146,11 @@ class StompClientProtocol(Protocol):
         limits: Limits | None = None,
         heartbeat_grace: float = 3.0,
         receipt_timeout: float | None = None,
+        max_skipped_size: int = SKIP_LIMIT,
     ) -> None:
         self.clock = clock
-        self.decoder = FrameDecoder(limits, skip_oversized=frozenset({"MESSAGE"}))
+        self.decoder = FrameDecoder(limits, skip_oversized=frozenset({"MESSAGE"}) if max_skipped_size else frozenset(),
+                                    skip_limit=max_skipped_size)
         self.heartbeat_grace = heartbeat_grace
         self.receipt_timeout = receipt_timeout
         self.version = "1.0"

@@ -235,6 +235,10 @@ def _body(buf: bytearray, start: int, end: int) -> bytes:
 HEARTBEAT = b"\n"
 """What a heart-beat looks like on the wire."""
 
+SKIP_LIMIT = 128 * MiB
+"""The default :attr:`FrameDecoder.skip_limit`: a skipped frame may have that many bytes (a stock ActiveMQ
+carries messages up to 100 MB); a larger one is fatal, as any oversized frame without skipping."""
+
 _NOT_SKIPPING = -2
 _TO_NUL = -1
 """Values of :attr:`FrameDecoder._skip_left` but a count of bytes: no frame is being skipped; the
@@ -276,6 +280,10 @@ class FrameDecoder:
     :ivar skip_oversized: the commands whose oversized frames are skipped
         (a broker connection: ``MESSAGE``); empty (the default), every
         oversized frame is fatal.
+    :ivar skip_limit: the most bytes (command, headers, body) a skipped frame
+        may have: one that announces more is fatal at once, one without
+        ``content-length`` once that many were discarded (a body that never
+        ends is not read for ever).
     :ivar version: protocol version used to unescape headers; the session
         sets it once CONNECT negotiated one.
     """
@@ -294,20 +302,24 @@ class FrameDecoder:
         "_resume",
         "_scan",
         "_skip_left",
+        "_skip_seen",
         "limits",
+        "skip_limit",
         "skip_oversized",
         "version",
     )
 
     def __init__(self, limits: Limits | None = None, version: str = "1.0", *,
-                 skip_oversized: frozenset[str] = frozenset()) -> None:
+                 skip_oversized: frozenset[str] = frozenset(), skip_limit: int = SKIP_LIMIT) -> None:
         self.limits = limits or Limits()
         self.version = version
         self.skip_oversized = skip_oversized
+        self.skip_limit = skip_limit
         self._buf = bytearray()
         self._pos = 0
         self._failed = False  # (after a fatal error; and while a skipped frame's body is discarded)
         self._skip_left = _NOT_SKIPPING  # (body bytes of the skipped frame still to discard, or _TO_NUL)
+        self._skip_seen = 0  # (_TO_NUL: bytes of the skipped frame before the buffer's start)
         self._blocks_missed = 0  # (header blocks not in _HEADER_BLOCKS in a row)
         self._blocks_skipped = 0  # (frames still to read without looking their block up)
         self._reset_frame()
@@ -437,6 +449,8 @@ class FrameDecoder:
                 return None
             length = int(digits or "0")
             size = start - self._pos + length
+            if size > self.skip_limit:
+                return None
             whole = True
             self._skip_left = length
         else:
@@ -445,7 +459,10 @@ class FrameDecoder:
             whole = terminator >= 0
             if whole:  # (it arrived whole)
                 size = terminator - self._pos
+                if size > self.skip_limit:
+                    return None
             self._skip_left = _TO_NUL
+            self._skip_seen = start - self._pos
         skipped = FrameSkipped(command, headers, size, whole, self.limits.max_frame_size)
         del self._buf[:start]
         self._pos = 0
@@ -456,12 +473,18 @@ class FrameDecoder:
     def _discard(self) -> bool:
         """Drop the skipped frame's bytes at the start of the buffer; true once it ended (the buffer then
         holds what came after it and reading goes on), false while more of it is to come.  A frame whose
-        ``content-length`` bytes are not followed by its NUL is a :class:`MalformedFrame`."""
+        ``content-length`` bytes are not followed by its NUL is a :class:`MalformedFrame`; one without
+        ``content-length`` past :attr:`skip_limit` a :class:`FrameTooLarge`."""
         buf = self._buf
         left = self._skip_left
         if left == _TO_NUL:
             end = buf.find(b"\x00")
+            if self._skip_seen + (end if end >= 0 else len(buf)) > self.skip_limit:
+                self._skip_left = _NOT_SKIPPING
+                raise FrameTooLarge("frame too large", f"a skipped frame without content-length is larger than "
+                                                       f"{self.skip_limit} bytes, the most one may have")
             if end < 0:
+                self._skip_seen += len(buf)
                 buf.clear()
                 return False
         else:

@@ -39,8 +39,8 @@ def message(message_id: str, body: bytes, *, content_length: bool = True, header
     return encode_frame(frame, "1.2", add_content_length=content_length)
 
 
-def decoder(limit: int = LIMIT, skip: frozenset[str] = SKIP) -> FrameDecoder:
-    return FrameDecoder(Limits(max_frame_size=limit), "1.2", skip_oversized=skip)
+def decoder(limit: int = LIMIT, skip: frozenset[str] = SKIP, skip_limit: int = 1 << 30) -> FrameDecoder:
+    return FrameDecoder(Limits(max_frame_size=limit), "1.2", skip_oversized=skip, skip_limit=skip_limit)
 
 
 def fed(decoder: FrameDecoder, data: bytes, chunk: int) -> tuple[list[Frame | StompProtocolError], int]:
@@ -106,6 +106,23 @@ def test_an_oversized_frame_is_fatal_unless_its_command_is_skipped(skip: frozens
     out, _ = fed(decoder(skip=skip), message("m1", b"a") + message("big", b"x" * 2 * LIMIT) + message("m2", b"b"),
                  100)
     assert described(out) == [("MESSAGE", "m1"), ("error", "frame too large")]
+    assert out[-1].fatal  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("content_length", [True, False], ids=["content-length", "to-the-NUL"])
+@pytest.mark.parametrize("chunk", [100, 1 << 20])
+def test_a_frame_over_the_skip_limit_is_fatal(chunk: int, content_length: bool) -> None:
+    """Announced over it: refused at its headers; without content-length: once that much was discarded
+    (a body that never ends is not read for ever)."""
+    within = message("within", b"x" * 4 * LIMIT, content_length=content_length)
+    beyond = message("beyond", b"x" * 9 * LIMIT, content_length=content_length)
+    out, _ = fed(decoder(skip_limit=8 * LIMIT), within + message("m1", b"a") + beyond + message("m2", b"b"), chunk)
+    if not content_length and chunk < len(beyond):  # (reported when it went over max_frame_size, then cut off)
+        assert described(out) == [("skipped", "within"), ("MESSAGE", "m1"), ("skipped", "beyond"),
+                                  ("error", "frame too large")]
+        assert "without content-length is larger than 32768 bytes" in out[-1].detail  # type: ignore[union-attr]
+    else:
+        assert described(out) == [("skipped", "within"), ("MESSAGE", "m1"), ("error", "frame too large")]
     assert out[-1].fatal  # type: ignore[union-attr]
 
 
@@ -224,6 +241,22 @@ def test_an_oversized_message_for_no_subscription_is_ignored_as_a_stray() -> Non
     connection.receive(message("big", b"x" * 2 * LIMIT) + message("m2", b"b"))
     assert connection.written() == [] and connection.skipped == []
     assert connection.protocol.stray_messages == 2 and not connection.transport.disconnecting
+
+
+def test_with_skipping_off_an_oversized_message_closes_the_connection() -> None:
+    """``connectors.NAME.max_skipped_message_size = 0``: the behaviour before skipping."""
+    protocol = StompClientFactory(Clock(), limits=Limits(max_frame_size=LIMIT), max_skipped_size=0).buildProtocol(
+        IPv4Address("TCP", "127.0.0.1", 61613))
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    connecting = protocol.connect()
+    protocol.dataReceived(encode_frame(Frame("CONNECTED", {"version": "1.2"}), "1.2"))
+    result_of(connecting)
+    received: list[Frame] = []
+    protocol.subscribe("/queue/a", "1", received.append, ack="client-individual", receipt=False)
+    protocol.dataReceived(message("big", b"x" * 2 * LIMIT) + message("m2", b"b"))
+    assert transport.disconnecting and received == []
+    assert "frame too large" in str(protocol.error)
 
 
 def test_headers_over_the_limit_still_close_the_connection() -> None:
