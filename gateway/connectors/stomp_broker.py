@@ -27,6 +27,13 @@ URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
     ``[send_ms, expect_ms]`` STOMP heart-beats (default ``[10000, 10000]``).
 ``max_waiting_sends``
     sends allowed to wait for a reconnection at once (default 10000); more fail at once.
+``max_frame_size``
+    the largest frame the broker may send (default 33 MiB, above the STOMP listener's 32 MiB).
+``max_skipped_message_size``
+    a MESSAGE over ``max_frame_size`` and up to this size (default 128 MiB; 0: none) is skipped, not
+    read: its body is discarded as it streams in, it is NACKed (ACKed on STOMP 1.0), logged once and
+    counted (``jmsgateway_jms_broker_oversized_messages_total``), and the connection goes on; any other
+    oversized frame ends the connection (:mod:`gateway.connectors.stomp_client`).
 ``transformation``
     the SUBSCRIBE ``transformation`` that makes the broker label Map/Object
     messages: ``"auto"`` (default) asks for ``jms-json`` when the broker
