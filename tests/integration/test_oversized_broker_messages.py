@@ -3,10 +3,11 @@
 A stomp.py client of ActiveMQ puts a message larger than the connector's ``max_frame_size`` on a queue,
 then 100 small ones; a stomp.py client of the gateway subscribes to that queue through the connector.
 Before: the connector's decoder refused the large MESSAGE and closed the connection, ActiveMQ put it back
-and sent it again on the next connection, for ever, and none of the small ones arrived.  Now: the small
-ones all arrive, the large one is NACKed and ActiveMQ (a stock broker: a STOMP NACK is a poison ack) puts it
-in ``ActiveMQ.DLQ``, the connection to ActiveMQ is made once, ``/metrics`` counts the skipped message and
-the gateway's resident memory does not grow by the message's size (its body is discarded as it streams in).
+and sent it again on the next connection, for ever (48 connections in 10 s), and none of the small ones
+arrived.  Now: the small ones all arrive (through a bridge from that queue too), the large one is NACKed
+and ActiveMQ (a stock broker: a STOMP NACK is a poison ack) puts it in ``ActiveMQ.DLQ``, the connection to
+ActiveMQ is made once, ``/metrics`` counts the skipped message and the gateway's resident memory does not
+grow by the message's size (its body is discarded as it streams in).
 
 The connector subscribes ``client-individual`` at the broker whatever the gateway client's mode, so an
 ``auto`` client's oversized message is NACKed too (docs/jms.md, "Messages over the frame limit").
@@ -37,7 +38,7 @@ SMALL = 100
 class Setup:
     """A gateway whose ``amq`` connector has a 1 MiB frame limit, with its admin endpoint."""
 
-    def __init__(self, broker: ActiveMQBroker, workdir: Path) -> None:
+    def __init__(self, broker: ActiveMQBroker, workdir: Path, extra: str = "") -> None:
         self.broker = broker
         self.admin = free_port()
         self.gateway = GatewayProcess(workdir, f"""
@@ -53,7 +54,7 @@ max_frame_size = {LIMIT}
 [[destinations]]
 pattern = "/queue/poison.*"
 connector = "amq"
-""").start()
+{extra}""").start()
         self.gateway.wait_for_log("admin endpoint on tcp:")
 
     def produce(self, queue: str, big: int, *, text: bool) -> None:
@@ -150,3 +151,31 @@ def test_a_40_mib_message_is_discarded_as_it_streams_in(setup: Setup, jms: JmsCl
     assert dead is not None and len(dead.body) == 40 << 20
     assert setup.connections() == 1
     print(f"peak RSS growth for a skipped 40 MiB message: {grown / (1 << 20):.1f} MiB")
+
+
+def test_a_bridge_from_the_queue_copies_the_ones_behind_an_oversized_message(activemq: ActiveMQBroker,  # noqa: F811
+                                                                            tmp_path: Path, jms: JmsClient) -> None:
+    """A bridge whose source is the ``stomp://`` connector: the same subscription path, the same outcome."""
+    source = "/queue/poison." + uuid.uuid4().hex[:10]
+    target = "/queue/bridged." + uuid.uuid4().hex[:10]
+    setup = Setup(activemq, tmp_path / "gateway", f"""
+[[bridges]]
+name = "poison"
+source = {{ connector = "amq", destination = "{source}" }}
+target = {{ connector = "embedded", destination = "{target}" }}
+qos = "DUPLICATES_OK"
+failure_retry_interval = 200
+""")
+    with stopped_after(setup.gateway):
+        setup.produce(source, 2 * LIMIT, text=False)
+        consumer = Client(setup.gateway.address)
+        try:
+            consumer.subscribe(target, ack="auto")
+            received = consumer.messages(SMALL, timeout=30)
+            assert sorted(frame.body for frame in received) == sorted(f"small {i}".encode() for i in range(SMALL))
+        finally:
+            consumer.disconnect()
+        dead = jms.receive("/queue/ActiveMQ.DLQ", 10, selector=f"JMSCorrelationID = '{source}'")
+        assert dead is not None and len(dead.body) == 2 * LIMIT
+        assert setup.connections() == 1, setup.gateway.log()[-3000:]
+        assert setup.metric("jmsgateway_jms_broker_oversized_messages_total", connector="amq", outcome="nacked") == 1
