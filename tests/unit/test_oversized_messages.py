@@ -23,6 +23,7 @@ from twisted.logger import formatEvent, globalLogPublisher
 from gateway.connectors.stomp_client import StompClientFactory, StompClientProtocol
 from gateway.errors import FrameSkipped, FrameTooLarge, MalformedFrame, StompProtocolError
 from gateway.interfaces import SubscriptionSpec
+from gateway.message.model import DUPLICATE_ID
 from gateway.wire.codec import FrameDecoder, Limits, encode_frame
 from gateway.wire.frame import Frame
 from tests.support.log_events import observer
@@ -341,3 +342,20 @@ def test_a_large_body_streamed_to_the_connector_is_never_buffered(broker: FakeBr
     assert [message.message_id for message, _ in consumer.deliveries] == ["m", "m"]
     assert broker.transport is not None and not broker.transport.disconnecting
     assert connector.metrics.oversized.labels("amq", "nacked")._value.get() == 2
+
+
+def test_the_in_doubt_browse_counts_an_oversized_message_by_its_headers(broker: FakeBroker, clock: Clock) -> None:
+    """The browse reads only headers (``_AMQ_DUPL_ID``): a copy too large to read is still one the queue holds.
+    Before: the browse's MESSAGE closed the connector's connection and the probe failed."""
+    connector = started(broker, clock, max_frame_size=4096)
+    asking = connector.held_message_ids("/queue/a")
+    (subscribe,) = broker.receipt_all()
+    assert subscribe.headers["browser"] == "true"
+    sub = subscribe.headers["id"]
+    broker.answer("MESSAGE", {"subscription": sub, "message-id": "m1", DUPLICATE_ID: "copy-1"}, b"x" * 5000)
+    broker.answer("MESSAGE", {"subscription": sub, "message-id": "m2", DUPLICATE_ID: "copy-2"}, b"small")
+    broker.answer("MESSAGE", {"subscription": sub, "message-id": "end", "browser": "end"})
+    assert result_of(asking) == {"copy-1", "copy-2"}
+    assert broker.transport is not None and not broker.transport.disconnecting
+    assert [frame.command for frame in broker.frames()] == ["UNSUBSCRIBE"]  # (no NACK: a browse consumes nothing)
+    assert connector.metrics.oversized.labels("amq", "nacked")._value.get() == 0
