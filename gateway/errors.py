@@ -38,6 +38,32 @@ class FrameTooLarge(StompProtocolError):
     """A frame, its headers or one header line exceeded a configured limit."""
 
 
+class FrameSkipped(FrameTooLarge):
+    """A frame over ``max_frame_size`` whose headers were within the limits, skipped rather than fatal.
+
+    A decoder told to skip such frames (:attr:`gateway.wire.codec.FrameDecoder.skip_oversized`) yields
+    this in the frame's place, with its headers, and discards its body as it arrives; the frames after it
+    are read as usual.  Not an error of the connection (``fatal`` is false).
+
+    :ivar command: the frame's command (``MESSAGE``).
+    :ivar headers: its headers, as decoded.
+    :ivar size: command, headers and body in bytes if ``content-length`` announced the body; else the
+        bytes received when the frame went over the limit (``size_known`` false: it is larger).
+    :ivar size_known: whether ``size`` is the frame's whole size.
+    :ivar limit: the ``max_frame_size`` it exceeded.
+    """
+
+    def __init__(self, command: str, headers: dict[str, str], size: int, size_known: bool, limit: int) -> None:
+        what = f"{size} bytes" if size_known else f"more than {size} bytes (no content-length)"
+        super().__init__("frame too large", f"frame {command} of {what} is larger than the limit of {limit} bytes; "
+                                            "skipped", fatal=False)
+        self.command = command
+        self.headers = headers
+        self.size = size
+        self.size_known = size_known
+        self.limit = limit
+
+
 class MalformedFrame(StompProtocolError):
     """The bytes received cannot be read as a STOMP frame."""
 

@@ -27,6 +27,13 @@ URI form ``stomp://host:61613`` (``stomp+ssl://host:61614`` for TLS).  Options
     ``[send_ms, expect_ms]`` STOMP heart-beats (default ``[10000, 10000]``).
 ``max_waiting_sends``
     sends allowed to wait for a reconnection at once (default 10000); more fail at once.
+``max_frame_size``
+    the largest frame the broker may send (default 33 MiB, above the STOMP listener's 32 MiB).
+``max_skipped_message_size``
+    a MESSAGE over ``max_frame_size`` and up to this size (default 128 MiB; 0: none) is skipped, not
+    read: its body is discarded as it streams in, it is NACKed (ACKed on STOMP 1.0), logged once and
+    counted (``jmsgateway_jms_broker_oversized_messages_total``), and the connection goes on; any other
+    oversized frame ends the connection (:mod:`gateway.connectors.stomp_client`).
 ``transformation``
     the SUBSCRIBE ``transformation`` that makes the broker label Map/Object
     messages: ``"auto"`` (default) asks for ``jms-json`` when the broker
@@ -86,7 +93,14 @@ from gateway.connectors.stomp_client import BrokerError, Settled, StompClientFac
 from gateway.connectors.stomp_mapping import SUBSCRIBE_TRANSFORMATION, forward_parts, send_frame_parts
 from gateway.connectors.stomp_settings import StompBrokerMetrics, StompBrokerSettings
 from gateway.connectors.stomp_subscription import BrokerDelivery, BrokerSubscription, durable_subscription_name
-from gateway.errors import ConfigError, ConnectorError, ConnectorUnavailable, MessageRefused, SelectorError
+from gateway.errors import (
+    ConfigError,
+    ConnectorError,
+    ConnectorUnavailable,
+    FrameSkipped,
+    MessageRefused,
+    SelectorError,
+)
 from gateway.flow import Congestion
 from gateway.interfaces import (
     ACK_MODES,
@@ -132,6 +146,14 @@ these ~3 s the refusal is a failed attempt (another process holds the id), logge
 attempts after it go without these retries until one connects (``client_id_taken``): one CONNECT per
 ``failure_retry_interval``, not six."""
 
+
+
+_SKIPPED_OUTCOMES = {
+    "nacked": "NACKed: the broker's redelivery policy decides (ActiveMQ: to its dead letter queue, ActiveMQ.DLQ)",
+    "dropped": "dropped (acknowledged: the broker speaks STOMP 1.0, which has no NACK; or an auto-ack subscription)",
+    "unacknowledged": "left unacknowledged (STOMP 1.0 client ack: its ACK would acknowledge the messages before it)",
+}
+"""What the connector's warning says of each outcome of a skipped MESSAGE."""
 
 
 def broker_limits(max_frame_size: int) -> Limits:
@@ -301,7 +323,8 @@ class StompBrokerConnector:
         # What a broker sends back is a client's message with the broker's headers added: the limits
         # leave room for them above the STOMP listener's, or that message would end every connection.
         self._factory = StompClientFactory(self.clock, receipt_timeout=settings.send_timeout / 1000.0,
-                                           limits=broker_limits(settings.max_frame_size))
+                                           limits=broker_limits(settings.max_frame_size),
+                                           max_skipped_size=settings.max_skipped_message_size)
         self._service: ClientService | None = None
         self._protocol: StompClientProtocol | None = None
         self._waiters: list[Deferred[StompClientProtocol]] = []
@@ -615,6 +638,7 @@ class StompBrokerConnector:
         self.generation += 1
         self._protocol = protocol
         protocol.on_unconfirmed = self._count_unconfirmed
+        protocol.on_skipped = self._skipped
         if protocol.transport is not None:
             protocol.transport.registerProducer(self.congestion, True)  # type: ignore[attr-defined]
         self.state = "connected"
@@ -830,6 +854,22 @@ class StompBrokerConnector:
             return False
         protocol.send_unconfirmed(destination, parts[1], parts[0], settled, text=parts[2])
         return True
+
+    def _skipped(self, skipped: FrameSkipped, destination: str, outcome: str) -> None:
+        """A MESSAGE over ``max_frame_size`` was skipped unread and settled (``outcome``, see
+        :meth:`StompClientProtocol._skipped`): one warning, counted."""
+        self.metrics.oversized.labels(self.name, outcome).inc()
+        size = f"{skipped.size} bytes" if skipped.size_known else f"more than {skipped.size} bytes"
+        self.log.warn(
+            "connector {name}: MESSAGE {id} from {destination} is {size}, over the frame limit of {limit} bytes "
+            "(connectors.{name}.max_frame_size): skipped without reading its body, {outcome}",
+            name=self.name,
+            id=skipped.headers.get("message-id"),
+            destination=destination,
+            size=size,
+            limit=skipped.limit,
+            outcome=_SKIPPED_OUTCOMES.get(outcome, outcome),
+        )
 
     def _count_unconfirmed(self, count: int, error: Exception | None) -> None:
         (self._sent_failed if error is not None else self._sent_ok).inc(count)

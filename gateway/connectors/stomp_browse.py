@@ -14,6 +14,8 @@ on a queue not yet paged in misses the newest messages, the very ones a
 bridge is in doubt about (seen against the real broker); a browse without a
 selector gets them all.  It is bounded in size (more than ``limit``
 messages: the answer is None, "cannot tell") and, by the connector, in time.
+A message over the connection's frame limit is skipped unread but counted,
+its id read from its headers (the browse consumes nothing).
 
 A topic keeps nothing to browse: only queues can be asked.  What a consumer
 took from the queue between the send and the browse is not seen either
@@ -26,7 +28,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.connectors.stomp_client import StompClientProtocol
-from gateway.errors import ConnectorUnavailable
+from gateway.errors import ConnectorUnavailable, FrameSkipped
 from gateway.message.model import DUPLICATE_ID
 from gateway.wire.frame import Frame
 
@@ -74,8 +76,12 @@ def browse_duplicate_ids(protocol: StompClientProtocol, destination: str, subscr
         if not result.called:
             result.errback(ConnectorUnavailable(f"connection lost while browsing {destination}"))
 
+    def oversized(skipped: FrameSkipped) -> None:  # (over the frame limit: its headers are all a browse reads)
+        received(Frame("MESSAGE", skipped.headers))
+
     subscribed = protocol.subscribe(destination, subscription_id, received, ack="auto",
-                                    headers={"browser": "true", "activemq.prefetchSize": str(BROWSE_PREFETCH)})
+                                    headers={"browser": "true", "activemq.prefetchSize": str(BROWSE_PREFETCH)},
+                                    oversized=oversized)
     subscribed.addErrback(refused)
     protocol.when_lost().addCallback(lost)
     return result

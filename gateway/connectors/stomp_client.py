@@ -12,6 +12,18 @@ STOMP spec says.  A lost connection fails everything still outstanding with
 :class:`~gateway.errors.ConnectorUnavailable`.
 
 MESSAGE frames go to the handler registered for their ``subscription``.
+A MESSAGE over the frame limit (``max_frame_size``) whose headers are
+within it is skipped, not read: its body is discarded as it arrives, the
+connection stays and the MESSAGEs behind it arrive (up to ``max_skipped_size``
+bytes: a larger one, or one without ``content-length`` that goes on past it,
+ends the connection).  It is NACKed where the
+subscription acknowledges and the broker speaks 1.1 or 1.2 (the broker's
+redelivery policy decides: ActiveMQ sends it to its dead letter queue),
+ACKed (dropped) on a STOMP 1.0 connection, which has no NACK, and merely
+dropped for an ``auto`` subscription (the broker already counts it
+delivered); see :meth:`StompClientProtocol._skipped`.  A frame whose headers
+alone are over the limit, or any other oversized frame, still ends the
+connection.
 The protocol never blocks, owns no threads and takes its clock as an
 argument; reconnecting is the caller's business (see
 :mod:`gateway.connectors.stomp_broker`).
@@ -32,12 +44,15 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.errors import ConnectorError, ConnectorUnavailable, StompProtocolError
-from gateway.wire.codec import HEARTBEAT, FrameDecoder, Limits, encode_frame
+from gateway.errors import ConnectorError, ConnectorUnavailable, FrameSkipped, StompProtocolError
+from gateway.wire.codec import HEARTBEAT, SKIP_LIMIT, FrameDecoder, Limits, encode_frame
 from gateway.wire.frame import VERSIONS, Frame
 
 MessageHandler = Callable[[Frame], None]
 """Called with each MESSAGE frame of a subscription (on the reactor thread)."""
+OversizedHandler = Callable[[FrameSkipped], None]
+"""Called, instead of the protocol's own handling, with each MESSAGE of a subscription skipped for being over
+the frame limit (its headers; the body is never read)."""
 Settled = Callable[[Exception | None, Any], None]
 """``settled(error, ack)``: the outcome of one unconfirmed SEND (see :meth:`StompClientProtocol.send_unconfirmed`)."""
 
@@ -118,6 +133,8 @@ class StompClientProtocol(Protocol):
         Deferred fails with :class:`~twisted.internet.defer.TimeoutError`
         (``None``: no limit).  One periodic sweep checks all of them, instead
         of a timer per frame.
+    :param max_skipped_size: the largest MESSAGE over the frame limit that is
+        skipped (:meth:`_skipped`) rather than ending the connection; 0: none.
     """
 
     log = Logger()
@@ -129,9 +146,11 @@ class StompClientProtocol(Protocol):
         limits: Limits | None = None,
         heartbeat_grace: float = 3.0,
         receipt_timeout: float | None = None,
+        max_skipped_size: int = SKIP_LIMIT,
     ) -> None:
         self.clock = clock
-        self.decoder = FrameDecoder(limits)
+        self.decoder = FrameDecoder(limits, skip_oversized=frozenset({"MESSAGE"}) if max_skipped_size else frozenset(),
+                                    skip_limit=max_skipped_size)
         self.heartbeat_grace = heartbeat_grace
         self.receipt_timeout = receipt_timeout
         self.version = "1.0"
@@ -146,10 +165,16 @@ class StompClientProtocol(Protocol):
         self.on_error: Callable[[BrokerError], None] | None = None
         self.on_unconfirmed: Callable[[int, Exception | None], None] | None = None
         """Called with (count, error) whenever unconfirmed SENDs settle, for metrics."""
+        self.on_skipped: Callable[[FrameSkipped, str, str], None] | None = None
+        """Called with (the skipped MESSAGE, its subscription's destination, what was done: ``nacked``,
+        ``dropped`` or ``unacknowledged``) for each oversized MESSAGE the protocol handled (for the log and
+        metrics; without it, the protocol logs it)."""
         self._receipt_ids = itertools.count(1)
         # receipt id -> (waiting Deferred, what it was for, when it was sent); in sending order.
         self._receipts: dict[str, tuple[Deferred[Frame | None], str, float]] = {}
         self._handlers: dict[str, MessageHandler] = {}
+        # subscription id -> (ack mode, destination, its own handler of oversized MESSAGEs)
+        self._subscribed: dict[str, tuple[str, str, OversizedHandler | None]] = {}
         self._connecting: Deferred[Frame] | None = None
         self._lost_waiters: list[Deferred[None]] = []
         self._heartbeat: tuple[int, int] = (0, 0)
@@ -194,6 +219,14 @@ class StompClientProtocol(Protocol):
             self._quick_ack()
         for item in self.decoder.frames(data):  # CONNECTED sets the version of what follows
             if isinstance(item, StompProtocolError):
+                if isinstance(item, FrameSkipped):  # (a MESSAGE over the limit: not fatal)
+                    try:
+                        self._skipped(item)
+                    except Exception:
+                        self.log.failure("error handling a skipped MESSAGE from broker")
+                    if self.error is not None:
+                        return
+                    continue
                 self.log.warn(
                     "unreadable frame from broker {peer}: {message}: {detail}",
                     peer=self._peer(),
@@ -277,6 +310,50 @@ class StompClientProtocol(Protocol):
             )
             return
         handler(frame)
+
+    def _skipped(self, skipped: FrameSkipped) -> None:
+        """A MESSAGE over the frame limit, skipped by the decoder (its body is never read): the
+        subscription's own handler takes it, if it gave one; else it is settled with the broker so that
+        the subscription goes on:
+
+        * ``client`` or ``client-individual`` on STOMP 1.1/1.2: NACKed (``nacked``), and the broker's
+          redelivery policy decides (ActiveMQ: a STOMP NACK sends it to the dead letter queue,
+          ``ActiveMQ.DLQ`` by default);
+        * ``client-individual`` on STOMP 1.0, which has no NACK: ACKed (``dropped``), else it would hold a
+          prefetch slot and come again after each reconnection, skipped again;
+        * ``client`` on STOMP 1.0: left unacknowledged (``unacknowledged``: its ACK would acknowledge every
+          MESSAGE before it too);
+        * ``auto``: nothing to send, the broker counts it delivered (``dropped``).
+        """
+        headers = skipped.headers
+        subscription = headers.get("subscription", "")
+        entry = self._subscribed.get(subscription)
+        if entry is None:  # (as any MESSAGE for a subscription this connection does not have)
+            self.stray_messages += 1
+            self.log.info("MESSAGE {id} from broker {peer} for unknown subscription {sub}, over the frame limit, "
+                          "ignored", id=headers.get("message-id"), peer=self._peer(), sub=subscription)
+            return
+        ack, destination, handler = entry
+        if handler is not None:
+            handler(skipped)
+            return
+        message = Frame("MESSAGE", headers)
+        if ack == "auto":
+            outcome = "dropped"
+        elif self.version != "1.0":
+            self.nack(message)
+            outcome = "nacked"
+        elif ack == "client-individual":
+            self.ack(message)
+            outcome = "dropped"
+        else:
+            outcome = "unacknowledged"
+        if self.on_skipped is not None:
+            self.on_skipped(skipped, destination, outcome)
+            return
+        self.log.warn("MESSAGE {id} from {destination} (broker {peer}): {detail}; {outcome}",
+                      id=headers.get("message-id"), destination=destination, peer=self._peer(),
+                      detail=skipped.detail, outcome=outcome)
 
     def _connected(self, frame: Frame) -> None:
         version = frame.headers.get("version", "1.0")
@@ -545,17 +622,21 @@ class StompClientProtocol(Protocol):
         ack: str = "auto",
         headers: dict[str, str] | None = None,
         receipt: bool = True,
+        oversized: OversizedHandler | None = None,
     ) -> Deferred[Frame | None]:
-        """SUBSCRIBE; MESSAGE frames of ``subscription_id`` go to ``handler`` from now on."""
+        """SUBSCRIBE; MESSAGE frames of ``subscription_id`` go to ``handler`` from now on, and those over the
+        frame limit to ``oversized`` (default: the protocol settles them with the broker, :meth:`_skipped`)."""
         frame_headers = dict(headers or {})
         frame_headers.update({"destination": destination, "id": subscription_id, "ack": ack})
         self._handlers[subscription_id] = handler
+        self._subscribed[subscription_id] = (ack, destination, oversized)
         result = self._request(Frame("SUBSCRIBE", frame_headers), receipt, f"SUBSCRIBE to {destination}")
         result.addErrback(self._subscribe_failed, subscription_id)
         return result
 
     def _subscribe_failed(self, failure: Failure, subscription_id: str) -> Failure:
         self._handlers.pop(subscription_id, None)
+        self._subscribed.pop(subscription_id, None)
         return failure
 
     def unsubscribe(
@@ -570,6 +651,7 @@ class StompClientProtocol(Protocol):
         if subscription_id is not None:
             frame_headers["id"] = subscription_id
             self._handlers.pop(subscription_id, None)
+            self._subscribed.pop(subscription_id, None)
         return self._request(Frame("UNSUBSCRIBE", frame_headers), receipt, f"UNSUBSCRIBE {subscription_id}")
 
     def ack_headers(self, message: Frame) -> dict[str, str]:

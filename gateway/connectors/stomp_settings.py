@@ -54,8 +54,11 @@ class StompConnectorOptions(Section):
     """Sends allowed to wait for a reconnection at once; more fail at once."""
     max_frame_size: Annotated[Int, Field(ge=1024)] = 34603008
     """Largest frame the broker may send, in bytes (33 MiB: [stomp] max_frame_size's 32 MiB and 1 MiB for the
-    headers a broker adds to a message it took; keep it above [stomp] max_frame_size). A larger one closes the
-    connection."""
+    headers a broker adds to a message it took; keep it above [stomp] max_frame_size). A larger MESSAGE is
+    skipped unread and NACKed (up to max_skipped_message_size); any other larger frame closes the connection."""
+    max_skipped_message_size: NotNegative = 134217728
+    """Largest MESSAGE over max_frame_size that is skipped (its body discarded as it arrives, NACKed) rather
+    than closing the connection, in bytes (128 MiB: a stock ActiveMQ carries messages up to 100 MB); 0: none."""
     transformation: Str = "auto"
     """SUBSCRIBE transformation that makes the broker label Map/Object messages: "auto" asks for jms-json
     when the broker takes it (probed once; ActiveMQ needs XStream and Jettison for it), "jms-json" tries it
@@ -166,6 +169,14 @@ class StompBrokerMetrics:
         )
         self.deliveries = Counter(
             "jmsgateway_jms_broker_deliveries", "Messages received from the JMS broker", labels, registry=registry
+        )
+        self.oversized = Counter(
+            "jmsgateway_jms_broker_oversized_messages",
+            "Messages from the JMS broker over max_frame_size, skipped unread, by outcome (nacked: the broker's "
+            "redelivery policy decides; dropped: acknowledged on STOMP 1.0, or an auto-ack subscription; "
+            "unacknowledged)",
+            [*labels, "outcome"],
+            registry=registry,
         )
 
     @classmethod

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gateway.errors import FrameTooLarge, MalformedFrame, StompProtocolError
+from gateway.errors import FrameSkipped, FrameTooLarge, MalformedFrame, StompProtocolError
 from gateway.wire.compiled import mypyc_attr
 from gateway.wire.frame import UNESCAPED_COMMANDS, Frame
 
@@ -235,6 +235,15 @@ def _body(buf: bytearray, start: int, end: int) -> bytes:
 HEARTBEAT = b"\n"
 """What a heart-beat looks like on the wire."""
 
+SKIP_LIMIT = 128 * MiB
+"""The default :attr:`FrameDecoder.skip_limit`: a skipped frame may have that many bytes (a stock ActiveMQ
+carries messages up to 100 MB); a larger one is fatal, as any oversized frame without skipping."""
+
+_NOT_SKIPPING = -2
+_TO_NUL = -1
+"""Values of :attr:`FrameDecoder._skip_left` but a count of bytes: no frame is being skipped; the
+skipped frame (without ``content-length``) ends at the next NUL."""
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # (the tests' differential decoders subclass it)
 class FrameDecoder:
@@ -259,6 +268,22 @@ class FrameDecoder:
     A NUL after a command has begun, before the blank line, is a malformed
     frame.
 
+    A frame over ``max_frame_size`` whose command is in :attr:`skip_oversized`
+    and whose header block was within the limits is not fatal: it is yielded as
+    a :class:`~gateway.errors.FrameSkipped` (headers, size) in its place, its
+    body is discarded as it arrives (never buffered whole: with
+    ``content-length`` from the moment the headers are read, without it once
+    the limit is passed) and the frames after it are read as usual.  That is
+    the error path only: the frames within the limits take the same steps
+    whether skipping is on or not.
+
+    :ivar skip_oversized: the commands whose oversized frames are skipped
+        (a broker connection: ``MESSAGE``); empty (the default), every
+        oversized frame is fatal.
+    :ivar skip_limit: the most bytes (command, headers, body) a skipped frame
+        may have: one that announces more is fatal at once, one without
+        ``content-length`` once that many were discarded (a body that never
+        ends is not read for ever).
     :ivar version: protocol version used to unescape headers; the session
         sets it once CONNECT negotiated one.
     """
@@ -276,16 +301,25 @@ class FrameDecoder:
         "_pos",
         "_resume",
         "_scan",
+        "_skip_left",
+        "_skip_seen",
         "limits",
+        "skip_limit",
+        "skip_oversized",
         "version",
     )
 
-    def __init__(self, limits: Limits | None = None, version: str = "1.0") -> None:
+    def __init__(self, limits: Limits | None = None, version: str = "1.0", *,
+                 skip_oversized: frozenset[str] = frozenset(), skip_limit: int = SKIP_LIMIT) -> None:
         self.limits = limits or Limits()
         self.version = version
+        self.skip_oversized = skip_oversized
+        self.skip_limit = skip_limit
         self._buf = bytearray()
         self._pos = 0
-        self._failed = False
+        self._failed = False  # (after a fatal error; and while a skipped frame's body is discarded)
+        self._skip_left = _NOT_SKIPPING  # (body bytes of the skipped frame still to discard, or _TO_NUL)
+        self._skip_seen = 0  # (_TO_NUL: bytes of the skipped frame before the buffer's start)
         self._blocks_missed = 0  # (header blocks not in _HEADER_BLOCKS in a row)
         self._blocks_skipped = 0  # (frames still to read without looking their block up)
         self._reset_frame()
@@ -309,13 +343,15 @@ class FrameDecoder:
 
     def push(self, data: bytes) -> None:
         """Buffer ``data`` without reading frames from it (the next :meth:`frames` call does)."""
-        if not self._failed:
+        if not self._failed or self._skip_left != _NOT_SKIPPING:  # (skipping: the next frames call discards)
             self._buf += data
 
     def may_hold_frame(self) -> bool:
         """Whether the bytes after the frames read so far may make a whole frame (a NUL is among
         them); false means the next :meth:`frames` call would yield nothing without more input."""
-        return not self._failed and self._buf.find(b"\x00", self._pos) >= 0
+        if self._failed:
+            return self._skip_left != _NOT_SKIPPING and self._buf.find(b"\x00") >= 0
+        return self._buf.find(b"\x00", self._pos) >= 0
 
     def feed(self, data: bytes) -> list[Frame | StompProtocolError]:
         """Add ``data`` and return the frames it completed (and an error last, if any).
@@ -336,6 +372,9 @@ class FrameDecoder:
         early; the rest stays buffered for the next call.
         """
         if self._failed:
+            if self._skip_left != _NOT_SKIPPING:  # (discarding a skipped frame's body)
+                self._buf += data
+                yield from self._skipping(None)
             return
         self._compact()
         self._buf += data
@@ -348,6 +387,9 @@ class FrameDecoder:
                         break
                 yield frame
         except StompProtocolError as error:
+            if self.skip_oversized:
+                yield from self._skipping(error)
+                return
             self._failed = True
             self._buf.clear()
             self._pos = 0
@@ -355,6 +397,112 @@ class FrameDecoder:
             yield error
             return
         self._compact()
+
+    def _skipping(self, error: StompProtocolError | None) -> Iterator[Frame | StompProtocolError]:
+        """:meth:`frames` from ``error`` on, for a decoder with :attr:`skip_oversized` (``error`` None: more of
+        a skipped frame's body is in the buffer, from its start): an oversized frame to skip is yielded as
+        :class:`~gateway.errors.FrameSkipped`, the body it has in the buffer is discarded and the frames
+        after it are read (each skipped as it comes); any other error is fatal, as without skipping."""
+        while True:
+            if error is not None:
+                skipped = self._skip(error)
+                if skipped is None:
+                    self._failed = True
+                    self._skip_left = _NOT_SKIPPING
+                    self._buf.clear()
+                    self._pos = 0
+                    self._reset_frame()
+                    yield error
+                    return
+                yield skipped
+                error = None
+            try:
+                if not self._discard():
+                    return  # (the rest of its body comes in later reads)
+                while True:  # (the loop of frames, again: the frames after the skipped one)
+                    frame = self._whole_frame() if self._body_start < 0 and self._resume == self._pos else None
+                    if frame is None:
+                        frame = self._next_frame()
+                        if frame is None:
+                            break
+                    yield frame
+            except StompProtocolError as next_error:
+                error = next_error
+                continue
+            self._compact()
+            return
+
+    def _skip(self, error: StompProtocolError) -> FrameSkipped | None:
+        """Start skipping the current frame if ``error`` is its body going over ``max_frame_size`` (its
+        header block was read and within the limits: there is a command and headers to report) and its
+        command is one to skip: the buffer then starts at its body; None for any other error."""
+        command = self._command
+        start = self._body_start
+        if not isinstance(error, FrameTooLarge) or start < 0 or command is None \
+                or command not in self.skip_oversized:
+            return None
+        headers = self._headers
+        announced = headers.get("content-length")
+        if announced is not None:  # (what _parse_length refused: digits, announcing more than the limit)
+            digits = announced.strip().lstrip("0")
+            if len(digits) > 18:  # (no broker sends that: one that announces it is not to be followed)
+                return None
+            length = int(digits or "0")
+            size = start - self._pos + length
+            if size > self.skip_limit:
+                return None
+            whole = True
+            self._skip_left = length
+        else:
+            size = len(self._buf) - self._pos
+            terminator = self._buf.find(b"\x00", start)
+            whole = terminator >= 0
+            if whole:  # (it arrived whole)
+                size = terminator - self._pos
+                if size > self.skip_limit:
+                    return None
+            self._skip_left = _TO_NUL
+            self._skip_seen = start - self._pos
+        skipped = FrameSkipped(command, headers, size, whole, self.limits.max_frame_size)
+        del self._buf[:start]
+        self._pos = 0
+        self._failed = True
+        self._reset_frame()
+        return skipped
+
+    def _discard(self) -> bool:
+        """Drop the skipped frame's bytes at the start of the buffer; true once it ended (the buffer then
+        holds what came after it and reading goes on), false while more of it is to come.  A frame whose
+        ``content-length`` bytes are not followed by its NUL is a :class:`MalformedFrame`; one without
+        ``content-length`` past :attr:`skip_limit` a :class:`FrameTooLarge`."""
+        buf = self._buf
+        left = self._skip_left
+        if left == _TO_NUL:
+            end = buf.find(b"\x00")
+            if self._skip_seen + (end if end >= 0 else len(buf)) > self.skip_limit:
+                self._skip_left = _NOT_SKIPPING
+                raise FrameTooLarge("frame too large", f"a skipped frame without content-length is larger than "
+                                                       f"{self.skip_limit} bytes, the most one may have")
+            if end < 0:
+                self._skip_seen += len(buf)
+                buf.clear()
+                return False
+        else:
+            if len(buf) <= left:
+                self._skip_left = left - len(buf)
+                buf.clear()
+                return False
+            end = left
+            if buf[end] != 0:
+                self._skip_left = _NOT_SKIPPING
+                raise MalformedFrame("frame not terminated",
+                                     "a skipped frame has no NUL where its content-length says its body ends")
+        del buf[: end + 1]
+        self._skip_left = _NOT_SKIPPING
+        self._failed = False
+        self._pos = 0
+        self._reset_frame()
+        return True
 
     def _compact(self) -> None:
         """Drop the bytes of the frames already returned."""

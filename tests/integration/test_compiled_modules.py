@@ -29,7 +29,7 @@ COPIED = ("gateway", "tests", "twisted", "plugins", "etc", "setup.py", "setup.cf
 TESTS = ("tests/unit/test_codec.py", "tests/unit/test_codec_properties.py", "tests/unit/test_delivery_encoder.py",
          "tests/unit/test_protocol_input.py", "tests/unit/test_protocol_output.py", "tests/unit/test_session.py",
          "tests/unit/test_websocket.py", "tests/unit/test_stomp_fuzz.py", "tests/unit/test_stomp_client.py",
-         "tests/unit/test_large_body_path.py")
+         "tests/unit/test_large_body_path.py", "tests/unit/test_oversized_messages.py")
 
 
 def test_setup_compiles_the_modules_the_gateway_names() -> None:

@@ -689,11 +689,16 @@ def test_the_broker_connection_takes_a_frame_larger_than_the_listeners_limit(bro
 
 
 def test_the_broker_connections_frame_limit_is_an_option(broker: FakeBroker, clock: Clock) -> None:
+    """A MESSAGE over it is skipped (tests/unit/test_oversized_messages.py); headers over it end the connection."""
     connector = started(broker, clock, max_frame_size=4096)
     consumer = Consumer()
     subscribing = connector.subscribe(SubscriptionSpec("/queue/a"), consumer)
     (subscribe,) = broker.receipt_all()
     result_of(subscribing)
     broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "m", "ack": "m"}, b"x" * 5000)
-    assert broker.transport is not None and broker.transport.disconnecting
+    assert broker.transport is not None and not broker.transport.disconnecting
+    assert consumer.deliveries == []
+    broker.answer("MESSAGE", {"subscription": subscribe.headers["id"], "message-id": "n", "ack": "n",
+                              "x-broker-trace": "t" * 5000})
+    assert broker.transport.disconnecting
     assert consumer.deliveries == []
