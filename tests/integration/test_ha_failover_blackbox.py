@@ -105,14 +105,29 @@ class Ledger:
         self.stop = threading.Event()
 
 
+def reconnected(connection: Any, listener: Any, then: Any = None) -> bool:
+    """Connect again through the host list (the next gateway that accepts) and run ``then()`` (a SUBSCRIBE);
+    False, with the connection still marked lost, when that failed (a gateway dying under the attempt, a
+    loaded host): the caller tries again instead of its thread ending."""
+    listener.lost.clear()
+    try:
+        connection.connect(wait=True)
+        if then is not None:
+            then()
+    except (stomp.exception.ConnectFailedException, stomp.exception.NotConnectedException, OSError):
+        listener.lost.set()
+        time.sleep(0.2)
+        return False
+    return True
+
+
 def produce(addresses: list[tuple[str, int]], ledger: Ledger) -> None:
     connection, listener = connect(addresses)
     pending: list[str] = []
     number = 0
     while not ledger.stop.is_set():
-        if listener.lost.is_set():
-            listener.lost.clear()
-            connection.connect(wait=True)  # the host list: the next gateway that accepts
+        if listener.lost.is_set() and not reconnected(connection, listener):
+            continue
         if pending:
             body = pending.pop()
         else:
@@ -134,11 +149,11 @@ def consume(addresses: list[tuple[str, int]], ledger: Ledger) -> None:
     connection.subscribe(QUEUE, "c", ack="client-individual", headers={"activemq.prefetchSize": "5"})
     while not ledger.stop.is_set():
         if listener.lost.is_set():
-            listener.lost.clear()
             with listener.lock:
                 listener.messages.clear()  # (their acks would name a dead session's deliveries)
-            connection.connect(wait=True)
-            connection.subscribe(QUEUE, "c", ack="client-individual", headers={"activemq.prefetchSize": "5"})
+            if not reconnected(connection, listener, lambda: connection.subscribe(
+                    QUEUE, "c", ack="client-individual", headers={"activemq.prefetchSize": "5"})):
+                continue
         with listener.arrived:
             if not listener.messages:
                 listener.arrived.wait(0.1)
