@@ -333,12 +333,16 @@ class Delivery:
 
 class Consumer(_Client):
     """Subscribes to ``destination`` with ``ack`` mode and ``prefetch``; acknowledges each delivery (with a
-    receipt) unless :attr:`holding`; reconnects every ``reconnect_every`` seconds when set."""
+    receipt) unless :attr:`holding`; when ``reconnect_every`` is set, reconnects that many seconds after the
+    first delivery on each connection (a member that leaves about 1 s after it joined jams a Tansu group for
+    a minute or more: docs/kafka.md, "Bridges across a stalled link")."""
 
     def __init__(self, name: str, hosts: list[Host], destination: str, *, prefer: int = 0,
                  ack: str = "client-individual", prefetch: int = 10, reconnect_every: float = 0.0,
-                 ack_batch: int = 5) -> None:
+                 ack_batch: int = 5, wander: bool = False) -> None:
         super().__init__(name, hosts, prefer)
+        self.wander = wander
+        """Each reconnection of its own (``reconnect_every``) prefers the next gateway of the list."""
         self.destination, self.ack_mode, self.prefetch = destination, ack, prefetch
         self.reconnect_every, self.ack_batch = reconnect_every, ack_batch
         self.inbox: queue.Queue[tuple[int, Any]] = queue.Queue()
@@ -383,12 +387,15 @@ class Consumer(_Client):
 
     def work(self) -> None:
         self.connect()
-        since = time.monotonic()
+        since: float | None = None  # (the first delivery on this connection: its member has partitions)
         while not self.finish.is_set():
-            if not self.alive() or (self.reconnect_every and time.monotonic() - since > self.reconnect_every):
+            due = self.reconnect_every and since is not None and time.monotonic() - since > self.reconnect_every
+            if not self.alive() or due:
+                if self.wander and self.alive():
+                    self.prefer = (self.prefer + 1) % len(self.hosts)
                 self.drop(graceful=self.alive())
                 self.connect()
-                since = time.monotonic()
+                since = None
             try:
                 number, frame = self.inbox.get(timeout=0.05)
             except queue.Empty:
@@ -398,6 +405,8 @@ class Consumer(_Client):
                 continue
             if number != self.number and self.ack_mode != "auto":
                 continue  # from a connection given up: it comes again (an auto delivery is consumed)
+            if since is None and number == self.number:
+                since = time.monotonic()
             delivery = Delivery(frame.body, frame.headers.get("redelivered") == "true", self.port, time.monotonic(),
                                 frame.headers.get("ack", ""))
             with self.lock:
