@@ -115,12 +115,13 @@ def test_both_gateways_killed_in_turn_one_restarted_during_the_outage(tmp_path: 
         fleet.close()
 
 
-@pytest.mark.parametrize("stall", [3.0, 8.0])
-def test_a_stalled_gateway_comes_back_as_a_zombie(tmp_path: Path, kafka_bootstrap: str, stall: float) -> None:
+@pytest.mark.parametrize(("stall", "move"), [(3.0, False), (8.0, True)])
+def test_a_stalled_gateway_comes_back_as_a_zombie(tmp_path: Path, kafka_bootstrap: str, stall: float,
+                                                  move: bool) -> None:
     """SIGSTOP of a gateway and its consumer processes (a host that stalls): its group sessions
-    expire (1 s), its clients give up on it (heart-beats) and move; SIGCONT: its members wake up
-    holding deliveries and offsets of an assignment the group gave away, acknowledgements waiting in
-    its sockets."""
+    expire (1 s); its clients stay (their SENDs and ACKs wait in its sockets) or give up on it after
+    2 s (as when their heart-beats time out) and move; SIGCONT: its members wake up holding
+    deliveries and offsets of an assignment the group gave away."""
     partitions = 4
     topic = unique_topic("fleet-stop")
     create_topics(kafka_bootstrap, topic, partitions=partitions)
@@ -132,7 +133,13 @@ def test_a_stalled_gateway_comes_back_as_a_zombie(tmp_path: Path, kafka_bootstra
         start_all(producers)
         time.sleep(2.0)
         fleet.freeze(0)
-        time.sleep(stall)
+        time.sleep(2.0)
+        if move:
+            for client in [*producers, *consumers]:
+                if client.port == fleet.gateways[0].port:
+                    client.abandon()
+        time.sleep(stall - 2.0)
+        assert not move or any(len(c.moves) > 1 for c in consumers), "no consumer left the stalled gateway"
         fleet.thaw(0)
         time.sleep(3.0)
         fleet.freeze(0)  # again, while the clients that stayed or came back are on it

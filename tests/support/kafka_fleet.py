@@ -230,6 +230,12 @@ class _Client(threading.Thread):
         link = self.link
         return link is not None and not link.lost.is_set()
 
+    def abandon(self) -> None:
+        """Give the connection up as a client whose heart-beats timed out does (it connects again)."""
+        link = self.link
+        if link is not None:
+            link.lost.set()
+
     def receipt(self, number: int, receipt: str) -> None:
         """A RECEIPT on connection ``number``."""
 
