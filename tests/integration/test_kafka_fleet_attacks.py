@@ -38,12 +38,13 @@ __all__ = ["kafka_bootstrap"]
 
 
 def clients(fleet: Fleet, topic: str, *, ack: str, prefetch: int, window: int,
-            pause: float = 0.01) -> tuple[list[Producer], list[Consumer]]:
-    """A producer and a consumer preferring each gateway of ``fleet``."""
+            pause: float = 0.01, backwards: bool = False) -> tuple[list[Producer], list[Consumer]]:
+    """A producer and a consumer preferring each gateway of ``fleet`` (``backwards``: the consumers
+    acknowledge each batch of 5 last first)."""
     destination = f"/queue/kafka.{topic}"
     producers = [Producer(f"p{n}", fleet.hosts, destination, prefer=n, window=window, pause=pause)
                  for n in range(len(fleet.gateways))]
-    consumers = [Consumer(f"c{n}", fleet.hosts, destination, prefer=n, ack=ack, prefetch=prefetch)
+    consumers = [Consumer(f"c{n}", fleet.hosts, destination, prefer=n, ack=ack, prefetch=prefetch, backwards=backwards)
                  for n in range(len(fleet.gateways))]
     return producers, consumers
 
@@ -59,17 +60,19 @@ def finish(fleet: Fleet, bootstrap: str, topic: str, partitions: int, producers:
     verdict(fleet, bootstrap, topic, partitions, producers, consumers, held=held, killed_at=killed_at)
 
 
-@pytest.mark.parametrize(("gateways", "partitions", "ack", "prefetch", "window"), [
-    (2, 4, "client-individual", 10, 20),
-    (3, 8, "client", 100, 50),
-    (2, 1, "client-individual", 1, 5),
+@pytest.mark.parametrize(("gateways", "partitions", "ack", "prefetch", "window", "backwards"), [
+    (2, 4, "client-individual", 10, 20, True),  # (each 5 acknowledged last first: commits stay contiguous)
+    (3, 8, "client", 100, 50, False),
+    (2, 1, "client-individual", 1, 5, False),
 ])
 def test_sigkill_of_a_gateway_during_send_bursts(tmp_path: Path, kafka_bootstrap: str, gateways: int,
-                                                 partitions: int, ack: str, prefetch: int, window: int) -> None:
+                                                 partitions: int, ack: str, prefetch: int, window: int,
+                                                 backwards: bool) -> None:
     topic = unique_topic("fleet-kill")
     create_topics(kafka_bootstrap, topic, partitions=partitions)
     fleet = Fleet(tmp_path, kafka_bootstrap, gateways)
-    producers, consumers = clients(fleet, topic, ack=ack, prefetch=prefetch, window=window, pause=0.002)
+    producers, consumers = clients(fleet, topic, ack=ack, prefetch=prefetch, window=window, pause=0.002,
+                                   backwards=backwards)
     try:
         start_fleet(fleet)
         start_all(consumers)

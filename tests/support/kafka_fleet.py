@@ -345,8 +345,10 @@ class Consumer(_Client):
 
     def __init__(self, name: str, hosts: list[Host], destination: str, *, prefer: int = 0,
                  ack: str = "client-individual", prefetch: int = 10, reconnect_every: float = 0.0,
-                 ack_batch: int = 5, wander: bool = False) -> None:
+                 ack_batch: int = 5, wander: bool = False, backwards: bool = False) -> None:
         super().__init__(name, hosts, prefer)
+        self.backwards = backwards
+        """``client-individual``: ACK each ``ack_batch`` deliveries last first (out of order)."""
         self.wander = wander
         """Each reconnection of its own (``reconnect_every``) prefers the next gateway of the list."""
         self.destination, self.ack_mode, self.prefetch = destination, ack, prefetch
@@ -406,8 +408,7 @@ class Consumer(_Client):
                 number, frame = self.inbox.get(timeout=0.05)
             except queue.Empty:
                 if self.unacked and not self.holding.is_set():
-                    self._ack(self.unacked, self.unacked[-1].ack)
-                    self.unacked = []
+                    self._ack_unacked()
                 continue
             if number != self.number and self.ack_mode != "auto":
                 continue  # from a connection given up: it comes again (an auto delivery is consumed)
@@ -426,11 +427,22 @@ class Consumer(_Client):
                 self.unacked.append(delivery)  # (a later ACK covers what is held too)
             if self.holding.is_set():
                 self.held.append(delivery)
-            elif self.ack_mode == "client-individual":
+            elif self.ack_mode == "client-individual" and not self.backwards:
                 self._ack([delivery], delivery.ack)
-            elif len(self.unacked) >= self.ack_batch:
-                self._ack(self.unacked, delivery.ack)
-                self.unacked = []
+            else:
+                if self.ack_mode == "client-individual":
+                    self.unacked.append(delivery)
+                if len(self.unacked) >= self.ack_batch:
+                    self._ack_unacked()
+
+    def _ack_unacked(self) -> None:
+        """ACK what :attr:`unacked` holds: one cumulative ACK (``client``), or each, last first."""
+        if self.ack_mode == "client":
+            self._ack(self.unacked, self.unacked[-1].ack)
+        else:
+            for delivery in reversed(self.unacked):
+                self._ack([delivery], delivery.ack)
+        self.unacked = []
 
     def release(self) -> None:
         """Acknowledge again from now on (what is held stays held: it comes again on a new connection)."""
