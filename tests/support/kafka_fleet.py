@@ -347,6 +347,9 @@ class Consumer(_Client):
                  ack: str = "client-individual", prefetch: int = 10, reconnect_every: float = 0.0,
                  ack_batch: int = 5, wander: bool = False, backwards: bool = False) -> None:
         super().__init__(name, hosts, prefer)
+        self.hold_every = 1
+        """While :attr:`holding`: hold one delivery of each ``hold_every`` and acknowledge the others."""
+        self.taken = 0
         self.backwards = backwards
         """``client-individual``: ACK each ``ack_batch`` deliveries last first (out of order)."""
         self.wander = wander
@@ -407,7 +410,7 @@ class Consumer(_Client):
             try:
                 number, frame = self.inbox.get(timeout=0.05)
             except queue.Empty:
-                if self.unacked and not self.holding.is_set():
+                if self.unacked and (not self.holding.is_set() or self.ack_mode != "client"):
                     self._ack_unacked()
                 continue
             if number != self.number and self.ack_mode != "auto":
@@ -425,7 +428,8 @@ class Consumer(_Client):
                 continue
             if self.ack_mode == "client":
                 self.unacked.append(delivery)  # (a later ACK covers what is held too)
-            if self.holding.is_set():
+            self.taken += 1
+            if self.holding.is_set() and (self.ack_mode == "client" or self.taken % self.hold_every == 0):
                 self.held.append(delivery)
             elif self.ack_mode == "client-individual" and not self.backwards:
                 self._ack([delivery], delivery.ack)
