@@ -513,7 +513,12 @@ def verdict(fleet: Fleet, bootstrap: str, topic: str, partitions: int, producers
         lines.append(f"  not in the topic at all: {never}")
         lines.append(f"  SENDs of them (attempts, ports): "
                      f"{[(m, receipted[m], sorted(sent_to.get(m, ()))) for m in missing[:30]]}")
-        lines.append(f"  group {group} committed: {committed_offsets(bootstrap, group, topic, partitions)}")
+        committed = committed_offsets(bootstrap, group, topic, partitions)
+        lines.append(f"  group {group} committed: {committed}")
+        past = sum(1 for r in records if r.value().decode() in missing and r.offset() < committed[r.partition()])
+        waiting = sum(1 for r in records if r.value().decode() in missing and r.offset() >= committed[r.partition()])
+        lines[0] += (f" {len(never)} never stored, {past} records the group committed past (skipped), "
+                     f"{waiting} after the committed offset (not delivered yet: a stalled or jammed group)")
         ends: dict[int, int] = defaultdict(lambda: -1)
         for record in records:
             ends[record.partition()] = max(ends[record.partition()], record.offset())
