@@ -61,6 +61,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
+from twisted.internet.defer import TimeoutError as DeferredTimeout
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -759,7 +760,12 @@ class KafkaConnector:
             subscription.close()
             if failure.check(ConnectorError):
                 return failure
-            raise ConnectorUnavailable(f"kafka group {group} got no partitions of {topic}: {failure.getErrorMessage()}")
+            if failure.check(DeferredTimeout):
+                reason = (f"none within {self.settings.subscribe_timeout:g} s (subscribe_timeout); the group may be "
+                          "rebalancing or its coordinator unreachable")
+            else:
+                reason = failure.getErrorMessage()
+            raise ConnectorUnavailable(f"kafka group {group} got no partitions of {topic}: {reason}")
 
         d.addErrback(timed_out)
         return d

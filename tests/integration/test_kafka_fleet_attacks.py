@@ -10,7 +10,7 @@ on a loss, where the missing records are in the topic and the group's committed 
 This file: SIGKILL during SEND bursts (2 and 3 gateways, 4 and 8 partitions, ``client-individual`` and
 ``client`` acks, prefetch 10 and 100), both gateways killed one after the other with a restart during the
 outage, and a gateway that stalls (SIGSTOP of it and its consumer processes: its group sessions expire)
-and comes back (SIGCONT: zombie members).  More in test_kafka_fleet_attacks_churn.py.
+and comes back (SIGCONT: zombie members).  More in churn_kafka_fleet_attacks.py (`make test-churn`).
 """
 
 from __future__ import annotations

@@ -7,29 +7,24 @@ with ``client``, ``client-individual`` and ``auto`` acks, prefetch 1 and 100, 1 
 test_kafka_fleet_attacks_link.py.)  Members that leave about a second after they joined can leave a
 Tansu group assigning nothing for a minute (docs/kafka.md, "Bridges across a stalled link"): here a
 SUBSCRIBE then fails after ``subscribe_timeout`` and what is after the committed offsets waits: on a
-loaded host it happens in most runs, so these attacks run only when asked for
-(``JMSGATEWAY_FLEET_CHURN=1``) or against a real Kafka (``JMSGATEWAY_KAFKA_BOOTSTRAP``).
+loaded host it happens in most runs, so these attacks are not in the suite (the module's name is not
+``test_*``): they are their own command, ``make test-churn`` (with ``JMSGATEWAY_KAFKA_BOOTSTRAP``
+against a real Kafka).
 
 Counted by id as in test_kafka_fleet_attacks.py: every receipted message is acknowledged.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.kafka import BOOTSTRAP_ENV, create_topics, kafka_bootstrap, unique_topic
+from tests.support.kafka import create_topics, kafka_bootstrap, unique_topic
 from tests.support.kafka_fleet import Consumer, Fleet, Producer, start_all, start_fleet, stats, verdict, wait_all_acked
 
 __all__ = ["kafka_bootstrap"]
-
-pytestmark = pytest.mark.skipif(
-    not (os.environ.get("JMSGATEWAY_FLEET_CHURN") or os.environ.get(BOOTSTRAP_ENV)),
-    reason="member churn jams a Tansu group for a minute (see the module docstring): JMSGATEWAY_FLEET_CHURN=1 runs it")
-
 
 def finish(fleet: Fleet, bootstrap: str, topic: str, partitions: int, producers: list[Producer],
            consumers: list[Consumer], *, held: dict[str, float] | None = None, killed_at: float = 0.0) -> None:
