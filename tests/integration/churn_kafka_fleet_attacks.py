@@ -22,20 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.kafka import create_topics, kafka_bootstrap, unique_topic
-from tests.support.kafka_fleet import Consumer, Fleet, Producer, start_all, start_fleet, stats, verdict, wait_all_acked
+from tests.support.kafka_fleet import Consumer, Fleet, Producer, finish, start_all, start_fleet
 
 __all__ = ["kafka_bootstrap"]
-
-def finish(fleet: Fleet, bootstrap: str, topic: str, partitions: int, producers: list[Producer],
-           consumers: list[Consumer], *, held: dict[str, float] | None = None, killed_at: float = 0.0) -> None:
-    for producer in producers:
-        producer.stop_sending()
-    wait_all_acked(producers, consumers)
-    for consumer in consumers:
-        consumer.stop()
-    print(stats(consumers), {p.name: len(p.receipted) for p in producers})
-    verdict(fleet, bootstrap, topic, partitions, producers, consumers, held=held, killed_at=killed_at)
-
 
 @pytest.mark.parametrize(("partitions", "ack", "prefetch", "kill", "pause"), [
     (1, "client", 1, True, 0.2),  # (one member takes about 20 a second with prefetch 1: an ACK, a commit)

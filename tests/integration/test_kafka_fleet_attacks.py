@@ -25,12 +25,11 @@ from tests.support.kafka_fleet import (
     Consumer,
     Fleet,
     Producer,
+    finish,
     held_before,
     start_all,
     start_fleet,
     stats,
-    verdict,
-    wait_all_acked,
 )
 from tests.support.waiting import wait_until
 
@@ -47,17 +46,6 @@ def clients(fleet: Fleet, topic: str, *, ack: str, prefetch: int, window: int,
     consumers = [Consumer(f"c{n}", fleet.hosts, destination, prefer=n, ack=ack, prefetch=prefetch, backwards=backwards)
                  for n in range(len(fleet.gateways))]
     return producers, consumers
-
-
-def finish(fleet: Fleet, bootstrap: str, topic: str, partitions: int, producers: list[Producer],
-           consumers: list[Consumer], *, held: dict[str, float] | None = None, killed_at: float = 0.0) -> None:
-    for producer in producers:
-        producer.stop_sending()
-    wait_all_acked(producers, consumers)
-    for consumer in consumers:
-        consumer.stop()
-    print(stats(consumers), {p.name: len(p.receipted) for p in producers})
-    verdict(fleet, bootstrap, topic, partitions, producers, consumers, held=held, killed_at=killed_at)
 
 
 @pytest.mark.parametrize(("gateways", "partitions", "ack", "prefetch", "window", "backwards"), [

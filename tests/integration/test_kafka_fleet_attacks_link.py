@@ -21,28 +21,16 @@ from tests.support.kafka_fleet import (
     Consumer,
     Fleet,
     Producer,
+    finish,
     held_before,
     start_all,
     start_fleet,
     stats,
-    verdict,
-    wait_all_acked,
 )
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 __all__ = ["kafka_bootstrap", "proxied_kafka"]
-
-
-def finish(fleet: Fleet, bootstrap: str, topic: str, partitions: int, producers: list[Producer],
-           consumers: list[Consumer], *, held: dict[str, float] | None = None, killed_at: float = 0.0) -> None:
-    for producer in producers:
-        producer.stop_sending()
-    wait_all_acked(producers, consumers)
-    for consumer in consumers:
-        consumer.stop()
-    print(stats(consumers), {p.name: len(p.receipted) for p in producers})
-    verdict(fleet, bootstrap, topic, partitions, producers, consumers, held=held, killed_at=killed_at)
 
 
 def test_a_slow_link_to_kafka_a_kill_and_kafka_unreachable(tmp_path: Path,

@@ -572,6 +572,19 @@ def held_before(consumer: Consumer, before: float) -> dict[str, float]:
     return {d.message_id: d.at for d in list(consumer.held) if d.at < before}
 
 
+def finish(fleet: Fleet, bootstrap: str, topic: str, partitions: int, producers: list[Producer],
+           consumers: list[Consumer], *, held: dict[str, float] | None = None, killed_at: float = 0.0) -> None:
+    """The end of an attack: the producers stop, every receipted message is waited for until acknowledged,
+    the consumers stop, and :func:`verdict` judges (AssertionError naming what is missing and where)."""
+    for producer in producers:
+        producer.stop_sending()
+    wait_all_acked(producers, consumers)
+    for consumer in consumers:
+        consumer.stop()
+    print(stats(consumers), {p.name: len(p.receipted) for p in producers})
+    verdict(fleet, bootstrap, topic, partitions, producers, consumers, held=held, killed_at=killed_at)
+
+
 def start_all(clients: list[Any]) -> None:
     """Start the clients' threads; wait until each is connected."""
     for client in clients:
