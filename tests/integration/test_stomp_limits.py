@@ -123,7 +123,9 @@ async def until_closed(reader: asyncio.StreamReader) -> tuple[bytes, float]:
 def test_sockets_that_never_connect_are_closed_while_others_are_served(
         make_gateway: Callable[..., GatewayProcess]) -> None:
     raise_open_file_limit(2_500)
-    gateway = make_gateway(args=["--set", "stomp.connect_timeout_ms=3000"])  # > opening 2,000 sockets under load
+    # 6 s: more than opening 2,000 sockets and serving a client on a loaded host takes (3 s was not, once
+    # in CI: 4.0 s from the first socket to the client served)
+    gateway = make_gateway(args=["--set", "stomp.connect_timeout_ms=6000"])
     queue = f"/queue/silent.{uuid.uuid4().hex}"
 
     async def scenario() -> tuple[float, list[tuple[bytes, float]], float]:
@@ -137,7 +139,7 @@ def test_sockets_that_never_connect_are_closed_while_others_are_served(
             client.send(queue, "served", receipt=True)
             assert client.message().body == b"served"
             served = time.monotonic()
-            time.sleep(max(0.0, opened + 5.0 - time.monotonic()))  # past the timeout: still connected
+            time.sleep(max(0.0, opened + 8.0 - time.monotonic()))  # past the timeout: still connected
             client.send(queue, "still served", receipt=True)
             assert client.message().body == b"still served"
             client.disconnect()
@@ -145,7 +147,7 @@ def test_sockets_that_never_connect_are_closed_while_others_are_served(
 
         served_at, closed = await asyncio.gather(
             asyncio.to_thread(serve),
-            asyncio.wait_for(asyncio.gather(*(until_closed(r) for r, _ in sockets)), 20),
+            asyncio.wait_for(asyncio.gather(*(until_closed(r) for r, _ in sockets)), 25),
         )
         for _, writer in sockets:
             writer.close()
@@ -154,8 +156,8 @@ def test_sockets_that_never_connect_are_closed_while_others_are_served(
     opened, closed, served_at = asyncio.run(scenario())
     assert all(b"connect timeout" in data for data, _ in closed), {data[:60] for data, _ in closed}
     times = sorted(at - opened for _, at in closed)
-    assert times[0] >= 2.9, f"a socket was closed {times[0]:.2f}s after it opened, before the timeout"
-    assert times[-1] < 12, f"the last socket was closed {times[-1]:.2f}s after it opened"
+    assert times[0] >= 5.9, f"a socket was closed {times[0]:.2f}s after it opened, before the timeout"
+    assert times[-1] < 15, f"the last socket was closed {times[-1]:.2f}s after it opened"
     assert served_at - opened < times[0], "the client was served only once the silent sockets were closed"
 
 
