@@ -4,7 +4,6 @@ timeout, the abort of a closing connection that does not drain, the connection c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ from prometheus_client import CollectorRegistry
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
-from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.config import parse_config
@@ -23,20 +21,10 @@ from gateway.stomp.listeners import listen_backlog, os_backlog_limit, with_backl
 from gateway.stomp.protocol import StompServerFactory
 from gateway.stomp.settings import StompSettings
 from gateway.wire.codec import FrameDecoder
-from tests.support.log_events import observer
+from tests.support.log_events import logged
 from tests.unit.test_session import Peer, connect, make_factory
 
-
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    lines: list[str] = []
-
-    def observe(event: LogEvent) -> None:
-        lines.append(formatEvent(event))
-
-    globalLogPublisher.addObserver(observer(observe))
-    yield lines
-    globalLogPublisher.removeObserver(observer(observe))
+__all__ = ["logged"]
 
 
 class AbortableTransport(StringTransport):

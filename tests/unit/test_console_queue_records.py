@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
-from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 
 from gateway.broker.broker import EmbeddedBroker
 from gateway.broker.operations import QueueOperations
@@ -25,9 +24,11 @@ from gateway.broker.store.snapshot import DurableRecord, Snapshot, configured_ke
 from gateway.broker.virtual_topics import record_key
 from gateway.errors import LimitReached, StoreError
 from gateway.security.quotas import LoginLimits, LoginQuotas
-from tests.support.log_events import observer
+from tests.support.log_events import logged
 from tests.unit.test_broker_collection import TIMEOUT, collected, subscribe, wait
 from tests.unit.test_store_broker import Run, text
+
+__all__ = ["logged"]
 
 
 @pytest.fixture
@@ -38,16 +39,6 @@ def run(tmp_path: Path) -> Iterator[Run]:
     run.close()
 
 
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    lines: list[str] = []
-
-    def observe(event: LogEvent) -> None:
-        lines.append(formatEvent(event))
-
-    globalLogPublisher.addObserver(observer(observe))
-    yield lines
-    globalLogPublisher.removeObserver(observer(observe))
 
 
 def records(run: Run) -> list[tuple[str, str, str | None, str | None]]:

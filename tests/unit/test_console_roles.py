@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from twisted.internet.testing import MemoryReactorClock
-from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 from twisted.web.resource import getChildForRequest
 from twisted.web.server import NOT_DONE_YET
 
@@ -27,9 +26,11 @@ from gateway.broker.operations import ORIGIN_PROPERTY
 from gateway.broker.store.snapshot import durable_key
 from gateway.config import parse_config
 from gateway.message.model import TextMessage
-from tests.support.log_events import observer
+from tests.support.log_events import logged
 from tests.support.web_requests import Request
 from tests.unit.test_session import Peer, connect
+
+__all__ = ["logged"]
 
 USERS = {"alice": "s3cret!", "bob": "hunter2", "carol": "c4rol", "root": "r00t", "eve": "ev3"}
 ENTRIES = [
@@ -172,16 +173,6 @@ def test_an_operator_closes_only_its_own_connections_an_administrator_any() -> N
 # -- #13: the acting login in the log, whatever the token's padding ----------------------
 
 
-@pytest.fixture
-def logged() -> Any:
-    lines: list[str] = []
-
-    def observe(event: LogEvent) -> None:
-        lines.append(formatEvent(event))
-
-    globalLogPublisher.addObserver(observer(observe))
-    yield lines
-    globalLogPublisher.removeObserver(observer(observe))
 
 
 @pytest.mark.parametrize("padded", [True, False])
