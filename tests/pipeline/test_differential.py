@@ -13,6 +13,7 @@ from gateway.pipeline.job import PipelineJob
 from gateway.pipeline.progress import ProgressLogger
 from gateway.pipeline.settings import parse_pipeline_settings, pipeline_spec
 from tests.pipeline.workload import (
+    explain_difference,
     gateway_config,
     generate,
     output_records,
@@ -64,7 +65,7 @@ async def test_pipeline_matches_in_process_router(spark: Any, kafka_bootstrap: s
     assert outcomes["unrouted"] > 100
     assert len(expected) == outcomes["routed"] + outcomes["dead-lettered"]
     assert {name for name, *_ in expected} == set(topics)
-    assert len(actual) == len(expected)
+    assert len(actual) == len(expected), explain_difference(kafka_bootstrap, topics, expected, actual)
     mismatched = [pair for pair in zip(expected, actual, strict=True) if pair[0] != pair[1]]
     assert not mismatched, f"{len(mismatched)} records differ, first: {mismatched[0]}"
 

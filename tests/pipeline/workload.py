@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.task import deferLater
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.connectors.kafka import KafkaConnector
@@ -191,17 +192,23 @@ async def run_reference(bootstrap: str, config: GatewayConfig,
         await send_all()
     finally:
         await connector.stop()
+        # stop() fires from inside the connector's drain call: let that call return, so its last
+        # reference to the producer goes before the caller's blocking work (and the broker's close)
+        await deferLater(reactor, 0, lambda: None)
     return outcomes, per_topic
 
 
+OutputRecord = tuple[str, bytes | None, tuple[tuple[str, bytes | None], ...], bytes]
+
+
 def output_records(bootstrap: str, topics: dict[str, str], expected: dict[str, int],
-                   settle: float = 1.0) -> list[tuple[str, bytes | None, tuple[tuple[str, bytes | None], ...], bytes]]:
+                   settle: float = 1.0, timeout: float = 60.0) -> list[OutputRecord]:
     """Every record of the output topics as ``(topic name, key, headers, value)``, sorted.
 
     ``expected`` gives how many records to wait for per topic name; reading
     goes on ``settle`` seconds more so extra records show up too.
     """
-    read = read_topics(bootstrap, {topic: expected.get(name, 0) for name, topic in topics.items()}, timeout=60,
+    read = read_topics(bootstrap, {topic: expected.get(name, 0) for name, topic in topics.items()}, timeout=timeout,
                        settle=settle)
     found = [(name, record.key(), tuple(record.headers() or ()), record.value() or b"")
              for name, topic in topics.items() for record in read[topic]]
@@ -216,3 +223,30 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.5) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def explain_difference(bootstrap: str, topics: dict[str, str], expected: list[OutputRecord],
+                       actual: list[OutputRecord]) -> str:
+    """Why ``actual`` (read from ``bootstrap``) differs from ``expected`` in number: per output topic
+    the counts, the broker's watermarks (records stored vs records read) and the first missing
+    message ids, then a second, longer read (records late rather than lost)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "explain", "enable.auto.commit": False})
+    lines = []
+    try:
+        for name, topic in topics.items():
+            want = Counter(r for r in expected if r[0] == name)
+            got = Counter(r for r in actual if r[0] == name)
+            missing = want - got
+            ids = sorted({(dict(r[2]).get("jms.MessageId") or b"?").decode(errors="replace") for r in missing})
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            lines.append(f"{name}: expected {sum(want.values())}, read {sum(got.values())}, stored "
+                         f"offsets {low}..{high}, missing {sum(missing.values())} (ids {ids[:8]}), "
+                         f"extra {sum((got - want).values())}")
+    finally:
+        consumer.close()
+    again = output_records(bootstrap, topics, {name: len(expected) for name in topics}, settle=0,
+                           timeout=30)
+    lines.append(f"read again (30 s): {len(again)} records, {len(Counter(expected) - Counter(again))} missing")
+    return "\n".join(lines)

@@ -176,6 +176,7 @@ def read_records(
         "bootstrap.servers": bootstrap,
         "group.id": f"reader-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",  # (a fetch out of range starts again at the start, not at the end)
     }
     config.update(settings)
     consumer = Consumer(config)
@@ -207,7 +208,7 @@ def read_topics(bootstrap: str, counts: dict[str, int], timeout: float = 20.0,
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     records: dict[str, list[Any]] = {topic: [] for topic in counts}
     try:
         assignment = []
