@@ -31,6 +31,7 @@ the console uses no HTML forms, so it needs no token).  Who may see and do
 what follows the asking principal's management role and grants
 (:mod:`gateway.admin.roles`, :mod:`gateway.admin.permissions`); every action
 is logged with the login that asked for it.  The page asks for confirmation before it posts.
+A standby (:mod:`gateway.ha`) answers every action 503, naming the lock the active gateway holds.
 """
 
 from __future__ import annotations
@@ -99,12 +100,15 @@ class ConsoleAction(Resource):
     isLeaf = True
 
     def __init__(self, name: str, act: Callable[[Principal, Params], Any],
-                 describe: Callable[[Params, Any], str], principals: Principals) -> None:
+                 describe: Callable[[Params, Any], str], principals: Principals,
+                 unavailable: Callable[[], str | None] = lambda: None) -> None:
         super().__init__()
         self.name = name
         self.act = act
         self.describe = describe
         self.principals = principals
+        self.unavailable = unavailable
+        """Why no action can be done now (answered 503 before anything is tried), or None."""
 
     def render_GET(self, request: Request) -> bytes:
         request.setHeader(b"allow", b"POST")
@@ -119,6 +123,11 @@ class ConsoleAction(Resource):
                 raise ValueError("the body must be a JSON object")
         except ValueError as error:
             return json_body(request, 400, {"error": f"bad request body: {error}"})
+        reason = self.unavailable()
+        if reason is not None:
+            log.info("console: {who} was refused a {name} ({code}): {error}", who=who, name=self.name, code=503,
+                     error=reason)
+            return json_body(request, 503, {"error": reason})
         gone: list[bool] = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
 
@@ -208,7 +217,7 @@ class ConsoleApi(Resource):
         self.putChild(b"browse", BrowsePage(self.operations, access, principals))
 
         def action(name: str, act: Callable[[Principal, Params], Any], describe: Callable[[Params, Any], str]) -> None:
-            self.putChild(name.encode(), ConsoleAction(name, act, describe, principals))
+            self.putChild(name.encode(), ConsoleAction(name, act, describe, principals, self._standby))
 
         action("purge", self.purge,
                lambda p, n: f"purged {p.get('destination')!r}" + (f" ({n} messages)" if n is not None else ""))
@@ -225,7 +234,14 @@ class ConsoleApi(Resource):
         action("close", self.close, self._describe_close)
         self.putChild(b"bridge", ConsoleAction(
             "bridge action", self.bridge, lambda p, _: f"asked bridge {p.get('name')!r} to {p.get('action')}",
-            principals))
+            principals, self._standby))
+
+    def _standby(self) -> str | None:
+        """Why a standby does nothing asked (its store is closed, nothing runs), for every action."""
+        if not self.gateway.role.standby:
+            return None
+        return (f"this gateway is a standby: another gateway holds the message store's lock "
+                f"({self.gateway.role.lock_path}); act on the active one")
 
     def getChild(self, path: bytes, request: Request) -> Resource:
         return ErrorPage(404, f"no console API {path.decode('utf-8', 'replace')!r}")

@@ -111,11 +111,14 @@ def test_a_standby_that_takes_over_lists_the_queue(tmp_path: Path) -> None:
                                                                 extra_config=CONSOLE)
     try:
         create(active_admin, "/queue/ha.ops")
+        status, answer = api(standby_admin, "create", body={"destination": "/queue/ha.early"})
+        assert status == 503 and answer["error"].startswith("this gateway is a standby"), answer
         assert active.process is not None
         active.process.kill()
         active.process.wait(15)
         wait_until(lambda: accepts(standby.port), 60, "the standby's STOMP listener")
         assert listed(standby_admin).get("/queue/ha.ops") == 0
+        assert "/queue/ha.early" not in listed(standby_admin)
         make_empty(standby, "/queue/ha.auto")
         wait_until(lambda: "/queue/ha.auto" not in listed(standby_admin), 10, "the auto-created queue's collection")
         time.sleep(2)

@@ -166,3 +166,25 @@ def test_rate_history_keeps_per_second_rates_of_the_last_minutes() -> None:
     assert [sample[1:] for sample in document["samples"]] == [[10.0, 2.0]] * 5
     assert history.latest() == {"in": 10.0, "out": 2.0}
     history.stop()
+
+
+def test_a_standby_refuses_every_action_naming_the_lock() -> None:
+    """A standby's store is closed and nothing runs on it: every action answers 503 before it is tried
+    (not a 409 from the closed store, nor a purge of the standby's empty view), naming the lock."""
+    gateway = gateway_with_queue()
+    console = ConsoleRoot(gateway)
+    gateway.role.become_standby("/var/lib/jmsgateway/store.db")
+    actions = {"purge": {"destination": "/queue/a"}, "delete": {"destination": "/queue/a", "message_id": "ID:a0"},
+               "send": {"destination": "/queue/a", "body": "x"}, "move": {"destination": "/queue/a"},
+               "create": {"destination": "/queue/new"}, "remove": {"destination": "/queue/b"},
+               "close": {"id": "jmsgw-0"}, "bridge": {"name": "b", "action": "stop"}}
+    for name, body in actions.items():
+        code, answer = call(console, "POST", f"/api/{name}", body=body, role="administrator")
+        assert code == 503, (name, code, answer)
+        assert answer["error"] == ("this gateway is a standby: another gateway holds the message store's lock "
+                                   "(/var/lib/jmsgateway/store.db); act on the active one"), name
+    assert len(gateway.broker.queues["/queue/a"]) == 3 and "/queue/new" not in gateway.broker.queues
+    assert call(console, "GET", "/api/destinations", role="administrator")[0] == 200  # reading still answers
+    gateway.role.become_active("/var/lib/jmsgateway/store.db")
+    assert call(console, "POST", "/api/purge", body={"destination": "/queue/a"}, role="administrator") == \
+        (200, {"ok": True, "result": 3})
