@@ -72,7 +72,8 @@ M = TypeVar("M", bound=BaseModel)
 class Section(BaseModel):
     """Base of every configuration model: unknown keys are errors, values are TOML-typed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # (the fields' docstrings become descriptions only for the references: gateway.config_reference)
 
 
 class KeyProblem(ValueError):

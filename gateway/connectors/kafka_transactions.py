@@ -21,7 +21,9 @@ never before: once it fenced the other gateway's producer, the offsets cannot mo
 A partition's offsets are committed only by the member that owns it: a batch holding records of a
 partition the group revoked (or declared lost) while the batch was read is dropped before its
 transaction begins (:class:`~gateway.errors.BatchRevoked`; its records are read again by the
-partition's owner), and the offsets go with the group metadata of the generation the batch was
+partition's owner), so is one whose partitions' committed offsets another member moved past its start
+while it was read (a member that was stopped past its session wakes before it hears of the rebalance),
+and the offsets go with the group metadata of the generation the batch was
 read in, so a broker that checks generations (Kafka, KIP-447) refuses them from a member the
 group expelled meanwhile.  Tansu does not check (``tests/integration/test_tansu_group_generation.py``).
 
@@ -273,6 +275,12 @@ class KafkaTransactionalCopy:
                 f"partition {', '.join(map(str, revoked))} of topic {self.source_topic} was revoked or lost while "
                 f"its records were in the batch (a rebalance): the batch of {len(messages)} is dropped before its "
                 "transaction, its records are read again by the partition's owner")
+        overtaken = self._overtaken()
+        if overtaken:
+            raise BatchRevoked(
+                f"the group's offsets of topic {self.source_topic} moved past the batch's start "
+                f"({overtaken}) while it was read: another member copied those records; the batch of "
+                f"{len(messages)} is dropped before its transaction, the partitions rewound")
         outgoing = self._records(messages)
         offsets = [TopicPartition(self.source_topic, p, o) for p, o in self._positions.items()]
         metadata = self._metadata if self._metadata is not None else self._consumer.consumer_group_metadata()
@@ -292,6 +300,26 @@ class KafkaTransactionalCopy:
         self._bounded(producer, "commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT))
         self.attempt = self.open_transaction = None
         self._forget_batch()
+
+    def _overtaken(self) -> str:
+        """The batch's partitions whose committed offset is past the batch's first record (``"partition 0:
+        1498 for 1448"``), read after this producer's ``init_transactions``; empty when none.
+
+        Only a member that copied those records commits past them.  A member the group expelled while
+        it was stopped (SIGSTOP, a frozen VM) can wake holding a batch before its consumer has heard
+        of the rebalance, so no revoke marked the batch; a broker that checks generations (Kafka,
+        KIP-447) refuses its offsets, Tansu does not, and a transactional producer this member
+        opened after the new owner's would commit the copies a second time (a CI run, 2026-11-30:
+        20 duplicates).  Offsets committed before this read are seen here; any committed later came
+        from a producer that fenced this one, whose commit then fails."""
+        from confluent_kafka import TopicPartition
+
+        if not self._batch_start:
+            return ""
+        asked = [TopicPartition(self.source_topic, p) for p in sorted(self._batch_start)]
+        return ", ".join(f"partition {tp.partition}: {tp.offset} for {self._batch_start[tp.partition]}"
+                         for tp in self._consumer.committed(asked, timeout=CALL_TIMEOUT)
+                         if tp.offset > self._batch_start[tp.partition])
 
     def _forget_batch(self) -> None:
         """Nothing of a batch is held any more (committed, or dropped with its consumer): its first

@@ -110,7 +110,7 @@ class Member(stomp.ConnectionListener):
             self.messages.clear()  # (their acks would name a dead connection's deliveries)
         try:
             self.connection.connect(wait=True)  # the next address that accepts
-        except stomp.exception.ConnectFailedException:
+        except (stomp.exception.StompException, OSError):  # (refused, or the gateway died under the CONNECT)
             self.lost.set()  # (a loaded host: the caller tries again rather than its thread ending)
             time.sleep(0.2)
             return False

@@ -282,7 +282,7 @@ class RebalancingConsumer:
         return [Partition("src", p, -1001) for p in sorted(self.group)]
 
     def committed(self, partitions: list[Partition], timeout: float) -> list[Partition]:
-        return [Partition("src", tp.partition, self.group[tp.partition]) for tp in partitions]
+        return [Partition("src", tp.partition, self.group.get(tp.partition, -1001)) for tp in partitions]
 
     def seek(self, tp: Any) -> None:
         self.seeks.append((tp.partition, tp.offset))
@@ -351,6 +351,35 @@ def test_a_batch_whose_partition_was_revoked_is_dropped_before_its_transaction(
     copy.commit(copy.consume(20, 0.05))
     assert producer.calls[-2:] == ["offsets", "commit"]
     assert producer.offsets == [([(0, 4)], "generation 2")]
+
+
+def test_a_batch_another_member_copied_meanwhile_is_dropped_before_its_transaction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zombie (CI, 2026-11-30): this member read 1448..1449 of partition 0, was stopped past its session,
+    and woke before its consumer heard of the rebalance (no revoke marked the batch).  Meanwhile the new owner
+    copied those records and committed 1498.  Tansu takes old-generation offsets, and this member's producer,
+    opened after the owner's, was not fenced: committing would copy 1448..1449 twice.  The group's offsets,
+    read before the transaction begins, say another member is past the batch: it is dropped, rewound."""
+    consumer = RebalancingConsumer(reads=[[(0, 1448), (0, 1449)]], revoke_at={}, committed={0: 1448})
+    copy, producer = rebalancing_copy(consumer, monkeypatch)
+    messages = copy.consume(20, 0.05)
+    consumer.group[0] = 1498  # the new owner's transaction committed
+    with pytest.raises(BatchRevoked, match=r"moved past the batch's start \(partition 0: 1498 for 1448\)"):
+        copy.commit(messages)
+    assert producer.calls == ["init_transactions"], "no transaction begun: nothing written, nothing to abort"
+    assert copy.recover(BatchRevoked("overtaken")) is None
+    assert consumer.seeks == [(0, 1498)], "on from the new owner's offsets"
+
+
+def test_a_batch_at_the_groups_offsets_commits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check asks the group once a transaction and lets the ordinary batch through (offsets at its start,
+    or none committed yet)."""
+    consumer = RebalancingConsumer(reads=[[(0, 7)], [(1, 0)]], revoke_at={}, committed={0: 7, 1: -1001})
+    copy, producer = rebalancing_copy(consumer, monkeypatch)
+    copy.commit(copy.consume(20, 0.05))
+    copy.commit(copy.consume(20, 0.05))
+    assert [offsets for offsets, _ in producer.offsets] == [[(0, 8)], [(1, 1)]]
+    assert producer.calls.count("commit") == 2
 
 
 def test_the_offsets_go_with_the_generation_the_batch_was_read_in(monkeypatch: pytest.MonkeyPatch) -> None:
