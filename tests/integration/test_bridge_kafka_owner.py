@@ -340,7 +340,7 @@ def kafka_to_kafka_run(tmp_path: Path, bootstrap: str, fault: str) -> None:
         print(f"copies of aborted transactions (the killed gateway's last one: {in_flight}): {count.aborted}; "
               f"seqs at the target more than once, aborted copies included: {sum(n > 1 for n in raw.values())}")
         for line in (first.log() + second.log()).splitlines():
-            if "kafka transaction failed" in line or "was revoked or lost" in line:
+            if any(part in line for part in ("kafka transaction failed", "was revoked or lost", "moved past the")):
                 print(line[-200:])
         if fault == "pause":
             print(f"the group's offsets at SIGSTOP {at_stop}, at SIGCONT {at_cont}")
