@@ -227,26 +227,23 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.5) -> bool:
 
 def explain_difference(bootstrap: str, topics: dict[str, str], expected: list[OutputRecord],
                        actual: list[OutputRecord]) -> str:
-    """Why ``actual`` (read from ``bootstrap``) differs from ``expected`` in number: per output topic
-    the counts, the broker's watermarks (records stored vs records read) and the first missing
-    message ids, then a second, longer read (records late rather than lost)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "explain", "enable.auto.commit": False})
+    """Why ``actual`` (read from ``bootstrap``) differs from ``expected`` in number: a second, longer read
+    of every output topic, then per topic the counts expected and read each time and the first message ids
+    missing from both reads (never stored, or unreadable) or only from the first (late, not lost).
+    (Tansu's high watermark cannot say what is stored: it answered 1 for a topic holding offsets 0..4
+    written in one batch.)"""
+    again = output_records(bootstrap, topics, {name: len(expected) for name in topics}, settle=0, timeout=30)
     lines = []
-    try:
-        for name, topic in topics.items():
-            want = Counter(r for r in expected if r[0] == name)
-            got = Counter(r for r in actual if r[0] == name)
-            missing = want - got
-            ids = sorted({(dict(r[2]).get("jms.MessageId") or b"?").decode(errors="replace") for r in missing})
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-            lines.append(f"{name}: expected {sum(want.values())}, read {sum(got.values())}, stored "
-                         f"offsets {low}..{high}, missing {sum(missing.values())} (ids {ids[:8]}), "
-                         f"extra {sum((got - want).values())}")
-    finally:
-        consumer.close()
-    again = output_records(bootstrap, topics, {name: len(expected) for name in topics}, settle=0,
-                           timeout=30)
-    lines.append(f"read again (30 s): {len(again)} records, {len(Counter(expected) - Counter(again))} missing")
+    for name in topics:
+        want = Counter(r for r in expected if r[0] == name)
+        first = Counter(r for r in actual if r[0] == name)
+        second = Counter(r for r in again if r[0] == name)
+
+        def ids(records: Counter[OutputRecord]) -> list[str]:
+            return sorted({(dict(r[2]).get("jms.MessageId") or b"?").decode(errors="replace") for r in records})[:8]
+
+        lines.append(f"{name}: expected {sum(want.values())}, read {sum(first.values())}, then "
+                     f"{sum(second.values())}; missing from both reads {sum((want - first - second).values())} "
+                     f"(ids {ids(want - second)}), from the first only {sum(((want - first) & second).values())} "
+                     f"(ids {ids((want - first) & second)}), extra {sum((first - want).values())}")
     return "\n".join(lines)
