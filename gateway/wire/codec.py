@@ -390,13 +390,18 @@ class FrameDecoder:
             if self.skip_oversized:
                 yield from self._skipping(error)
                 return
-            self._failed = True
-            self._buf.clear()
-            self._pos = 0
-            self._reset_frame()
+            self._fail()
             yield error
             return
         self._compact()
+
+    def _fail(self) -> None:
+        """A fatal error: nothing more is read (nor skipped), what is buffered is dropped."""
+        self._failed = True
+        self._skip_left = _NOT_SKIPPING
+        self._buf.clear()
+        self._pos = 0
+        self._reset_frame()
 
     def _skipping(self, error: StompProtocolError | None) -> Iterator[Frame | StompProtocolError]:
         """:meth:`frames` from ``error`` on, for a decoder with :attr:`skip_oversized` (``error`` None: more of
@@ -407,11 +412,7 @@ class FrameDecoder:
             if error is not None:
                 skipped = self._skip(error)
                 if skipped is None:
-                    self._failed = True
-                    self._skip_left = _NOT_SKIPPING
-                    self._buf.clear()
-                    self._pos = 0
-                    self._reset_frame()
+                    self._fail()
                     yield error
                     return
                 yield skipped

@@ -27,7 +27,9 @@ from gateway.message.model import DUPLICATE_ID
 from gateway.wire.codec import FrameDecoder, Limits, encode_frame
 from gateway.wire.frame import Frame
 from tests.support.log_events import observer
-from tests.unit.test_stomp_client_connector import Consumer, FakeBroker, result_of, started
+from tests.unit.test_stomp_client_connector import Consumer, FakeBroker, broker, clock, result_of, started
+
+__all__ = ["broker", "clock"]  # (that file's fixtures: a clock at 0, a fake broker)
 
 LIMIT = 4096
 SKIP = frozenset({"MESSAGE"})
@@ -269,16 +271,6 @@ def test_headers_over_the_limit_still_close_the_connection() -> None:
 
 
 # -- the connector --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def broker() -> FakeBroker:
-    return FakeBroker()
 
 
 def test_the_connector_nacks_an_oversized_message_counts_and_logs_it_and_keeps_the_connection(
